@@ -1,0 +1,122 @@
+"""PPO's math as pure torch functions.
+
+Everything here is a plain function of tensors: no configs, no networks, no
+workers. That keeps the algorithm readable on one screen and lets the tests
+check it against a naive loop reference. Trainers compose these functions.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["gae", "ppo_loss", "normalize_advantages", "explained_variance"]
+
+
+def _as_float(x: Tensor, like: Tensor) -> Tensor:
+    """Cast a bool/float mask to ``like``'s float dtype so it can scale values."""
+    return x.to(dtype=like.dtype)
+
+
+def gae(
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    episode_end: Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[Tensor, Tensor]:
+    """Generalized advantage estimation over a ``[T, B]`` segment.
+
+    ``next_values[t]`` is V of the state reached after step ``t``. Passing it
+    explicitly (instead of reading ``values[t + 1]``) is what makes truncation
+    correct: for a truncated step the caller supplies V(final_obs), which
+    bootstraps, while ``episode_end`` still stops the advantage recursion from
+    leaking into the next episode. ``terminated`` only zeroes the bootstrap.
+
+    Returns ``(advantages, returns)`` with ``returns = advantages + values``,
+    the regression target for the critic.
+    """
+    not_term = 1.0 - _as_float(terminated, values)
+    not_end = 1.0 - _as_float(episode_end, values)
+    deltas = rewards + gamma * next_values * not_term - values
+    decay = (gamma * lam) * not_end
+    advantages = torch.empty_like(deltas)
+    running = torch.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        running = deltas[t] + decay[t] * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+def _value_loss(
+    new_values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float | None
+) -> Tensor:
+    """Critic loss; the clipped form keeps the critic near its rollout-time values."""
+    unclipped = (new_values - returns).pow(2)
+    if value_clip is None:
+        return 0.5 * unclipped.mean()
+    clipped_v = old_values + (new_values - old_values).clamp(-value_clip, value_clip)
+    clipped = (clipped_v - returns).pow(2)
+    return 0.5 * torch.maximum(unclipped, clipped).mean()
+
+
+def ppo_loss(
+    new_logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    new_values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    entropy: Tensor,
+    *,
+    clip: float,
+    value_clip: float | None,
+    vf_coef: float,
+    ent_coef: float,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Total PPO loss (clipped surrogate + value + entropy bonus) and stats.
+
+    All inputs are flat ``[N]`` tensors (a minibatch). The stats are detached
+    scalars so the caller can log them without holding the graph alive.
+    ``approx_kl`` uses the low-variance ``(r - 1) - log r`` estimator.
+    """
+    log_ratio = new_logp - old_logp
+    ratio = log_ratio.exp()
+    surr1 = ratio * advantages
+    surr2 = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
+    policy_loss = -torch.minimum(surr1, surr2).mean()
+    value_loss = _value_loss(new_values, old_values, returns, value_clip)
+    entropy_mean = entropy.mean()
+    total = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    with torch.no_grad():
+        stats = {
+            "policy_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy": entropy_mean.detach(),
+            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+            "clip_fraction": ((ratio - 1.0).abs() > clip).float().mean(),
+        }
+    return total, stats
+
+
+def normalize_advantages(adv: Tensor, eps: float = 1e-8) -> Tensor:
+    """Zero-mean, unit-std advantages so the step size does not track reward scale."""
+    if adv.numel() < 2:
+        return adv - adv.mean()
+    return (adv - adv.mean()) / (adv.std() + eps)
+
+
+def explained_variance(pred: Tensor, target: Tensor) -> float:
+    """1 - Var[target - pred] / Var[target]: how much of the returns the critic explains.
+
+    Returns NaN when the target has no variance (the ratio is undefined), so a
+    constant-return batch is visible in the logs rather than reported as 0 or 1.
+    """
+    pred = pred.detach().flatten().double()
+    target = target.detach().flatten().double()
+    var_t = target.var(unbiased=False)
+    if var_t.item() == 0.0:
+        return float("nan")
+    return float(1.0 - (target - pred).var(unbiased=False) / var_t)

@@ -1,0 +1,350 @@
+"""Experiment configuration: typed, frozen dataclasses, one docstring per field.
+
+An experiment is one YAML file (see ``configs/``) mapped onto
+:class:`ExperimentConfig`. Command-line overrides use dotted keys
+(``--set ppo.lr=0.001``). Everything is validated when it is built: a wrong
+key, type or value raises :class:`ConfigError` whose message names the field,
+so the CLI can print one line and exit non-zero. Configs are never mutated
+after parsing; derive a new one with :func:`dataclasses.replace` instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config field is missing, unknown, of the wrong type or out of range."""
+
+
+def _check(cond: bool, name: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{name}: {msg}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvConfig:
+    """Which environment each actor slot runs."""
+
+    id: str = "CartPole-v1"
+    """A Gymnasium id (``CartPole-v1``) or ``package.module:factory`` returning a ``gymnasium.Env``."""
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the environment constructor."""
+    max_episode_steps: int | None = None
+    """Override of the time limit; ``None`` keeps the environment's own."""
+
+    def __post_init__(self) -> None:
+        _check(bool(self.id.strip()), "id", "must name an environment")
+        _check(self.max_episode_steps is None or self.max_episode_steps > 0,
+               "max_episode_steps", f"must be > 0, got {self.max_episode_steps}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkersConfig:
+    """How many workers of each kind, and how they are shaped. Placement is the runtime's job."""
+
+    actors: int = 1
+    """Actor workers; each owns a ring of environment slots."""
+    ring_size: int = 2
+    """Environment slots per actor. While one slot waits for its actions the actor steps another."""
+    envs_per_slot: int = 8
+    """Environments in one slot (one Gymnasium vector env); one inference request covers them all."""
+    policy_workers: int = 1
+    """Policy (inference) workers. 0 means inline inference: each actor runs the policy itself."""
+    trainers: int = 1
+    """Trainer workers for the policy (data-parallel; 1 for now)."""
+    max_inference_batch: int = 64
+    """Auto-batching cap: a policy worker merges at most this many pending requests (slots) per forward pass."""
+    segment_length: int = 32
+    """Steps per trajectory segment ``[T, B, ...]`` sent on the sample stream."""
+    sample_buffers: int = 0
+    """Segment buffers per actor (in flight + queued for the trainer); 0 picks ``ring_size + 2``.
+    Fewer buffers bound policy lag by back-pressure; more let actors run ahead of the trainer."""
+    torch_threads: int = 1
+    """Torch intra-op threads in each worker process."""
+    param_pull_interval: int = 1
+    """Policy workers check the parameter service every this many forward passes."""
+
+    def __post_init__(self) -> None:
+        for name in ("actors", "ring_size", "envs_per_slot", "trainers", "max_inference_batch",
+                     "segment_length", "torch_threads", "param_pull_interval"):
+            value = getattr(self, name)
+            _check(value >= 1, name, f"must be >= 1, got {value}")
+        _check(self.policy_workers >= 0, "policy_workers", f"must be >= 0, got {self.policy_workers}")
+        _check(self.trainers == 1, "trainers", "only 1 trainer is supported so far")
+        _check(self.sample_buffers == 0 or self.sample_buffers >= self.ring_size + 1, "sample_buffers",
+               f"must be 0 (auto) or >= ring_size + 1 = {self.ring_size + 1}, got {self.sample_buffers}")
+
+    @property
+    def buffers_per_actor(self) -> int:
+        """Segment buffers each actor owns in the sample stream."""
+        return self.sample_buffers or self.ring_size + 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Network shape, shared by the policy (actor) and value (critic) networks."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the MLPs."""
+    activation: Literal["tanh", "relu", "elu"] = "tanh"
+    """Hidden activation."""
+    layer_norm: bool = False
+    """LayerNorm after each hidden linear layer."""
+    normalize_obs: bool = True
+    """Running mean/std observation normalization inside the networks (its statistics ship with the parameters)."""
+
+    def __post_init__(self) -> None:
+        _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden), "hidden",
+               f"must be a non-empty list of positive widths, got {list(self.hidden)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    """Proximal Policy Optimization hyper-parameters."""
+
+    lr: float = 3e-4
+    """Adam learning rate."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """``linear`` anneals the learning rate to 0 at ``run.total_env_steps``."""
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip: float = 0.2
+    """Clipping range of the probability ratio."""
+    value_clip: float | None = None
+    """Clipping range of the value update around the pre-update values; ``None`` disables it."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    epochs: int = 4
+    """Passes over each batch."""
+    minibatches: int = 4
+    """Minibatches per epoch."""
+    batch_segments: int = 4
+    """Segments per training batch; a batch holds ``batch_segments * segment_length * envs_per_slot`` samples."""
+    max_grad_norm: float | None = 0.5
+    """Global gradient-norm clip; ``None`` disables it."""
+    normalize_advantages: bool = True
+    """Normalize advantages per minibatch."""
+    max_policy_lag: int = 16
+    """Segments whose oldest step is more than this many versions behind the trainer are dropped (and counted)."""
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "adam_eps", "clip", "vf_coef"):
+            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            value = getattr(self, name)
+            _check(0.0 <= value <= 1.0, name, f"must be in [0, 1], got {value}")
+        _check(self.ent_coef >= 0, "ent_coef", f"must be >= 0, got {self.ent_coef}")
+        _check(self.value_clip is None or self.value_clip > 0, "value_clip", "must be > 0 or null")
+        _check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "must be > 0 or null")
+        for name in ("epochs", "minibatches", "batch_segments"):
+            _check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        _check(self.max_policy_lag >= 0, "max_policy_lag", f"must be >= 0, got {self.max_policy_lag}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """When to stop, what to record."""
+
+    total_env_steps: int = 1_000_000
+    """Stop after this many environment steps."""
+    target_return: float | None = None
+    """Stop as solved when the mean return of the last ``return_window`` episodes reaches this."""
+    return_window: int = 20
+    """Episodes averaged for the progress line and the target."""
+    max_wall_seconds: float | None = None
+    """Stop after this much wall time; ``None`` for no limit."""
+    checkpoint_interval_seconds: float = 120.0
+    """Seconds between periodic checkpoints (a final one is always written)."""
+    log_interval_seconds: float = 1.0
+    """Seconds between progress lines and metrics records."""
+    eval_episodes: int = 10
+    """Deterministic episodes played with the final policy for ``final_eval_return_mean``; 0 skips."""
+    tensorboard: bool = True
+    """Write TensorBoard event files next to ``metrics.jsonl``."""
+
+    def __post_init__(self) -> None:
+        _check(self.total_env_steps >= 1, "total_env_steps", f"must be >= 1, got {self.total_env_steps}")
+        _check(self.return_window >= 1, "return_window", f"must be >= 1, got {self.return_window}")
+        _check(self.max_wall_seconds is None or self.max_wall_seconds > 0, "max_wall_seconds", "must be > 0 or null")
+        _check(self.checkpoint_interval_seconds > 0, "checkpoint_interval_seconds", "must be > 0")
+        _check(self.log_interval_seconds > 0, "log_interval_seconds", "must be > 0")
+        _check(self.eval_episodes >= 0, "eval_episodes", f"must be >= 0, got {self.eval_episodes}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+    """One experiment: the same file runs under every runtime."""
+
+    name: str = "experiment"
+    """Experiment name, used in the run directory name."""
+    seed: int = 0
+    """Seed of every random stream (environments, networks, sampling)."""
+    runtime: Literal["inline", "local"] = "local"
+    """Placement: ``inline`` runs every worker in this process (deterministic), ``local`` one process per worker."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    """Worker counts and shapes."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Network shape."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO hyper-parameters."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Stopping and recording."""
+
+    def __post_init__(self) -> None:
+        _check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, name: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it converted (lists to tuples, ints to floats)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+        return build(tp, value, prefix=f"{name}.")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, name)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{name}: {value!r} matches none of {_type_name(tp)}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{name}: must be one of {', '.join(map(str, args))}; got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name}: expected a list, got {value!r}")
+        return tuple(_coerce(v, args[0], f"{name}[{i}]") for i, v in enumerate(value))
+    if origin in (Mapping, dict) or tp is Mapping:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{name}: expected a mapping with string keys, got {value!r}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{name}: unsupported field type {_type_name(tp)}")  # pragma: no cover
+
+
+def build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown field (known: {', '.join(sorted(names))})")
+    kwargs = {key: _coerce(value, hints[key], f"{prefix}{key}") for key, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{prefix}{exc}") from None
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain, YAML-friendly dict of a config (tuples become lists)."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, (tuple, list)):
+            return [plain(x) for x in v]
+        if isinstance(v, Mapping):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return {k: plain(v) for k, v in dataclasses.asdict(cfg).items()}
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``a.b=value`` into (["a", "b"], parsed YAML scalar/list)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected key=value, e.g. ppo.lr=0.001")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        raise ConfigError(f"{key.strip()}: cannot parse value {raw!r}") from None
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of the raw config mapping with dotted overrides applied."""
+    out: dict[str, Any] = _deep_copy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"{'.'.join(path)}: {part} is not a section")
+            node = child
+        node[path[-1]] = value
+    return out
+
+
+def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment file (or defaults when ``path`` is None) and apply overrides."""
+    data: Any = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{path}: invalid YAML{where}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+    return build(ExperimentConfig, apply_overrides(data, overrides or []))

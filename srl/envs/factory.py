@@ -1,0 +1,85 @@
+"""Environment construction from the config: the only place env ids are resolved.
+
+``env.id`` is a Gymnasium id (``CartPole-v1``) or ``package.module:factory``
+where ``factory(**kwargs)`` returns a ``gymnasium.Env``. Each actor slot is a
+synchronous Gymnasium vector env that resets finished episodes in the same
+step (so the returned observation is always the next policy input and the
+true last observation is in ``info["final_obs"]``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from srl.api.config import ConfigError, EnvConfig
+
+
+def _resolve(env_id: str) -> Callable[..., gym.Env]:
+    if ":" in env_id and not env_id.startswith("ale_py"):
+        module_name, _, attr = env_id.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(f"env.id: cannot import module {module_name!r} ({exc})") from None
+        factory = getattr(module, attr, None)
+        if not callable(factory):
+            raise ConfigError(f"env.id: {module_name!r} has no callable {attr!r}")
+        return factory
+    try:
+        gym.spec(env_id)
+    except gym.error.Error:
+        raise ConfigError(f"env.id: unknown environment {env_id!r}") from None
+    return lambda **kw: gym.make(env_id, **kw)
+
+
+def make_env(cfg: EnvConfig) -> gym.Env:
+    """One environment, validated: only Box observations and Discrete/Box actions are supported."""
+    factory = _resolve(cfg.id)
+    kwargs: dict[str, Any] = dict(cfg.kwargs)
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    try:
+        env = factory(**kwargs)
+    except ConfigError:
+        raise
+    except Exception as exc:  # an env constructor can raise anything; report it in one line
+        raise ConfigError(f"env: cannot create {cfg.id!r}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(env, gym.Env):
+        raise ConfigError(f"env.id: {cfg.id!r} did not return a gymnasium.Env")
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        raise ConfigError(f"env: {cfg.id!r} observation space {env.observation_space} is not a Box")
+    if not isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.Box)):
+        raise ConfigError(f"env: {cfg.id!r} action space {env.action_space} is not Discrete or Box")
+    return env
+
+
+def env_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Box, gym.spaces.Space]:
+    """Observation and action space of one environment (built once and closed)."""
+    env = make_env(cfg)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def make_vector_env(cfg: EnvConfig, num_envs: int, seed: int) -> gym.vector.VectorEnv:
+    """A slot: ``num_envs`` environments stepped in this process, reset on episode end in the same step.
+
+    The caller resets it (``venv.reset(seed=seed)``) to get the first observations.
+    """
+    venv = SyncVectorEnv([lambda: make_env(cfg) for _ in range(num_envs)],
+                         copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
+    venv.action_space.seed(seed)
+    return venv
+
+
+def action_info(action_space: gym.spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
+    """Per-environment action shape and dtype on the streams."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return (), np.dtype(np.int64)
+    return tuple(action_space.shape), np.dtype(np.float32)

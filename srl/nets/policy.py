@@ -1,0 +1,300 @@
+"""Actor and critic networks, kept in separate modules.
+
+SRL's decentralized critic means policy workers only ever hold the actor: the
+parameter service ships ``PolicyNet.flat_state()`` and nothing else, and each
+trainer keeps its own ``ValueNet``. Splitting the classes (rather than one
+actor-critic module with two heads) makes that boundary impossible to blur.
+
+The acting path is written by formula instead of ``torch.distributions``:
+distribution objects validate their arguments on construction, which costs
+tens of microseconds per call, a real share of a policy worker's budget at
+small batch sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import Tensor, nn
+
+from srl.nets.mlp import init_linear, mlp
+from srl.nets.normalizer import RunningMeanStd
+
+__all__ = ["ObsEncoder", "PolicyNet", "ValueNet"]
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class ObsEncoder(nn.Module):
+    """Optional running observation normalizer followed by an MLP torso.
+
+    Shared by actor and critic as a *class*, never as an instance: each net
+    owns its own normalizer statistics and weights.
+    """
+
+    def __init__(
+        self,
+        obs_space: spaces.Box,
+        hidden: Sequence[int],
+        activation: str,
+        layer_norm: bool,
+        normalize_obs: bool,
+    ) -> None:
+        super().__init__()
+        if not isinstance(obs_space, spaces.Box):
+            raise TypeError(f"obs_space must be gymnasium.spaces.Box, got {type(obs_space).__name__}")
+        self.obs_shape: tuple[int, ...] = tuple(int(d) for d in obs_space.shape)
+        self.obs_dim: int = int(np.prod(self.obs_shape)) if self.obs_shape else 1
+        self.obs_normalizer: RunningMeanStd | None = (
+            RunningMeanStd(self.obs_shape) if normalize_obs else None
+        )
+        self.torso: nn.Sequential = mlp(self.obs_dim, hidden, activation, layer_norm)
+        self.out_dim: int = int(hidden[-1]) if len(hidden) else self.obs_dim
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """``[N, *obs_shape]`` (any real dtype) -> features ``[N, out_dim]``."""
+        if obs.dtype != torch.float32:
+            obs = obs.float()
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer.normalize(obs)
+        return self.torso(obs.reshape(obs.shape[0], self.obs_dim))
+
+    def update_normalizer(self, obs: Tensor) -> None:
+        """Fold a batch into the normalizer statistics (no-op when disabled)."""
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.update(obs)
+
+
+def _state_tensors(module: nn.Module) -> list[Tensor]:
+    """Parameters then buffers, in registration order (identical across same-config nets).
+
+    Fetched on every call rather than cached: ``module.to(device)`` replaces
+    buffer objects, so cached references would silently go stale.
+    """
+    return list(module.parameters()) + list(module.buffers())
+
+
+class _FlatState:
+    """Fixed-order packing of tensors into one float32 vector, and back.
+
+    Buffers include the normalizer statistics, so a policy worker normalizes
+    exactly like the trainer that published the snapshot.
+    """
+
+    def __init__(self, tensors: Sequence[Tensor]) -> None:
+        self.size: int = sum(t.numel() for t in tensors)
+        self._staging = np.empty(self.size, dtype=np.float32)
+
+    def pack(self, tensors: Sequence[Tensor], out: np.ndarray | None) -> np.ndarray:
+        """Copy every tensor into ``out`` (allocated if None) and return it."""
+        if out is None:
+            out = np.empty(self.size, dtype=np.float32)
+        elif out.shape != (self.size,) or out.dtype != np.float32:
+            raise ValueError(
+                f"out must be float32 of shape ({self.size},), got {out.dtype} {out.shape}"
+            )
+        with torch.no_grad():
+            dst = torch.from_numpy(out)
+            if all(t.device.type == "cpu" for t in tensors):
+                offset = 0
+                for t in tensors:
+                    n = t.numel()
+                    dst[offset : offset + n].copy_(t.reshape(-1))
+                    offset += n
+            else:  # one device->host transfer instead of one per tensor
+                dst.copy_(torch.cat([t.reshape(-1).float() for t in tensors]))
+        return out
+
+    def unpack(self, tensors: Sequence[Tensor], flat: np.ndarray) -> None:
+        """Copy ``flat`` into the tensors in place, after checking its length."""
+        flat = np.asarray(flat)
+        if flat.ndim != 1 or flat.shape[0] != self.size:
+            raise ValueError(
+                f"flat state has wrong length: expected {self.size}, got {flat.size} "
+                f"(shape {flat.shape})"
+            )
+        # Staging copy: accepts read-only (shared-memory) and float64 sources,
+        # and gives one contiguous host tensor to move to the device at once.
+        np.copyto(self._staging, flat, casting="same_kind")
+        src = torch.from_numpy(self._staging)
+        if tensors and tensors[0].device.type != "cpu":
+            src = src.to(tensors[0].device)
+        with torch.no_grad():
+            offset = 0
+            for t in tensors:
+                n = t.numel()
+                t.copy_(src[offset : offset + n].view(t.shape))
+                offset += n
+
+
+class PolicyNet(nn.Module):
+    """The actor: observation -> action distribution (categorical or diagonal Gaussian).
+
+    Discrete actions are indices ``0..n-1``; a ``Discrete(start=k)`` offset is
+    the env adapter's job. Box actions are returned unclipped, flattened to
+    ``[N, act_dim]``; clipping to bounds also belongs to the env adapter, so
+    log-probs always refer to the action actually sampled.
+    """
+
+    def __init__(
+        self,
+        obs_space: spaces.Box,
+        action_space: spaces.Discrete | spaces.Box,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        layer_norm: bool = False,
+        normalize_obs: bool = True,
+    ) -> None:
+        super().__init__()
+        self.encoder = ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+        self.discrete: bool = isinstance(action_space, spaces.Discrete)
+        if self.discrete:
+            self.act_dim = int(action_space.n)
+        elif isinstance(action_space, spaces.Box):
+            self.act_dim = int(np.prod(action_space.shape))
+        else:
+            raise TypeError(
+                f"action_space must be Discrete or Box, got {type(action_space).__name__}"
+            )
+        self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, self.act_dim), 0.01)
+        self.log_std: nn.Parameter | None = (
+            None if self.discrete else nn.Parameter(torch.zeros(self.act_dim))
+        )
+        self._flat = _FlatState(_state_tensors(self))
+
+    @property
+    def obs_normalizer(self) -> RunningMeanStd | None:
+        """The actor's own normalizer (or None), shipped inside ``flat_state``."""
+        return self.encoder.obs_normalizer
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """Raw head output: logits (discrete) or action means (Box), ``[N, act_dim]``."""
+        return self.head(self.encoder(obs))
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor]:
+        """Sample actions and their log-probs for inference; no autograd, no distributions.
+
+        Returns ``(actions, log_probs)``: int64 ``[N]`` for Discrete, float32
+        ``[N, act_dim]`` for Box; log-probs float32 ``[N]``.
+        """
+        out = self.forward(obs)
+        if self.discrete:
+            return _categorical_act(out, deterministic)
+        assert self.log_std is not None
+        return _gaussian_act(out, self.log_std, deterministic)
+
+    def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """Log-probs ``[N]`` and entropies ``[N]`` of given actions, with gradients (training)."""
+        out = self.forward(obs)
+        if self.discrete:
+            return _categorical_evaluate(out, actions)
+        assert self.log_std is not None
+        return _gaussian_evaluate(out, self.log_std, actions)
+
+    def update_normalizer(self, obs: Tensor) -> None:
+        """Fold a batch of observations into the actor's normalizer statistics."""
+        self.encoder.update_normalizer(obs)
+
+    def flat_size(self) -> int:
+        """Length of the vector produced by :meth:`flat_state`."""
+        return self._flat.size
+
+    def flat_state(self, out: np.ndarray | None = None) -> np.ndarray:
+        """All parameters and buffers as one float32 1-D array (what gets shipped).
+
+        Pass ``out`` (e.g. a shared-memory view) to write without allocating.
+        The float64 normalizer ``count`` is rounded to float32 here; it only
+        matters for further updates, which policy workers never do.
+        """
+        return self._flat.pack(_state_tensors(self), out)
+
+    def load_flat_state(self, flat: np.ndarray) -> None:
+        """Overwrite parameters and buffers in place from :meth:`flat_state` output.
+
+        Raises ValueError naming expected and actual length on a mismatch.
+        """
+        self._flat.unpack(_state_tensors(self), flat)
+
+
+class ValueNet(nn.Module):
+    """The critic: observation -> scalar value. Never leaves its trainer."""
+
+    def __init__(
+        self,
+        obs_space: spaces.Box,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        layer_norm: bool = False,
+        normalize_obs: bool = True,
+    ) -> None:
+        super().__init__()
+        self.encoder = ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+        self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, 1), 1.0)
+
+    @property
+    def obs_normalizer(self) -> RunningMeanStd | None:
+        """The critic's own normalizer (or None), independent of the actor's."""
+        return self.encoder.obs_normalizer
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """Values ``[N]``."""
+        return self.head(self.encoder(obs)).squeeze(-1)
+
+    def update_normalizer(self, obs: Tensor) -> None:
+        """Fold a batch of observations into the critic's normalizer statistics."""
+        self.encoder.update_normalizer(obs)
+
+
+def _categorical_act(logits: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
+    """Sample with the exponential race, a division-only form of the Gumbel-max trick.
+
+    ``argmax(p_i / E_i)`` with ``E_i ~ Exp(1)`` picks ``i`` with probability
+    ``p_i`` (it equals ``argmax(log p_i + Gumbel_i)``). Measured at batch 8-64
+    with one thread it is 2-4x faster than ``torch.multinomial``.
+    """
+    logp_all = torch.log_softmax(logits, dim=-1)
+    if deterministic:
+        actions = logp_all.argmax(dim=-1)
+    else:
+        race = logp_all.exp()
+        race.div_(torch.empty_like(race).exponential_())
+        actions = race.argmax(dim=-1)
+    return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+def _categorical_evaluate(logits: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+    """Categorical log-prob and entropy by formula."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
+    return logp, entropy
+
+
+def _gaussian_logp(mean: Tensor, log_std: Tensor, actions: Tensor) -> Tensor:
+    """Diagonal Gaussian log-density summed over action dims."""
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(dim=-1)
+
+
+def _gaussian_act(mean: Tensor, log_std: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
+    """Sample ``mean + std * eps``; the log-prob follows directly from ``eps``."""
+    if deterministic:
+        eps = torch.zeros_like(mean)
+    else:
+        eps = torch.randn_like(mean)
+    actions = mean + log_std.exp() * eps
+    logp = (-0.5 * eps.pow(2) - log_std - _HALF_LOG_2PI).sum(dim=-1)
+    return actions, logp
+
+
+def _gaussian_evaluate(mean: Tensor, log_std: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+    """Gaussian log-prob and (state-independent) entropy, broadcast to ``[N]``."""
+    actions = actions.reshape(mean.shape)
+    logp = _gaussian_logp(mean, log_std, actions)
+    entropy = (0.5 + _HALF_LOG_2PI + log_std).sum().expand(mean.shape[0])
+    return logp, entropy

@@ -1,0 +1,110 @@
+"""Throughput measurements behind ``srl bench``.
+
+``sampling`` runs the full actor -> policy worker -> sample stream path under
+the local runtime with a trainer that discards segments, and a plain
+single-process loop that does the same environment steps and the same batched
+forward passes (one forward per slot of ``envs_per_slot`` observations), on the
+same machine, one after the other, and reports both and their ratio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from srl.algorithms.ppo import ActingPolicy, build_policy_net
+from srl.api.config import ExperimentConfig
+from srl.envs.factory import make_vector_env
+from srl.runtime.local import run_local
+from srl.runtime.plan import Plan, make_plan
+from srl.system.controller import Controller
+
+
+class _RateController(Controller):
+    """Stops after ``warmup + seconds`` and measures the env-step rate after the warm-up from actor reports."""
+
+    def __init__(self, cfg: ExperimentConfig, warmup: float, seconds: float) -> None:
+        super().__init__(cfg, None, time.time(), progress=None)
+        self.warmup, self.seconds = warmup, seconds
+        self.samples: list[tuple[float, int]] = []
+
+    def handle(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        super().handle(kind, meta, arrays)
+        if kind == "actor":
+            self.samples.append((time.time(), self.env_steps))
+
+    def should_stop(self) -> str | None:
+        if self.stop_reason is None and time.time() - self.start_time >= self.warmup + self.seconds:
+            self.stop_reason = "bench_done"
+        return self.stop_reason
+
+    def rate(self) -> float:
+        after = [(t, s) for t, s in self.samples if t - self.start_time >= self.warmup]
+        if len(after) < 2 or after[-1][0] <= after[0][0]:
+            return 0.0
+        return (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
+
+
+def sampling_full_path(plan: Plan, seconds: float, warmup: float = 3.0) -> dict[str, Any]:
+    """Env steps/s of actors -> policy workers -> sample stream with a discarding trainer (local runtime)."""
+    controller = _RateController(plan.cfg, warmup, seconds)
+    run_local(dataclasses.replace(plan, null_trainer=True), controller, None)
+    if controller.error:
+        raise RuntimeError(controller.error)
+    batches = [p.get("samples", 0) / max(1, p.get("batches", 1)) for p in controller.policy.values()]
+    return {"steps_per_second": controller.rate(), "mean_inference_batch": float(np.mean(batches)) if batches else None}
+
+
+def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> float:
+    """Env steps/s of one process stepping the same slots with the same batched forward passes."""
+    cfg = plan.cfg
+    w = cfg.workers
+    torch.set_num_threads(w.torch_threads)
+    policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
+    slots = [make_vector_env(cfg.env, w.envs_per_slot, cfg.seed + i) for i in range(w.actors * w.ring_size)]
+    obs = [venv.reset(seed=cfg.seed + i)[0] for i, venv in enumerate(slots)]
+    clip = None
+    space = slots[0].single_action_space
+    if hasattr(space, "low"):
+        clip = (space.low, space.high)
+    steps, start = 0, time.perf_counter()
+    t0, s0 = start, 0
+    try:
+        while True:
+            for i, venv in enumerate(slots):
+                actions, _ = policy.act(obs[i])
+                if clip is not None:
+                    actions = np.clip(actions, *clip)
+                obs[i] = venv.step(actions)[0]
+                steps += w.envs_per_slot
+            now = time.perf_counter()
+            if s0 == 0 and now - start >= warmup:
+                t0, s0 = now, steps
+            if s0 and now - t0 >= seconds:
+                return (steps - s0) / (now - t0)
+    finally:
+        for venv in slots:
+            venv.close()
+
+
+def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
+    """One JSON-ready measurement: full path, plain loop, ratio."""
+    plan = make_plan(cfg)
+    plain = sampling_plain_loop(plan, seconds)
+    full = sampling_full_path(plan, seconds)
+    w = cfg.workers
+    return {
+        "bench": "sampling",
+        "env": cfg.env.id,
+        "layout": {"actors": w.actors, "ring_size": w.ring_size, "envs_per_slot": w.envs_per_slot,
+                   "policy_workers": w.policy_workers, "max_inference_batch": w.max_inference_batch},
+        "seconds": seconds,
+        "full_path_steps_per_second": round(full["steps_per_second"], 1),
+        "plain_loop_steps_per_second": round(plain, 1),
+        "ratio": round(full["steps_per_second"] / plain, 3) if plain else None,
+        "mean_inference_batch": full["mean_inference_batch"],
+    }

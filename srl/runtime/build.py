@@ -1,0 +1,81 @@
+"""Wiring: build any worker of an experiment from its plan and a fabric.
+
+Every runtime uses this one function, so the workers are the same objects
+whatever their placement. Actor ``a`` is served by policy worker
+``a % policy_workers`` (or runs the policy itself when there are none).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from srl.algorithms.ppo import PPO, ActingPolicy, build_policy_net
+from srl.api.config import to_dict
+from srl.api.worker import Worker
+from srl.envs.factory import make_vector_env
+from srl.runtime.fabric import Fabric
+from srl.runtime.plan import Plan
+from srl.system.actor_worker import ActorWorker
+from srl.system.null_trainer import NullTrainerWorker
+from srl.system.params import ParamPublisher, ParamSubscriber
+from srl.system.policy_worker import PolicyWorker
+from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SampleProducer
+from srl.system.trainer_worker import TrainerWorker
+
+ROLES = ("trainer", "policy", "actor")
+
+
+def worker_roles(plan: Plan) -> list[tuple[str, int]]:
+    """Every worker of the run, in start order (trainers publish the first snapshot)."""
+    w = plan.cfg.workers
+    return ([("trainer", i) for i in range(w.trainers)]
+            + [("policy", i) for i in range(w.policy_workers)]
+            + [("actor", i) for i in range(w.actors)])
+
+
+def worker_seed(plan: Plan, role: str, index: int) -> int:
+    return plan.cfg.seed * 1_000_003 + ROLES.index(role) * 10_007 + index * 101
+
+
+def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Path | None,
+                 wait_timeout: float) -> Worker:
+    """Build worker ``role``/``index``. With ``plan.null_trainer`` the trainer discards every segment."""
+    cfg = plan.cfg
+    torch.manual_seed(worker_seed(plan, role, index))
+    if role == "trainer" and plan.null_trainer:
+        snapshot = build_policy_net(plan.obs_space, plan.action_space, cfg.model).flat_state()
+        return NullTrainerWorker(index, snapshot, SampleConsumer(fabric.pool(), fabric.samples(index)),
+                                 ParamPublisher(fabric.params()), fabric.reporter(), wait_timeout=wait_timeout)
+    if role == "trainer":
+        algo = PPO(plan.obs_space, plan.action_space, cfg.model, cfg.ppo, seed=cfg.seed)
+        return TrainerWorker(
+            index, algo, SampleConsumer(fabric.pool(), fabric.samples(index)), ParamPublisher(fabric.params()),
+            fabric.reporter(), batch_segments=cfg.ppo.batch_segments, max_policy_lag=cfg.ppo.max_policy_lag,
+            total_env_steps=cfg.run.total_env_steps,
+            checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
+            checkpoint_interval=cfg.run.checkpoint_interval_seconds,
+            checkpoint_extra={"config": to_dict(cfg)}, wait_timeout=wait_timeout)
+    if role == "policy":
+        policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
+        P = cfg.workers.policy_workers
+        replies = {a: fabric.replies(a) for a in range(cfg.workers.actors) if a % P == index}
+        return PolicyWorker(index, policy, InferenceServer(fabric.pool(), fabric.requests(index), replies),
+                            ParamSubscriber(fabric.params(), policy), fabric.reporter(),
+                            max_batch=cfg.workers.max_inference_batch,
+                            pull_interval=cfg.workers.param_pull_interval, wait_timeout=wait_timeout)
+    if role == "actor":
+        w = cfg.workers
+        pool = fabric.pool()
+        if w.policy_workers == 0:
+            policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
+            inference = InlineInference(index, pool, policy, ParamSubscriber(fabric.params(), policy))
+        else:
+            inference = InferenceClient(index, fabric.requests(index % w.policy_workers), fabric.replies(index))
+        seed = worker_seed(plan, role, index)
+        return ActorWorker(
+            index, lambda slot: make_vector_env(cfg.env, w.envs_per_slot, seed + slot), w.ring_size, pool,
+            inference, SampleProducer(pool, index, fabric.samples(index % w.trainers)), fabric.reporter(),
+            seed=seed, wait_timeout=wait_timeout)
+    raise ValueError(f"unknown worker role {role!r}")

@@ -1,0 +1,39 @@
+"""Final evaluation: play the newest policy deterministically for a number of episodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from srl.algorithms.ppo import ActingPolicy, build_policy_net
+from srl.api.config import ExperimentConfig
+from srl.envs.factory import make_vector_env
+from srl.runtime.plan import Plan
+
+
+def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
+             deterministic: bool = True) -> dict[str, float]:
+    """Mean/std return over ``episodes`` episodes, one per environment of one vector env (one forward per step)."""
+    cfg: ExperimentConfig = plan.cfg
+    policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
+    policy.load_flat(flat_params)
+    venv = make_vector_env(cfg.env, episodes, seed)
+    try:
+        obs, _ = venv.reset(seed=seed)
+        returns = np.zeros(episodes)
+        finished = np.zeros(episodes, bool)
+        clip = None
+        space = venv.single_action_space
+        if hasattr(space, "low") and hasattr(space, "high"):
+            clip = (space.low, space.high)
+        with torch.inference_mode():
+            while not finished.all():
+                actions, _ = policy.act(obs, deterministic=deterministic)
+                if clip is not None:
+                    actions = np.clip(actions, *clip)
+                obs, reward, terminated, truncated, _ = venv.step(actions)
+                returns += np.where(finished, 0.0, reward)
+                finished |= terminated | truncated
+    finally:
+        venv.close()
+    return {"return_mean": float(returns.mean()), "return_std": float(returns.std()), "episodes": episodes}

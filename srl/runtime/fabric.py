@@ -1,0 +1,187 @@
+"""Fabrics: the stream endpoints a worker is handed, for one placement.
+
+A fabric owns the memory and channels that join the workers of a run:
+the segment pool, inference request/reply channels, sample channels, the
+parameter buffer, the stop flag and the control channel. The inline fabric
+keeps them in this process; the shared fabric puts them in node-local shared
+memory and named pipes, created by the controller and opened by name in each
+worker process (so the same code serves fork, spawn or a Ray actor).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from srl.api.worker import Reporter
+from srl.base.channel import Channel, FifoChannel, InProcChannel
+from srl.base.seqlock import VersionedBuffer
+from srl.base.shm import ShmArray, new_tag
+from srl.runtime.plan import Plan
+from srl.system.control import DirectReporter, Handler, ZmqReporter
+from srl.system.streams import SegmentPool
+
+REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH = 4, 1, 2
+
+
+class Fabric(ABC):
+    """Endpoints of one run, opened lazily in whichever process asks."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    @abstractmethod
+    def pool(self) -> SegmentPool: ...
+
+    @abstractmethod
+    def requests(self, policy_worker: int) -> Channel: ...
+
+    @abstractmethod
+    def replies(self, actor: int) -> Channel: ...
+
+    @abstractmethod
+    def samples(self, trainer: int) -> Channel: ...
+
+    @abstractmethod
+    def params(self) -> VersionedBuffer: ...
+
+    @abstractmethod
+    def reporter(self) -> Reporter: ...
+
+    @abstractmethod
+    def stop_flag(self) -> np.ndarray:
+        """A one-element int32 array; non-zero asks every worker to finish."""
+
+
+class InlineFabric(Fabric):
+    """Everything in this process: numpy pool, deque channels, direct reports."""
+
+    def __init__(self, plan: Plan, handler: Handler) -> None:
+        super().__init__(plan)
+        w = plan.cfg.workers
+        self._pool = SegmentPool.in_process(plan.layout)
+        self._requests = [InProcChannel(REQUEST_WIDTH) for _ in range(max(1, w.policy_workers))]
+        self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(w.actors)]
+        self._samples = [InProcChannel(SAMPLE_WIDTH) for _ in range(w.trainers)]
+        self._params = VersionedBuffer.in_process(plan.param_size, np.float32)
+        self._reporter = DirectReporter(handler)
+        self._stop = np.zeros(1, np.int32)
+
+    def pool(self) -> SegmentPool:
+        return self._pool
+
+    def requests(self, policy_worker: int) -> Channel:
+        return self._requests[policy_worker]
+
+    def replies(self, actor: int) -> Channel:
+        return self._replies[actor]
+
+    def samples(self, trainer: int) -> Channel:
+        return self._samples[trainer]
+
+    def params(self) -> VersionedBuffer:
+        return self._params
+
+    def reporter(self) -> Reporter:
+        return self._reporter
+
+    def stop_flag(self) -> np.ndarray:
+        return self._stop
+
+
+class SharedFabric(Fabric):
+    """Node-local shared memory plus named pipes; a ZeroMQ ipc socket for reports.
+
+    The controller calls :meth:`create` (and :meth:`destroy` on every exit path);
+    worker processes open the same names on first use.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan)
+        self.tag = f"srl_{new_tag()}"
+        self.dir = Path(tempfile.mkdtemp(prefix="srl-"))
+        self.control_address = f"ipc://{self.dir}/control"
+        self._owner_pid: int | None = None
+        self._opened: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ owner
+    def create(self) -> None:
+        """Create every segment and pipe (controller process)."""
+        self._owner_pid = os.getpid()
+        w = self.plan.cfg.workers
+        try:
+            self._opened["pool"] = SegmentPool.shared(self.plan.layout, self.tag, create=True)
+            self._opened["params"] = VersionedBuffer.create_shared(f"{self.tag}_params", self.plan.param_size,
+                                                                   np.float32)
+            self._opened["stop"] = ShmArray.create(f"{self.tag}_stop", (1,), "int32")
+            for p in range(max(1, w.policy_workers)):
+                self._opened[f"req{p}"] = FifoChannel.create(str(self.dir / f"req{p}"), REQUEST_WIDTH)
+            for a in range(w.actors):
+                self._opened[f"rep{a}"] = FifoChannel.create(str(self.dir / f"rep{a}"), REPLY_WIDTH)
+            for t in range(w.trainers):
+                self._opened[f"smp{t}"] = FifoChannel.create(str(self.dir / f"smp{t}"), SAMPLE_WIDTH)
+        except BaseException:
+            self.destroy()
+            raise
+
+    def destroy(self) -> None:
+        """Close and remove everything this run created; safe to call twice."""
+        for key, obj in list(self._opened.items()):
+            if key == "pool":
+                obj.close(unlink=True)
+            else:
+                obj.close()
+                if hasattr(obj, "unlink"):
+                    obj.unlink()
+        self._opened.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's handles (they are not ours to close) and reopen by name."""
+        self._opened = {}
+        self._owner_pid = None
+
+    # ------------------------------------------------------------------ endpoints
+    def _get(self, key: str, opener: Any) -> Any:
+        obj = self._opened.get(key)
+        if obj is None:
+            obj = self._opened[key] = opener()
+        return obj
+
+    def pool(self) -> SegmentPool:
+        return self._get("pool", lambda: SegmentPool.shared(self.plan.layout, self.tag, create=False))
+
+    def requests(self, policy_worker: int) -> Channel:
+        return self._get(f"req{policy_worker}",
+                         lambda: FifoChannel.open(str(self.dir / f"req{policy_worker}"), REQUEST_WIDTH))
+
+    def replies(self, actor: int) -> Channel:
+        return self._get(f"rep{actor}", lambda: FifoChannel.open(str(self.dir / f"rep{actor}"), REPLY_WIDTH))
+
+    def samples(self, trainer: int) -> Channel:
+        return self._get(f"smp{trainer}", lambda: FifoChannel.open(str(self.dir / f"smp{trainer}"), SAMPLE_WIDTH))
+
+    def params(self) -> VersionedBuffer:
+        return self._get("params", lambda: VersionedBuffer.attach_shared(f"{self.tag}_params",
+                                                                         self.plan.param_size, np.float32))
+
+    def reporter(self) -> Reporter:
+        return self._get("reporter", lambda: ZmqReporter(self.control_address))
+
+    def stop_flag(self) -> np.ndarray:
+        return self._get("stop", lambda: ShmArray.attach(f"{self.tag}_stop", (1,), "int32")).array
+
+    def close_worker_side(self) -> None:
+        """Worker process exit: close (never unlink) what this process opened."""
+        for key, obj in list(self._opened.items()):
+            if key == "pool":
+                obj.close(unlink=False)
+            else:
+                obj.close()
+        self._opened.clear()

@@ -1,0 +1,36 @@
+"""The inline runtime: every worker in this process, polled in turn. Deterministic given the seed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from srl.runtime.build import build_worker, worker_roles
+from srl.runtime.fabric import InlineFabric
+from srl.runtime.plan import Plan
+from srl.system.controller import Controller
+
+
+def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
+    """Run until the controller says stop (or Ctrl-C); return the newest policy snapshot."""
+    fabric = InlineFabric(plan, controller.handle)
+    workers = []
+    try:
+        for role, index in worker_roles(plan):
+            worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.0)
+            worker.should_stop = lambda: controller.should_stop() is not None
+            worker.setup()
+            workers.append(worker)
+        while controller.should_stop() is None:
+            for worker in workers:
+                worker.poll()
+            controller.tick()
+    except KeyboardInterrupt:
+        controller.stop_reason = "interrupted"
+    finally:
+        for worker in reversed(workers):
+            worker.teardown()
+    buffer = fabric.params()
+    out = np.empty(plan.param_size, np.float32)
+    return out if buffer.read_into(out, -1) is not None else None

@@ -1,0 +1,133 @@
+"""The local runtime: one process per worker on this machine, joined by shared memory.
+
+The calling process is the controller: it creates the fabric, starts the
+workers (``fork`` on Linux, so torch is imported once; ``spawn`` elsewhere),
+reads their reports, watches their exit codes, and stops them all through a
+shared stop flag. Every exit path (normal end, Ctrl-C, SIGTERM, a worker
+crash, an exception here) joins or kills the children and removes every
+shared-memory segment and pipe of the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+
+import numpy as np
+import torch
+
+from srl.runtime.build import build_worker, worker_roles
+from srl.runtime.fabric import SharedFabric
+from srl.runtime.plan import Plan
+from srl.system.control import ControlReceiver
+from srl.system.controller import Controller
+
+log = logging.getLogger(__name__)
+
+JOIN_TIMEOUT = 15.0
+
+
+def _set_parent_death_signal() -> None:
+    """Linux: get SIGTERM if the controller dies, so no worker outlives it."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_dir: Path | None) -> None:
+    """Entry point of a worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the controller decides
+    _set_parent_death_signal()
+    fabric.after_fork()
+    stop = fabric.stop_flag()
+    stopping = {"now": False}
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        stopping["now"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    torch.set_num_threads(plan.cfg.workers.torch_threads)
+    reporter = fabric.reporter()
+    code = 0
+    try:
+        worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.05)
+        worker.run(lambda: bool(stop[0]) or stopping["now"])
+    except Exception as exc:  # report any worker failure in one line, then exit non-zero
+        log.debug("worker %s%d failed:\n%s", role, index, traceback.format_exc())
+        reporter.report("error", {"worker": f"{role}{index}", "message": f"{type(exc).__name__}: {exc}"})
+        code = 1
+    finally:
+        fabric.close_worker_side()
+    os._exit(code)  # skip atexit handlers inherited from the controller
+
+
+def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
+    """Run until the controller says stop; return the newest policy snapshot."""
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    ctx = mp.get_context(method)
+    fabric = SharedFabric(plan)
+    receiver: ControlReceiver | None = None
+    procs: list[mp.process.BaseProcess] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        controller.stop_reason = controller.stop_reason or "interrupted"
+
+    try:
+        fabric.create()
+        receiver = ControlReceiver(fabric.control_address, controller.handle)
+        for sig in previous:
+            signal.signal(sig, on_signal)
+        for role, index in worker_roles(plan):
+            proc = ctx.Process(target=_worker_main, args=(plan, fabric, role, index, run_dir),
+                               name=f"srl-{role}{index}", daemon=False)
+            proc.start()
+            procs.append(proc)
+        while controller.should_stop() is None:
+            receiver.drain(0.05)
+            controller.tick()
+            for proc in procs:
+                if proc.exitcode is not None:
+                    receiver.drain(0.2)  # its error report, if it sent one, names the cause
+                    controller.fail(f"{proc.name} exited with code {proc.exitcode}")
+        snapshot = _stop_workers(fabric, procs, receiver)
+        return snapshot
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        if receiver is not None:
+            receiver.close()
+        fabric.destroy()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stop_workers(fabric: SharedFabric, procs: list[mp.process.BaseProcess],
+                  receiver: ControlReceiver) -> np.ndarray | None:
+    """Raise the stop flag, let workers finish (final checkpoint, last reports), then read the newest snapshot."""
+    fabric.stop_flag()[0] = 1
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        receiver.drain(0.05)
+    for proc in procs:
+        if proc.is_alive():
+            log.warning("%s did not stop in %.0f s; terminating", proc.name, JOIN_TIMEOUT)
+            proc.terminate()
+            proc.join(2.0)
+    receiver.drain(0.05)
+    out = np.empty(fabric.plan.param_size, np.float32)
+    return out if fabric.params().read_into(out, -1) is not None else None

@@ -1,0 +1,38 @@
+"""What every placement needs to know before starting workers: spaces, buffer layout, snapshot size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+
+from srl.algorithms.ppo import build_policy_net
+from srl.api.batch import segment_fields
+from srl.api.config import ExperimentConfig
+from srl.envs.factory import action_info, env_spaces
+from srl.system.streams import PoolLayout
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Derived, read-only facts about one experiment."""
+
+    cfg: ExperimentConfig
+    obs_space: gym.spaces.Box
+    action_space: gym.spaces.Space
+    layout: PoolLayout
+    param_size: int
+    null_trainer: bool = False
+    """Replace the trainer by one that discards segments (sampling benchmarks)."""
+
+
+def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
+    """Probe the environment once and size the streams (raises ConfigError on a bad env)."""
+    obs_space, action_space = env_spaces(cfg.env)
+    action_shape, action_dtype = action_info(action_space)
+    w = cfg.workers
+    fields = segment_fields(obs_space.shape, obs_space.dtype, action_shape, action_dtype,
+                            w.segment_length, w.envs_per_slot, with_final_obs=len(obs_space.shape) == 1)
+    layout = PoolLayout(actors=w.actors, buffers=w.buffers_per_actor, fields=fields)
+    param_size = build_policy_net(obs_space, action_space, cfg.model).flat_size()
+    return Plan(cfg, obs_space, action_space, layout, param_size, null_trainer)

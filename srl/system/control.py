@@ -1,0 +1,86 @@
+"""The control channel: workers report metrics and events to the controller.
+
+Across processes it is a ZeroMQ PUSH -> PULL pipe carrying wire-format
+messages (a msgpack header plus raw arrays, never pickle). A malformed
+message is logged and dropped; it never stops the receiver. In the inline
+runtime workers call the controller directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import zmq
+
+from srl.base import wire
+
+log = logging.getLogger(__name__)
+
+KINDS = frozenset({"actor", "policy", "trainer", "error", "info"})
+Handler = Callable[[str, Mapping[str, Any], Mapping[str, np.ndarray]], None]
+
+
+class DirectReporter:
+    """In-process reporter: hands records straight to a handler (the controller)."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+
+    def report(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None) -> None:
+        self.handler(kind, meta, arrays or {})
+
+
+class ZmqReporter:
+    """Worker side of the control channel. Created in the worker's own process (sockets don't survive fork)."""
+
+    def __init__(self, address: str, linger_ms: int = 2000) -> None:
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PUSH)
+        self._sock.setsockopt(zmq.LINGER, linger_ms)
+        self._sock.setsockopt(zmq.SNDHWM, 10_000)
+        self._sock.connect(address)
+
+    def report(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None) -> None:
+        self._sock.send_multipart(wire.encode(kind, arrays or {}, meta), copy=False)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class ControlReceiver:
+    """Controller side: binds the PULL socket and dispatches validated messages."""
+
+    def __init__(self, address: str, handler: Handler) -> None:
+        self.address = address
+        self.handler = handler
+        self.rejected = 0
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(address)
+
+    def drain(self, timeout: float) -> int:
+        """Handle every pending message, waiting up to ``timeout`` seconds for the first one."""
+        handled = 0
+        if not self._sock.poll(int(timeout * 1000)):
+            return 0
+        while True:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return handled
+            try:
+                msg = wire.decode([f.buffer for f in frames])
+                if msg.schema not in KINDS:
+                    raise wire.WireError(f"unknown message kind {msg.schema!r}")
+            except wire.WireError as exc:
+                self.rejected += 1
+                log.error("control channel: rejected message: %s", exc)
+                continue
+            self.handler(msg.schema, msg.meta, msg.arrays)
+            handled += 1
+
+    def close(self) -> None:
+        self._sock.close()

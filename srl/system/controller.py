@@ -1,0 +1,167 @@
+"""The controller's bookkeeping: what the workers report, when the run stops, what is recorded.
+
+Placement (starting and watching processes) belongs to the runtimes; they
+feed this object every report and call :meth:`tick` periodically. It keeps
+the episode window for the target, prints the progress line, writes metrics
+records, and decides why the run stops.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from typing import Any, Mapping, TextIO
+
+import numpy as np
+
+from srl.api.config import ExperimentConfig
+from srl.system.run_dir import RunDir
+
+
+class Controller:
+    """Aggregates reports of all workers of one run."""
+
+    def __init__(self, cfg: ExperimentConfig, run_dir: RunDir | None, start_time: float,
+                 progress: TextIO | None = sys.stderr) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.start_time = start_time
+        self.progress = progress
+        self.window: deque[float] = deque(maxlen=cfg.run.return_window)
+        self.actor_steps: dict[int, int] = {}
+        self.episodes = 0
+        self.trainer: dict[str, Any] = {}
+        self.policy: dict[int, Mapping[str, Any]] = {}
+        self.lag_hist = np.zeros(1, np.int64)
+        self.error: str | None = None
+        self.solved_at: float | None = None
+        self.solved_env_steps: int | None = None
+        self.stop_reason: str | None = None
+        self._last_tick = time.time()
+        self._last_steps = 0
+        self._fps = 0.0
+        self._train_start: float | None = None
+
+    # ------------------------------------------------------------------ reports
+    def handle(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        """Take one worker report (dispatched by the control channel or called directly)."""
+        if kind == "actor":
+            self.actor_steps[int(meta["actor"])] = int(meta["env_steps"])
+            returns = arrays.get("episode_returns")
+            if returns is not None and len(returns):
+                self.window.extend(float(r) for r in returns)
+                self.episodes += len(returns)
+                self._check_solved()
+        elif kind == "trainer":
+            self.trainer = dict(meta)
+            hist = arrays.get("lag_hist")
+            if hist is not None and len(hist):
+                if len(hist) > len(self.lag_hist):
+                    self.lag_hist = np.pad(self.lag_hist, (0, len(hist) - len(self.lag_hist)))
+                self.lag_hist[: len(hist)] += hist
+        elif kind == "policy":
+            self.policy[int(meta["policy"])] = dict(meta)
+        elif kind == "error":
+            self.fail(f"{meta.get('worker', '?')}: {meta.get('message', 'failed')}")
+
+    def fail(self, message: str) -> None:
+        if self.error is None:
+            self.error = message
+            self.stop_reason = "error"
+
+    @property
+    def env_steps(self) -> int:
+        return sum(self.actor_steps.values())
+
+    @property
+    def return_mean(self) -> float:
+        return float(np.mean(self.window)) if self.window else float("nan")
+
+    def _check_solved(self) -> None:
+        target = self.cfg.run.target_return
+        if (self.solved_at is None and target is not None and len(self.window) == self.window.maxlen
+                and self.return_mean >= target):
+            self.solved_at = time.time()
+            self.solved_env_steps = self.env_steps
+
+    # ------------------------------------------------------------------ periodic
+    def should_stop(self) -> str | None:
+        """Why the run should stop now, or None."""
+        if self.stop_reason is not None:
+            return self.stop_reason
+        run = self.cfg.run
+        if self.solved_at is not None:
+            self.stop_reason = "solved"
+        elif self.env_steps >= run.total_env_steps:
+            self.stop_reason = "env_steps"
+        elif run.max_wall_seconds is not None and time.time() - self.start_time >= run.max_wall_seconds:
+            self.stop_reason = "wall_time"
+        return self.stop_reason
+
+    def tick(self, force: bool = False) -> None:
+        """Progress line and metrics record, every ``log_interval_seconds``."""
+        now = time.time()
+        if not force and now - self._last_tick < self.cfg.run.log_interval_seconds:
+            return
+        steps = self.env_steps
+        if self._train_start is None and steps > 0:
+            self._train_start = now
+        dt = now - self._last_tick
+        self._fps = (steps - self._last_steps) / dt if dt > 0 else 0.0
+        self._last_tick, self._last_steps = now, steps
+        record = self.record()
+        if self.run_dir is not None:
+            self.run_dir.log(record, steps)
+        if self.progress is not None:
+            self.progress.write(
+                f"\r[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
+                f"return {record['return_mean']:8.2f}  episodes {self.episodes:>6d}  "
+                f"version {record['policy_version']:>5d}  lag {record.get('lag_mean', 0.0):5.2f}  ")
+            self.progress.flush()
+
+    def record(self) -> dict[str, Any]:
+        """The current metrics record."""
+        rec: dict[str, Any] = {
+            "wall_seconds": time.time() - self.start_time,
+            "env_steps": self.env_steps,
+            "fps": self._fps,
+            "episodes": self.episodes,
+            "return_mean": self.return_mean,
+            "policy_version": int(self.trainer.get("version", 0)),
+        }
+        rec.update({k: v for k, v in self.trainer.items() if k not in ("trainer", "version")})
+        for stats in self.policy.values():
+            batches = max(1, int(stats.get("batches", 0)))
+            rec[f"policy{stats['policy']}_mean_batch"] = float(stats.get("samples", 0)) / batches
+        return rec
+
+    def summary(self, final_eval: Mapping[str, float] | None) -> dict[str, Any]:
+        """``summary.json`` content (see DESIGN.md for the contract)."""
+        now = time.time()
+        train_seconds = now - (self._train_start or now)
+        out: dict[str, Any] = {
+            "name": self.cfg.name,
+            "env_id": self.cfg.env.id,
+            "runtime": self.cfg.runtime,
+            "stop_reason": self.stop_reason or "interrupted",
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "wall_seconds": now - self.start_time,
+            "train_fps": self.env_steps / train_seconds if train_seconds > 0 else 0.0,
+            "train_return_mean": self.return_mean,
+            "policy_version": int(self.trainer.get("version", 0)),
+            "dropped_segments": int(self.trainer.get("dropped_segments", 0)),
+            "lag_histogram": self.lag_hist.tolist(),
+        }
+        if final_eval is not None:
+            out.update({f"final_eval_{k}": v for k, v in final_eval.items()})
+        if self.cfg.run.target_return is not None:
+            out["target_return"] = self.cfg.run.target_return
+            out["solved"] = self.solved_at is not None
+            if self.solved_at is not None:
+                out["solved_wall_seconds"] = self.solved_at - self.start_time
+                out["solved_env_steps"] = self.solved_env_steps
+        if self.error is not None:
+            out["error"] = self.error
+        return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in out.items()}

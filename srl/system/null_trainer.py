@@ -1,0 +1,39 @@
+"""A trainer that discards every segment: for measuring the sampling path alone (``srl bench sampling``)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from srl.api.worker import Reporter, Worker
+from srl.system.params import ParamPublisher
+from srl.system.streams import SampleConsumer
+
+
+class NullTrainerWorker(Worker):
+    """Publishes one snapshot, then releases each segment as soon as it arrives and counts it."""
+
+    def __init__(self, index: int, snapshot: np.ndarray, consumer: SampleConsumer, publisher: ParamPublisher,
+                 reporter: Reporter, wait_timeout: float = 0.05, report_interval: float = 0.5) -> None:
+        self.name = f"null_trainer{index}"
+        self.index = index
+        self.snapshot, self.consumer, self.publisher, self.reporter = snapshot, consumer, publisher, reporter
+        self.wait_timeout = wait_timeout
+        self.report_interval = report_interval
+        self.segments = 0
+
+    def setup(self) -> None:
+        self.publisher.publish(0, self.snapshot)
+        self._last = time.monotonic()
+
+    def poll(self) -> int:
+        records = self.consumer.receive(64, self.wait_timeout)
+        for actor, buf in records.tolist():
+            self.consumer.release(actor, buf)
+        self.segments += len(records)
+        now = time.monotonic()
+        if now - self._last > self.report_interval:
+            self._last = now
+            self.reporter.report("trainer", {"trainer": self.index, "version": 0, "segments": self.segments})
+        return len(records)

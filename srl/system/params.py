@@ -1,0 +1,58 @@
+"""The parameter service: the trainer publishes versioned policy snapshots, readers pull the newest.
+
+Storage is a :class:`~srl.base.seqlock.VersionedBuffer` (in-process for the
+inline runtime, node-local shared memory for the local runtime), so a reader
+never sees a torn snapshot and versions only go up. A later hierarchical
+service adds relays that feed node-local buffers; readers stay the same.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from srl.api.worker import Policy
+from srl.base.seqlock import VersionedBuffer
+
+
+class ParamPublisher:
+    """Trainer side: publish a flat snapshot under a new, larger version."""
+
+    def __init__(self, buffer: VersionedBuffer) -> None:
+        self.buffer = buffer
+        self.bytes_published = 0
+
+    def publish(self, version: int, flat: np.ndarray) -> None:
+        self.buffer.write(version, flat)
+        self.bytes_published += flat.nbytes
+
+
+class ParamSubscriber:
+    """Reader side: keeps ``policy`` at the newest snapshot; ``current`` is its version (-1 before any)."""
+
+    def __init__(self, buffer: VersionedBuffer, policy: Policy) -> None:
+        self.buffer, self.policy = buffer, policy
+        self.current = -1
+        self._scratch = np.empty(policy.flat_size(), np.float32)
+
+    def refresh(self) -> bool:
+        """Load a newer snapshot if one is there (cheap when none is: one integer read)."""
+        if self.buffer.version() <= self.current:
+            return False
+        got = self.buffer.read_into(self._scratch, self.current)
+        if got is None:
+            return False
+        self.policy.load_flat(self._scratch)
+        self.current = got
+        return True
+
+    def wait_first(self, should_stop: Callable[[], bool], timeout: float = 120.0) -> bool:
+        """Block until the first snapshot is loaded; False if stopped or timed out first."""
+        deadline = time.monotonic() + timeout
+        while not self.refresh():
+            if should_stop() or time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True

@@ -1,0 +1,75 @@
+"""The policy worker: batched inference for many actors, at the newest parameter version.
+
+Each poll takes whatever requests are pending (up to ``max_batch`` slots, from
+any of its actors), gathers their observations from the segment pool in one
+copy, runs one forward pass and writes actions back in place. Batches grow
+by themselves when actors are many and the network is slow (auto-batching);
+no request waits for a batch to fill.
+"""
+
+from __future__ import annotations
+
+import time
+
+from srl.api.worker import Policy, Reporter, Worker
+from srl.system.params import ParamSubscriber
+from srl.system.streams import InferenceServer
+
+
+class PolicyWorker(Worker):
+    """Serves inference requests for its actors."""
+
+    def __init__(
+        self,
+        index: int,
+        policy: Policy,
+        server: InferenceServer,
+        params: ParamSubscriber,
+        reporter: Reporter,
+        max_batch: int,
+        pull_interval: int = 1,
+        wait_timeout: float = 0.05,
+        report_interval: float = 1.0,
+    ) -> None:
+        self.name = f"policy{index}"
+        self.index = index
+        self.policy, self.server, self.params, self.reporter = policy, server, params, reporter
+        self.max_batch = max_batch
+        self.pull_interval = pull_interval
+        self.wait_timeout = wait_timeout
+        self.report_interval = report_interval
+        self.requests = 0
+        self.batches = 0
+        self.samples = 0
+
+    def setup(self) -> None:
+        self._last_report = time.monotonic()
+        self.params.wait_first(self.should_stop)
+
+    def poll(self) -> int:
+        requests = self.server.gather(self.max_batch, self.wait_timeout)
+        if len(requests) == 0:
+            self._report()
+            return 0
+        if self.params.current < 0 or self.batches % self.pull_interval == 0:
+            self.params.refresh()
+        obs = self.server.observations(requests)
+        actions, logp = self.policy.act(obs)
+        self.server.answer(requests, actions, logp, self.params.current)
+        self.requests += len(requests)
+        self.batches += 1
+        self.samples += len(obs)
+        self._report()
+        return len(requests)
+
+    def teardown(self) -> None:
+        self._report(force=True)
+
+    def _report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report < self.report_interval:
+            return
+        self._last_report = now
+        self.reporter.report("policy", {"policy": self.index, "requests": self.requests,
+                                        "batches": self.batches, "samples": self.samples,
+                                        "version": self.params.current})

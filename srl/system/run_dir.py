@@ -1,0 +1,62 @@
+"""The run directory contract: ``config.yaml``, ``metrics.jsonl``, TensorBoard events,
+``checkpoints/`` and, on exit, ``summary.json`` (written atomically)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from srl.api.config import ExperimentConfig, to_dict
+from srl.base.fileio import atomic_write_text
+
+
+def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
+    """``runs/<name>-<YYYYmmdd-HHMMSS>`` (a numeric suffix avoids collisions)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = root / f"{cfg.name}-{stamp}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = root / f"{cfg.name}-{stamp}-{n}"
+    return path
+
+
+class RunDir:
+    """Owns the files of one run."""
+
+    def __init__(self, path: Path, cfg: ExperimentConfig) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = self.path / "checkpoints"
+        self.checkpoints.mkdir(exist_ok=True)
+        atomic_write_text(self.path / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
+        self._tb: Any = None
+        self._tb_enabled = cfg.run.tensorboard
+
+    def log(self, record: Mapping[str, Any], step: int) -> None:
+        """Append one metrics record (JSON line) and mirror its numbers to TensorBoard."""
+        clean = {k: v for k, v in record.items() if not (isinstance(v, float) and not math.isfinite(v))}
+        self._metrics.write(json.dumps(clean) + "\n")
+        if self._tb_enabled:
+            if self._tb is None:
+                from torch.utils.tensorboard import SummaryWriter  # deferred: costs ~0.2 s to import
+
+                self._tb = SummaryWriter(log_dir=str(self.path / "tb"))
+            for key, value in clean.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "env_steps":
+                    self._tb.add_scalar(key, value, step)
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+    def close(self) -> None:
+        self._metrics.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None

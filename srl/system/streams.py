@@ -1,0 +1,224 @@
+"""Inference and sample streams over one pool of segment buffers.
+
+Observations are written once, by the actor, into a segment buffer; the
+policy worker reads them there and writes actions, log-probs and the policy
+version back in place; the trainer reads the finished segment from the same
+memory. Only small integer records travel through channels:
+
+- inference request  ``(actor, slot, buffer, t)``  actor -> policy worker
+- inference reply    ``(slot,)``                    policy worker -> actor
+- sample ready       ``(actor, buffer)``            actor -> trainer
+
+Each buffer has a state flag (FREE -> FILLING by its actor -> READY when
+submitted -> FREE when the trainer released it). A full pool is back-pressure:
+an actor whose slot finds no free buffer parks that slot until one frees up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol
+
+import numpy as np
+
+from srl.api.batch import FieldSpec
+from srl.api.worker import Policy
+from srl.base.channel import Channel
+from srl.base.shm import ShmArray
+
+FREE, FILLING, READY = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """Shape of the pool: ``actors`` x ``buffers`` segments of the given fields."""
+
+    actors: int
+    buffers: int
+    fields: Mapping[str, FieldSpec]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return (self.actors, self.buffers, *self.fields[name].shape)
+
+
+class SegmentPool:
+    """Every actor's segment buffers, as ``arrays[name][actor, buffer, ...]`` plus ``state[actor, buffer]``."""
+
+    def __init__(self, layout: PoolLayout, arrays: dict[str, np.ndarray], state: np.ndarray,
+                 handles: list[ShmArray] | None = None) -> None:
+        self.layout = layout
+        self.arrays = arrays
+        self.state = state
+        self._handles = handles or []
+
+    @classmethod
+    def in_process(cls, layout: PoolLayout) -> SegmentPool:
+        arrays = {n: np.zeros(layout.shape(n), f.dtype) for n, f in layout.fields.items()}
+        return cls(layout, arrays, np.zeros((layout.actors, layout.buffers), np.int32))
+
+    @classmethod
+    def shared(cls, layout: PoolLayout, tag: str, create: bool) -> SegmentPool:
+        """Create (owner) or attach (worker) the pool's shared-memory segments, named by ``tag``."""
+        open_ = ShmArray.create if create else ShmArray.attach
+        handles: list[ShmArray] = []
+        try:
+            for name, spec in layout.fields.items():
+                handles.append(open_(f"{tag}_pool_{name}", layout.shape(name), spec.dtype))
+            handles.append(open_(f"{tag}_pool_state", (layout.actors, layout.buffers), "int32"))
+        except BaseException:
+            for h in handles:
+                h.close()
+                if create:
+                    h.unlink()
+            raise
+        arrays = {name: h.array for name, h in zip(layout.fields, handles)}
+        return cls(layout, arrays, handles[-1].array, handles)
+
+    def segment(self, actor: int, buffer: int) -> dict[str, np.ndarray]:
+        """Views (no copies) of one segment's fields."""
+        return {name: arr[actor, buffer] for name, arr in self.arrays.items()}
+
+    def close(self, unlink: bool = False) -> None:
+        self.arrays = {}
+        self.state = np.zeros((0, 0), np.int32)
+        for h in self._handles:
+            h.close()
+            if unlink:
+                h.unlink()
+        self._handles = []
+
+
+class SampleProducer:
+    """Actor side of the sample stream: takes free buffers, hands full ones to a trainer."""
+
+    def __init__(self, pool: SegmentPool, actor: int, channel: Channel) -> None:
+        self.pool, self.actor, self.channel = pool, actor, channel
+        self._state = pool.state[actor]
+
+    def acquire(self) -> int | None:
+        """A free buffer now marked FILLING, or None when all are in use (back-pressure)."""
+        free = np.flatnonzero(self._state == FREE)
+        if free.size == 0:
+            return None
+        buf = int(free[0])
+        self._state[buf] = FILLING
+        return buf
+
+    def submit(self, buffer: int) -> None:
+        """The segment in ``buffer`` is complete: mark it READY and notify the trainer."""
+        self._state[buffer] = READY
+        self.channel.send((self.actor, buffer))
+
+
+class SampleConsumer:
+    """Trainer side of the sample stream."""
+
+    def __init__(self, pool: SegmentPool, channel: Channel) -> None:
+        self.pool, self.channel = pool, channel
+
+    def receive(self, max_segments: int, timeout: float | None) -> np.ndarray:
+        """Up to ``max_segments`` ready ``(actor, buffer)`` records; validated against the pool."""
+        records = self.channel.recv(max_segments, timeout)
+        layout = self.pool.layout
+        ok = ((records[:, 0] >= 0) & (records[:, 0] < layout.actors)
+              & (records[:, 1] >= 0) & (records[:, 1] < layout.buffers))
+        return records[ok]
+
+    def release(self, actor: int, buffer: int) -> None:
+        """Give a consumed buffer back to its actor."""
+        self.pool.state[actor, buffer] = FREE
+
+
+class InferenceClient:
+    """Actor side of the inference stream (a remote policy worker answers)."""
+
+    def __init__(self, actor: int, requests: Channel, replies: Channel) -> None:
+        self.actor, self.requests, self.replies = actor, requests, replies
+
+    def connect(self, should_stop: Callable[[], bool]) -> None:
+        """Nothing to wait for: the policy worker waits for parameters itself."""
+
+    def request(self, slot: int, buffer: int, t: int) -> None:
+        """Ask for actions for the observations at ``obs[actor, buffer, t]``."""
+        self.requests.send((self.actor, slot, buffer, t))
+
+    def ready(self, max_slots: int, timeout: float | None) -> np.ndarray:
+        """Slots whose actions have been written."""
+        return self.replies.recv(max_slots, timeout)[:, 0]
+
+
+class InlineInference:
+    """Actor-side inference without a server: the actor evaluates the policy itself (IMPALA-style).
+
+    Same interface as :class:`InferenceClient`, so the actor does not know which one it has.
+    """
+
+    def __init__(self, actor: int, pool: SegmentPool, policy: Policy, version: "VersionSource") -> None:
+        self.actor, self.pool, self.policy, self.version = actor, pool, policy, version
+        self._ready: list[int] = []
+
+    def connect(self, should_stop: Callable[[], bool]) -> None:
+        """Wait for the first parameter snapshot so no step is taken with untrained, unversioned weights."""
+        self.version.wait_first(should_stop)
+
+    def request(self, slot: int, buffer: int, t: int) -> None:
+        self.version.refresh()
+        a = self.pool.arrays
+        actions, logp = self.policy.act(a["obs"][self.actor, buffer, t])
+        a["actions"][self.actor, buffer, t] = actions
+        a["logp"][self.actor, buffer, t] = logp
+        a["version"][self.actor, buffer, t] = self.version.current
+        self._ready.append(slot)
+
+    def ready(self, max_slots: int, timeout: float | None) -> np.ndarray:
+        if not self._ready and timeout:
+            time.sleep(min(timeout, 0.001))  # nothing can arrive; don't spin while parked on back-pressure
+        out, self._ready = self._ready[:max_slots], self._ready[max_slots:]
+        return np.asarray(out, np.int32)
+
+
+class VersionSource(Protocol):
+    """Keeps a policy at the newest published parameters (``params.ParamSubscriber``)."""
+
+    current: int
+
+    def refresh(self) -> bool:
+        """Load a newer snapshot if there is one; True when it did."""
+
+    def wait_first(self, should_stop: Callable[[], bool]) -> bool:
+        """Block until the first snapshot is loaded."""
+
+
+class InferenceServer:
+    """Policy-worker side: gathers pending requests (auto-batching) and answers them in place."""
+
+    def __init__(self, pool: SegmentPool, requests: Channel, replies: Mapping[int, Channel]) -> None:
+        self.pool, self.requests, self.replies = pool, requests, replies
+
+    def gather(self, max_requests: int, timeout: float | None) -> np.ndarray:
+        """Pending ``(actor, slot, buffer, t)`` requests, at most ``max_requests``, malformed ones dropped."""
+        records = self.requests.recv(max_requests, timeout)
+        layout = self.pool.layout
+        T = layout.fields["actions"].shape[0]
+        ok = ((records[:, 0] >= 0) & (records[:, 0] < layout.actors)
+              & np.isin(records[:, 0], list(self.replies))
+              & (records[:, 2] >= 0) & (records[:, 2] < layout.buffers)
+              & (records[:, 3] >= 0) & (records[:, 3] < T))
+        return records[ok]
+
+    def observations(self, requests: np.ndarray) -> np.ndarray:
+        """The requested observations as one batch ``[n * B, ...]`` (one gather, one copy)."""
+        obs = self.pool.arrays["obs"][requests[:, 0], requests[:, 2], requests[:, 3]]
+        return obs.reshape(-1, *obs.shape[2:])
+
+    def answer(self, requests: np.ndarray, actions: np.ndarray, logp: np.ndarray, version: int) -> None:
+        """Write actions in place and wake each requesting actor."""
+        a, b, t = requests[:, 0], requests[:, 2], requests[:, 3]
+        arrays = self.pool.arrays
+        n = len(requests)
+        arrays["actions"][a, b, t] = actions.reshape(n, -1, *actions.shape[1:])
+        arrays["logp"][a, b, t] = logp.reshape(n, -1)
+        arrays["version"][a, b, t] = version
+        for actor, slot in zip(a.tolist(), requests[:, 1].tolist()):
+            self.replies[actor].send((slot,))

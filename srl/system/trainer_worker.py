@@ -1,0 +1,145 @@
+"""The trainer worker: turns segments from the sample stream into new parameter versions.
+
+It copies each ready segment into a preallocated batch ``[T(+1), N, ...]`` and
+releases the buffer at once (the actor can refill it while we train), drops
+segments whose behaviour policy is more than ``max_policy_lag`` versions old
+(counted, never silent), runs one algorithm update per full batch, publishes
+the new policy snapshot, and writes checkpoints atomically.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from srl.api.worker import Algorithm, Reporter, Worker
+from srl.base.fileio import atomic_save
+from srl.system.params import ParamPublisher
+from srl.system.streams import SampleConsumer
+
+CHECKPOINT_FORMAT = "srl-checkpoint-v1"
+
+
+class TrainerWorker(Worker):
+    """Consumes ``batch_segments`` segments per update."""
+
+    def __init__(
+        self,
+        index: int,
+        algorithm: Algorithm,
+        consumer: SampleConsumer,
+        publisher: ParamPublisher,
+        reporter: Reporter,
+        batch_segments: int,
+        max_policy_lag: int,
+        total_env_steps: int,
+        checkpoint_dir: Path | None = None,
+        checkpoint_interval: float = 120.0,
+        keep_checkpoints: int = 3,
+        checkpoint_extra: Mapping[str, Any] | None = None,
+        wait_timeout: float = 0.05,
+    ) -> None:
+        self.name = f"trainer{index}"
+        self.index = index
+        self.algorithm, self.consumer, self.publisher, self.reporter = algorithm, consumer, publisher, reporter
+        self.batch_segments = batch_segments
+        self.max_policy_lag = max_policy_lag
+        self.total_env_steps = total_env_steps
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_interval = checkpoint_interval
+        self.keep_checkpoints = keep_checkpoints
+        self.checkpoint_extra = dict(checkpoint_extra or {})
+        self.wait_timeout = wait_timeout
+        self.version = 0
+        self.samples = 0
+        self.dropped = 0
+
+    def setup(self) -> None:
+        fields = self.consumer.pool.layout.fields
+        B = fields["actions"].shape[1]
+        n = self.batch_segments * B
+        self._B = B
+        self.batch = {name: np.zeros((spec.shape[0], n, *spec.shape[2:]), spec.dtype)
+                      for name, spec in fields.items()}
+        self._filled = 0
+        self._lags: list[np.ndarray] = []
+        self._last_checkpoint = time.monotonic()
+        self.publisher.publish(self.version, self.algorithm.policy_state())
+
+    def poll(self) -> int:
+        records = self.consumer.receive(self.batch_segments - self._filled, self.wait_timeout)
+        for actor, buf in records.tolist():
+            self._take(actor, buf)
+        if self._filled < self.batch_segments:
+            return len(records)
+        self._update()
+        if self.checkpoint_dir is not None and time.monotonic() - self._last_checkpoint > self.checkpoint_interval:
+            self.save_checkpoint()
+        return len(records)
+
+    def teardown(self) -> None:
+        if self.checkpoint_dir is not None:
+            self.save_checkpoint()
+
+    # ------------------------------------------------------------------ internals
+    def _take(self, actor: int, buf: int) -> None:
+        segment = self.consumer.pool.segment(actor, buf)
+        lag = self.version - segment["version"]
+        if int(lag.max()) > self.max_policy_lag:
+            self.dropped += 1
+            self.consumer.release(actor, buf)
+            return
+        lo, hi = self._filled * self._B, (self._filled + 1) * self._B
+        for name, dst in self.batch.items():
+            dst[:, lo:hi] = segment[name]
+        self.consumer.release(actor, buf)
+        self._lags.append(lag.ravel())
+        self._filled += 1
+
+    def _update(self) -> None:
+        progress = min(1.0, self.samples / self.total_env_steps)
+        t0 = time.perf_counter()
+        stats = self.algorithm.train(self.batch, progress)
+        n = int(self.batch["rewards"].size)
+        self.samples += n
+        self.version += 1
+        self.publisher.publish(self.version, self.algorithm.policy_state())
+        lags = np.concatenate(self._lags)
+        self._lags, self._filled = [], 0
+        meta: dict[str, Any] = {
+            "trainer": self.index, "version": self.version, "samples": self.samples,
+            "dropped_segments": self.dropped, "update_seconds": time.perf_counter() - t0,
+            "lag_mean": float(lags.mean()), "lag_max": int(lags.max()),
+            "bytes_published": self.publisher.bytes_published,
+        }
+        meta.update({k: float(v) for k, v in stats.items()})
+        self.reporter.report("trainer", meta, {"lag_hist": np.bincount(lags, minlength=1).astype(np.int64)})
+
+    def save_checkpoint(self) -> Path:
+        """Write ``ckpt_<version>.pt`` atomically and keep the newest ``keep_checkpoints``."""
+        assert self.checkpoint_dir is not None
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        path = self.checkpoint_dir / f"ckpt_{self.version:08d}.pt"
+        state = {"format": CHECKPOINT_FORMAT, "version": self.version, "samples": self.samples,
+                 "algorithm": self.algorithm.state_dict(), **self.checkpoint_extra}
+        atomic_save(path, lambda f: torch.save(state, f))
+        old = sorted(self.checkpoint_dir.glob("ckpt_*.pt"))[:-self.keep_checkpoints]
+        for p in old:
+            p.unlink(missing_ok=True)
+        self._last_checkpoint = time.monotonic()
+        return path
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint safely (no arbitrary unpickling) and check its format."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for truncated / foreign files
+        raise ValueError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not an srl checkpoint (format {CHECKPOINT_FORMAT} expected)")
+    return state
