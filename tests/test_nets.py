@@ -55,7 +55,7 @@ def test_mlp_structure() -> None:
 
 
 @pytest.mark.parametrize("action_space", [DISCRETE, BOX], ids=["discrete", "box"])
-def test_act_shapes_and_logp_consistency(action_space: spaces.Space) -> None:
+def test_act_shapes_and_logp_consistency(action_space: spaces.Discrete | spaces.Box) -> None:
     torch.manual_seed(0)
     net = PolicyNet(OBS, action_space, hidden=(32, 32))
     net.update_normalizer(_obs(100))
@@ -104,6 +104,7 @@ def test_deterministic_discrete_is_argmax_and_box_is_mean() -> None:
 def test_gaussian_logp_and_entropy_match_torch_distributions() -> None:
     torch.manual_seed(0)
     net = PolicyNet(OBS, BOX)
+    assert net.log_std is not None
     with torch.no_grad():
         net.log_std.copy_(torch.tensor([-0.5, 0.0, 0.7]))
     obs = _obs(32)
@@ -128,7 +129,7 @@ def test_categorical_logp_and_entropy_match_torch_distributions() -> None:
 
 
 @pytest.mark.parametrize("action_space", [DISCRETE, BOX], ids=["discrete", "box"])
-def test_evaluate_has_gradients(action_space: spaces.Space) -> None:
+def test_evaluate_has_gradients(action_space: spaces.Discrete | spaces.Box) -> None:
     net = PolicyNet(OBS, action_space, layer_norm=True)
     obs = _obs(8)
     actions, _ = net.act(obs)
@@ -140,7 +141,7 @@ def test_evaluate_has_gradients(action_space: spaces.Space) -> None:
 
 
 @pytest.mark.parametrize("action_space", [DISCRETE, BOX], ids=["discrete", "box"])
-def test_flat_state_round_trip(action_space: spaces.Space) -> None:
+def test_flat_state_round_trip(action_space: spaces.Discrete | spaces.Box) -> None:
     torch.manual_seed(0)
     src = PolicyNet(OBS, action_space, layer_norm=True)
     src.update_normalizer(_obs(300))
@@ -158,6 +159,7 @@ def test_flat_state_round_trip(action_space: spaces.Space) -> None:
     dst.load_flat_state(flat)
     obs = _obs(16, seed=7)
     torch.testing.assert_close(dst(obs), src(obs), rtol=0, atol=0)
+    assert dst.obs_normalizer is not None and src.obs_normalizer is not None
     torch.testing.assert_close(dst.obs_normalizer.mean, src.obs_normalizer.mean, rtol=0, atol=0)
     torch.testing.assert_close(dst.obs_normalizer.var, src.obs_normalizer.var, rtol=0, atol=0)
     det_src, logp_src = src.act(obs, deterministic=True)
@@ -201,5 +203,6 @@ def test_value_net_shape_and_own_normalizer() -> None:
     values = critic(_obs(10))
     assert values.shape == (10,) and values.dtype == torch.float32
     actor = PolicyNet(OBS, DISCRETE)
+    assert actor.obs_normalizer is not None
     assert actor.obs_normalizer is not critic.obs_normalizer
     assert actor.obs_normalizer.count.item() < 1.0

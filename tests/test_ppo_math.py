@@ -53,7 +53,9 @@ def _random_segment(
     }
 
 
-def _run_gae(seg: dict[str, np.ndarray], gamma: float, lam: float, as_bool: bool) -> tuple:
+def _run_gae(
+    seg: dict[str, np.ndarray], gamma: float, lam: float, as_bool: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Call the torch gae on a numpy segment, with masks as bool or float."""
     tensors = {k: torch.as_tensor(v) for k, v in seg.items()}
     for key in ("rewards", "values", "next_values"):

@@ -53,7 +53,7 @@ class PPO:
         self.value = ValueNet(obs_space, hidden=model.hidden, activation=model.activation,
                               layer_norm=model.layer_norm, normalize_obs=model.normalize_obs)
         params = list(self.policy.parameters()) + list(self.value.parameters())
-        self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
         self._params = params
         self._gen = torch.Generator().manual_seed(seed + 1)
 

@@ -18,6 +18,7 @@ def _as_float(x: Tensor, like: Tensor) -> Tensor:
     return x.to(dtype=like.dtype)
 
 
+@torch.no_grad()
 def gae(
     rewards: Tensor,
     values: Tensor,
@@ -36,7 +37,8 @@ def gae(
     leaking into the next episode. ``terminated`` only zeroes the bootstrap.
 
     Returns ``(advantages, returns)`` with ``returns = advantages + values``,
-    the regression target for the critic.
+    the regression target for the critic. Both are targets, never things to
+    differentiate through, so this runs under ``no_grad`` (outputs detached).
     """
     not_term = 1.0 - _as_float(terminated, values)
     not_end = 1.0 - _as_float(episode_end, values)

@@ -10,6 +10,7 @@ after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import types
 import typing
@@ -245,7 +246,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{name}: expected a list, got {value!r}")
         return tuple(_coerce(v, args[0], f"{name}[{i}]") for i, v in enumerate(value))
-    if origin in (Mapping, dict) or tp is Mapping:
+    if origin in (collections.abc.Mapping, dict) or tp is Mapping:
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
             raise ConfigError(f"{name}: expected a mapping with string keys, got {value!r}")
         return dict(value)

@@ -25,4 +25,14 @@ def run_bench(args: argparse.Namespace) -> int:
             print(f"{result['env']}: full path {result['full_path_steps_per_second']:,.0f} steps/s, "
                   f"plain loop {result['plain_loop_steps_per_second']:,.0f} steps/s, ratio {result['ratio']:.2f}")
         return 0
+    if args.what == "solve":
+        from srl.runtime.bench import bench_solve
+
+        result = bench_solve(args.config or "configs/cartpole_ppo.yaml", args.runs, args.overrides)
+        if args.json:
+            print(json.dumps(result), flush=True)
+        else:
+            print(f"{result['config']}: solved {result['solved']}/{result['runs']}, median time to solve "
+                  f"{result['median_solved_wall_seconds']} s from process start")
+        return 0
     raise AssertionError(args.what)

@@ -63,8 +63,10 @@ class RunningMeanStd(nn.Module):
 
     def normalize(self, x: Tensor, clip: float = 10.0) -> Tensor:
         """Standardize ``x`` and clamp to ``[-clip, clip]`` to bound outliers early on."""
-        x = x.to(self.mean.dtype)
-        return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-clip, clip)
+        # In-place ops on the fresh ``x - mean`` tensor: this sits on every
+        # inference call, where allocation and op count dominate at small batch.
+        centered = x.to(torch.float32) - self.mean
+        return centered.mul_(torch.rsqrt(self.var + 1e-8)).clamp_(-clip, clip)
 
     def forward(self, x: Tensor) -> Tensor:
         """Alias of :meth:`normalize` so the module composes in ``nn.Sequential``."""

@@ -10,7 +10,12 @@ same machine, one after the other, and reports both and their ratio.
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -108,3 +113,27 @@ def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         "ratio": round(full["steps_per_second"] / plain, 3) if plain else None,
         "mean_inference_batch": full["mean_inference_batch"],
     }
+
+
+def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
+    """Time from process start to solved, for ``runs`` seeds, each ``srl train`` in a fresh process."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="srl-bench-") as tmp:
+        for seed in range(1, runs + 1):
+            run_dir = Path(tmp) / f"seed{seed}"
+            cmd = [sys.executable, "-m", "srl.cli.main", "train", config, "--quiet", "--run-dir", str(run_dir),
+                   "--set", f"seed={seed}", *[a for o in overrides for a in ("--set", o)]]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"seed {seed}: srl train failed: {proc.stderr.strip().splitlines()[-1:]}")
+            summary = json.loads((run_dir / "summary.json").read_text())
+            results.append({"seed": seed, "solved": bool(summary.get("solved")),
+                            "solved_wall_seconds": summary.get("solved_wall_seconds"),
+                            "solved_env_steps": summary.get("solved_env_steps"),
+                            "wall_seconds": summary["wall_seconds"]})
+    times = [r["solved_wall_seconds"] if r["solved"] else float("inf") for r in results]
+    median = float(np.median(times))
+    return {"bench": "solve", "config": config, "overrides": overrides, "runs": runs,
+            "solved": sum(r["solved"] for r in results),
+            "median_solved_wall_seconds": round(median, 2) if np.isfinite(median) else None,
+            "per_run": results}

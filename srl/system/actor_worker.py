@@ -44,7 +44,7 @@ class ActorWorker(Worker):
         reporter: Reporter,
         seed: int,
         wait_timeout: float = 0.05,
-        report_interval: float = 0.25,
+        report_interval: float = 0.1,
     ) -> None:
         self.name = f"actor{index}"
         self.index = index

@@ -36,7 +36,7 @@ class ZmqReporter:
     """Worker side of the control channel. Created in the worker's own process (sockets don't survive fork)."""
 
     def __init__(self, address: str, linger_ms: int = 2000) -> None:
-        self._ctx = zmq.Context.instance()
+        self._ctx = zmq.Context()  # its own context, so close() can flush it without touching others
         self._sock = self._ctx.socket(zmq.PUSH)
         self._sock.setsockopt(zmq.LINGER, linger_ms)
         self._sock.setsockopt(zmq.SNDHWM, 10_000)
@@ -46,7 +46,13 @@ class ZmqReporter:
         self._sock.send_multipart(wire.encode(kind, arrays or {}, meta), copy=False)
 
     def close(self) -> None:
+        """Close and wait (up to the linger time) until queued reports are delivered.
+
+        Worker processes leave with ``os._exit``, which would drop messages still queued
+        in ZeroMQ's I/O thread; terminating the context here flushes them first.
+        """
         self._sock.close()
+        self._ctx.term()
 
 
 class ControlReceiver:

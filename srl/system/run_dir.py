@@ -1,4 +1,4 @@
-"""The run directory contract: ``config.yaml``, ``metrics.jsonl``, TensorBoard events,
+"""The run directory contract: ``config.yaml``, ``metrics.jsonl``, TensorBoard events (``tb/``),
 ``checkpoints/`` and, on exit, ``summary.json`` (written atomically)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import yaml
 
 from srl.api.config import ExperimentConfig, to_dict
 from srl.base.fileio import atomic_write_text
+from srl.base.tbevents import EventWriter
 
 
 def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
@@ -36,21 +37,15 @@ class RunDir:
         self.checkpoints.mkdir(exist_ok=True)
         atomic_write_text(self.path / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
-        self._tb: Any = None
-        self._tb_enabled = cfg.run.tensorboard
+        self._tb = EventWriter(self.path / "tb") if cfg.run.tensorboard else None
 
     def log(self, record: Mapping[str, Any], step: int) -> None:
         """Append one metrics record (JSON line) and mirror its numbers to TensorBoard."""
         clean = {k: v for k, v in record.items() if not (isinstance(v, float) and not math.isfinite(v))}
         self._metrics.write(json.dumps(clean) + "\n")
-        if self._tb_enabled:
-            if self._tb is None:
-                from torch.utils.tensorboard import SummaryWriter  # deferred: costs ~0.2 s to import
-
-                self._tb = SummaryWriter(log_dir=str(self.path / "tb"))
-            for key, value in clean.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "env_steps":
-                    self._tb.add_scalar(key, value, step)
+        if self._tb is not None:
+            self._tb.add_scalars({k: v for k, v in clean.items() if isinstance(v, (int, float))
+                                  and not isinstance(v, bool) and k != "env_steps"}, step)
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")

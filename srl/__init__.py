@@ -1,0 +1,1 @@
+"""SRL: scalable distributed reinforcement learning."""

@@ -1,0 +1,49 @@
+"""Shared fixtures: every test must leave no shared-memory segment and no child process of ours behind."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from srl.base.shm import list_segments
+
+
+def _is_mp_helper(proc: Path) -> bool:
+    """multiprocessing's resource tracker lives for the whole session once 'spawn' was used; not a leak."""
+    try:
+        return b"resource_tracker" in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _children() -> set[int]:
+    """Live child processes of this test process (Linux /proc)."""
+    me = str(os.getpid())
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z" and not _is_mp_helper(stat.parent):
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _ours() -> set[str]:
+    return {name for name in list_segments() if name.startswith(f"srl_{os.getpid()}_")}
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fail a test that leaves segments created by this process or live child processes."""
+    before_children, before_segments = _children(), _ours()
+    yield
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and (_children() - before_children or _ours() - before_segments):
+        time.sleep(0.05)
+    assert not (_ours() - before_segments), f"leaked shared memory: {sorted(_ours() - before_segments)}"
+    assert not (_children() - before_children), f"leaked child processes: {sorted(_children() - before_children)}"

@@ -1,0 +1,35 @@
+"""Learning thresholds: the shipped CartPole config solves under both runtimes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from srl.api.config import load_config
+from srl.runtime.train import train
+
+
+@pytest.mark.parametrize("runtime", ["inline", "local"])
+def test_cartpole_config_solves(tmp_path, runtime):
+    cfg = load_config("configs/cartpole_ppo.yaml", [f"runtime={runtime}", "run.max_wall_seconds=180"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["solved"], summary
+    assert summary["train_return_mean"] >= 475
+    assert summary["final_eval_return_mean"] >= 475
+    assert summary["env_steps"] <= 200_000
+
+
+def test_bench_sampling_reports_both_paths_and_their_ratio():
+    proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "bench", "sampling", "--env", "CartPole-v1",
+                           "--seconds", "1.5", "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["full_path_steps_per_second"] > 0 and result["plain_loop_steps_per_second"] > 0
+    assert result["ratio"] == pytest.approx(
+        result["full_path_steps_per_second"] / result["plain_loop_steps_per_second"], rel=1e-2)
+    assert result["mean_inference_batch"] >= 16  # at least one slot of 16 envs per forward pass

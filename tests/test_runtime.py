@@ -1,0 +1,140 @@
+"""Runtimes end to end: determinism, the run directory contract, checkpoints, clean shutdown on signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from srl.api.config import load_config
+from srl.base.shm import list_segments
+from srl.runtime.inline import run_inline
+from srl.runtime.plan import make_plan
+from srl.runtime.train import train
+from srl.system.controller import Controller
+from srl.system.trainer_worker import load_checkpoint
+
+CARTPOLE = "configs/cartpole_ppo.yaml"
+SMALL = ["run.total_env_steps=3000", "run.target_return=null", "run.eval_episodes=2"]
+
+
+def test_inline_runtime_is_deterministic_given_the_seed():
+    cfg = load_config(CARTPOLE, ["runtime=inline", *SMALL])
+    snapshots = []
+    for _ in range(2):
+        plan = make_plan(cfg)
+        controller = Controller(cfg, None, time.time(), progress=None)
+        snapshots.append(run_inline(plan, controller, None))
+        assert controller.trainer["version"] >= 2
+    assert np.array_equal(snapshots[0], snapshots[1])
+    other = load_config(CARTPOLE, ["runtime=inline", "seed=7", *SMALL])
+    controller = Controller(other, None, time.time(), progress=None)
+    assert not np.array_equal(run_inline(make_plan(other), controller, None), snapshots[0])
+
+
+@pytest.mark.parametrize("runtime", ["inline", "local"])
+def test_run_directory_contract(tmp_path, runtime):
+    cfg = load_config(CARTPOLE, [f"runtime={runtime}", *SMALL, "run.log_interval_seconds=0.2"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    run = tmp_path / "run"
+    assert (run / "config.yaml").exists() and load_config(run / "config.yaml") == cfg
+    on_disk = json.loads((run / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    for key in ("env_steps", "wall_seconds", "train_fps", "final_eval_return_mean", "policy_version"):
+        assert key in on_disk, key
+    assert on_disk["env_steps"] >= 3000 and on_disk["stop_reason"] == "env_steps"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records and records[-1]["env_steps"] == on_disk["env_steps"]
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    checkpoints = sorted((run / "checkpoints").glob("ckpt_*.pt"))
+    assert checkpoints
+    state = load_checkpoint(checkpoints[-1])
+    assert state["version"] == on_disk["policy_version"]
+    assert set(state["algorithm"]) == {"policy", "value", "optimizer"}
+
+
+def test_checkpoints_are_validated(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint(bad)
+    torch.save({"something": 1}, tmp_path / "foreign.pt")
+    with pytest.raises(ValueError, match="not an srl checkpoint"):
+        load_checkpoint(tmp_path / "foreign.pt")
+
+
+def test_checkpoint_write_is_atomic(tmp_path):
+    cfg = load_config(CARTPOLE, ["runtime=inline", *SMALL])
+    train(cfg, tmp_path / "run", progress=None)
+    ckpt_dir = tmp_path / "run" / "checkpoints"
+    before = {p.name: p.read_bytes() for p in ckpt_dir.iterdir()}
+    from srl.base import fileio
+
+    def exploding_writer(f):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        fileio.atomic_save(ckpt_dir / sorted(before)[-1], exploding_writer)
+    after = {p.name: p.read_bytes() for p in ckpt_dir.iterdir()}
+    assert after == before  # old checkpoint intact, no temp file left
+    load_checkpoint(ckpt_dir / sorted(before)[-1])
+
+
+def _children_of(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == str(pid):
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_cleanly(tmp_path, sig):
+    run = tmp_path / "run"
+    pipe_dirs_before = set(Path(tempfile.gettempdir()).glob("srl-*"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run),
+         "--set", "run.total_env_steps=100000000", "--set", "run.target_return=null",
+         "--set", "run.log_interval_seconds=0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            metrics = run / "metrics.jsonl"
+            if metrics.exists() and any(json.loads(l).get("policy_version", 0) >= 2
+                                        for l in metrics.read_text().splitlines()):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("training did not start")
+        children = _children_of(proc.pid)
+        assert len(children) >= 2  # actor and trainer processes
+        segments = [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
+        assert segments
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted"
+    assert list((run / "checkpoints").glob("ckpt_*.pt"))
+    assert not [c for c in children if Path(f"/proc/{c}").exists()]
+    assert not [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
+    assert set(Path(tempfile.gettempdir()).glob("srl-*")) <= pipe_dirs_before  # the run's named pipes are gone

@@ -1,0 +1,137 @@
+"""Streams and workers with in-package fakes: auto-batching, in-place answers, malformed records, back-pressure."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from srl.api.batch import segment_fields
+from srl.base import wire
+from srl.base.channel import InProcChannel
+from srl.base.seqlock import VersionedBuffer
+from srl.system.control import ControlReceiver, DirectReporter, ZmqReporter
+from srl.system.params import ParamPublisher, ParamSubscriber
+from srl.system.policy_worker import PolicyWorker
+from srl.system.streams import (FILLING, FREE, READY, InferenceClient, InferenceServer, PoolLayout, SampleConsumer,
+                                SampleProducer, SegmentPool)
+from srl.system.testing import RandomPolicy
+
+T, B = 4, 3
+
+
+def make_pool(actors: int = 3, buffers: int = 2) -> SegmentPool:
+    fields = segment_fields((2,), np.float32, (), np.int64, T, B, with_final_obs=True)
+    return SegmentPool.in_process(PoolLayout(actors, buffers, fields))
+
+
+def make_policy_worker(pool: SegmentPool, actors: int, max_batch: int = 64):
+    requests = InProcChannel(4)
+    replies = {a: InProcChannel(1) for a in range(actors)}
+    policy = RandomPolicy(gym.spaces.Discrete(5))
+    params = VersionedBuffer.in_process(policy.flat_size(), np.float32)
+    ParamPublisher(params).publish(7, np.full(4, 7.0, np.float32))
+    reports: list = []
+    worker = PolicyWorker(0, policy, InferenceServer(pool, requests, replies), ParamSubscriber(params, policy),
+                          DirectReporter(lambda *r: reports.append(r)), max_batch=max_batch, wait_timeout=0.0)
+    worker.setup()
+    return worker, policy, requests, replies
+
+
+def test_auto_batching_merges_requests_of_several_actors_into_one_forward_pass():
+    pool = make_pool()
+    worker, policy, requests, replies = make_policy_worker(pool, actors=3)
+    for actor in range(3):
+        pool.arrays["obs"][actor, 1, 2] = actor + 1.0
+        InferenceClient(actor, requests, replies[actor]).request(slot=actor % 2, buffer=1, t=2)
+    assert worker.poll() == 3
+    assert policy.batch_sizes == [3 * B]  # one forward pass for all three actors
+    for actor in range(3):
+        client = InferenceClient(actor, requests, replies[actor])
+        assert client.ready(8, 0.0).tolist() == [actor % 2]
+        assert (pool.arrays["version"][actor, 1, 2] == 7).all()
+        assert pool.arrays["logp"][actor, 1, 2] == pytest.approx(np.full(B, -np.log(5)))
+        assert ((pool.arrays["actions"][actor, 1, 2] >= 0) & (pool.arrays["actions"][actor, 1, 2] < 5)).all()
+    assert pool.arrays["version"][:, 0].max() == 0  # nothing else was written
+
+
+def test_auto_batching_respects_the_cap_and_leaves_the_rest_pending():
+    pool = make_pool(actors=3)
+    worker, policy, requests, replies = make_policy_worker(pool, actors=3, max_batch=2)
+    for actor in range(3):
+        InferenceClient(actor, requests, replies[actor]).request(0, 0, 0)
+    worker.poll()
+    worker.poll()
+    assert policy.batch_sizes == [2 * B, 1 * B]
+
+
+def test_malformed_inference_requests_are_dropped_not_served():
+    pool = make_pool(actors=2, buffers=2)
+    worker, policy, requests, replies = make_policy_worker(pool, actors=2)
+    for bad in [(5, 0, 0, 0), (-1, 0, 0, 0), (0, 0, 2, 0), (0, 0, 0, T), (1, 0, -3, 1)]:
+        requests.send(bad)
+    requests.send((1, 1, 1, 1))
+    assert worker.poll() == 1
+    assert policy.batch_sizes == [B]
+    assert replies[1].recv(8, 0).tolist() == [[1]]
+    assert replies[0].recv(8, 0).size == 0
+
+
+def test_sample_stream_round_trip_and_back_pressure():
+    pool = make_pool(actors=2, buffers=2)
+    channel = InProcChannel(2)
+    producer, consumer = SampleProducer(pool, 1, channel), SampleConsumer(pool, channel)
+    first, second = producer.acquire(), producer.acquire()
+    assert {first, second} == {0, 1}
+    assert producer.acquire() is None  # both in use: back-pressure
+    pool.arrays["rewards"][1, first] = 3.5
+    producer.submit(first)
+    assert pool.state[1, first] == READY and pool.state[1, second] == FILLING
+    channel.send((9, 0))  # malformed: no such actor
+    channel.send((0, 5))  # malformed: no such buffer
+    records = consumer.receive(8, 0.0)
+    assert records.tolist() == [[1, first]]
+    assert (pool.segment(1, first)["rewards"] == 3.5).all()
+    consumer.release(1, first)
+    assert pool.state[1, first] == FREE
+    assert producer.acquire() == first
+
+
+def test_param_subscriber_only_moves_forward():
+    policy = RandomPolicy(gym.spaces.Discrete(2))
+    buffer = VersionedBuffer.in_process(4, np.float32)
+    publisher, subscriber = ParamPublisher(buffer), ParamSubscriber(buffer, policy)
+    assert not subscriber.refresh() and subscriber.current == -1
+    publisher.publish(0, np.zeros(4, np.float32))
+    publisher.publish(3, np.full(4, 3.0, np.float32))
+    assert subscriber.refresh() and subscriber.current == 3
+    assert not subscriber.refresh()
+    with pytest.raises(ValueError):
+        publisher.publish(2, np.full(4, 2.0, np.float32))
+    assert policy.loaded == [3.0]
+
+
+def test_control_channel_rejects_malformed_messages_and_keeps_running(tmp_path):
+    got: list = []
+    address = f"ipc://{tmp_path}/control"
+    receiver = ControlReceiver(address, lambda kind, meta, arrays: got.append((kind, dict(meta), dict(arrays))))
+    sender = ZmqReporter(address)
+    try:
+        raw = sender._sock
+        raw.send_multipart([b"\x00garbage"])
+        raw.send_multipart(wire.encode("nonsense", {}, {"a": 1}))
+        header, buf = wire.encode("actor", {"x": np.arange(4, dtype=np.int32)}, {"actor": 0})
+        raw.send_multipart([header, bytes(buf)[:-1]])  # truncated buffer
+        sender.report("actor", {"actor": 1, "env_steps": 10}, {"episode_returns": np.array([1.5], np.float32)})
+        handled = 0
+        for _ in range(40):
+            handled += receiver.drain(0.05)
+            if handled:
+                break
+        assert handled == 1 and receiver.rejected == 3
+        kind, meta, arrays = got[0]
+        assert kind == "actor" and meta == {"actor": 1, "env_steps": 10}
+        assert arrays["episode_returns"].tolist() == [1.5]
+    finally:
+        sender.close()
+        receiver.close()
