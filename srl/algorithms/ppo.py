@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from srl.algorithms.adam import Adam
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
 from srl.api.config import ModelConfig, PPOConfig
 from srl.nets.policy import PolicyNet, ValueNet
@@ -53,7 +54,7 @@ class PPO:
         self.value = ValueNet(obs_space, hidden=model.hidden, activation=model.activation,
                               layer_norm=model.layer_norm, normalize_obs=model.normalize_obs)
         params = list(self.policy.parameters()) + list(self.value.parameters())
-        self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
+        self.optimizer = Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
         self._params = params
         self._gen = torch.Generator().manual_seed(seed + 1)
 
@@ -73,8 +74,7 @@ class PPO:
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
         cfg = self.cfg
         lr = cfg.lr * (1.0 - progress) if cfg.lr_schedule == "linear" else cfg.lr
-        for group in self.optimizer.param_groups:
-            group["lr"] = max(lr, 1e-8)
+        self.optimizer.lr = max(lr, 1e-8)
         obs_all = torch.from_numpy(batch["obs"])  # [T+1, N, ...]
         T, N = batch["rewards"].shape
         flat_obs = obs_all.reshape((T + 1) * N, *obs_all.shape[2:])
@@ -129,7 +129,7 @@ class PPO:
         v = self.value(obs)
         loss, stats = ppo_loss(logp, old_logp, adv, v, old_v, ret, entropy, clip=cfg.clip,
                                value_clip=cfg.value_clip, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         if cfg.max_grad_norm is not None:
             grad_norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm)
