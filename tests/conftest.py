@@ -19,18 +19,21 @@ def _is_mp_helper(proc: Path) -> bool:
         return False
 
 
-def _children() -> set[int]:
-    """Live child processes of this test process (Linux /proc)."""
-    me = str(os.getpid())
+def children_of(pid: int) -> set[int]:
+    """Live (non-zombie) child processes of ``pid`` (Linux /proc), multiprocessing helpers excluded."""
     out = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[1] == me and fields[0] != "Z" and not _is_mp_helper(stat.parent):
+        if fields[1] == str(pid) and fields[0] != "Z" and not _is_mp_helper(stat.parent):
             out.add(int(stat.parent.name))
     return out
+
+
+def _children() -> set[int]:
+    return children_of(os.getpid())
 
 
 def _ours() -> set[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import children_of
 
 from srl.api.config import load_config
 from srl.base.shm import list_segments
@@ -90,18 +91,6 @@ def test_checkpoint_write_is_atomic(tmp_path):
     load_checkpoint(ckpt_dir / sorted(before)[-1])
 
 
-def _children_of(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == str(pid):
-            out.append(int(stat.parent.name))
-    return out
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_cleanly(tmp_path, sig):
     run = tmp_path / "run"
@@ -121,7 +110,7 @@ def test_signal_stops_cleanly(tmp_path, sig):
             time.sleep(0.2)
         else:
             pytest.fail("training did not start")
-        children = _children_of(proc.pid)
+        children = children_of(proc.pid)
         assert len(children) >= 2  # actor and trainer processes
         segments = [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
         assert segments
@@ -138,3 +127,39 @@ def test_signal_stops_cleanly(tmp_path, sig):
     assert not [c for c in children if Path(f"/proc/{c}").exists()]
     assert not [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
     assert set(Path(tempfile.gettempdir()).glob("srl-*")) <= pipe_dirs_before  # the run's named pipes are gone
+
+
+def test_local_runtime_with_several_policy_workers_serves_every_actor(tmp_path):
+    cfg = load_config(CARTPOLE, ["workers.actors=3", "workers.policy_workers=2", "workers.ring_size=2",
+                                 "run.total_env_steps=6000", "run.target_return=null", "run.eval_episodes=0"])
+    plan = make_plan(cfg)
+    controller = Controller(cfg, None, time.time(), progress=None)
+    from srl.runtime.local import run_local
+
+    snapshot = run_local(plan, controller, None)
+    assert controller.error is None and snapshot is not None
+    assert controller.env_steps >= 6000 and set(controller.actor_steps) == {0, 1, 2}
+    assert sorted(controller.policy) == [0, 1]
+    assert all(p["batches"] > 0 for p in controller.policy.values())
+    assert int(controller.trainer["version"]) >= 3
+
+
+def test_continuous_actions_run_end_to_end(tmp_path):
+    cfg = load_config(CARTPOLE, ["env.id=Pendulum-v1", "runtime=inline", "run.total_env_steps=2048",
+                                 "run.target_return=null", "run.eval_episodes=2"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["policy_version"] >= 3 and summary["stop_reason"] == "env_steps"
+    assert -2000 < summary["final_eval_return_mean"] <= 0  # Pendulum returns are negative
+
+
+@pytest.mark.parametrize("runtime", ["inline", "local"])
+def test_worker_failure_ends_the_run_with_one_clear_error(tmp_path, runtime):
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(tmp_path / "run"),
+         "--set", f"runtime={runtime}", "--set", "env.id=srl.envs.testing:crashing_cartpole",
+         "--set", "env.kwargs={crash_after: 300}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("srl: error: ") and "injected failure at step 300" in last, proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stop_reason"] == "error" and "injected failure" in summary["error"]

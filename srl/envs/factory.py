@@ -15,6 +15,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.wrappers import ClipAction
 
 from srl.api.config import ConfigError, EnvConfig
 
@@ -38,7 +39,10 @@ def _resolve(env_id: str) -> Callable[..., gym.Env]:
 
 
 def make_env(cfg: EnvConfig) -> gym.Env:
-    """One environment, validated: only Box observations and Discrete/Box actions are supported."""
+    """One environment, validated: only Box observations and Discrete/Box actions are supported.
+
+    Box actions are clipped to the environment's bounds here, so every caller can pass raw policy samples.
+    """
     factory = _resolve(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.kwargs)
     if cfg.max_episode_steps is not None:
@@ -55,6 +59,9 @@ def make_env(cfg: EnvConfig) -> gym.Env:
         raise ConfigError(f"env: {cfg.id!r} observation space {env.observation_space} is not a Box")
     if not isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.Box)):
         raise ConfigError(f"env: {cfg.id!r} action space {env.action_space} is not Discrete or Box")
+    if isinstance(env.action_space, gym.spaces.Box):
+        # The Gaussian policy samples unbounded actions (their log-probs refer to those); the env sees them clipped.
+        env = ClipAction(env)
     return env
 
 

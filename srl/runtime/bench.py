@@ -72,18 +72,12 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
     policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
     slots = [make_vector_env(cfg.env, w.envs_per_slot, cfg.seed + i) for i in range(w.actors * w.ring_size)]
     obs = [venv.reset(seed=cfg.seed + i)[0] for i, venv in enumerate(slots)]
-    clip = None
-    space = slots[0].single_action_space
-    if hasattr(space, "low"):
-        clip = (space.low, space.high)
     steps, start = 0, time.perf_counter()
     t0, s0 = start, 0
     try:
         while True:
             for i, venv in enumerate(slots):
                 actions, _ = policy.act(obs[i])
-                if clip is not None:
-                    actions = np.clip(actions, *clip)
                 obs[i] = venv.step(actions)[0]
                 steps += w.envs_per_slot
             now = time.perf_counter()

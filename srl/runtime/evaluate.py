@@ -22,15 +22,9 @@ def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
         obs, _ = venv.reset(seed=seed)
         returns = np.zeros(episodes)
         finished = np.zeros(episodes, bool)
-        clip = None
-        space = venv.single_action_space
-        if hasattr(space, "low") and hasattr(space, "high"):
-            clip = (space.low, space.high)
         with torch.inference_mode():
             while not finished.all():
                 actions, _ = policy.act(obs, deterministic=deterministic)
-                if clip is not None:
-                    actions = np.clip(actions, *clip)
                 obs, reward, terminated, truncated, _ = venv.step(actions)
                 returns += np.where(finished, 0.0, reward)
                 finished |= terminated | truncated

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -11,23 +12,31 @@ from srl.runtime.fabric import InlineFabric
 from srl.runtime.plan import Plan
 from srl.system.controller import Controller
 
+log = logging.getLogger(__name__)
+
 
 def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
     """Run until the controller says stop (or Ctrl-C); return the newest policy snapshot."""
     fabric = InlineFabric(plan, controller.handle)
     workers = []
+    current = "setup"
     try:
         for role, index in worker_roles(plan):
+            current = f"{role}{index}"
             worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.0)
             worker.should_stop = lambda: controller.should_stop() is not None
             worker.setup()
             workers.append(worker)
         while controller.should_stop() is None:
             for worker in workers:
+                current = worker.name
                 worker.poll()
             controller.tick()
     except KeyboardInterrupt:
         controller.stop_reason = "interrupted"
+    except Exception as exc:  # a failing worker ends the run with one line naming it, as in the local runtime
+        log.debug("worker %s failed", current, exc_info=True)
+        controller.fail(f"{current}: {type(exc).__name__}: {exc}")
     finally:
         for worker in reversed(workers):
             worker.teardown()

@@ -66,16 +66,12 @@ class ActorWorker(Worker):
         self.t = np.zeros(self.ring_size, np.int64)
         self.obs: list[Any] = []
         self.parked: list[int] = []
-        self.clip: tuple[np.ndarray, np.ndarray] | None = None
         for slot in range(self.ring_size):
             venv = self._make_slot(slot)
             obs, _ = venv.reset(seed=self.seed + slot * 10_007)
             self.slots.append(venv)
             self.obs.append(obs)
             self.parked.append(slot)
-        space = self.slots[0].single_action_space
-        if isinstance(space, gym.spaces.Box):
-            self.clip = (space.low.astype(np.float32), space.high.astype(np.float32))
         B = self.slots[0].num_envs
         self.ep_return = np.zeros((self.ring_size, B), np.float64)
         self.ep_length = np.zeros((self.ring_size, B), np.int64)
@@ -119,10 +115,7 @@ class ActorWorker(Worker):
     def _step_slot(self, slot: int) -> int:
         arrays, a = self.pool.arrays, self.index
         buf, t = int(self.buffer[slot]), int(self.t[slot])
-        actions = arrays["actions"][a, buf, t]
-        if self.clip is not None:
-            actions = np.clip(actions, *self.clip)
-        obs, reward, terminated, truncated, info = self.slots[slot].step(actions)
+        obs, reward, terminated, truncated, info = self.slots[slot].step(arrays["actions"][a, buf, t])
         arrays["rewards"][a, buf, t] = reward
         arrays["terminated"][a, buf, t] = terminated
         arrays["truncated"][a, buf, t] = truncated

@@ -1,0 +1,27 @@
+"""Environments for tests: real Gymnasium envs with faults injected on purpose."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+
+class CrashAfter(gym.Wrapper):
+    """Raises ``RuntimeError`` on the ``crash_after``-th step (counted over resets)."""
+
+    def __init__(self, env: gym.Env, crash_after: int) -> None:
+        super().__init__(env)
+        self.crash_after = crash_after
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps >= self.crash_after:
+            raise RuntimeError(f"injected failure at step {self.steps}")
+        return self.env.step(action)
+
+
+def crashing_cartpole(crash_after: int = 100) -> gym.Env:
+    """CartPole-v1 that fails after ``crash_after`` steps: ``env.id: srl.envs.testing:crashing_cartpole``."""
+    return CrashAfter(gym.make("CartPole-v1"), crash_after)
