@@ -40,9 +40,16 @@ class EnvConfig:
     """Keyword arguments for the environment constructor."""
     max_episode_steps: int | None = None
     """Override of the time limit; ``None`` keeps the environment's own."""
+    backend: Literal["gymnasium", "envpool"] = "gymnasium"
+    """Slot backend: a Gymnasium vector env (the reference) or an EnvPool batch (faster, optional extra)."""
+    normalize_reward: bool = False
+    """Scale training rewards by the running std of the discounted return (MuJoCo); reported returns stay true."""
+    reward_clip: float | None = None
+    """Clip training rewards to ``[-reward_clip, reward_clip]`` after scaling (Atari: 1); ``None`` disables."""
 
     def __post_init__(self) -> None:
         _check(bool(self.id.strip()), "id", "must name an environment")
+        _check(self.reward_clip is None or self.reward_clip > 0, "reward_clip", "must be > 0 or null")
         _check(self.max_episode_steps is None or self.max_episode_steps > 0,
                "max_episode_steps", f"must be > 0, got {self.max_episode_steps}")
 

@@ -1,10 +1,8 @@
 """Environment construction from the config: the only place env ids are resolved.
 
 ``env.id`` is a Gymnasium id (``CartPole-v1``) or ``package.module:factory``
-where ``factory(**kwargs)`` returns a ``gymnasium.Env``. Each actor slot is a
-synchronous Gymnasium vector env that resets finished episodes in the same
-step (so the returned observation is always the next policy input and the
-true last observation is in ``info["final_obs"]``).
+where ``factory(**kwargs)`` returns a ``gymnasium.Env``. Slots (B envs stepped
+together) are built in :mod:`srl.envs.slots`.
 """
 
 from __future__ import annotations
@@ -14,14 +12,13 @@ from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import ClipAction
 
 from srl.api.config import ConfigError, EnvConfig
 
 
 def _resolve(env_id: str) -> Callable[..., gym.Env]:
-    if ":" in env_id and not env_id.startswith("ale_py"):
+    if ":" in env_id:
         module_name, _, attr = env_id.partition(":")
         try:
             module = importlib.import_module(module_name)
@@ -31,6 +28,13 @@ def _resolve(env_id: str) -> Callable[..., gym.Env]:
         if not callable(factory):
             raise ConfigError(f"env.id: {module_name!r} has no callable {attr!r}")
         return factory
+    if env_id.startswith("ALE/"):
+        try:
+            import ale_py
+
+            gym.register_envs(ale_py)
+        except ImportError:
+            raise ConfigError(f"env.id: {env_id!r} needs ale-py (pip install 'srl[atari]')") from None
     try:
         gym.spec(env_id)
     except gym.error.Error:
@@ -72,17 +76,6 @@ def env_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Box, gym.spaces.Space]:
         return env.observation_space, env.action_space
     finally:
         env.close()
-
-
-def make_vector_env(cfg: EnvConfig, num_envs: int, seed: int) -> gym.vector.VectorEnv:
-    """A slot: ``num_envs`` environments stepped in this process, reset on episode end in the same step.
-
-    The caller resets it (``venv.reset(seed=seed)``) to get the first observations.
-    """
-    venv = SyncVectorEnv([lambda: make_env(cfg) for _ in range(num_envs)],
-                         copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
-    venv.action_space.seed(seed)
-    return venv
 
 
 def action_info(action_space: gym.spaces.Space) -> tuple[tuple[int, ...], np.dtype]:

@@ -23,7 +23,7 @@ import torch
 
 from srl.algorithms.ppo import ActingPolicy, build_policy_net
 from srl.api.config import ExperimentConfig
-from srl.envs.factory import make_vector_env
+from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
 from srl.runtime.plan import Plan, make_plan
 from srl.system.controller import Controller
@@ -70,15 +70,15 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
     w = cfg.workers
     torch.set_num_threads(w.torch_threads)
     policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
-    slots = [make_vector_env(cfg.env, w.envs_per_slot, cfg.seed + i) for i in range(w.actors * w.ring_size)]
-    obs = [venv.reset(seed=cfg.seed + i)[0] for i, venv in enumerate(slots)]
+    slots = [make_slot(cfg.env, w.envs_per_slot) for i in range(w.actors * w.ring_size)]
+    obs = [slot.reset(cfg.seed + i) for i, slot in enumerate(slots)]
     steps, start = 0, time.perf_counter()
     t0, s0 = start, 0
     try:
         while True:
-            for i, venv in enumerate(slots):
+            for i, slot in enumerate(slots):
                 actions, _ = policy.act(obs[i])
-                obs[i] = venv.step(actions)[0]
+                obs[i] = slot.step(actions).obs
                 steps += w.envs_per_slot
             now = time.perf_counter()
             if s0 == 0 and now - start >= warmup:
@@ -86,8 +86,8 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
             if s0 and now - t0 >= seconds:
                 return (steps - s0) / (now - t0)
     finally:
-        for venv in slots:
-            venv.close()
+        for slot in slots:
+            slot.close()
 
 
 def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:

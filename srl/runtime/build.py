@@ -14,13 +14,14 @@ import torch
 from srl.algorithms.ppo import PPO, ActingPolicy, build_policy_net
 from srl.api.config import to_dict
 from srl.api.worker import Worker
-from srl.envs.factory import make_vector_env
+from srl.envs.slots import make_slot
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan
 from srl.system.actor_worker import ActorWorker
 from srl.system.null_trainer import NullTrainerWorker
 from srl.system.params import ParamPublisher, ParamSubscriber
 from srl.system.policy_worker import PolicyWorker
+from srl.system.rewards import RewardTransform
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SampleProducer
 from srl.system.trainer_worker import TrainerWorker
 
@@ -40,8 +41,12 @@ def worker_seed(plan: Plan, role: str, index: int) -> int:
 
 
 def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Path | None,
-                 wait_timeout: float) -> Worker:
-    """Build worker ``role``/``index``. With ``plan.null_trainer`` the trainer discards every segment."""
+                 wait_timeout: float, report_interval: float) -> Worker:
+    """Build worker ``role``/``index``. With ``plan.null_trainer`` the trainer discards every segment.
+
+    ``wait_timeout`` bounds waits on streams (0 when workers share one thread); actors report every
+    ``report_interval`` seconds (0: every poll, which makes stopping at a step budget exact).
+    """
     cfg = plan.cfg
     torch.manual_seed(worker_seed(plan, role, index))
     if role == "trainer" and plan.null_trainer:
@@ -73,9 +78,13 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
             inference = InlineInference(index, pool, policy, ParamSubscriber(fabric.params(), policy))
         else:
             inference = InferenceClient(index, fabric.requests(index % w.policy_workers), fabric.replies(index))
-        seed = worker_seed(plan, role, index)
+        env = cfg.env
+        rewards = None
+        if env.normalize_reward or env.reward_clip is not None:
+            rewards = lambda n: RewardTransform(n, cfg.ppo.gamma, env.normalize_reward, env.reward_clip)  # noqa: E731
         return ActorWorker(
-            index, lambda slot: make_vector_env(cfg.env, w.envs_per_slot, seed + slot), w.ring_size, pool,
-            inference, SampleProducer(pool, index, fabric.samples(index % w.trainers)), fabric.reporter(),
-            seed=seed, wait_timeout=wait_timeout)
+            index, lambda slot: make_slot(env, w.envs_per_slot), w.ring_size, pool, inference,
+            SampleProducer(pool, index, fabric.samples(index % w.trainers)), fabric.reporter(),
+            seed=worker_seed(plan, role, index), make_reward_transform=rewards, wait_timeout=wait_timeout,
+            report_interval=report_interval)
     raise ValueError(f"unknown worker role {role!r}")

@@ -7,7 +7,7 @@ import torch
 
 from srl.algorithms.ppo import ActingPolicy, build_policy_net
 from srl.api.config import ExperimentConfig
-from srl.envs.factory import make_vector_env
+from srl.envs.slots import make_slot
 from srl.runtime.plan import Plan
 
 
@@ -17,17 +17,18 @@ def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
     cfg: ExperimentConfig = plan.cfg
     policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
     policy.load_flat(flat_params)
-    venv = make_vector_env(cfg.env, episodes, seed)
+    slot = make_slot(cfg.env, episodes)
     try:
-        obs, _ = venv.reset(seed=seed)
+        obs = slot.reset(seed)
         returns = np.zeros(episodes)
         finished = np.zeros(episodes, bool)
         with torch.inference_mode():
             while not finished.all():
                 actions, _ = policy.act(obs, deterministic=deterministic)
-                obs, reward, terminated, truncated, _ = venv.step(actions)
-                returns += np.where(finished, 0.0, reward)
-                finished |= terminated | truncated
+                step = slot.step(actions)
+                obs = step.obs
+                returns += np.where(finished, 0.0, step.reward)
+                finished |= step.episode_end
     finally:
-        venv.close()
+        slot.close()
     return {"return_mean": float(returns.mean()), "return_std": float(returns.std()), "episodes": episodes}

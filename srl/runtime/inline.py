@@ -23,7 +23,7 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.n
     try:
         for role, index in worker_roles(plan):
             current = f"{role}{index}"
-            worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.0)
+            worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.0, report_interval=0.0)
             worker.should_stop = lambda: controller.should_stop() is not None
             worker.setup()
             workers.append(worker)

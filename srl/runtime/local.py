@@ -62,7 +62,7 @@ def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_di
     reporter = fabric.reporter()
     code = 0
     try:
-        worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.05)
+        worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.05, report_interval=0.1)
         worker.run(lambda: bool(stop[0]) or stopping["now"])
     except Exception as exc:  # report any worker failure in one line, then exit non-zero
         log.debug("worker %s%d failed:\n%s", role, index, traceback.format_exc())

@@ -13,10 +13,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Protocol
 
-import gymnasium as gym
 import numpy as np
 
+from srl.api.env import Slot
 from srl.api.worker import Reporter, Worker
+from srl.system.rewards import RewardTransform
 from srl.system.streams import SampleProducer, SegmentPool
 
 
@@ -36,13 +37,14 @@ class ActorWorker(Worker):
     def __init__(
         self,
         index: int,
-        make_slot: Callable[[int], gym.vector.VectorEnv],
+        make_slot: Callable[[int], Slot],
         ring_size: int,
         pool: SegmentPool,
         inference: Inference,
         producer: SampleProducer,
         reporter: Reporter,
         seed: int,
+        make_reward_transform: Callable[[int], RewardTransform] | None = None,
         wait_timeout: float = 0.05,
         report_interval: float = 0.1,
     ) -> None:
@@ -52,6 +54,7 @@ class ActorWorker(Worker):
         self.ring_size = ring_size
         self.pool, self.inference, self.producer, self.reporter = pool, inference, producer, reporter
         self.seed = seed
+        self._make_reward_transform = make_reward_transform
         self.wait_timeout = wait_timeout
         self.report_interval = report_interval
         self.T = pool.layout.fields["actions"].shape[0]
@@ -61,18 +64,18 @@ class ActorWorker(Worker):
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self) -> None:
-        self.slots: list[gym.vector.VectorEnv] = []
+        self.slots: list[Slot] = []
         self.buffer = np.full(self.ring_size, -1, np.int64)
         self.t = np.zeros(self.ring_size, np.int64)
         self.obs: list[Any] = []
         self.parked: list[int] = []
         for slot in range(self.ring_size):
-            venv = self._make_slot(slot)
-            obs, _ = venv.reset(seed=self.seed + slot * 10_007)
-            self.slots.append(venv)
-            self.obs.append(obs)
+            env = self._make_slot(slot)
+            self.slots.append(env)
+            self.obs.append(env.reset(seed=self.seed + slot * 10_007))
             self.parked.append(slot)
         B = self.slots[0].num_envs
+        self.rewards = [self._make_reward_transform(B) for _ in self.slots] if self._make_reward_transform else None
         self.ep_return = np.zeros((self.ring_size, B), np.float64)
         self.ep_length = np.zeros((self.ring_size, B), np.int64)
         self._done_returns: list[float] = []
@@ -83,8 +86,8 @@ class ActorWorker(Worker):
 
     def teardown(self) -> None:
         self._report(force=True)
-        for venv in getattr(self, "slots", []):
-            venv.close()
+        for env in getattr(self, "slots", []):
+            env.close()
         self.slots = []
 
     # ------------------------------------------------------------------ loop
@@ -115,21 +118,21 @@ class ActorWorker(Worker):
     def _step_slot(self, slot: int) -> int:
         arrays, a = self.pool.arrays, self.index
         buf, t = int(self.buffer[slot]), int(self.t[slot])
-        obs, reward, terminated, truncated, info = self.slots[slot].step(arrays["actions"][a, buf, t])
-        arrays["rewards"][a, buf, t] = reward
-        arrays["terminated"][a, buf, t] = terminated
-        arrays["truncated"][a, buf, t] = truncated
-        done = terminated | truncated
-        if done.any():
-            self._finish_episodes(slot, reward, done)
-            if self.has_final_obs and truncated.any():
-                final = info["final_obs"]
-                for b in np.flatnonzero(truncated):
-                    arrays["final_obs"][a, buf, t, b] = final[b]
+        step = self.slots[slot].step(arrays["actions"][a, buf, t])
+        reward = step.reward
+        if self.rewards is not None:
+            arrays["rewards"][a, buf, t] = self.rewards[slot](reward, step.terminated | step.truncated)
         else:
-            self.ep_return[slot] += reward
-            self.ep_length[slot] += 1
-        self.obs[slot] = obs
+            arrays["rewards"][a, buf, t] = reward
+        arrays["terminated"][a, buf, t] = step.terminated
+        arrays["truncated"][a, buf, t] = step.truncated
+        if self.has_final_obs and step.final_obs is not None:
+            arrays["final_obs"][a, buf, t] = step.final_obs
+        self.ep_return[slot] += reward
+        self.ep_length[slot] += 1
+        if step.episode_end.any():
+            self._finish_episodes(slot, step.episode_end)
+        obs = self.obs[slot] = step.obs
         t += 1
         arrays["obs"][a, buf, t] = obs
         if t == self.T:
@@ -144,10 +147,8 @@ class ActorWorker(Worker):
         self.env_steps += n
         return n
 
-    def _finish_episodes(self, slot: int, reward: np.ndarray, done: np.ndarray) -> None:
+    def _finish_episodes(self, slot: int, done: np.ndarray) -> None:
         ret, length = self.ep_return[slot], self.ep_length[slot]
-        ret += reward
-        length += 1
         self._done_returns.extend(ret[done].tolist())
         self._done_lengths.extend(length[done].tolist())
         ret[done] = 0.0

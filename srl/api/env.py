@@ -1,0 +1,49 @@
+"""What an actor slot is: B environments stepped together, whatever the backend.
+
+Backends (a Gymnasium vector env, an EnvPool batch) differ in how they reset
+finished episodes and report their last observation; a :class:`Slot` hides
+that. After ``step`` the returned ``obs`` is always the next policy input
+(reset observations where an episode ended), ``final_obs`` the true last
+observation where a time limit cut an episode (to bootstrap its value), and
+``episode_end`` marks the end of a *real* episode: with episodic life an Atari
+life loss is ``terminated`` for learning but not the end of the game whose
+return we report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass
+class SlotStep:
+    """The result of stepping one slot; arrays are ``[B, ...]``."""
+
+    obs: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    episode_end: np.ndarray
+    final_obs: np.ndarray | None
+    """Last observations, valid where ``truncated``; None when nothing was truncated."""
+
+
+class Slot(Protocol):
+    """B environments stepped as one."""
+
+    num_envs: int
+    single_observation_space: gym.spaces.Box
+    single_action_space: gym.spaces.Space
+
+    def reset(self, seed: int) -> np.ndarray:
+        """Reset every environment; the first observations ``[B, ...]``."""
+
+    def step(self, actions: np.ndarray) -> SlotStep:
+        """Step every environment once."""
+
+    def close(self) -> None:
+        """Release the environments."""

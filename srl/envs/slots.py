@@ -1,0 +1,54 @@
+"""Slot backends: Gymnasium vector envs (the default and the reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from srl.api.config import EnvConfig
+from srl.api.env import Slot, SlotStep
+from srl.envs.factory import make_env
+
+LIFE_LOSS = "life_loss"
+"""Info key a wrapper sets when ``terminated`` marks a lost life, not the end of the game."""
+
+
+class GymSlot:
+    """B environments in one ``SyncVectorEnv`` that resets finished episodes within the same step."""
+
+    def __init__(self, cfg: EnvConfig, num_envs: int) -> None:
+        self.venv = SyncVectorEnv([lambda: make_env(cfg) for _ in range(num_envs)], copy=False,
+                                  autoreset_mode=AutoresetMode.SAME_STEP)
+        self.num_envs = num_envs
+        self.single_observation_space = self.venv.single_observation_space
+        self.single_action_space = self.venv.single_action_space
+
+    def reset(self, seed: int) -> np.ndarray:
+        self.venv.action_space.seed(seed)
+        return self.venv.reset(seed=seed)[0]
+
+    def step(self, actions: np.ndarray) -> SlotStep:
+        obs, reward, terminated, truncated, info = self.venv.step(actions)
+        episode_end = terminated | truncated
+        final_obs = None
+        if episode_end.any():
+            final_info = info.get("final_info", {})
+            if LIFE_LOSS in final_info:
+                episode_end = episode_end & ~(final_info[LIFE_LOSS] & final_info[f"_{LIFE_LOSS}"])
+            if truncated.any():
+                final_obs = np.zeros_like(obs)
+                for b in np.flatnonzero(truncated):
+                    final_obs[b] = info["final_obs"][b]
+        return SlotStep(obs, reward.astype(np.float32, copy=False), terminated, truncated, episode_end, final_obs)
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+def make_slot(cfg: EnvConfig, num_envs: int) -> Slot:
+    """The slot backend named by ``env.backend``."""
+    if cfg.backend == "envpool":
+        from srl.envs.envpool_slot import EnvPoolSlot
+
+        return EnvPoolSlot(cfg, num_envs)
+    return GymSlot(cfg, num_envs)
