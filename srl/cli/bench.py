@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from srl.api.config import load_config
 
@@ -11,28 +12,46 @@ from srl.api.config import load_config
 DEFAULT_SAMPLING = ["runtime=local", "workers.actors=2", "workers.ring_size=2", "workers.envs_per_slot=16",
                     "workers.policy_workers=1", "run.tensorboard=false"]
 
+WHAT = {
+    "env": "env-only ceiling: plain loop over one slot, Gymnasium and EnvPool",
+    "sampling": "full sampling path (actors -> policy workers -> sample stream) vs a plain loop",
+    "compute": "inference and PPO-update cost per sample, and the compute bound they imply",
+    "train": "end-to-end training throughput and where each worker's time goes",
+    "solve": "time from process start to solved, over several seeds",
+}
+
+
+def add_parser(sub: Any) -> None:
+    b = sub.add_parser("bench", help="measure throughput (JSON out)")
+    b.add_argument("what", choices=list(WHAT), help="; ".join(f"{k}: {v}" for k, v in WHAT.items()))
+    b.add_argument("--config", default=None, help="experiment YAML (default: built-in layout, or CartPole for "
+                                                  "train/solve)")
+    b.add_argument("--env", default=None, help="environment id (overrides the config's)")
+    b.add_argument("--seconds", type=float, default=10.0, help="measurement time")
+    b.add_argument("--runs", type=int, default=3, help="solve: runs (seeds 1..N), each a fresh process")
+    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field (repeatable)")
+    b.add_argument("--json", action="store_true", help="print one JSON object per measurement")
+
 
 def run_bench(args: argparse.Namespace) -> int:
-    if args.what == "sampling":
-        from srl.runtime.bench import bench_sampling
+    from srl.runtime import bench
 
-        overrides = [f"env.id={args.env}"] + ([] if args.config else DEFAULT_SAMPLING) + args.overrides
-        cfg = load_config(args.config, overrides)
-        result = bench_sampling(cfg, args.seconds)
-        if args.json:
-            print(json.dumps(result), flush=True)
-        else:
-            print(f"{result['env']}: full path {result['full_path_steps_per_second']:,.0f} steps/s, "
-                  f"plain loop {result['plain_loop_steps_per_second']:,.0f} steps/s, ratio {result['ratio']:.2f}")
-        return 0
+    overrides = ([f"env.id={args.env}"] if args.env else []) + args.overrides
+    config = args.config or "configs/cartpole_ppo.yaml"
     if args.what == "solve":
-        from srl.runtime.bench import bench_solve
+        result = bench.bench_solve(config, args.runs, overrides)
+    elif args.what == "train":
+        result = bench.bench_train(config, args.seconds, overrides)
+    else:
+        defaults = DEFAULT_SAMPLING if args.what == "sampling" and not args.config else []
+        cfg = load_config(args.config, defaults + overrides)
+        fn = {"env": bench.bench_env, "sampling": bench.bench_sampling, "compute": bench.bench_compute}[args.what]
+        result = fn(cfg, args.seconds)
+    print(json.dumps(result) if args.json else _human(result), flush=True)
+    return 0
 
-        result = bench_solve(args.config or "configs/cartpole_ppo.yaml", args.runs, args.overrides)
-        if args.json:
-            print(json.dumps(result), flush=True)
-        else:
-            print(f"{result['config']}: solved {result['solved']}/{result['runs']}, median time to solve "
-                  f"{result['median_solved_wall_seconds']} s from process start")
-        return 0
-    raise AssertionError(args.what)
+
+def _human(result: dict[str, Any]) -> str:
+    return "  ".join(f"{k}={v}" for k, v in result.items() if not isinstance(v, (dict, list))) + (
+        "".join(f"\n  {k}: {v}" for k, v in result.items() if isinstance(v, (dict, list))))

@@ -34,16 +34,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a config field, e.g. --set ppo.lr=0.001 (repeatable)")
     t.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     t.add_argument("--quiet", action="store_true", help="no progress line")
-    b = sub.add_parser("bench", help="measure throughput (JSON out)")
-    b.add_argument("what", choices=["sampling", "solve"],
-                   help="sampling: full sampling path vs a plain loop; solve: time from process start to solved")
-    b.add_argument("--env", default="CartPole-v1", help="environment id")
-    b.add_argument("--seconds", type=float, default=10.0, help="measurement time per path")
-    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field of the measured layout")
-    b.add_argument("--config", default=None, help="experiment YAML for the layout (default: built-in)")
-    b.add_argument("--runs", type=int, default=3, help="solve: runs (seeds 1..N), each a fresh process")
-    b.add_argument("--json", action="store_true", help="print one JSON object per measurement")
+    from srl.cli.bench import add_parser
+
+    add_parser(sub)
     return p
 
 

@@ -7,6 +7,7 @@ together) are built in :mod:`srl.envs.slots`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Callable
 
@@ -28,7 +29,8 @@ def _resolve(env_id: str) -> Callable[..., gym.Env]:
         if not callable(factory):
             raise ConfigError(f"env.id: {module_name!r} has no callable {attr!r}")
         return factory
-    if env_id.startswith("ALE/"):
+    atari = env_id.startswith("ALE/")
+    if atari:
         try:
             import ale_py
 
@@ -39,6 +41,12 @@ def _resolve(env_id: str) -> Callable[..., gym.Env]:
         gym.spec(env_id)
     except gym.error.Error:
         raise ConfigError(f"env.id: unknown environment {env_id!r}") from None
+    if atari:
+        # Imported here: srl.envs.atari imports srl.envs.slots, which imports this module.
+        from srl.envs.atari import make_atari
+
+        # env.kwargs become make_atari's keyword arguments (preprocessing switches, sticky actions).
+        return functools.partial(make_atari, env_id)
     return lambda **kw: gym.make(env_id, **kw)
 
 

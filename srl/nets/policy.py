@@ -21,6 +21,7 @@ import torch
 from gymnasium import spaces
 from torch import Tensor, nn
 
+from srl.nets.cnn import NatureCNN
 from srl.nets.mlp import init_linear, mlp
 from srl.nets.normalizer import RunningMeanStd
 
@@ -42,10 +43,13 @@ def _run_layers(layers: Sequence[nn.Module], x: Tensor) -> Tensor:
 
 
 class ObsEncoder(nn.Module):
-    """Optional running observation normalizer followed by an MLP torso.
+    """Observation -> features: a Nature CNN for images, else a running normalizer and an MLP torso.
 
-    Shared by actor and critic as a *class*, never as an instance: each net
-    owns its own normalizer statistics and weights.
+    Image observations (3 dims, ``C, H, W``) go through :class:`NatureCNN`,
+    which scales pixels by 1/255 itself, so ``normalize_obs`` and the MLP
+    settings (``hidden``, ``activation``, ``layer_norm``) do not apply to them:
+    the head sits on its 512 features. Shared by actor and critic as a
+    *class*, never as an instance: each net owns its own weights and statistics.
     """
 
     def __init__(
@@ -63,17 +67,27 @@ class ObsEncoder(nn.Module):
             )
         self.obs_shape: tuple[int, ...] = tuple(int(d) for d in obs_space.shape)
         self.obs_dim: int = int(np.prod(self.obs_shape)) if self.obs_shape else 1
+        self.is_image: bool = len(self.obs_shape) == 3
         self.obs_normalizer: RunningMeanStd | None = (
-            RunningMeanStd(self.obs_shape) if normalize_obs else None
+            RunningMeanStd(self.obs_shape) if normalize_obs and not self.is_image else None
         )
-        self.torso: nn.Sequential = mlp(self.obs_dim, hidden, activation, layer_norm)
-        self.out_dim: int = int(hidden[-1]) if len(hidden) else self.obs_dim
+        self.torso: nn.Module
+        self.out_dim: int
+        if self.is_image:
+            c, h, w = self.obs_shape
+            cnn = NatureCNN((c, h, w))
+            self.torso, self.out_dim = cnn, cnn.out_dim
+        else:
+            self.torso = mlp(self.obs_dim, hidden, activation, layer_norm)
+            self.out_dim = int(hidden[-1]) if len(hidden) else self.obs_dim
         # Plain tuple (not a registered container) so the hot path avoids
         # nn.Module attribute lookup; the layers are still owned by ``torso``.
-        self._layers: tuple[nn.Module, ...] = tuple(self.torso)
+        self._layers: tuple[nn.Module, ...] = (self.torso,) if self.is_image else tuple(self.torso)  # type: ignore[arg-type]
 
     def forward(self, obs: Tensor) -> Tensor:
         """``[N, *obs_shape]`` (any real dtype) -> features ``[N, out_dim]``."""
+        if self.is_image:  # the CNN converts and scales its uint8 input itself
+            return _run_layers(self._layers, obs)
         if obs.dtype != torch.float32:
             obs = obs.float()
         if self.obs_normalizer is not None:

@@ -1,4 +1,4 @@
-"""Throughput measurements behind ``srl bench``.
+"""Throughput measurements behind ``srl bench``: env ceiling, sampling path, compute bound, training, solve time.
 
 ``sampling`` runs the full actor -> policy worker -> sample stream path under
 the local runtime with a trainer that discards segments, and a plain
@@ -16,13 +16,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 
-from srl.algorithms.ppo import ActingPolicy, build_policy_net
-from srl.api.config import ExperimentConfig
+from srl.algorithms.ppo import PPO, ActingPolicy, build_policy_net
+from srl.api.config import ConfigError, ExperimentConfig
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
 from srl.runtime.plan import Plan, make_plan
@@ -131,3 +131,112 @@ def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
             "solved": sum(r["solved"] for r in results),
             "median_solved_wall_seconds": round(median, 2) if np.isfinite(median) else None,
             "per_run": results}
+
+
+def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
+    """Env-only ceiling on this machine: a plain loop over one slot of each available backend, random actions.
+
+    Actions are drawn up front (``action_space.sample()`` per step would halve a cheap env's rate).
+    """
+    B = cfg.workers.envs_per_slot
+    rates: dict[str, float | None] = {}
+    for backend in ("gymnasium", "envpool"):
+        try:
+            slot = make_slot(dataclasses.replace(cfg.env, backend=backend), B)
+        except ConfigError:
+            rates[backend] = None  # backend not installed or env not available there
+            continue
+        try:
+            space = slot.single_action_space
+            space.seed(cfg.seed)
+            actions = [np.stack([space.sample() for _ in range(B)]) for _ in range(64)]
+            slot.reset(cfg.seed)
+            rates[backend] = _timed_rate(lambda i: slot.step(actions[i % 64]), B, seconds)
+        finally:
+            slot.close()
+    best = max((r for r in rates.values() if r), default=0.0)
+    return {"bench": "env", "env": cfg.env.id, "envs": B, "seconds": seconds,
+            **{f"{k}_steps_per_second": None if v is None else round(v, 1) for k, v in rates.items()},
+            "ceiling_steps_per_second": round(best, 1)}
+
+
+def _timed_rate(step: Callable[[int], Any], per_call: int, seconds: float, warmup: float = 0.5) -> float:
+    """Calls per second of ``step(i)`` times ``per_call``, after a warm-up."""
+    i, start = 0, time.perf_counter()
+    while time.perf_counter() - start < warmup:
+        step(i)
+        i += 1
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        step(i + n)
+        n += 1
+    return n * per_call / (time.perf_counter() - t0)
+
+
+def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
+    """This machine's compute bound for a config: inference and PPO update cost per sample, measured.
+
+    bound = 1 / (inference seconds per sample + update seconds per sample), where the update cost
+    already contains all epochs (one ``train`` call over a full batch divided by its samples).
+    """
+    plan = make_plan(cfg)
+    w, ppo = cfg.workers, cfg.ppo
+    torch.set_num_threads(w.torch_threads)
+    rng = np.random.default_rng(cfg.seed)
+    policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
+    batch_obs = _random_obs(plan, rng, (w.envs_per_slot * max(1, w.actors * w.ring_size // max(1, w.policy_workers)),))
+    infer = _timed_rate(lambda i: policy.act(batch_obs), len(batch_obs), seconds / 2)
+    algo = PPO(plan.obs_space, plan.action_space, cfg.model, ppo, cfg.seed)
+    batch = _random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
+    samples = int(batch["rewards"].size)
+    algo.train(batch, 0.0)
+    update = _timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
+    bound = 1.0 / (1.0 / infer + 1.0 / update)
+    return {"bench": "compute", "env": cfg.env.id, "torch_threads": w.torch_threads,
+            "inference_batch": len(batch_obs), "inference_samples_per_second": round(infer, 1),
+            "update_batch": samples, "epochs": ppo.epochs, "minibatches": ppo.minibatches,
+            "update_samples_per_second": round(update, 1), "compute_bound_steps_per_second": round(bound, 1)}
+
+
+def _random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> np.ndarray:
+    space = plan.obs_space
+    if space.dtype == np.uint8:
+        return rng.integers(0, 256, (*lead, *space.shape), dtype=np.uint8)
+    return rng.standard_normal((*lead, *space.shape)).astype(space.dtype)
+
+
+def _random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    """A training batch ``[T(+1), n, ...]`` with the real schema and random content."""
+    out = {}
+    for name, spec in plan.layout.fields.items():
+        shape = (spec.shape[0], n, *spec.shape[2:])
+        if name in ("obs", "final_obs"):
+            out[name] = _random_obs(plan, rng, shape[:2])
+        elif name == "actions" and spec.dtype == "int64":
+            out[name] = rng.integers(0, plan.action_space.n, shape)
+        elif spec.dtype == "bool":
+            out[name] = rng.random(shape) < 0.01
+        elif name == "version":
+            out[name] = np.zeros(shape, np.int64)
+        elif name == "logp":
+            out[name] = np.full(shape, -1.0, np.float32)
+        else:
+            out[name] = rng.standard_normal(shape).astype(spec.dtype)
+    return out
+
+
+def bench_train(config: str, seconds: float, overrides: list[str]) -> dict[str, Any]:
+    """End-to-end training throughput: ``srl train`` for ``seconds`` in a fresh process; FPS and time shares."""
+    with tempfile.TemporaryDirectory(prefix="srl-bench-") as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "srl.cli.main", "train", config, "--quiet", "--run-dir", str(run_dir),
+               "--set", "run.target_return=null", "--set", "run.eval_episodes=0",
+               "--set", f"run.max_wall_seconds={seconds}", *[a for o in overrides for a in ("--set", o)]]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"srl train failed: {proc.stderr.strip().splitlines()[-1:]}")
+        summary = json.loads((run_dir / "summary.json").read_text())
+    return {"bench": "train", "config": config, "overrides": overrides, "seconds": seconds,
+            "env_steps": summary["env_steps"], "train_fps": round(summary["train_fps"], 1),
+            "policy_version": summary["policy_version"],
+            "time_fractions": {k: round(v, 3) for k, v in summary["time_fractions"].items()}}

@@ -61,6 +61,7 @@ class ActorWorker(Worker):
         self.has_final_obs = "final_obs" in pool.layout.fields
         self.env_steps = 0
         self.segments = 0
+        self.t_env = self.t_wait = self.t_post = 0.0  # seconds stepping envs, waiting for actions, posting requests
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self) -> None:
@@ -82,6 +83,7 @@ class ActorWorker(Worker):
         self._done_lengths: list[int] = []
         self._last_report = time.monotonic()
         self.inference.connect(self.should_stop)
+        self._t_start = time.perf_counter()
         self._unpark()
 
     def teardown(self) -> None:
@@ -94,7 +96,9 @@ class ActorWorker(Worker):
     def poll(self) -> int:
         if self.parked:
             self._unpark()
+        t0 = time.perf_counter()
         ready = self.inference.ready(self.ring_size, self.wait_timeout if not self.parked else 0.001)
+        self.t_wait += time.perf_counter() - t0
         steps = 0
         for slot in ready.tolist():
             steps += self._step_slot(slot)
@@ -118,7 +122,9 @@ class ActorWorker(Worker):
     def _step_slot(self, slot: int) -> int:
         arrays, a = self.pool.arrays, self.index
         buf, t = int(self.buffer[slot]), int(self.t[slot])
+        t0 = time.perf_counter()
         step = self.slots[slot].step(arrays["actions"][a, buf, t])
+        self.t_env += time.perf_counter() - t0
         reward = step.reward
         if self.rewards is not None:
             arrays["rewards"][a, buf, t] = self.rewards[slot](reward, step.terminated | step.truncated)
@@ -142,7 +148,9 @@ class ActorWorker(Worker):
             self._unpark()
         else:
             self.t[slot] = t
+            t0 = time.perf_counter()
             self.inference.request(slot, buf, t)
+            self.t_post += time.perf_counter() - t0
         n = len(reward)
         self.env_steps += n
         return n
@@ -161,7 +169,9 @@ class ActorWorker(Worker):
         self._last_report = now
         self.reporter.report(
             "actor",
-            {"actor": self.index, "env_steps": self.env_steps, "segments": self.segments},
+            {"actor": self.index, "env_steps": self.env_steps, "segments": self.segments,
+             "t_total": time.perf_counter() - self._t_start, "t_env": self.t_env, "t_wait": self.t_wait,
+             "t_post": self.t_post},
             {"episode_returns": np.asarray(self._done_returns, np.float32),
              "episode_lengths": np.asarray(self._done_lengths, np.int32)},
         )

@@ -34,6 +34,7 @@ class Controller:
         self.trainer: dict[str, Any] = {}
         self.policy: dict[int, Mapping[str, Any]] = {}
         self.lag_hist = np.zeros(1, np.int64)
+        self.timing: dict[str, dict[str, float]] = {}
         self.error: str | None = None
         self.solved_at: float | None = None
         self.solved_env_steps: int | None = None
@@ -46,6 +47,8 @@ class Controller:
     # ------------------------------------------------------------------ reports
     def handle(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """Take one worker report (dispatched by the control channel or called directly)."""
+        if "t_total" in meta and kind in ("actor", "policy", "trainer"):
+            self.timing[f"{kind}{meta[kind]}"] = {k[2:]: float(v) for k, v in meta.items() if k.startswith("t_")}
         if kind == "actor":
             self.actor_steps[int(meta["actor"])] = int(meta["env_steps"])
             returns = arrays.get("episode_returns")
@@ -130,11 +133,22 @@ class Controller:
             "return_mean": self.return_mean,
             "policy_version": int(self.trainer.get("version", 0)),
         }
-        rec.update({k: v for k, v in self.trainer.items() if k not in ("trainer", "version")})
+        rec.update({k: v for k, v in self.trainer.items()
+                    if k not in ("trainer", "version") and not k.startswith("t_")})
+        rec.update(self.time_fractions())
         for stats in self.policy.values():
             batches = max(1, int(stats.get("batches", 0)))
             rec[f"policy{stats['policy']}_mean_batch"] = float(stats.get("samples", 0)) / batches
         return rec
+
+    def time_fractions(self) -> dict[str, float]:
+        """Where each worker's time went, as fractions of its lifetime: ``actor0/env``, ``trainer0/train``, ..."""
+        out = {}
+        for worker, times in sorted(self.timing.items()):
+            total = times.get("total", 0.0)
+            if total > 0:
+                out.update({f"{worker}/{k}": v / total for k, v in times.items() if k != "total"})
+        return out
 
     def summary(self, final_eval: Mapping[str, float] | None) -> dict[str, Any]:
         """``summary.json`` content (see DESIGN.md for the contract)."""
@@ -153,6 +167,7 @@ class Controller:
             "policy_version": int(self.trainer.get("version", 0)),
             "dropped_segments": int(self.trainer.get("dropped_segments", 0)),
             "lag_histogram": self.lag_hist.tolist(),
+            "time_fractions": self.time_fractions(),
         }
         if final_eval is not None:
             out.update({f"final_eval_{k}": v for k, v in final_eval.items()})

@@ -41,21 +41,30 @@ class PolicyWorker(Worker):
         self.requests = 0
         self.batches = 0
         self.samples = 0
+        self.t_wait = self.t_forward = self.t_io = 0.0  # seconds waiting for requests, in the network, moving data
 
     def setup(self) -> None:
         self._last_report = time.monotonic()
         self.params.wait_first(self.should_stop)
+        self._t_start = time.perf_counter()
 
     def poll(self) -> int:
+        t0 = time.perf_counter()
         requests = self.server.gather(self.max_batch, self.wait_timeout)
+        t1 = time.perf_counter()
+        self.t_wait += t1 - t0
         if len(requests) == 0:
             self._report()
             return 0
         if self.params.current < 0 or self.batches % self.pull_interval == 0:
             self.params.refresh()
         obs = self.server.observations(requests)
+        t2 = time.perf_counter()
         actions, logp = self.policy.act(obs)
+        t3 = time.perf_counter()
         self.server.answer(requests, actions, logp, self.params.current)
+        self.t_forward += t3 - t2
+        self.t_io += (t2 - t1) + (time.perf_counter() - t3)
         self.requests += len(requests)
         self.batches += 1
         self.samples += len(obs)
@@ -72,4 +81,6 @@ class PolicyWorker(Worker):
         self._last_report = now
         self.reporter.report("policy", {"policy": self.index, "requests": self.requests,
                                         "batches": self.batches, "samples": self.samples,
-                                        "version": self.params.current})
+                                        "version": self.params.current,
+                                        "t_total": time.perf_counter() - self._t_start, "t_wait": self.t_wait,
+                                        "t_forward": self.t_forward, "t_io": self.t_io})

@@ -57,6 +57,7 @@ class TrainerWorker(Worker):
         self.version = 0
         self.samples = 0
         self.dropped = 0
+        self.t_wait = self.t_copy = self.t_train = 0.0  # seconds waiting for segments, copying them, training
 
     def setup(self) -> None:
         fields = self.consumer.pool.layout.fields
@@ -69,11 +70,16 @@ class TrainerWorker(Worker):
         self._lags: list[np.ndarray] = []
         self._last_checkpoint = time.monotonic()
         self.publisher.publish(self.version, self.algorithm.policy_state())
+        self._t_start = time.perf_counter()
 
     def poll(self) -> int:
+        t0 = time.perf_counter()
         records = self.consumer.receive(self.batch_segments - self._filled, self.wait_timeout)
+        t1 = time.perf_counter()
         for actor, buf in records.tolist():
             self._take(actor, buf)
+        self.t_wait += t1 - t0
+        self.t_copy += time.perf_counter() - t1
         if self._filled < self.batch_segments:
             return len(records)
         self._update()
@@ -104,6 +110,7 @@ class TrainerWorker(Worker):
         progress = min(1.0, self.samples / self.total_env_steps)
         t0 = time.perf_counter()
         stats = self.algorithm.train(self.batch, progress)
+        self.t_train += time.perf_counter() - t0
         n = int(self.batch["rewards"].size)
         self.samples += n
         self.version += 1
@@ -115,6 +122,8 @@ class TrainerWorker(Worker):
             "dropped_segments": self.dropped, "update_seconds": time.perf_counter() - t0,
             "lag_mean": float(lags.mean()), "lag_max": int(lags.max()),
             "bytes_published": self.publisher.bytes_published,
+            "t_total": time.perf_counter() - self._t_start, "t_wait": self.t_wait, "t_copy": self.t_copy,
+            "t_train": self.t_train,
         }
         meta.update({k: float(v) for k, v in stats.items()})
         self.reporter.report("trainer", meta, {"lag_hist": np.bincount(lags, minlength=1).astype(np.int64)})

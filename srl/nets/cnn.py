@@ -1,0 +1,52 @@
+"""The Nature DQN convolutional torso (Mnih et al. 2015), the standard encoder for Atari frames."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["NatureCNN"]
+
+_CONVS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+"""(out channels, kernel, stride) of each convolution, no padding."""
+
+
+def _conv_out(size: int, kernel: int, stride: int) -> int:
+    """Spatial size after one unpadded convolution."""
+    return (size - kernel) // stride + 1
+
+
+def _init_orthogonal(layer: nn.Conv2d | nn.Linear) -> nn.Conv2d | nn.Linear:
+    """Orthogonal weights with gain sqrt(2) (ReLU), zero bias: the init PPO's Atari results rely on."""
+    nn.init.orthogonal_(layer.weight, gain=math.sqrt(2.0))
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+class NatureCNN(nn.Module):
+    """``uint8 [N, C, H, W]`` frames -> 512 features: three ReLU convolutions, then a ReLU linear layer.
+
+    Observations stay uint8 all the way to here (4x less memory and copying in
+    the streams than float32); scaling to [0, 1] happens inside ``forward``.
+    """
+
+    def __init__(self, obs_shape: tuple[int, int, int]) -> None:
+        super().__init__()
+        channels, height, width = (int(d) for d in obs_shape)
+        layers: list[nn.Module] = []
+        for out_channels, kernel, stride in _CONVS:
+            layers += [_init_orthogonal(nn.Conv2d(channels, out_channels, kernel, stride)), nn.ReLU()]
+            channels = out_channels
+            height, width = _conv_out(height, kernel, stride), _conv_out(width, kernel, stride)
+        if height < 1 or width < 1:
+            raise ValueError(f"NatureCNN: image {tuple(obs_shape)} is too small for its convolutions (needs >= 36x36)")
+        self.out_dim: int = 512
+        layers += [nn.Flatten(), _init_orthogonal(nn.Linear(channels * height * width, self.out_dim)), nn.ReLU()]
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """``[N, C, H, W]`` pixels in 0..255 (any real dtype) -> features ``[N, 512]``."""
+        return self.layers(obs.to(torch.float32, copy=True).mul_(1.0 / 255.0))
