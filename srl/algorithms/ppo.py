@@ -112,9 +112,11 @@ class PPO:
         values, next_values = v_all[:T], v_all[1:].clone()
         truncated = torch.from_numpy(batch["truncated"])
         terminated = torch.from_numpy(batch["terminated"])
-        if "final_obs" in batch and bool(truncated.any()):
-            final = torch.from_numpy(batch["final_obs"])[truncated]
-            next_values[truncated] = self.value(final)
+        if bool(truncated.any()):
+            if "final_obs" in batch:
+                next_values[truncated] = self.value(torch.from_numpy(batch["final_obs"])[truncated])
+            else:  # image observations carry no final_obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
+                next_values[truncated] = values[truncated]
         rewards = torch.from_numpy(batch["rewards"])
         adv, ret = gae(rewards, values, next_values, terminated.float(), (terminated | truncated).float(),
                        self.cfg.gamma, self.cfg.gae_lambda)

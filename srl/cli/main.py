@@ -1,4 +1,4 @@
-"""The ``srl`` command line: ``srl train CONFIG [--set key=value ...] [--run-dir DIR]`` and ``srl bench``."""
+"""The ``srl`` command line: ``srl train CONFIG [--set key=value ...] [--run-dir DIR]``, ``srl bench``, ``srl plot``."""
 
 from __future__ import annotations
 
@@ -34,9 +34,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a config field, e.g. --set ppo.lr=0.001 (repeatable)")
     t.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     t.add_argument("--quiet", action="store_true", help="no progress line")
-    from srl.cli.bench import add_parser
+    from srl.cli import bench, plot
 
-    add_parser(sub)
+    bench.add_parser(sub)
+    plot.add_parser(sub)
     return p
 
 
@@ -59,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             from srl.cli.bench import run_bench
 
             return run_bench(args)
+        if args.command == "plot":
+            from srl.cli.plot import run_plot
+
+            return run_plot(args)
     except ConfigError as exc:
         print(f"srl: error: {exc}", file=sys.stderr)
         return 2

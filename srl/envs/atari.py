@@ -220,7 +220,8 @@ def make_atari(
     default to 0.25, Gymnasium v5's value (Machado et al. 2018), and are set
     explicitly because the emulator runs with ``frameskip=1`` under our own
     frame skip. ``max_episode_steps`` counts agent steps (after frame skip)
-    over a whole game, across lives; independently, ALE truncates any game at
+    over a whole game, across lives, including the FIRE and no-op steps that
+    follow a reset; independently, ALE truncates any game at
     :data:`ALE_MAX_FRAMES` emulator frames.
     """
     _register_ale()

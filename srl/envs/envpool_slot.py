@@ -18,9 +18,10 @@ stays the reference, and this slot must be indistinguishable from it:
   real end is ``info["terminated"]`` (ALE ``game_over``). ``episode_end`` is
   built from that, as GymSlot builds it from the ``life_loss`` info key.
 * **Spaces.** Observation spaces come from EnvPool's spec (they equal
-  Gymnasium's for every mapped id: shape, dtype and bounds); Box action spaces
-  are exposed as float32, like Gymnasium's MuJoCo envs, and actions are clipped
-  to their bounds here (our ``make_env`` does the same with ``ClipAction``).
+  Gymnasium's for every mapped id: shape, dtype and bounds). Box action spaces
+  are exposed exactly as GymSlot's ``ClipAction``-wrapped env exposes them
+  (float32, unbounded: the policy's raw samples are valid actions) and clipped
+  here to EnvPool's bounds, which equal Gymnasium's.
 * **Seeding.** EnvPool takes its seed at construction, so the pool is built by
   ``reset(seed)`` and rebuilt by a later ``reset`` once it has been used: the
   same seed then gives the same episodes, as with GymSlot.
@@ -46,9 +47,13 @@ Known differences from Gymnasium, all rare or small:
   Gymnasium reports ``terminated`` and ``truncated``; EnvPool only ``truncated``
   (it computes ``terminated = done & ~trunc``), so the learner bootstraps from
   that one terminal state.
-* On Atari, EnvPool's life-loss reset runs 1-30 random no-ops and FIRE before
-  the next observation and keeps the frame stack, where a Baselines-style
-  episodic-life wrapper takes one no-op step.
+* Atari, against :func:`srl.envs.atari.make_atari`: after a lost life EnvPool
+  takes 0-29 random no-ops and FIRE and keeps the frame stack, where
+  ``make_atari`` takes one no-op and FIRE and restarts the stack; after a real
+  reset EnvPool takes 0-29 no-ops before FIRE (1-30 without fire reset),
+  ``make_atari`` 1-30; ``noop_max=0`` becomes EnvPool's 1 (see
+  :func:`_check_atari`). The game's cap is 27000 agent steps in EnvPool and
+  108000 emulator frames in ALE (about the same; ALE also counts reset frames).
 """
 
 from __future__ import annotations
@@ -85,15 +90,9 @@ ATARI_DEFAULTS: dict[str, Any] = {
 """EnvPool Atari options that reproduce our Gymnasium preprocessing (EnvPool's own defaults differ:
 no sticky actions, no episodic life)."""
 
-_ATARI_ALIASES = {
-    "frameskip": "frame_skip",
-    "terminal_on_life_loss": "episodic_life",
-    "fire_reset": "use_fire_reset",
-    "grayscale_obs": "gray_scale",
-    "frame_stack": "stack_num",
-    "stack_size": "stack_num",
-}
-"""Gymnasium / ``srl.envs.atari`` spellings of Atari options -> EnvPool's."""
+_ATARI_ALIASES = {"fire_reset": "use_fire_reset", "frame_stack": "stack_num"}
+"""``srl.envs.atari.make_atari`` spellings of Atari options -> EnvPool's (``screen_size`` sets both image sides;
+``noop_max``, ``frame_skip``, ``episodic_life``, ``repeat_action_probability`` are spelled alike)."""
 
 _POOL_KEYS = frozenset({"num_threads", "thread_affinity_offset"})
 """``env.kwargs`` that shape the pool rather than the environment (EnvPool backend only)."""
@@ -112,13 +111,17 @@ def _import_envpool() -> Any:
     return envpool
 
 
-def default_num_threads(num_envs: int) -> int:
+def default_num_threads(num_envs: int, env_id: str) -> int:
     """EnvPool worker threads per slot when ``env.kwargs.num_threads`` is not given.
 
-    One thread per core this process may use, at most one per env. Every actor
-    process owns its own pools, so asking for more threads than cores only adds
-    contention; EnvPool's own default (0) means one per env.
+    Classic-control steps take about a microsecond, so handing them to worker
+    threads costs more than it saves: one thread (measured on CartPole, 16 envs:
+    ~1.5x the steps/s of two threads). Heavier envs get one thread per core
+    this process may use, at most one per env; more than that only adds
+    contention, since every actor process runs its own pools.
     """
+    if env_id in _CLASSIC_IDS:
+        return 1
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -170,7 +173,32 @@ def envpool_options(cfg: EnvConfig, task: str, atari: bool, config_keys: set[str
             raise ConfigError(f"env.kwargs.{key}: not supported by EnvPool's {task!r}")
     if cfg.max_episode_steps is not None:
         options["max_episode_steps"] = cfg.max_episode_steps
+    if atari:
+        spelled = {name: key for key, name in _ATARI_ALIASES.items() if key in cfg.kwargs}
+        spelled.update({"img_height": "screen_size", "img_width": "screen_size"} if "screen_size" in cfg.kwargs else {})
+        _check_atari(options, spelled)
     return options
+
+
+def _check_atari(options: dict[str, Any], spelled: dict[str, str]) -> None:
+    """Refuse Atari settings EnvPool would crash on, and map ``noop_max=0`` to what EnvPool can do.
+
+    EnvPool draws its no-ops from ``uniform(0, noop_max - 1)``: ``noop_max=0`` is
+    undefined there (it segfaults in 1.2.5). With ``noop_max=1`` EnvPool takes
+    ``1 - fire_reset`` no-ops, i.e. none when FIRE is pressed, which is what
+    ``noop_max=0`` means to :func:`srl.envs.atari.make_atari` (one no-op frame more when fire reset is off).
+    """
+    for name in ("noop_max", "frame_skip", "stack_num", "img_height", "img_width"):
+        value = options[name]
+        key, least = spelled.get(name, name), 0 if name == "noop_max" else 1
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ConfigError(f"env.kwargs.{key}: must be an integer, got {value!r}")
+        if value < least:
+            raise ConfigError(f"env.kwargs.{key}: must be >= {least}, got {value}")
+    options["noop_max"] = max(1, int(options["noop_max"]))
+    if not 0.0 <= float(options["repeat_action_probability"]) <= 1.0:
+        raise ConfigError("env.kwargs.repeat_action_probability: must be in [0, 1], "
+                          f"got {options['repeat_action_probability']}")
 
 
 class EnvPoolSlot:
@@ -183,7 +211,7 @@ class EnvPoolSlot:
         self.task, self.atari = resolve_task(cfg.id, set(self._envpool.list_all_envs()))
         keys = set(self._envpool.make_spec(self.task).config._fields)
         self._options = envpool_options(cfg, self.task, self.atari, keys)
-        self._options.setdefault("num_threads", default_num_threads(num_envs))
+        self._options.setdefault("num_threads", default_num_threads(num_envs, self.task))
         try:
             # The spec alone (no environments) validates the options and gives the spaces.
             spec = self._envpool.make_spec(self.task, num_envs=num_envs, batch_size=num_envs,
@@ -203,9 +231,9 @@ class EnvPoolSlot:
             self.single_action_space = gym.spaces.Discrete(int(act_space.n), start=int(act_space.start))
             self._low = self._high = None
         elif isinstance(act_space, gym.spaces.Box):
-            # Gymnasium's MuJoCo envs declare float32 actions; EnvPool float64. Expose Gymnasium's.
-            self.single_action_space = gym.spaces.Box(act_space.low.astype(np.float32),
-                                                      act_space.high.astype(np.float32), dtype=np.float32)
+            # As GymSlot's env (ClipAction over Gymnasium's float32 Box): any float32 action is accepted, the
+            # space is unbounded, and the env sees it clipped to EnvPool's (float64) bounds below.
+            self.single_action_space = gym.spaces.Box(-np.inf, np.inf, act_space.shape, dtype=np.float32)
             self._low = act_space.low.astype(np.float64)
             self._high = act_space.high.astype(np.float64)
         else:
@@ -222,6 +250,7 @@ class EnvPoolSlot:
         return int(self._options["num_threads"])
 
     def _build(self, seed: int) -> None:
+        """A fresh pool seeded with ``seed`` (EnvPool seeds env ``i`` from ``seed`` and ``i``), replacing the old one."""
         self.close()
         try:
             self._pool = self._envpool.make(self.task, env_type="gymnasium", num_envs=self.num_envs,
@@ -247,6 +276,7 @@ class EnvPoolSlot:
         return out
 
     def _actions(self, actions: np.ndarray) -> np.ndarray:
+        """Actions in EnvPool's dtype (int32 / float64); Box actions clipped to the bounds, as ClipAction does."""
         if self._low is None:
             return np.asarray(actions).astype(np.int32, copy=False).reshape(self.num_envs)
         a = np.asarray(actions, dtype=np.float64).reshape((self.num_envs, *self._low.shape))

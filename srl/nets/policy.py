@@ -73,16 +73,17 @@ class ObsEncoder(nn.Module):
         )
         self.torso: nn.Module
         self.out_dim: int
+        # Plain tuple (not a registered container) so the hot path avoids
+        # nn.Module attribute lookup; the layers are still owned by ``torso``.
+        self._layers: tuple[nn.Module, ...]
         if self.is_image:
             c, h, w = self.obs_shape
             cnn = NatureCNN((c, h, w))
-            self.torso, self.out_dim = cnn, cnn.out_dim
+            self.torso, self.out_dim, self._layers = cnn, cnn.out_dim, (cnn,)
         else:
-            self.torso = mlp(self.obs_dim, hidden, activation, layer_norm)
+            torso = mlp(self.obs_dim, hidden, activation, layer_norm)
+            self.torso, self._layers = torso, tuple(torso)
             self.out_dim = int(hidden[-1]) if len(hidden) else self.obs_dim
-        # Plain tuple (not a registered container) so the hot path avoids
-        # nn.Module attribute lookup; the layers are still owned by ``torso``.
-        self._layers: tuple[nn.Module, ...] = (self.torso,) if self.is_image else tuple(self.torso)  # type: ignore[arg-type]
 
     def forward(self, obs: Tensor) -> Tensor:
         """``[N, *obs_shape]`` (any real dtype) -> features ``[N, out_dim]``."""

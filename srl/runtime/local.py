@@ -31,7 +31,9 @@ from srl.system.controller import Controller
 
 log = logging.getLogger(__name__)
 
-JOIN_TIMEOUT = 15.0
+JOIN_TIMEOUT = 120.0
+"""How long stopping workers may take: a trainer finishes its current update (tens of seconds for a CNN on a CPU)
+and writes its final checkpoint; killing it would lose both."""
 
 
 def _set_parent_death_signal() -> None:

@@ -36,7 +36,7 @@ def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float 
         if progress is not None:
             progress.write("\n")
         final_eval = None
-        if snapshot is not None and cfg.run.eval_episodes > 0 and controller.error is None:
+        if snapshot is not None and cfg.run.eval_episodes > 0 and controller.stop_reason not in ("error", "interrupted"):
             final_eval = evaluate(plan, snapshot, cfg.run.eval_episodes, seed=cfg.seed + 999_983)
         summary = controller.summary(final_eval)
         summary["run_dir"] = str(rd.path)

@@ -80,7 +80,7 @@ class TrainerWorker(Worker):
             self._take(actor, buf)
         self.t_wait += t1 - t0
         self.t_copy += time.perf_counter() - t1
-        if self._filled < self.batch_segments:
+        if self._filled < self.batch_segments or self.should_stop():
             return len(records)
         self._update()
         if self.checkpoint_dir is not None and time.monotonic() - self._last_checkpoint > self.checkpoint_interval:
