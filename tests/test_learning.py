@@ -33,3 +33,10 @@ def test_bench_sampling_reports_both_paths_and_their_ratio():
     assert result["ratio"] == pytest.approx(
         result["full_path_steps_per_second"] / result["plain_loop_steps_per_second"], rel=1e-2)
     assert result["mean_inference_batch"] >= 16  # at least one slot of 16 envs per forward pass
+
+
+def test_continuous_actions_learn_pendulum(tmp_path):
+    cfg = load_config("configs/pendulum_ppo.yaml", ["runtime=inline", "run.max_wall_seconds=240"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["solved"], summary  # mean of the last 20 episodes >= -250 (a random policy scores ~ -1200)
+    assert summary["final_eval_return_mean"] >= -400

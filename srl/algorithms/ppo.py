@@ -23,7 +23,8 @@ from srl.nets.policy import PolicyNet, ValueNet
 
 def build_policy_net(obs_space: gym.spaces.Box, action_space: gym.spaces.Space, model: ModelConfig) -> PolicyNet:
     return PolicyNet(obs_space, action_space, hidden=model.hidden, activation=model.activation,
-                     layer_norm=model.layer_norm, normalize_obs=model.normalize_obs)
+                     layer_norm=model.layer_norm, normalize_obs=model.normalize_obs,
+                     init_log_std=model.init_log_std)
 
 
 class ActingPolicy:

@@ -108,6 +108,8 @@ class ModelConfig:
     """LayerNorm after each hidden linear layer."""
     normalize_obs: bool = True
     """Running mean/std observation normalization inside the networks (its statistics ship with the parameters)."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions; state-independent, learned)."""
 
     def __post_init__(self) -> None:
         _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden), "hidden",

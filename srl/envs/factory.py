@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -16,6 +17,8 @@ import numpy as np
 from gymnasium.wrappers import ClipAction
 
 from srl.api.config import ConfigError, EnvConfig
+
+log = logging.getLogger(__name__)
 
 
 def _resolve(env_id: str) -> Callable[..., gym.Env]:
@@ -38,9 +41,11 @@ def _resolve(env_id: str) -> Callable[..., gym.Env]:
         except ImportError:
             raise ConfigError(f"env.id: {env_id!r} needs ale-py (pip install 'srl[atari]')") from None
     try:
-        gym.spec(env_id)
+        spec = gym.spec(env_id)
     except gym.error.Error:
         raise ConfigError(f"env.id: unknown environment {env_id!r}") from None
+    if "mujoco" in str(spec.entry_point):
+        _quiet_mujoco_compiler()
     if atari:
         # Imported here: srl.envs.atari imports srl.envs.slots, which imports this module.
         from srl.envs.atari import make_atari
@@ -48,6 +53,22 @@ def _resolve(env_id: str) -> Callable[..., gym.Env]:
         # env.kwargs become make_atari's keyword arguments (preprocessing switches, sticky actions).
         return functools.partial(make_atari, env_id)
     return lambda **kw: gym.make(env_id, **kw)
+
+
+@functools.cache
+def _quiet_mujoco_compiler() -> None:
+    """Drop one known warning: Gymnasium's MuJoCo models use ``settotalmass``, which MuJoCo 4 deprecates
+    and reports at every model load (hundreds of identical lines per run). Other MuJoCo warnings are logged."""
+    try:
+        import mujoco
+    except ImportError:
+        return
+
+    def handler(message: str) -> None:
+        if "settotalmass" not in message:
+            log.warning("mujoco: %s", message)
+
+    mujoco.set_mju_user_warning(handler)
 
 
 def make_env(cfg: EnvConfig) -> gym.Env:

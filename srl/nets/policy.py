@@ -177,6 +177,7 @@ class PolicyNet(nn.Module):
         activation: str = "tanh",
         layer_norm: bool = False,
         normalize_obs: bool = True,
+        init_log_std: float = 0.0,
     ) -> None:
         super().__init__()
         self.encoder = ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
@@ -191,7 +192,7 @@ class PolicyNet(nn.Module):
             )
         self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, self.act_dim), 0.01)
         self.log_std: nn.Parameter | None = (
-            None if self.discrete else nn.Parameter(torch.zeros(self.act_dim))
+            None if self.discrete else nn.Parameter(torch.full((self.act_dim,), float(init_log_std)))
         )
         self._flat = _FlatState(_state_tensors(self))
 

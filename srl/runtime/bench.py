@@ -92,9 +92,10 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
 
 def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     """One JSON-ready measurement: full path, plain loop, ratio."""
+    torch.set_num_threads(1)  # the controller forks workers first: keep it single-threaded until then
     plan = make_plan(cfg)
-    plain = sampling_plain_loop(plan, seconds)
     full = sampling_full_path(plan, seconds)
+    plain = sampling_plain_loop(plan, seconds)
     w = cfg.workers
     return {
         "bench": "sampling",
@@ -184,7 +185,7 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     torch.set_num_threads(w.torch_threads)
     rng = np.random.default_rng(cfg.seed)
     policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
-    batch_obs = _random_obs(plan, rng, (w.envs_per_slot * max(1, w.actors * w.ring_size // max(1, w.policy_workers)),))
+    batch_obs = _random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
     infer = _timed_rate(lambda i: policy.act(batch_obs), len(batch_obs), seconds / 2)
     algo = PPO(plan.obs_space, plan.action_space, cfg.model, ppo, cfg.seed)
     batch = _random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)

@@ -76,7 +76,14 @@ def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_di
 
 
 def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
-    """Run until the controller says stop; return the newest policy snapshot."""
+    """Run until the controller says stop; return the newest policy snapshot.
+
+    Call it from a process that has not yet run multi-threaded torch work (``srl train`` guarantees
+    this): forked workers inherit OpenMP's thread-pool state and hang if they use more than one thread.
+    """
+    # A forked child inherits the parent's OpenMP state; if the parent ever ran a multi-threaded torch op,
+    # the child's own parallel regions hang. The controller therefore stays single-threaded.
+    torch.set_num_threads(1)
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     ctx = mp.get_context(method)
     fabric = SharedFabric(plan)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gymnasium as gym
+import torch
 
 from srl.algorithms.ppo import build_policy_net
 from srl.api.batch import segment_fields
@@ -34,5 +35,6 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     fields = segment_fields(obs_space.shape, obs_space.dtype, action_shape, action_dtype,
                             w.segment_length, w.envs_per_slot, with_final_obs=len(obs_space.shape) == 1)
     layout = PoolLayout(actors=w.actors, buffers=w.buffers_per_actor, fields=fields)
-    param_size = build_policy_net(obs_space, action_space, cfg.model).flat_size()
+    with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
+        param_size = build_policy_net(obs_space, action_space, cfg.model).flat_size()
     return Plan(cfg, obs_space, action_space, layout, param_size, null_trainer)

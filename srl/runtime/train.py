@@ -21,6 +21,8 @@ def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float 
           progress: TextIO | None = sys.stderr) -> dict[str, Any]:
     """Train, evaluate the final policy, write ``summary.json``; return the summary."""
     start_time = time.time() if start_time is None else start_time
+    # Inline: workers run here. Local: the controller must stay single-threaded before forking (see local.py).
+    torch.set_num_threads(cfg.workers.torch_threads if cfg.runtime == "inline" else 1)
     sweep_stale()  # segments left by runs that were killed with SIGKILL
     plan = make_plan(cfg)
     rd = RunDir(run_dir or default_run_dir(cfg), cfg)
@@ -30,7 +32,6 @@ def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float 
             from srl.runtime.inline import run_inline as runner
         else:
             from srl.runtime.local import run_local as runner
-        torch.set_num_threads(cfg.workers.torch_threads)
         snapshot = runner(plan, controller, rd.path)
         controller.tick(force=True)
         if progress is not None:
