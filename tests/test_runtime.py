@@ -163,3 +163,40 @@ def test_worker_failure_ends_the_run_with_one_clear_error(tmp_path, runtime):
     assert last.startswith("srl: error: ") and "injected failure at step 300" in last, proc.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["stop_reason"] == "error" and "injected failure" in summary["error"]
+
+
+def test_a_run_directory_is_never_shared(tmp_path):
+    cfg = load_config(CARTPOLE, ["runtime=inline", "run.total_env_steps=600", "run.target_return=null",
+                                 "run.eval_episodes=0"])
+    train(cfg, tmp_path / "run", progress=None)
+    proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"srl: error: {tmp_path / 'run'}: already holds a run; choose another --run-dir"
+
+
+def test_sigterm_stops_the_inline_runtime_cleanly(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run), "--set",
+         "runtime=inline", "--set", "run.total_env_steps=100000000", "--set", "run.target_return=null",
+         "--set", "run.log_interval_seconds=0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            metrics = run / "metrics.jsonl"
+            if metrics.exists() and any(json.loads(l).get("policy_version", 0) >= 2
+                                        for l in metrics.read_text().splitlines()):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("training did not start")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert json.loads((run / "summary.json").read_text())["stop_reason"] == "interrupted"
+    assert list((run / "checkpoints").glob("ckpt_*.pt"))

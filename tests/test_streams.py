@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -10,6 +12,8 @@ from srl.api.batch import segment_fields
 from srl.base import wire
 from srl.base.channel import InProcChannel
 from srl.base.seqlock import VersionedBuffer
+from srl.api.config import ExperimentConfig
+from srl.system.controller import Controller
 from srl.system.control import ControlReceiver, DirectReporter, ZmqReporter
 from srl.system.params import ParamPublisher, ParamSubscriber
 from srl.system.policy_worker import PolicyWorker
@@ -89,6 +93,7 @@ def test_sample_stream_round_trip_and_back_pressure():
     assert pool.state[1, first] == READY and pool.state[1, second] == FILLING
     channel.send((9, 0))  # malformed: no such actor
     channel.send((0, 5))  # malformed: no such buffer
+    channel.send((1, second))  # not submitted (still FILLING): a duplicate or forged record is ignored
     records = consumer.receive(8, 0.0)
     assert records.tolist() == [[1, first]]
     assert (pool.segment(1, first)["rewards"] == 3.5).all()
@@ -113,8 +118,14 @@ def test_param_subscriber_only_moves_forward():
 
 def test_control_channel_rejects_malformed_messages_and_keeps_running(tmp_path):
     got: list = []
+    controller = Controller(ExperimentConfig(), None, time.time(), progress=None)
+
+    def handler(kind, meta, arrays):
+        controller.handle(kind, meta, arrays)  # the real consumer: raises on well-framed but wrong content
+        got.append((kind, dict(meta), dict(arrays)))
+
     address = f"ipc://{tmp_path}/control"
-    receiver = ControlReceiver(address, lambda kind, meta, arrays: got.append((kind, dict(meta), dict(arrays))))
+    receiver = ControlReceiver(address, handler)
     sender = ZmqReporter(address)
     try:
         raw = sender._sock
@@ -122,16 +133,19 @@ def test_control_channel_rejects_malformed_messages_and_keeps_running(tmp_path):
         raw.send_multipart(wire.encode("nonsense", {}, {"a": 1}))
         header, buf = wire.encode("actor", {"x": np.arange(4, dtype=np.int32)}, {"actor": 0})
         raw.send_multipart([header, bytes(buf)[:-1]])  # truncated buffer
+        sender.report("actor", {"actor": 0})  # well framed, but no env_steps
+        sender.report("trainer", {"trainer": 0, "version": 1}, {"lag_hist": np.ones(3, np.float32)})  # wrong dtype
         sender.report("actor", {"actor": 1, "env_steps": 10}, {"episode_returns": np.array([1.5], np.float32)})
         handled = 0
         for _ in range(40):
             handled += receiver.drain(0.05)
             if handled:
                 break
-        assert handled == 1 and receiver.rejected == 3
+        assert handled == 1 and receiver.rejected == 5
         kind, meta, arrays = got[0]
         assert kind == "actor" and meta == {"actor": 1, "env_steps": 10}
         assert arrays["episode_returns"].tolist() == [1.5]
+        assert controller.env_steps == 10 and list(controller.window) == [1.5]
     finally:
         sender.close()
         receiver.close()

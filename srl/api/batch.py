@@ -22,6 +22,11 @@ class FieldSpec:
     dtype: str
 
 
+def is_image(shape: tuple[int, ...], dtype: np.dtype | str) -> bool:
+    """Image observations (``[C, H, W]`` uint8) go through a CNN and are not normalized or kept as ``final_obs``."""
+    return len(shape) == 3 and np.dtype(dtype) == np.uint8
+
+
 def segment_fields(
     obs_shape: tuple[int, ...],
     obs_dtype: np.dtype | str,

@@ -71,8 +71,8 @@ class Worker(ABC):
     def run(self, should_stop: Callable[[], bool]) -> None:
         """The worker loop used by process-per-worker runtimes."""
         self.should_stop = should_stop
-        self.setup()
         try:
+            self.setup()
             while not should_stop():
                 self.poll()
         finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import errno
 import os
 import re
 import secrets
@@ -104,6 +105,7 @@ class ShmArray:
         try:
             # mmap of length 0 is invalid, so zero-size arrays still get 1 byte.
             os.ftruncate(fd, max(nbytes, 1))
+            _reserve(fd, max(nbytes, 1), path)
             mm = mmap.mmap(fd, max(nbytes, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
@@ -194,11 +196,26 @@ def unlink_all(tag: str) -> int:
     return sum(_remove(name) for name in list_segments(tag))
 
 
+def _reserve(fd: int, nbytes: int, path: Path) -> None:
+    """Allocate the pages now: tmpfs files are sparse, and touching a page that no longer fits
+    kills the process with SIGBUS far from here. A full shm dir fails at creation, in one line."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.ENOMEM):
+            raise OSError(exc.errno, f"not enough space in {path.parent} for {nbytes / 2**20:.1f} MiB "
+                                     f"of shared memory ({path.name})") from None
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+
+
 def _remove(name: str) -> bool:
     """Unlink one entry, tolerating a concurrent removal."""
     try:
         os.unlink(shm_dir() / name)
-    except FileNotFoundError:
+    except OSError:  # already gone, or not ours to remove (sticky /dev/shm)
         return False
     return True
 
@@ -231,8 +248,15 @@ def sweep_stale() -> int:
     ``shm_dir`` between containers with separate pid namespaces.
     """
     removed = 0
+    uid = os.getuid()
     for name in list_segments():
         pid = _creator_pid(name)
-        if pid is not None and not _pid_alive(pid):
-            removed += _remove(name)
+        if pid is None or _pid_alive(pid):
+            continue
+        try:
+            if (shm_dir() / name).stat().st_uid != uid:  # another user's leftovers are theirs to sweep
+                continue
+        except OSError:
+            continue
+        removed += _remove(name)
     return removed

@@ -21,6 +21,7 @@ import torch
 from gymnasium import spaces
 from torch import Tensor, nn
 
+from srl.api.batch import is_image
 from srl.nets.cnn import NatureCNN
 from srl.nets.mlp import init_linear, mlp
 from srl.nets.normalizer import RunningMeanStd
@@ -67,7 +68,7 @@ class ObsEncoder(nn.Module):
             )
         self.obs_shape: tuple[int, ...] = tuple(int(d) for d in obs_space.shape)
         self.obs_dim: int = int(np.prod(self.obs_shape)) if self.obs_shape else 1
-        self.is_image: bool = len(self.obs_shape) == 3
+        self.is_image: bool = is_image(self.obs_shape, obs_space.dtype)
         self.obs_normalizer: RunningMeanStd | None = (
             RunningMeanStd(self.obs_shape) if normalize_obs and not self.is_image else None
         )

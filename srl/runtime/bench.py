@@ -145,7 +145,9 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         try:
             slot = make_slot(dataclasses.replace(cfg.env, backend=backend), B)
         except ConfigError:
-            rates[backend] = None  # backend not installed or env not available there
+            if backend == "gymnasium":
+                raise  # a bad env id is an error, not a ceiling of 0
+            rates[backend] = None  # EnvPool not installed, or this env not available there
             continue
         try:
             space = slot.single_action_space

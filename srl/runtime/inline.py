@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from pathlib import Path
+from types import FrameType
 
 import numpy as np
 
@@ -15,11 +18,22 @@ from srl.system.controller import Controller
 log = logging.getLogger(__name__)
 
 
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
 def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
     """Run until the controller says stop (or Ctrl-C); return the newest policy snapshot."""
     fabric = InlineFabric(plan, controller.handle)
     workers = []
     current = "setup"
+    previous = signal.getsignal(signal.SIGTERM) if _main_thread() else None
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt  # same clean stop as Ctrl-C: teardown, final checkpoint, summary
+
+    if previous is not None:
+        signal.signal(signal.SIGTERM, on_term)
     try:
         for role, index in worker_roles(plan):
             current = f"{role}{index}"
@@ -38,6 +52,8 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.n
         log.debug("worker %s failed", current, exc_info=True)
         controller.fail(f"{current}: {type(exc).__name__}: {exc}")
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         for worker in reversed(workers):
             worker.teardown()
     buffer = fabric.params()

@@ -68,7 +68,8 @@ def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_di
         worker.run(lambda: bool(stop[0]) or stopping["now"])
     except Exception as exc:  # report any worker failure in one line, then exit non-zero
         log.debug("worker %s%d failed:\n%s", role, index, traceback.format_exc())
-        reporter.report("error", {"worker": f"{role}{index}", "message": f"{type(exc).__name__}: {exc}"})
+        message = f"{type(exc).__name__}: {exc}"
+        reporter.report("error", {"worker": f"{role}{index}", "message": message[:2000]})
         code = 1
     finally:
         fabric.close_worker_side()

@@ -8,7 +8,7 @@ import gymnasium as gym
 import torch
 
 from srl.algorithms.ppo import build_policy_net
-from srl.api.batch import segment_fields
+from srl.api.batch import is_image, segment_fields
 from srl.api.config import ExperimentConfig
 from srl.envs.factory import action_info, env_spaces
 from srl.system.streams import PoolLayout
@@ -33,7 +33,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     action_shape, action_dtype = action_info(action_space)
     w = cfg.workers
     fields = segment_fields(obs_space.shape, obs_space.dtype, action_shape, action_dtype,
-                            w.segment_length, w.envs_per_slot, with_final_obs=len(obs_space.shape) == 1)
+                            w.segment_length, w.envs_per_slot, with_final_obs=not is_image(obs_space.shape, obs_space.dtype))
     layout = PoolLayout(actors=w.actors, buffers=w.buffers_per_actor, fields=fields)
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
         param_size = build_policy_net(obs_space, action_space, cfg.model).flat_size()

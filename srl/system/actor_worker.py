@@ -62,12 +62,17 @@ class ActorWorker(Worker):
         self.env_steps = 0
         self.segments = 0
         self.t_env = self.t_wait = self.t_post = 0.0  # seconds stepping envs, waiting for actions, posting requests
+        self.slots: list[Slot] = []
+        self._done_returns: list[float] = []
+        self._done_lengths: list[int] = []
+        self._last_report = 0.0
+        self._t_start = time.perf_counter()
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self) -> None:
-        self.slots: list[Slot] = []
         self.buffer = np.full(self.ring_size, -1, np.int64)
         self.t = np.zeros(self.ring_size, np.int64)
+        self.pending = np.zeros(self.ring_size, bool)  # a request of this slot is out
         self.obs: list[Any] = []
         self.parked: list[int] = []
         for slot in range(self.ring_size):
@@ -79,8 +84,6 @@ class ActorWorker(Worker):
         self.rewards = [self._make_reward_transform(B) for _ in self.slots] if self._make_reward_transform else None
         self.ep_return = np.zeros((self.ring_size, B), np.float64)
         self.ep_length = np.zeros((self.ring_size, B), np.int64)
-        self._done_returns: list[float] = []
-        self._done_lengths: list[int] = []
         self._last_report = time.monotonic()
         self.inference.connect(self.should_stop)
         self._t_start = time.perf_counter()
@@ -88,7 +91,7 @@ class ActorWorker(Worker):
 
     def teardown(self) -> None:
         self._report(force=True)
-        for env in getattr(self, "slots", []):
+        for env in self.slots:
             env.close()
         self.slots = []
 
@@ -101,7 +104,8 @@ class ActorWorker(Worker):
         self.t_wait += time.perf_counter() - t0
         steps = 0
         for slot in ready.tolist():
-            steps += self._step_slot(slot)
+            if 0 <= slot < self.ring_size and self.pending[slot]:  # ignore malformed or duplicate replies
+                steps += self._step_slot(slot)
         self._report()
         return steps
 
@@ -116,12 +120,14 @@ class ActorWorker(Worker):
                 continue
             self.buffer[slot], self.t[slot] = buf, 0
             arrays["obs"][self.index, buf, 0] = self.obs[slot]
+            self.pending[slot] = True
             self.inference.request(slot, buf, 0)
         self.parked = still
 
     def _step_slot(self, slot: int) -> int:
         arrays, a = self.pool.arrays, self.index
         buf, t = int(self.buffer[slot]), int(self.t[slot])
+        self.pending[slot] = False
         t0 = time.perf_counter()
         step = self.slots[slot].step(arrays["actions"][a, buf, t])
         self.t_env += time.perf_counter() - t0
@@ -148,6 +154,7 @@ class ActorWorker(Worker):
             self._unpark()
         else:
             self.t[slot] = t
+            self.pending[slot] = True
             t0 = time.perf_counter()
             self.inference.request(slot, buf, t)
             self.t_post += time.perf_counter() - t0

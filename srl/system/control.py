@@ -85,7 +85,12 @@ class ControlReceiver:
                 self.rejected += 1
                 log.error("control channel: rejected message: %s", exc)
                 continue
-            self.handler(msg.schema, msg.meta, msg.arrays)
+            try:
+                self.handler(msg.schema, msg.meta, msg.arrays)
+            except (KeyError, TypeError, ValueError, IndexError) as exc:  # well-framed, wrong content
+                self.rejected += 1
+                log.error("control channel: rejected %r message: %s: %s", msg.schema, type(exc).__name__, exc)
+                continue
             handled += 1
 
     def close(self) -> None:

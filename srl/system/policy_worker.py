@@ -42,10 +42,13 @@ class PolicyWorker(Worker):
         self.batches = 0
         self.samples = 0
         self.t_wait = self.t_forward = self.t_io = 0.0  # seconds waiting for requests, in the network, moving data
+        self._last_report = 0.0
+        self._t_start = time.perf_counter()
 
     def setup(self) -> None:
         self._last_report = time.monotonic()
-        self.params.wait_first(self.should_stop)
+        if not self.params.wait_first(self.should_stop) and not self.should_stop():
+            raise TimeoutError("no parameter snapshot from the trainer")
         self._t_start = time.perf_counter()
 
     def poll(self) -> int:

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from srl.api.config import ExperimentConfig, to_dict
+from srl.api.config import ConfigError, ExperimentConfig, to_dict
 from srl.base.fileio import atomic_write_text
 from srl.base.tbevents import EventWriter
 
@@ -32,7 +32,13 @@ class RunDir:
 
     def __init__(self, path: Path, cfg: ExperimentConfig) -> None:
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        if (self.path / "config.yaml").exists():
+            # Sharing a directory would mix two runs' metrics and let one run's checkpoint rotation delete the other's.
+            raise ConfigError(f"{self.path}: already holds a run; choose another --run-dir")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{self.path}: cannot create the run directory ({exc.strerror})") from None
         self.checkpoints = self.path / "checkpoints"
         self.checkpoints.mkdir(exist_ok=True)
         atomic_write_text(self.path / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -123,7 +123,8 @@ class SampleConsumer:
         layout = self.pool.layout
         ok = ((records[:, 0] >= 0) & (records[:, 0] < layout.actors)
               & (records[:, 1] >= 0) & (records[:, 1] < layout.buffers))
-        return records[ok]
+        records = records[ok]
+        return records[self.pool.state[records[:, 0], records[:, 1]] == READY]  # a duplicate record is ignored
 
     def release(self, actor: int, buffer: int) -> None:
         """Give a consumed buffer back to its actor."""
@@ -160,7 +161,8 @@ class InlineInference:
 
     def connect(self, should_stop: Callable[[], bool]) -> None:
         """Wait for the first parameter snapshot so no step is taken with untrained, unversioned weights."""
-        self.version.wait_first(should_stop)
+        if not self.version.wait_first(should_stop) and not should_stop():
+            raise TimeoutError("no parameter snapshot from the trainer")
 
     def request(self, slot: int, buffer: int, t: int) -> None:
         self.version.refresh()
