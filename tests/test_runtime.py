@@ -200,3 +200,12 @@ def test_sigterm_stops_the_inline_runtime_cleanly(tmp_path):
     assert proc.returncode == 130, err
     assert json.loads((run / "summary.json").read_text())["stop_reason"] == "interrupted"
     assert list((run / "checkpoints").glob("ckpt_*.pt"))
+
+
+def test_exec_start_method_runs_workers_in_fresh_interpreters(tmp_path):
+    cfg = load_config(CARTPOLE, ["workers.start_method=exec", "workers.policy_workers=1",
+                                 "run.total_env_steps=4000", "run.target_return=null", "run.eval_episodes=2"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["stop_reason"] == "env_steps" and summary["policy_version"] >= 3
+    assert summary["final_eval_return_mean"] > 0
+    assert list((tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))

@@ -79,6 +79,9 @@ class WorkersConfig:
     """Torch intra-op threads in each worker process."""
     param_pull_interval: int = 1
     """Policy workers check the parameter service every this many forward passes."""
+    start_method: Literal["auto", "fork", "exec"] = "auto"
+    """How the local runtime starts worker processes: ``fork`` (Linux; torch is imported once) or ``exec``
+    (a fresh interpreter per worker, handed its config as JSON; the only choice off Linux). ``auto`` picks."""
 
     def __post_init__(self) -> None:
         for name in ("actors", "ring_size", "envs_per_slot", "trainers", "max_inference_batch",

@@ -102,10 +102,11 @@ class SharedFabric(Fabric):
     worker processes open the same names on first use.
     """
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, tag: str | None = None, directory: Path | None = None) -> None:
+        """A new fabric (controller), or with ``tag`` and ``directory`` the names of an existing one (worker)."""
         super().__init__(plan)
-        self.tag = f"srl_{new_tag()}"
-        self.dir = Path(tempfile.mkdtemp(prefix="srl-"))
+        self.tag = tag or f"srl_{new_tag()}"
+        self.dir = directory or Path(tempfile.mkdtemp(prefix="srl-"))
         self.control_address = f"ipc://{self.dir}/control"
         self._owner_pid: int | None = None
         self._opened: dict[str, Any] = {}

@@ -10,19 +10,23 @@ shared-memory segment and pipe of the run.
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing as mp
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 import numpy as np
 import torch
 
+from srl.api.config import to_dict
 from srl.runtime.build import build_worker, worker_roles
 from srl.runtime.fabric import SharedFabric
 from srl.runtime.plan import Plan
@@ -48,8 +52,9 @@ def _set_parent_death_signal() -> None:
             pass
 
 
-def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_dir: Path | None) -> None:
-    """Entry point of a worker process."""
+def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_dir: Path | None,
+                 parent: int) -> None:
+    """Entry point of a worker process (forked, or exec'd through :mod:`srl.runtime.worker_main`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the controller decides
     _set_parent_death_signal()
     fabric.after_fork()
@@ -65,7 +70,8 @@ def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_di
     code = 0
     try:
         worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.05, report_interval=0.1)
-        worker.run(lambda: bool(stop[0]) or stopping["now"])
+        # os.getppid() covers platforms without a parent-death signal and a controller that died before prctl.
+        worker.run(lambda: bool(stop[0]) or stopping["now"] or os.getppid() != parent)
     except Exception as exc:  # report any worker failure in one line, then exit non-zero
         log.debug("worker %s%d failed:\n%s", role, index, traceback.format_exc())
         message = f"{type(exc).__name__}: {exc}"
@@ -85,11 +91,12 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
     # A forked child inherits the parent's OpenMP state; if the parent ever ran a multi-threaded torch op,
     # the child's own parallel regions hang. The controller therefore stays single-threaded.
     torch.set_num_threads(1)
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
-    ctx = mp.get_context(method)
+    method = plan.cfg.workers.start_method
+    if method == "auto":
+        method = "fork" if sys.platform.startswith("linux") else "exec"
     fabric = SharedFabric(plan)
     receiver: ControlReceiver | None = None
-    procs: list[mp.process.BaseProcess] = []
+    procs: list[WorkerProcess] = []
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -101,10 +108,7 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
         for sig in previous:
             signal.signal(sig, on_signal)
         for role, index in worker_roles(plan):
-            proc = ctx.Process(target=_worker_main, args=(plan, fabric, role, index, run_dir),
-                               name=f"srl-{role}{index}", daemon=False)
-            proc.start()
-            procs.append(proc)
+            procs.append(_start(method, plan, fabric, role, index, run_dir))
         while controller.should_stop() is None:
             receiver.drain(0.05)
             controller.tick()
@@ -126,7 +130,69 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
             signal.signal(sig, handler)
 
 
-def _stop_workers(fabric: SharedFabric, procs: list[mp.process.BaseProcess],
+def _start(method: str, plan: Plan, fabric: SharedFabric, role: str, index: int,
+           run_dir: Path | None) -> WorkerProcess:
+    """Start one worker process; nothing is pickled on either path."""
+    name = f"srl-{role}{index}"
+    if method == "fork":
+        proc = mp.get_context("fork").Process(target=_worker_main, name=name, daemon=False,
+                                              args=(plan, fabric, role, index, run_dir, os.getpid()))
+        proc.start()
+        return proc
+    spec = {"config": to_dict(plan.cfg), "null_trainer": plan.null_trainer, "tag": fabric.tag,
+            "dir": str(fabric.dir), "role": role, "index": index, "parent": os.getpid(),
+            "run_dir": None if run_dir is None else str(run_dir)}
+    return ExecProcess(name, [sys.executable, "-m", "srl.runtime.worker_main"], json.dumps(spec))
+
+
+class WorkerProcess(Protocol):
+    """What the controller needs of a worker process (``multiprocessing.Process`` has it)."""
+
+    name: str
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class ExecProcess:
+    """A worker in a fresh interpreter; its spec (plain JSON, never pickle) arrives on stdin."""
+
+    def __init__(self, name: str, cmd: list[str], spec: str) -> None:
+        self.name = name
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, text=True)
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(spec)
+        self._proc.stdin.close()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._proc.poll()
+
+    def is_alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def terminate(self) -> None:
+        self._proc.terminate()
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+
+def _stop_workers(fabric: SharedFabric, procs: list[WorkerProcess],
                   receiver: ControlReceiver) -> np.ndarray | None:
     """Raise the stop flag, let workers finish (final checkpoint, last reports), then read the newest snapshot."""
     fabric.stop_flag()[0] = 1

@@ -1,0 +1,30 @@
+"""Entry point of an exec'd worker process: ``python -m srl.runtime.worker_main`` with a JSON spec on stdin.
+
+Used by the local runtime's ``exec`` start method (the default off Linux): the
+worker rebuilds its plan from the resolved config and opens the controller's
+shared memory and pipes by name. The spec is plain JSON, never a pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from srl.api.config import ExperimentConfig, build
+from srl.runtime.fabric import SharedFabric
+from srl.runtime.local import _worker_main
+from srl.runtime.plan import make_plan
+
+
+def main() -> None:
+    spec = json.loads(sys.stdin.read())
+    cfg = build(ExperimentConfig, spec["config"])
+    plan = make_plan(cfg, null_trainer=bool(spec["null_trainer"]))
+    fabric = SharedFabric(plan, tag=str(spec["tag"]), directory=Path(spec["dir"]))
+    run_dir = None if spec["run_dir"] is None else Path(spec["run_dir"])
+    _worker_main(plan, fabric, str(spec["role"]), int(spec["index"]), run_dir, int(spec["parent"]))
+
+
+if __name__ == "__main__":
+    main()
