@@ -98,15 +98,6 @@ def make_env(cfg: EnvConfig) -> gym.Env:
     return env
 
 
-def env_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Box, gym.spaces.Space]:
-    """Observation and action space of one environment (built once and closed)."""
-    env = make_env(cfg)
-    try:
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
-
-
 def action_info(action_space: gym.spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
     """Per-environment action shape and dtype on the streams."""
     if isinstance(action_space, gym.spaces.Discrete):

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from srl.algorithms.ppo import build_policy_net
 from srl.api.batch import is_image, segment_fields
 from srl.api.config import ExperimentConfig
-from srl.envs.factory import action_info, env_spaces
+from srl.envs.factory import action_info
+from srl.envs.slots import make_slot
 from srl.system.streams import PoolLayout
 
 
@@ -29,10 +31,16 @@ class Plan:
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     """Probe the environment once and size the streams (raises ConfigError on a bad env)."""
-    obs_space, action_space = env_spaces(cfg.env)
+    slot = make_slot(cfg.env, 1)  # the configured backend itself validates the env and its options
+    try:
+        obs_space, action_space = slot.single_observation_space, slot.single_action_space
+    finally:
+        slot.close()
     action_shape, action_dtype = action_info(action_space)
     w = cfg.workers
-    fields = segment_fields(obs_space.shape, obs_space.dtype, action_shape, action_dtype,
+    # float64 observations (MuJoCo) travel as float32: the networks compute in float32 anyway, half the bytes.
+    obs_dtype = np.float32 if np.dtype(obs_space.dtype) == np.float64 else obs_space.dtype
+    fields = segment_fields(obs_space.shape, obs_dtype, action_shape, action_dtype,
                             w.segment_length, w.envs_per_slot, with_final_obs=not is_image(obs_space.shape, obs_space.dtype))
     layout = PoolLayout(actors=w.actors, buffers=w.buffers_per_actor, fields=fields)
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller

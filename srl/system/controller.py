@@ -38,6 +38,7 @@ class Controller:
         self.error: str | None = None
         self.solved_at: float | None = None
         self.solved_env_steps: int | None = None
+        self.solved_return_mean: float | None = None
         self.stop_reason: str | None = None
         self._last_tick = time.time()
         self._last_steps = 0
@@ -87,6 +88,7 @@ class Controller:
                 and self.return_mean >= target):
             self.solved_at = time.time()
             self.solved_env_steps = self.env_steps
+            self.solved_return_mean = self.return_mean
 
     # ------------------------------------------------------------------ periodic
     def should_stop(self) -> str | None:
@@ -177,6 +179,7 @@ class Controller:
             if self.solved_at is not None:
                 out["solved_wall_seconds"] = self.solved_at - self.start_time
                 out["solved_env_steps"] = self.solved_env_steps
+                out["solved_return_mean"] = self.solved_return_mean
         if self.error is not None:
             out["error"] = self.error
         return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in out.items()}
