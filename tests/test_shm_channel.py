@@ -261,3 +261,19 @@ def test_inproc_channel() -> None:
     with pytest.raises(ValueError):
         chan.send([1, 2])
     chan.close()
+
+
+def test_fifo_single_record_fast_path_round_trips_and_checks_range(tmp_path):
+    ch = FifoChannel.create(tmp_path / "fast", 3)
+    try:
+        ch.send((1, -2, 2**31 - 1))
+        ch.send(np.array([[4, 5, 6]], np.int64))  # the general path still works alongside
+        assert ch.recv(8, 0.0).tolist() == [[1, -2, 2**31 - 1], [4, 5, 6]]
+        with pytest.raises(ValueError):
+            ch.send((1, 2, 2**31))
+        with pytest.raises(ValueError):
+            ch.send((1, 2))  # wrong width goes the general path and is refused there
+        assert ch.recv(8, 0.0).size == 0
+    finally:
+        ch.close()
+        ch.unlink()

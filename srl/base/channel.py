@@ -19,6 +19,7 @@ import fcntl
 import os
 import select
 import stat
+import struct
 import time
 from abc import ABC, abstractmethod
 from collections import deque
@@ -137,6 +138,7 @@ class FifoChannel(Channel):
         if self._rec_bytes > select.PIPE_BUF:
             raise ValueError(f"record of {self._rec_bytes} bytes exceeds PIPE_BUF, writes not atomic")
         self._pending = bytearray()
+        self._pack = struct.Struct(f"<{width}i").pack  # the channel's int32 words, little-endian like _WORD
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], width: int) -> FifoChannel:
@@ -178,7 +180,13 @@ class FifoChannel(Channel):
     def send(self, record: Sequence[int] | np.ndarray) -> None:
         """Write records; each ``os.write`` holds whole records and at most PIPE_BUF bytes."""
         fd = self._checked_fd()
-        data = memoryview(self._records(record).tobytes())
+        if type(record) is tuple and len(record) == self.width:  # the per-step case: one record, no numpy
+            try:
+                data = memoryview(self._pack(*record))
+            except struct.error:
+                raise ValueError(f"record {record} is not {self.width} int32 values") from None
+        else:
+            data = memoryview(self._records(record).tobytes())
         chunk = (select.PIPE_BUF // self._rec_bytes) * self._rec_bytes
         deadline = time.monotonic() + _SEND_DEADLINE_S
         while data:
