@@ -19,6 +19,10 @@ import gymnasium as gym
 import numpy as np
 
 
+LIFE_LOSS = "life_loss"
+"""Info key an environment sets when ``terminated`` marks a lost life, not the end of the game."""
+
+
 @dataclass
 class SlotStep:
     """The result of stepping one slot; arrays are ``[B, ...]``."""

@@ -30,7 +30,7 @@ import numpy as np
 from gymnasium.spaces import Box
 from gymnasium.wrappers import FrameStackObservation, TimeLimit
 
-from srl.envs.slots import LIFE_LOSS
+from srl.api.env import LIFE_LOSS
 
 __all__ = ["ALE_MAX_FRAMES", "AtariFrames", "EpisodicLife", "FireReset", "make_atari"]
 

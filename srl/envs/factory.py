@@ -47,8 +47,7 @@ def _resolve(env_id: str) -> Callable[..., gym.Env]:
     if "mujoco" in str(spec.entry_point):
         _quiet_mujoco_compiler()
     if atari:
-        # Imported here: srl.envs.atari imports srl.envs.slots, which imports this module.
-        from srl.envs.atari import make_atari
+        from srl.envs.atari import make_atari  # imported on demand: needs ale-py and opencv
 
         # env.kwargs become make_atari's keyword arguments (preprocessing switches, sticky actions).
         return functools.partial(make_atari, env_id)

@@ -6,11 +6,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from srl.api.config import EnvConfig
-from srl.api.env import Slot, SlotStep
+from srl.api.env import LIFE_LOSS, Slot, SlotStep
 from srl.envs.factory import make_env
-
-LIFE_LOSS = "life_loss"
-"""Info key a wrapper sets when ``terminated`` marks a lost life, not the end of the game."""
 
 
 class GymSlot:

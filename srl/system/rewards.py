@@ -18,10 +18,6 @@ class RewardTransform:
         self.ret = np.zeros(num_envs, np.float64)
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4
 
-    @property
-    def active(self) -> bool:
-        return self.normalize or self.clip is not None
-
     def __call__(self, reward: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Transformed rewards for one step; ``done`` ends the discounted-return accumulators."""
         out = reward.astype(np.float64)
