@@ -123,6 +123,7 @@ def test_signal_stops_cleanly(tmp_path, sig):
     assert proc.returncode == 130, err
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stop_reason"] == "interrupted"
+    assert summary["final_eval_return_mean"] is None  # no evaluation after an interrupt, but the key is there
     assert list((run / "checkpoints").glob("ckpt_*.pt"))
     assert not [c for c in children if Path(f"/proc/{c}").exists()]
     assert not [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]

@@ -12,8 +12,12 @@ from srl.runtime.plan import Plan
 
 
 def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
-             deterministic: bool = True) -> dict[str, float]:
-    """Mean/std return over ``episodes`` episodes, one per environment of one vector env (one forward per step)."""
+             deterministic: bool = True, max_steps: int = 100_000) -> dict[str, float]:
+    """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per step).
+
+    An env without a time limit could run forever under a deterministic policy: after ``max_steps``
+    the episodes still running are counted with their return so far (``unfinished`` says how many).
+    """
     cfg: ExperimentConfig = plan.cfg
     policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
     policy.load_flat(flat_params)
@@ -23,7 +27,9 @@ def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
         returns = np.zeros(episodes)
         finished = np.zeros(episodes, bool)
         with torch.inference_mode():
-            while not finished.all():
+            for _ in range(max_steps):
+                if finished.all():
+                    break
                 actions, _ = policy.act(obs, deterministic=deterministic)
                 step = slot.step(actions)
                 obs = step.obs
@@ -31,4 +37,5 @@ def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
                 finished |= step.episode_end
     finally:
         slot.close()
-    return {"return_mean": float(returns.mean()), "return_std": float(returns.std()), "episodes": episodes}
+    return {"return_mean": float(returns.mean()), "return_std": float(returns.std()), "episodes": episodes,
+            "unfinished": int((~finished).sum())}

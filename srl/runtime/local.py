@@ -100,6 +100,8 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        if controller.stop_reason == "interrupted":
+            raise KeyboardInterrupt  # a second signal: stop waiting for workers (they are killed below)
         controller.stop_reason = controller.stop_reason or "interrupted"
 
     try:

@@ -171,6 +171,7 @@ class Controller:
             "lag_histogram": self.lag_hist.tolist(),
             "time_fractions": self.time_fractions(),
         }
+        out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran
         if final_eval is not None:
             out.update({f"final_eval_{k}": v for k, v in final_eval.items()})
         if self.cfg.run.target_return is not None:
