@@ -6,15 +6,14 @@ from __future__ import annotations
 import sys
 import warnings
 
+import envpool  # in the test extra: a missing EnvPool fails these tests instead of skipping them
 import gymnasium as gym
 import numpy as np
 import pytest
 
-envpool = pytest.importorskip("envpool")
-
-from srl.api.config import ConfigError, EnvConfig  # noqa: E402
-from srl.envs.envpool_slot import EnvPoolSlot  # noqa: E402
-from srl.envs.slots import GymSlot, make_slot  # noqa: E402
+from srl.api.config import ConfigError, EnvConfig
+from srl.envs.envpool_slot import EnvPoolSlot
+from srl.envs.slots import GymSlot, make_slot
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

@@ -79,8 +79,6 @@ class PPO:
         obs_all = torch.from_numpy(batch["obs"])  # [T+1, N, ...]
         T, N = batch["rewards"].shape
         flat_obs = obs_all.reshape((T + 1) * N, *obs_all.shape[2:])
-        self.policy.update_normalizer(obs_all[:T].reshape(T * N, *obs_all.shape[2:]))
-        self.value.update_normalizer(obs_all[:T].reshape(T * N, *obs_all.shape[2:]))
         advantages, returns, values = self._advantages(batch, flat_obs, T, N)
 
         obs = flat_obs[: T * N]
@@ -99,6 +97,10 @@ class PPO:
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
+        # Normalizer statistics move only after the update: during it the policy sees its inputs as the
+        # behaviour policy did (so the ratio starts at 1); the new statistics ship with the next snapshot.
+        self.policy.update_normalizer(obs)
+        self.value.update_normalizer(obs)
         out = {k: v / count for k, v in sums.items()}
         out["explained_variance"] = explained_variance(values.reshape(-1), returns.reshape(-1))
         out["lr"] = lr
