@@ -91,25 +91,33 @@ def test_checkpoint_write_is_atomic(tmp_path):
     load_checkpoint(ckpt_dir / sorted(before)[-1])
 
 
+def _start_endless_training(run: Path, *overrides: str) -> subprocess.Popen:
+    """``srl train`` on CartPole with no target and an unreachable step budget: it runs until signalled."""
+    sets = ["run.total_env_steps=100000000", "run.target_return=null", "run.log_interval_seconds=0.2", *overrides]
+    return subprocess.Popen([sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run),
+                             *[a for o in sets for a in ("--set", o)]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_updates(run: Path, versions: int = 2, timeout: float = 60.0) -> None:
+    """Wait until the run's metrics show ``versions`` policy updates."""
+    deadline = time.monotonic() + timeout
+    metrics = run / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []  # complete lines only
+        if any(json.loads(line).get("policy_version", 0) >= versions for line in lines):
+            return
+        time.sleep(0.2)
+    pytest.fail("training did not start")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_cleanly(tmp_path, sig):
     run = tmp_path / "run"
     pipe_dirs_before = set(Path(tempfile.gettempdir()).glob("srl-*"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run),
-         "--set", "run.total_env_steps=100000000", "--set", "run.target_return=null",
-         "--set", "run.log_interval_seconds=0.2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_endless_training(run)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            metrics = run / "metrics.jsonl"
-            if metrics.exists() and any(json.loads(l).get("policy_version", 0) >= 2
-                                        for l in metrics.read_text().splitlines()):
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("training did not start")
+        _wait_for_updates(run)
         children = children_of(proc.pid)
         assert len(children) >= 2  # actor and trainer processes
         segments = [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
@@ -178,20 +186,9 @@ def test_a_run_directory_is_never_shared(tmp_path):
 
 def test_sigterm_stops_the_inline_runtime_cleanly(tmp_path):
     run = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run), "--set",
-         "runtime=inline", "--set", "run.total_env_steps=100000000", "--set", "run.target_return=null",
-         "--set", "run.log_interval_seconds=0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_endless_training(run, "runtime=inline")
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            metrics = run / "metrics.jsonl"
-            if metrics.exists() and any(json.loads(l).get("policy_version", 0) >= 2
-                                        for l in metrics.read_text().splitlines()):
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("training did not start")
+        _wait_for_updates(run)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
