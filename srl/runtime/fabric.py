@@ -10,7 +10,6 @@ worker process (so the same code serves fork, spawn or a Ray actor).
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
@@ -108,13 +107,11 @@ class SharedFabric(Fabric):
         self.tag = tag or f"srl_{new_tag()}"
         self.dir = directory or Path(tempfile.mkdtemp(prefix="srl-"))
         self.control_address = f"ipc://{self.dir}/control"
-        self._owner_pid: int | None = None
         self._opened: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ owner
     def create(self) -> None:
         """Create every segment and pipe (controller process)."""
-        self._owner_pid = os.getpid()
         w = self.plan.cfg.workers
         try:
             self._opened["pool"] = SegmentPool.shared(self.plan.layout, self.tag, create=True)
@@ -133,20 +130,26 @@ class SharedFabric(Fabric):
 
     def destroy(self) -> None:
         """Close and remove everything this run created; safe to call twice."""
-        for key, obj in list(self._opened.items()):
-            if key == "pool":
-                obj.close(unlink=True)
-            else:
-                obj.close()
-                if hasattr(obj, "unlink"):
-                    obj.unlink()
-        self._opened.clear()
+        self._close_opened(unlink=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def after_fork(self) -> None:
         """In a forked child: forget the parent's handles (they are not ours to close) and reopen by name."""
         self._opened = {}
-        self._owner_pid = None
+
+    def close_worker_side(self) -> None:
+        """Worker process exit: close (never unlink) what this process opened."""
+        self._close_opened(unlink=False)
+
+    def _close_opened(self, unlink: bool) -> None:
+        for key, obj in list(self._opened.items()):
+            if key == "pool":
+                obj.close(unlink=unlink)
+                continue
+            obj.close()
+            if unlink and hasattr(obj, "unlink"):
+                obj.unlink()
+        self._opened.clear()
 
     # ------------------------------------------------------------------ endpoints
     def _get(self, key: str, opener: Any) -> Any:
@@ -177,12 +180,3 @@ class SharedFabric(Fabric):
 
     def stop_flag(self) -> np.ndarray:
         return self._get("stop", lambda: ShmArray.attach(f"{self.tag}_stop", (1,), "int32")).array
-
-    def close_worker_side(self) -> None:
-        """Worker process exit: close (never unlink) what this process opened."""
-        for key, obj in list(self._opened.items()):
-            if key == "pool":
-                obj.close(unlink=False)
-            else:
-                obj.close()
-        self._opened.clear()

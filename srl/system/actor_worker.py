@@ -17,6 +17,7 @@ import numpy as np
 
 from srl.api.env import Slot
 from srl.api.worker import Reporter, Worker
+from srl.base.timing import Every
 from srl.system.rewards import RewardTransform
 from srl.system.streams import SampleProducer, SegmentPool
 
@@ -56,7 +57,7 @@ class ActorWorker(Worker):
         self.seed = seed
         self._make_reward_transform = make_reward_transform
         self.wait_timeout = wait_timeout
-        self.report_interval = report_interval
+        self._reports = Every(report_interval)
         self.T = pool.layout.fields["actions"].shape[0]
         self.has_final_obs = "final_obs" in pool.layout.fields
         self.env_steps = 0
@@ -65,7 +66,6 @@ class ActorWorker(Worker):
         self.slots: list[Slot] = []
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
-        self._last_report = 0.0
         self._t_start = time.perf_counter()
 
     # ------------------------------------------------------------------ lifecycle
@@ -81,10 +81,11 @@ class ActorWorker(Worker):
             self.obs.append(env.reset(seed=self.seed + slot * 10_007))
             self.parked.append(slot)
         B = self.slots[0].num_envs
-        self.rewards = [self._make_reward_transform(B) for _ in self.slots] if self._make_reward_transform else None
+        self.reward_transforms = ([self._make_reward_transform(B) for _ in self.slots]
+                                  if self._make_reward_transform else None)
         self.ep_return = np.zeros((self.ring_size, B), np.float64)
         self.ep_length = np.zeros((self.ring_size, B), np.int64)
-        self._last_report = time.monotonic()
+        self._reports.restart()
         self.inference.connect(self.should_stop)
         self._t_start = time.perf_counter()
         self._unpark()
@@ -120,8 +121,7 @@ class ActorWorker(Worker):
                 continue
             self.buffer[slot], self.t[slot] = buf, 0
             arrays["obs"][self.index, buf, 0] = self.obs[slot]
-            self.pending[slot] = True
-            self.inference.request(slot, buf, 0)
+            self._post(slot, buf, 0)
         self.parked = still
 
     def _step_slot(self, slot: int) -> int:
@@ -132,8 +132,8 @@ class ActorWorker(Worker):
         step = self.slots[slot].step(arrays["actions"][a, buf, t])
         self.t_env += time.perf_counter() - t0
         reward = step.reward
-        if self.rewards is not None:
-            arrays["rewards"][a, buf, t] = self.rewards[slot](reward, step.terminated | step.truncated)
+        if self.reward_transforms is not None:
+            arrays["rewards"][a, buf, t] = self.reward_transforms[slot](reward, step.terminated | step.truncated)
         else:
             arrays["rewards"][a, buf, t] = reward
         arrays["terminated"][a, buf, t] = step.terminated
@@ -154,13 +154,17 @@ class ActorWorker(Worker):
             self._unpark()
         else:
             self.t[slot] = t
-            self.pending[slot] = True
-            t0 = time.perf_counter()
-            self.inference.request(slot, buf, t)
-            self.t_post += time.perf_counter() - t0
+            self._post(slot, buf, t)
         n = len(reward)
         self.env_steps += n
         return n
+
+    def _post(self, slot: int, buf: int, t: int) -> None:
+        """Ask for the slot's next actions (its observations are already at ``obs[actor, buf, t]``)."""
+        self.pending[slot] = True
+        t0 = time.perf_counter()
+        self.inference.request(slot, buf, t)
+        self.t_post += time.perf_counter() - t0
 
     def _finish_episodes(self, slot: int, done: np.ndarray) -> None:
         ret, length = self.ep_return[slot], self.ep_length[slot]
@@ -170,10 +174,8 @@ class ActorWorker(Worker):
         length[done] = 0
 
     def _report(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_report < self.report_interval:
+        if not self._reports.due(force):
             return
-        self._last_report = now
         self.reporter.report(
             "actor",
             {"actor": self.index, "env_steps": self.env_steps, "segments": self.segments,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
 from srl.api.worker import Reporter, Worker
+from srl.base.timing import Every
 from srl.system.params import ParamPublisher
 from srl.system.streams import SampleConsumer
 
@@ -20,20 +20,18 @@ class NullTrainerWorker(Worker):
         self.index = index
         self.snapshot, self.consumer, self.publisher, self.reporter = snapshot, consumer, publisher, reporter
         self.wait_timeout = wait_timeout
-        self.report_interval = report_interval
+        self._reports = Every(report_interval)
         self.segments = 0
 
     def setup(self) -> None:
         self.publisher.publish(0, self.snapshot)
-        self._last = time.monotonic()
+        self._reports.restart()
 
     def poll(self) -> int:
         records = self.consumer.receive(64, self.wait_timeout)
         for actor, buf in records.tolist():
             self.consumer.release(actor, buf)
         self.segments += len(records)
-        now = time.monotonic()
-        if now - self._last > self.report_interval:
-            self._last = now
+        if self._reports.due():
             self.reporter.report("trainer", {"trainer": self.index, "version": 0, "segments": self.segments})
         return len(records)

@@ -49,10 +49,15 @@ class ParamSubscriber:
         return True
 
     def wait_first(self, should_stop: Callable[[], bool], timeout: float = 120.0) -> bool:
-        """Block until the first snapshot is loaded; False if stopped or timed out first."""
+        """Block until the first snapshot is loaded; False if stopped first.
+
+        Raises TimeoutError after ``timeout`` seconds: acting with unversioned random weights would be silent.
+        """
         deadline = time.monotonic() + timeout
         while not self.refresh():
-            if should_stop() or time.monotonic() > deadline:
+            if should_stop():
                 return False
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no parameter snapshot from the trainer after {timeout:.0f} s")
             time.sleep(0.002)
         return True

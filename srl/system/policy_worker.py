@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from srl.api.worker import Policy, Reporter, Worker
+from srl.base.timing import Every
 from srl.system.params import ParamSubscriber
 from srl.system.streams import InferenceServer
 
@@ -37,18 +38,16 @@ class PolicyWorker(Worker):
         self.max_batch = max_batch
         self.pull_interval = pull_interval
         self.wait_timeout = wait_timeout
-        self.report_interval = report_interval
+        self._reports = Every(report_interval)
         self.requests = 0
         self.batches = 0
         self.samples = 0
         self.t_wait = self.t_forward = self.t_io = 0.0  # seconds waiting for requests, in the network, moving data
-        self._last_report = 0.0
         self._t_start = time.perf_counter()
 
     def setup(self) -> None:
-        self._last_report = time.monotonic()
-        if not self.params.wait_first(self.should_stop) and not self.should_stop():
-            raise TimeoutError("no parameter snapshot from the trainer")
+        self._reports.restart()
+        self.params.wait_first(self.should_stop)
         self._t_start = time.perf_counter()
 
     def poll(self) -> int:
@@ -78,10 +77,8 @@ class PolicyWorker(Worker):
         self._report(force=True)
 
     def _report(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_report < self.report_interval:
+        if not self._reports.due(force):
             return
-        self._last_report = now
         self.reporter.report("policy", {"policy": self.index, "requests": self.requests,
                                         "batches": self.batches, "samples": self.samples,
                                         "version": self.params.current,

@@ -161,16 +161,13 @@ class InlineInference:
 
     def connect(self, should_stop: Callable[[], bool]) -> None:
         """Wait for the first parameter snapshot so no step is taken with untrained, unversioned weights."""
-        if not self.version.wait_first(should_stop) and not should_stop():
-            raise TimeoutError("no parameter snapshot from the trainer")
+        self.version.wait_first(should_stop)
 
     def request(self, slot: int, buffer: int, t: int) -> None:
         self.version.refresh()
-        a = self.pool.arrays
-        actions, logp = self.policy.act(a["obs"][self.actor, buffer, t])
-        a["actions"][self.actor, buffer, t] = actions
-        a["logp"][self.actor, buffer, t] = logp
-        a["version"][self.actor, buffer, t] = self.version.current
+        index = (self.actor, buffer, t)
+        actions, logp = self.policy.act(self.pool.arrays["obs"][index])
+        write_answer(self.pool, index, actions, logp, self.version.current)
         self._ready.append(slot)
 
     def ready(self, max_slots: int, timeout: float | None) -> np.ndarray:
@@ -189,7 +186,7 @@ class VersionSource(Protocol):
         """Load a newer snapshot if there is one; True when it did."""
 
     def wait_first(self, should_stop: Callable[[], bool]) -> bool:
-        """Block until the first snapshot is loaded."""
+        """Block until the first snapshot is loaded (False if stopped first; raises on time-out)."""
 
 
 class InferenceServer:
@@ -197,16 +194,15 @@ class InferenceServer:
 
     def __init__(self, pool: SegmentPool, requests: Channel, replies: Mapping[int, Channel]) -> None:
         self.pool, self.requests, self.replies = pool, requests, replies
+        self._served = np.array(sorted(replies), np.int32)  # the actors this server answers
+        self._T = pool.layout.fields["actions"].shape[0]
 
     def gather(self, max_requests: int, timeout: float | None) -> np.ndarray:
         """Pending ``(actor, slot, buffer, t)`` requests, at most ``max_requests``, malformed ones dropped."""
         records = self.requests.recv(max_requests, timeout)
-        layout = self.pool.layout
-        T = layout.fields["actions"].shape[0]
-        ok = ((records[:, 0] >= 0) & (records[:, 0] < layout.actors)
-              & np.isin(records[:, 0], list(self.replies))
-              & (records[:, 2] >= 0) & (records[:, 2] < layout.buffers)
-              & (records[:, 3] >= 0) & (records[:, 3] < T))
+        ok = (np.isin(records[:, 0], self._served)
+              & (records[:, 2] >= 0) & (records[:, 2] < self.pool.layout.buffers)
+              & (records[:, 3] >= 0) & (records[:, 3] < self._T))
         return records[ok]
 
     def observations(self, requests: np.ndarray) -> np.ndarray:
@@ -216,11 +212,16 @@ class InferenceServer:
 
     def answer(self, requests: np.ndarray, actions: np.ndarray, logp: np.ndarray, version: int) -> None:
         """Write actions in place and wake each requesting actor."""
-        a, b, t = requests[:, 0], requests[:, 2], requests[:, 3]
-        arrays = self.pool.arrays
+        index = (requests[:, 0], requests[:, 2], requests[:, 3])
         n = len(requests)
-        arrays["actions"][a, b, t] = actions.reshape(n, -1, *actions.shape[1:])
-        arrays["logp"][a, b, t] = logp.reshape(n, -1)
-        arrays["version"][a, b, t] = version
-        for actor, slot in zip(a.tolist(), requests[:, 1].tolist()):
+        write_answer(self.pool, index, actions.reshape(n, -1, *actions.shape[1:]), logp.reshape(n, -1), version)
+        for actor, slot in zip(requests[:, 0].tolist(), requests[:, 1].tolist()):
             self.replies[actor].send((slot,))
+
+
+def write_answer(pool: SegmentPool, index: tuple, actions: np.ndarray, logp: np.ndarray, version: int) -> None:
+    """Write an inference answer in place at ``(actor, buffer, t)`` (scalars, or arrays for a batch)."""
+    arrays = pool.arrays
+    arrays["actions"][index] = actions
+    arrays["logp"][index] = logp
+    arrays["version"][index] = version

@@ -18,6 +18,7 @@ import torch
 
 from srl.api.worker import Algorithm, Reporter, Worker
 from srl.base.fileio import atomic_save
+from srl.base.timing import Every
 from srl.system.params import ParamPublisher
 from srl.system.streams import SampleConsumer
 
@@ -50,7 +51,7 @@ class TrainerWorker(Worker):
         self.max_policy_lag = max_policy_lag
         self.total_env_steps = total_env_steps
         self.checkpoint_dir = checkpoint_dir
-        self.checkpoint_interval = checkpoint_interval
+        self._checkpoints = Every(checkpoint_interval)
         self.keep_checkpoints = keep_checkpoints
         self.checkpoint_extra = dict(checkpoint_extra or {})
         self.wait_timeout = wait_timeout
@@ -68,7 +69,7 @@ class TrainerWorker(Worker):
                       for name, spec in fields.items()}
         self._filled = 0
         self._lags: list[np.ndarray] = []
-        self._last_checkpoint = time.monotonic()
+        self._checkpoints.restart()
         self.publisher.publish(self.version, self.algorithm.policy_state())
         self._t_start = time.perf_counter()
 
@@ -83,7 +84,7 @@ class TrainerWorker(Worker):
         if self._filled < self.batch_segments or self.should_stop():
             return len(records)
         self._update()
-        if self.checkpoint_dir is not None and time.monotonic() - self._last_checkpoint > self.checkpoint_interval:
+        if self.checkpoint_dir is not None and self._checkpoints.due():
             self.save_checkpoint()
         return len(records)
 
@@ -139,7 +140,6 @@ class TrainerWorker(Worker):
         old = sorted(self.checkpoint_dir.glob("ckpt_*.pt"))[:-self.keep_checkpoints]
         for p in old:
             p.unlink(missing_ok=True)
-        self._last_checkpoint = time.monotonic()
         return path
 
 
