@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"srl: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second Ctrl-C while workers were stopping: they were killed, nothing to add
+        print("srl: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -92,7 +92,6 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
 
 def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     """One JSON-ready measurement: full path, plain loop, ratio."""
-    torch.set_num_threads(1)  # the controller forks workers first: keep it single-threaded until then
     plan = make_plan(cfg)
     full = sampling_full_path(plan, seconds)
     plain = sampling_plain_loop(plan, seconds)
@@ -113,19 +112,12 @@ def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
 def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
     """Time from process start to solved, for ``runs`` seeds, each ``srl train`` in a fresh process."""
     results = []
-    with tempfile.TemporaryDirectory(prefix="srl-bench-") as tmp:
-        for seed in range(1, runs + 1):
-            run_dir = Path(tmp) / f"seed{seed}"
-            cmd = [sys.executable, "-m", "srl.cli.main", "train", config, "--quiet", "--run-dir", str(run_dir),
-                   "--set", f"seed={seed}", *[a for o in overrides for a in ("--set", o)]]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"seed {seed}: srl train failed: {proc.stderr.strip().splitlines()[-1:]}")
-            summary = json.loads((run_dir / "summary.json").read_text())
-            results.append({"seed": seed, "solved": bool(summary.get("solved")),
-                            "solved_wall_seconds": summary.get("solved_wall_seconds"),
-                            "solved_env_steps": summary.get("solved_env_steps"),
-                            "wall_seconds": summary["wall_seconds"]})
+    for seed in range(1, runs + 1):
+        summary = _train_in_fresh_process(config, [f"seed={seed}", *overrides])
+        results.append({"seed": seed, "solved": bool(summary.get("solved")),
+                        "solved_wall_seconds": summary.get("solved_wall_seconds"),
+                        "solved_env_steps": summary.get("solved_env_steps"),
+                        "wall_seconds": summary["wall_seconds"]})
     times = [r["solved_wall_seconds"] if r["solved"] else float("inf") for r in results]
     median = float(np.median(times))
     return {"bench": "solve", "config": config, "overrides": overrides, "runs": runs,
@@ -230,16 +222,21 @@ def _random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.
 
 def bench_train(config: str, seconds: float, overrides: list[str]) -> dict[str, Any]:
     """End-to-end training throughput: ``srl train`` for ``seconds`` in a fresh process; FPS and time shares."""
-    with tempfile.TemporaryDirectory(prefix="srl-bench-") as tmp:
-        run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "srl.cli.main", "train", config, "--quiet", "--run-dir", str(run_dir),
-               "--set", "run.target_return=null", "--set", "run.eval_episodes=0",
-               "--set", f"run.max_wall_seconds={seconds}", *[a for o in overrides for a in ("--set", o)]]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"srl train failed: {proc.stderr.strip().splitlines()[-1:]}")
-        summary = json.loads((run_dir / "summary.json").read_text())
+    summary = _train_in_fresh_process(config, ["run.target_return=null", "run.eval_episodes=0",
+                                               f"run.max_wall_seconds={seconds}", *overrides])
     return {"bench": "train", "config": config, "overrides": overrides, "seconds": seconds,
             "env_steps": summary["env_steps"], "train_fps": round(summary["train_fps"], 1),
             "policy_version": summary["policy_version"],
             "time_fractions": {k: round(v, 3) for k, v in summary["time_fractions"].items()}}
+
+
+def _train_in_fresh_process(config: str, overrides: list[str]) -> dict[str, Any]:
+    """Run ``srl train`` in a new process (so start-up counts) in a temporary run directory; its summary."""
+    with tempfile.TemporaryDirectory(prefix="srl-bench-") as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "srl.cli.main", "train", config, "--quiet", "--run-dir", str(run_dir),
+               *[a for o in overrides for a in ("--set", o)]]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"srl train {' '.join(overrides)} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        return json.loads((run_dir / "summary.json").read_text())

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import FrameType
 
 import numpy as np
+import torch
 
 from srl.runtime.build import build_worker, worker_roles
 from srl.runtime.fabric import InlineFabric
@@ -24,6 +25,7 @@ def _main_thread() -> bool:
 
 def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
     """Run until the controller says stop (or Ctrl-C); return the newest policy snapshot."""
+    torch.set_num_threads(plan.cfg.workers.torch_threads)  # every worker runs on this thread
     fabric = InlineFabric(plan, controller.handle)
     workers = []
     current = "setup"

@@ -88,9 +88,7 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
     Call it from a process that has not yet run multi-threaded torch work (``srl train`` guarantees
     this): forked workers inherit OpenMP's thread-pool state and hang if they use more than one thread.
     """
-    # A forked child inherits the parent's OpenMP state; if the parent ever ran a multi-threaded torch op,
-    # the child's own parallel regions hang. The controller therefore stays single-threaded.
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # see the docstring: the controller stays single-threaded
     method = plan.cfg.workers.start_method
     if method == "auto":
         method = "fork" if sys.platform.startswith("linux") else "exec"

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-import torch
 
 from srl.api.config import ExperimentConfig
 from srl.base.shm import sweep_stale
@@ -21,8 +20,6 @@ def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float 
           progress: TextIO | None = sys.stderr) -> dict[str, Any]:
     """Train, evaluate the final policy, write ``summary.json``; return the summary."""
     start_time = time.time() if start_time is None else start_time
-    # Inline: workers run here. Local: the controller must stay single-threaded before forking (see local.py).
-    torch.set_num_threads(cfg.workers.torch_threads if cfg.runtime == "inline" else 1)
     sweep_stale()  # segments left by runs that were killed with SIGKILL
     plan = make_plan(cfg)
     rd = RunDir(run_dir or default_run_dir(cfg), cfg)
