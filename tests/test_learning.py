@@ -40,3 +40,16 @@ def test_continuous_actions_learn_pendulum(tmp_path):
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["solved"], summary  # mean of the last 20 episodes >= -250 (a random policy scores ~ -1200)
     assert summary["final_eval_return_mean"] >= -400
+
+
+def test_two_data_parallel_trainers_solve_cartpole(tmp_path):
+    # Two actors, each feeding its own trainer one segment per update: the same global batch as the shipped
+    # config, reduced across the trainers (gloo) every minibatch.
+    cfg = load_config("configs/cartpole_ppo.yaml", ["workers.trainers=2", "workers.actors=2", "ppo.batch_segments=1",
+                                                    "run.max_wall_seconds=180"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["solved"], summary
+    assert summary["final_eval_return_mean"] >= 475
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["bytes_reduced"] > 0  # gradients really went through the collective
+    assert set(summary["time_fractions"]) >= {"trainer0/train", "trainer1/train"}

@@ -1,10 +1,18 @@
 """PPO as an :class:`~srl.api.worker.Algorithm` for the trainer worker, and the acting policy.
 
-The trainer keeps a policy (actor) network and its own value (critic)
-network. Only the policy's flat snapshot is published: policy workers never
-see the critic, and values for advantages are recomputed here at training
-time with the current critic (fresh, not rollout-time values). The math
-lives in :mod:`srl.algorithms.ppo_math`.
+The trainer keeps a policy (actor) network and a value (critic) network.
+With the default decentralized critic only the policy's flat snapshot is
+published: policy workers never see the critic, several data-parallel
+trainers all-reduce actor gradients only and each trains its own critic on
+its own shard, and values for advantages are recomputed here at training time
+with the current critic (fresh, not rollout-time values). The centralized
+critic is kept for comparison: its gradients are all-reduced too and its
+weights ship in every snapshot.
+
+With ``td_compensation`` the update corrects for policy lag (V-trace-style
+truncated importance weights on TD errors, traces and the surrogate; the
+clipped ratio is taken against the current policy). The math lives in
+:mod:`srl.algorithms.ppo_math`.
 """
 
 from __future__ import annotations
@@ -16,8 +24,11 @@ import numpy as np
 import torch
 
 from srl.algorithms.adam import Adam
+from srl.algorithms.grad_clip import GradClipper
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
-from srl.api.config import ModelConfig, PPOConfig
+from srl.api.config import ExperimentConfig, ModelConfig, PPOConfig
+from srl.api.worker import Collective
+from srl.nets.normalizer import RunningMeanStd
 from srl.nets.policy import PolicyNet, ValueNet
 
 
@@ -27,41 +38,89 @@ def build_policy_net(obs_space: gym.spaces.Box, action_space: gym.spaces.Space, 
                      init_log_std=model.init_log_std)
 
 
-class ActingPolicy:
-    """Numpy-in, numpy-out wrapper of a :class:`PolicyNet` for actors and policy workers."""
+def build_value_net(obs_space: gym.spaces.Box, policy: PolicyNet, model: ModelConfig, ppo: PPOConfig) -> ValueNet:
+    """The critic; with ``model.shared_encoder`` a head on ``policy``'s encoder."""
+    return ValueNet(obs_space, hidden=model.hidden, activation=model.activation, layer_norm=model.layer_norm,
+                    normalize_obs=model.normalize_obs,
+                    shared_encoder=policy.encoder if model.shared_encoder else None,
+                    normalize_values=ppo.normalize_values)
 
-    def __init__(self, net: PolicyNet) -> None:
+
+def make_acting_policy(obs_space: gym.spaces.Box, action_space: gym.spaces.Space,
+                       cfg: ExperimentConfig) -> ActingPolicy:
+    """What policy workers and actors hold: the actor, plus the critic when it is centralized."""
+    net = build_policy_net(obs_space, action_space, cfg.model)
+    critic = build_value_net(obs_space, net, cfg.model, cfg.ppo) if cfg.ppo.critic == "centralized" else None
+    return ActingPolicy(net, critic)
+
+
+class ActingPolicy:
+    """Numpy-in, numpy-out wrapper of a :class:`PolicyNet` for actors and policy workers.
+
+    The snapshot it loads is the actor's flat state, followed by the critic's when one is given
+    (centralized critic).
+    """
+
+    def __init__(self, net: PolicyNet, critic: ValueNet | None = None) -> None:
         self.net = net.eval()
+        self.critic = None if critic is None else critic.eval()
+        self._actor_size = net.flat_size()
 
     def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
         actions, logp = self.net.act(torch.from_numpy(np.ascontiguousarray(obs)), deterministic)
         return actions.numpy(), logp.numpy()
 
     def load_flat(self, flat: np.ndarray) -> None:
-        self.net.load_flat_state(flat)
+        if self.critic is None:
+            self.net.load_flat_state(flat)
+            return
+        if len(flat) != self.flat_size():  # name the whole snapshot, not one half of it
+            raise ValueError(f"flat state has wrong length: expected {self.flat_size()}, got {len(flat)}")
+        self.net.load_flat_state(flat[:self._actor_size])
+        self.critic.load_flat_state(flat[self._actor_size:])
 
     def flat_size(self) -> int:
-        return self.net.flat_size()
+        return self._actor_size + (0 if self.critic is None else self.critic.flat_size())
+
+    def flat_state(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The snapshot this policy would load (actor, then critic when centralized)."""
+        if out is None:
+            out = np.empty(self.flat_size(), np.float32)
+        self.net.flat_state(out[:self._actor_size])
+        if self.critic is not None:
+            self.critic.flat_state(out[self._actor_size:])
+        return out
 
 
 class PPO:
-    """Clipped-surrogate PPO with GAE, value clipping, entropy bonus and running observation normalization."""
+    """Clipped-surrogate PPO with GAE, value clipping, entropy bonus and running observation normalization.
+
+    With ``model.shared_encoder`` the critic is a head on the actor's encoder: one encoder pass per
+    minibatch serves both losses. Otherwise the critic owns a full network of its own. With a
+    ``collective`` this is one of several data-parallel replicas (see the module docstring).
+    """
 
     def __init__(self, obs_space: gym.spaces.Box, action_space: gym.spaces.Space,
-                 model: ModelConfig, cfg: PPOConfig, seed: int) -> None:
+                 model: ModelConfig, cfg: PPOConfig, seed: int, collective: Collective | None = None) -> None:
         torch.manual_seed(seed)
         self.cfg = cfg
+        self.collective = collective
+        self.centralized = cfg.critic == "centralized"
         self.policy = build_policy_net(obs_space, action_space, model)
-        self.value = ValueNet(obs_space, hidden=model.hidden, activation=model.activation,
-                              layer_norm=model.layer_norm, normalize_obs=model.normalize_obs)
-        params = list(self.policy.parameters()) + list(self.value.parameters())
-        self.optimizer = Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
-        self._params = params
+        self.value = build_value_net(obs_space, self.policy, model, cfg)
+        actor_params, critic_params = list(self.policy.parameters()), list(self.value.parameters())
+        self.optimizer = Adam(actor_params + critic_params, lr=cfg.lr, eps=cfg.adam_eps)
+        self._reduced = actor_params + (critic_params if self.centralized else [])
+        self._clippers = {name: GradClipper(params, cfg.max_grad_norm, adaptive=cfg.grad_clip == "adaptive",
+                                            percentile=cfg.grad_clip_percentile, window=cfg.grad_clip_window,
+                                            unitwise=cfg.unitwise_clip)
+                          for name, params in (("actor", actor_params), ("critic", critic_params))}
+        self._snapshot = ActingPolicy(self.policy, self.value if self.centralized else None)
         self._gen = torch.Generator().manual_seed(seed + 1)
 
     # ------------------------------------------------------------------ Algorithm
     def policy_state(self) -> np.ndarray:
-        return self.policy.flat_state()
+        return self._snapshot.flat_state()
 
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
@@ -72,6 +131,13 @@ class PPO:
         self.value.load_state_dict(state["value"])
         self.optimizer.load_state_dict(state["optimizer"])
 
+    def synchronize(self) -> None:
+        """Data-parallel replicas: start from rank 0's actor (and centralized critic) weights and statistics."""
+        if self.collective is not None:
+            nets = [self.policy] + ([self.value] if self.centralized else [])
+            self.collective.broadcast_([t for net in nets for t in net.state_dict().values()
+                                        if t.dtype == torch.float32])
+
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
         cfg = self.cfg
         lr = cfg.lr * (1.0 - progress) if cfg.lr_schedule == "linear" else cfg.lr
@@ -79,12 +145,26 @@ class PPO:
         obs_all = torch.from_numpy(batch["obs"])  # [T+1, N, ...]
         T, N = batch["rewards"].shape
         flat_obs = obs_all.reshape((T + 1) * N, *obs_all.shape[2:])
-        advantages, returns, values = self._advantages(batch, flat_obs, T, N)
-
         obs = flat_obs[: T * N]
         actions = torch.from_numpy(batch["actions"]).reshape(T * N, *batch["actions"].shape[2:])
-        old_logp = torch.from_numpy(batch["logp"]).reshape(-1)
+        behaviour_logp = torch.from_numpy(batch["logp"]).reshape(-1)
+        v_all, prox_logp = self._evaluate_rollout(flat_obs, obs, actions)
+        out: dict[str, float] = {}
+        weights = rho = c = None
+        old_logp = behaviour_logp
+        if cfg.td_compensation:
+            # Importance weights of the current (proximal) policy against the behaviour policy that acted.
+            ratio = (prox_logp - behaviour_logp).exp()
+            rho, c = ratio.clamp(max=cfg.is_rho_clip), ratio.clamp(max=cfg.is_c_clip)
+            weights, old_logp = rho, prox_logp
+            out.update(is_weight_mean=float(ratio.mean()), is_weight_max=float(ratio.max()),
+                       is_weight_truncated=float((ratio > cfg.is_rho_clip).float().mean()))
+        advantages, returns, values = self._advantages(batch, v_all.reshape(T + 1, N), T, N,
+                                                       None if rho is None else rho.reshape(T, N),
+                                                       None if c is None else c.reshape(T, N))
         adv, ret, old_v = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
+        # The critic regresses on its own scale (standardized returns with value normalization).
+        ret_head, old_v_head = self.value.normalize(ret), self.value.normalize(old_v)
         size = T * N
         mb = max(1, size // cfg.minibatches)
         sums: dict[str, float] = {}
@@ -93,25 +173,42 @@ class PPO:
             perm = torch.randperm(size, generator=self._gen)
             for start in range(0, size - mb + 1, mb):
                 idx = perm[start:start + mb]
-                stats = self._minibatch(obs[idx], actions[idx], old_logp[idx], adv[idx], ret[idx], old_v[idx])
+                stats = self._minibatch(obs[idx], actions[idx], old_logp[idx], adv[idx], ret_head[idx],
+                                        old_v_head[idx], None if weights is None else weights[idx])
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
-        # Normalizer statistics move only after the update: during it the policy sees its inputs as the
-        # behaviour policy did (so the ratio starts at 1); the new statistics ship with the next snapshot.
-        self.policy.update_normalizer(obs)
-        self.value.update_normalizer(obs)
-        out = {k: v / count for k, v in sums.items()}
-        out["explained_variance"] = explained_variance(values.reshape(-1), returns.reshape(-1))
+        # Statistics move only after the update: during it the policy sees its inputs as the behaviour policy did
+        # (so the ratio starts at 1); the new statistics ship with the next snapshot. Actor statistics are merged
+        # across trainers (every replica must normalize alike); a decentralized critic keeps its own.
+        self._update_rms(self.policy.obs_normalizer, obs, merged=True)
+        if not self.value.shared:
+            self._update_rms(self.value.obs_normalizer, obs, merged=self.centralized)
+        self._update_rms(self.value.return_normalizer, ret, merged=self.centralized)
+        out.update({k: v / count for k, v in sums.items()})
+        out["explained_variance"] = explained_variance(old_v, ret)
         out["lr"] = lr
+        if self.collective is not None:
+            out["bytes_reduced"] = float(self.collective.bytes_reduced)
         return out
 
     # ------------------------------------------------------------------ internals
     @torch.no_grad()
-    def _advantages(self, batch: Mapping[str, np.ndarray], flat_obs: torch.Tensor,
-                    T: int, N: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """GAE with values recomputed by the current critic; truncated episodes bootstrap from their final obs."""
-        v_all = self.value(flat_obs).reshape(T + 1, N)
+    def _evaluate_rollout(self, flat_obs: torch.Tensor, obs: torch.Tensor,
+                          actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Current values of all T+1 rows, and (with TD compensation) current log-probs of the taken actions."""
+        want_logp = self.cfg.td_compensation
+        if self.value.shared:  # one encoder pass serves both heads
+            features = self.policy.encoder(flat_obs)
+            v_all = self.value.denormalize(self.value.head_output(features))
+            logp = self.policy.evaluate_features(features[: len(obs)], actions)[0] if want_logp else None
+            return v_all, logp
+        return self.value(flat_obs), self.policy.evaluate(obs, actions)[0] if want_logp else None
+
+    @torch.no_grad()
+    def _advantages(self, batch: Mapping[str, np.ndarray], v_all: torch.Tensor, T: int, N: int,
+                    rho: torch.Tensor | None, c: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """GAE (V-trace-corrected with ``rho``/``c``) on current values; truncated episodes bootstrap from their final obs."""
         values, next_values = v_all[:T], v_all[1:].clone()
         truncated = torch.from_numpy(batch["truncated"])
         terminated = torch.from_numpy(batch["terminated"])
@@ -122,22 +219,40 @@ class PPO:
                 next_values[truncated] = values[truncated]
         rewards = torch.from_numpy(batch["rewards"])
         adv, ret = gae(rewards, values, next_values, terminated.float(), (terminated | truncated).float(),
-                       self.cfg.gamma, self.cfg.gae_lambda)
+                       self.cfg.gamma, self.cfg.gae_lambda, rho=rho, c=c)
         return adv, ret, values
 
-    def _minibatch(self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
-                   adv: torch.Tensor, ret: torch.Tensor, old_v: torch.Tensor) -> dict[str, float]:
+    def _update_rms(self, rms: RunningMeanStd | None, x: torch.Tensor, merged: bool) -> None:
+        if rms is None:
+            return
+        mean, var, n = rms.moments(x)
+        if merged and self.collective is not None:
+            mean, var, n = self.collective.merge_moments(mean, var, n)
+        rms.update_moments(mean, var, n)
+
+    def _minibatch(self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+                   ret: torch.Tensor, old_v: torch.Tensor, weights: torch.Tensor | None) -> dict[str, float]:
         cfg = self.cfg
         if cfg.normalize_advantages:
             adv = normalize_advantages(adv)
-        logp, entropy = self.policy.evaluate(obs, actions)
-        v = self.value(obs)
+        if self.value.shared:  # one encoder pass feeds both heads
+            features = self.policy.encoder(obs)
+            logp, entropy = self.policy.evaluate_features(features, actions)
+            v = self.value.head_output(features)
+        else:
+            logp, entropy = self.policy.evaluate(obs, actions)
+            v = self.value.head_output(self.value.encoder(obs))
         loss, stats = ppo_loss(logp, old_logp, adv, v, old_v, ret, entropy, clip=cfg.clip,
-                               value_clip=cfg.value_clip, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
+                               value_clip=cfg.value_clip, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
+                               weights=weights)
         self.optimizer.zero_grad()
         loss.backward()
-        if cfg.max_grad_norm is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm)
-            stats["grad_norm"] = grad_norm
+        if self.collective is not None:
+            self.collective.mean_([p.grad for p in self._reduced if p.grad is not None])
+        out = {k: float(v) for k, v in stats.items()}
+        for name, clipper in self._clippers.items():
+            norm, threshold = clipper.clip()
+            out[f"grad_norm_{name}"] = norm
+            out[f"clip_threshold_{name}"] = threshold
         self.optimizer.step()
-        return {k: float(v) for k, v in stats.items()}
+        return out

@@ -27,8 +27,10 @@ def gae(
     episode_end: Tensor,
     gamma: float,
     lam: float,
+    rho: Tensor | None = None,
+    c: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Generalized advantage estimation over a ``[T, B]`` segment.
+    """Generalized advantage estimation over a ``[T, B]`` segment, optionally V-trace-corrected.
 
     ``next_values[t]`` is V of the state reached after step ``t``. Passing it
     explicitly (instead of reading ``values[t + 1]``) is what makes truncation
@@ -39,11 +41,21 @@ def gae(
     Returns ``(advantages, returns)`` with ``returns = advantages + values``,
     the regression target for the critic. Both are targets, never things to
     differentiate through, so this runs under ``no_grad`` (outputs detached).
+
+    Off-policy correction (``rho``, ``c``: truncated importance weights
+    ``min(rho_bar, pi/mu)``, ``min(c_bar, pi/mu)`` per step): each TD error is
+    weighted by ``rho`` and each trace by ``lam * c``, which makes
+    ``returns`` the V-trace targets of Espeholt et al. (2018) with a lambda
+    and ``advantages = returns - values``. With every weight 1 this is GAE.
     """
     not_term = 1.0 - _as_float(terminated, values)
     not_end = 1.0 - _as_float(episode_end, values)
     deltas = rewards + gamma * next_values * not_term - values
     decay = (gamma * lam) * not_end
+    if rho is not None:
+        deltas = rho * deltas
+    if c is not None:
+        decay = decay * c
     advantages = torch.empty_like(deltas)
     running = torch.zeros_like(deltas[0])
     for t in range(deltas.shape[0] - 1, -1, -1):
@@ -77,18 +89,25 @@ def ppo_loss(
     value_clip: float | None,
     vf_coef: float,
     ent_coef: float,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Total PPO loss (clipped surrogate + value + entropy bonus) and stats.
 
     All inputs are flat ``[N]`` tensors (a minibatch). The stats are detached
     scalars so the caller can log them without holding the graph alive.
     ``approx_kl`` uses the low-variance ``(r - 1) - log r`` estimator.
+    ``weights`` (per sample, no gradient) scale the clipped surrogate: the
+    truncated behaviour importance weights of decoupled PPO, where
+    ``old_logp`` is then the proximal (current) policy's.
     """
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
     surr1 = ratio * advantages
     surr2 = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
-    policy_loss = -torch.minimum(surr1, surr2).mean()
+    surrogate = torch.minimum(surr1, surr2)
+    if weights is not None:
+        surrogate = weights * surrogate
+    policy_loss = -surrogate.mean()
     value_loss = _value_loss(new_values, old_values, returns, value_clip)
     entropy_mean = entropy.mean()
     total = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean

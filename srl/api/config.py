@@ -67,7 +67,8 @@ class WorkersConfig:
     policy_workers: int = 1
     """Policy (inference) workers. 0 means inline inference: each actor runs the policy itself."""
     trainers: int = 1
-    """Trainer workers for the policy (data-parallel; 1 for now)."""
+    """Trainer workers for the policy, data-parallel over torch.distributed (gloo on CPU); actor ``a`` feeds
+    trainer ``a % trainers``, so ``actors`` must be at least ``trainers``. Several need the local runtime."""
     max_inference_batch: int = 64
     """Auto-batching cap: a policy worker merges at most this many pending requests (slots) per forward pass."""
     segment_length: int = 32
@@ -79,17 +80,21 @@ class WorkersConfig:
     """Torch intra-op threads in each worker process."""
     param_pull_interval: int = 1
     """Policy workers check the parameter service every this many forward passes."""
+    param_version_stride: int = 1
+    """Staleness injection for experiments: policy workers load a new snapshot only once it is at least this
+    many versions newer than the one they hold. 1 (always the newest) is the normal setting."""
     start_method: Literal["auto", "fork", "exec"] = "auto"
     """How the local runtime starts worker processes: ``fork`` (Linux; torch is imported once) or ``exec``
     (a fresh interpreter per worker, handed its config as JSON; the only choice off Linux). ``auto`` picks."""
 
     def __post_init__(self) -> None:
         for name in ("actors", "ring_size", "envs_per_slot", "trainers", "max_inference_batch",
-                     "segment_length", "torch_threads", "param_pull_interval"):
+                     "segment_length", "torch_threads", "param_pull_interval", "param_version_stride"):
             value = getattr(self, name)
             _check(value >= 1, name, f"must be >= 1, got {value}")
         _check(self.policy_workers >= 0, "policy_workers", f"must be >= 0, got {self.policy_workers}")
-        _check(self.trainers == 1, "trainers", "only 1 trainer is supported so far")
+        _check(self.actors >= self.trainers, "trainers",
+               f"each trainer needs at least one actor feeding it: {self.trainers} trainers, {self.actors} actors")
         _check(self.sample_buffers == 0 or self.sample_buffers >= self.ring_size + 1, "sample_buffers",
                f"must be 0 (auto) or >= ring_size + 1 = {self.ring_size + 1}, got {self.sample_buffers}")
 
@@ -113,6 +118,12 @@ class ModelConfig:
     """Running mean/std observation normalization inside the networks (its statistics ship with the parameters)."""
     init_log_std: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions; state-independent, learned)."""
+    shared_encoder: bool = False
+    """The critic's head sits on the actor's encoder (one CNN/MLP torso for both) instead of its own copy.
+
+    Halves the update cost where the encoder dominates it (the Nature CNN on Atari). The critic head
+    still never leaves the trainer; the value loss then also shapes the actor's features.
+    """
 
     def __post_init__(self) -> None:
         _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden), "hidden",
@@ -148,7 +159,32 @@ class PPOConfig:
     batch_segments: int = 4
     """Segments per training batch; a batch holds ``batch_segments * segment_length * envs_per_slot`` samples."""
     max_grad_norm: float | None = 0.5
-    """Global gradient-norm clip; ``None`` disables it."""
+    """Gradient-norm clip, applied to the actor's and the critic's gradients separately; ``None`` disables it.
+    With ``grad_clip: adaptive`` it is the threshold used until the window of recent norms has filled."""
+    grad_clip: Literal["fixed", "adaptive"] = "fixed"
+    """``fixed`` clips at ``max_grad_norm``; ``adaptive`` at the ``grad_clip_percentile``-th percentile of the
+    last ``grad_clip_window`` gradient norms (per network), so the threshold follows the gradient scale."""
+    grad_clip_percentile: float = 90.0
+    """Percentile of recent gradient norms used as the adaptive threshold."""
+    grad_clip_window: int = 100
+    """Recent gradient norms (minibatches) the adaptive threshold is taken over."""
+    unitwise_clip: float | None = None
+    """Unit-wise clipping: each output unit's gradient norm is capped at this times its weight norm
+    (adaptive gradient clipping of Brock et al. 2021; e.g. 0.1). ``None`` disables it."""
+    critic: Literal["decentralized", "centralized"] = "decentralized"
+    """``decentralized``: snapshots carry the actor only, and with several trainers each keeps and trains its
+    own critic (only actor gradients are all-reduced). ``centralized``: the critic is all-reduced and
+    broadcast with the actor, as in designs that evaluate values on the policy workers."""
+    td_compensation: bool = False
+    """Correct for policy lag: advantages and value targets use V-trace-style truncated importance weights
+    between the current policy and the behaviour policy, and the clipped ratio is taken against the current
+    (proximal) policy, weighted by the truncated behaviour weight (decoupled PPO)."""
+    is_rho_clip: float = 1.0
+    """Truncation of the importance weights on TD errors and on the surrogate (V-trace's rho bar)."""
+    is_c_clip: float = 1.0
+    """Truncation of the importance weights on traces (V-trace's c bar)."""
+    normalize_values: bool = False
+    """Value normalization: the critic predicts returns standardized by running return statistics."""
     normalize_advantages: bool = True
     """Normalize advantages per minibatch."""
     max_policy_lag: int = 16
@@ -166,6 +202,12 @@ class PPOConfig:
         for name in ("epochs", "minibatches", "batch_segments"):
             _check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         _check(self.max_policy_lag >= 0, "max_policy_lag", f"must be >= 0, got {self.max_policy_lag}")
+        _check(0 < self.grad_clip_percentile <= 100, "grad_clip_percentile",
+               f"must be in (0, 100], got {self.grad_clip_percentile}")
+        _check(self.grad_clip_window >= 2, "grad_clip_window", f"must be >= 2, got {self.grad_clip_window}")
+        _check(self.unitwise_clip is None or self.unitwise_clip > 0, "unitwise_clip", "must be > 0 or null")
+        for name in ("is_rho_clip", "is_c_clip"):
+            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,6 +263,8 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         _check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        _check(self.runtime != "inline" or self.workers.trainers == 1, "workers.trainers",
+               "the inline runtime runs one trainer; use runtime: local for several")
 
 
 # --------------------------------------------------------------------------- parsing

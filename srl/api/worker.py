@@ -10,9 +10,12 @@ parameter service, a reporter) already built for them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 class Reporter(Protocol):
@@ -35,6 +38,33 @@ class Policy(Protocol):
         """Length of the flat snapshot."""
 
 
+class Collective(Protocol):
+    """Collective operations among the data-parallel trainers of one policy (rank 0 publishes)."""
+
+    rank: int
+    world_size: int
+    bytes_reduced: int
+    """Payload bytes this trainer has put into reductions so far."""
+
+    def connect(self) -> None:
+        """Join the group; blocks until every trainer has joined."""
+
+    def close(self) -> None:
+        """Leave the group."""
+
+    def mean_(self, tensors: Sequence[Tensor]) -> None:
+        """Average the tensors across trainers, in place (one reduction for the whole list)."""
+
+    def broadcast_(self, tensors: Sequence[Tensor]) -> None:
+        """Overwrite the tensors with rank 0's, in place."""
+
+    def merge_moments(self, mean: Tensor, var: Tensor, n: int) -> tuple[Tensor, Tensor, int]:
+        """Mean, variance and size of the union of every trainer's batch, from each batch's moments."""
+
+    def any(self, flag: bool) -> bool:
+        """True on every trainer when any trainer passed True (a barrier: all must call it)."""
+
+
 class Algorithm(Protocol):
     """What a trainer worker needs of a learning algorithm."""
 
@@ -49,6 +79,9 @@ class Algorithm(Protocol):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`."""
+
+    def synchronize(self) -> None:
+        """Make data-parallel replicas identical (rank 0's weights); called once the collective is connected."""
 
 
 class Worker(ABC):

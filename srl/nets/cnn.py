@@ -45,8 +45,11 @@ class NatureCNN(nn.Module):
             raise ValueError(f"NatureCNN: image {tuple(obs_shape)} is too small for its convolutions (needs >= 36x36)")
         self.out_dim: int = 512
         layers += [nn.Flatten(), _init_orthogonal(nn.Linear(channels * height * width, self.out_dim)), nn.ReLU()]
-        self.layers = nn.Sequential(*layers)
+        # Channels-last (NHWC) weights and activations: oneDNN's convolutions run ~1.3x faster
+        # forward+backward on CPU in this layout (measured at batch 256, 1 and 2 threads).
+        self.layers = nn.Sequential(*layers).to(memory_format=torch.channels_last)
 
     def forward(self, obs: Tensor) -> Tensor:
         """``[N, C, H, W]`` pixels in 0..255 (any real dtype) -> features ``[N, 512]``."""
-        return self.layers(obs.to(torch.float32, copy=True).mul_(1.0 / 255.0))
+        x = obs.to(torch.float32, memory_format=torch.channels_last, copy=True)
+        return self.layers(x.mul_(1.0 / 255.0))

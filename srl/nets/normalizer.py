@@ -45,12 +45,27 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def update(self, x: Tensor) -> None:
         """Fold a batch ``[..., *shape]`` into the running statistics."""
+        self.update_moments(*self.moments(x))
+
+    @torch.no_grad()
+    def moments(self, x: Tensor) -> tuple[Tensor, Tensor, int]:
+        """Mean and (biased) variance of a batch ``[..., *shape]`` in float64, and its size.
+
+        Split from :meth:`update` so data-parallel trainers can merge their batches' moments
+        before every one of them folds in the same result.
+        """
         batch = self._batch_view(x)
         n = batch.shape[0]
         if n == 0:
+            zeros = torch.zeros(self.shape, dtype=torch.float64)
+            return zeros, zeros.clone(), 0
+        return batch.mean(dim=0), batch.var(dim=0, unbiased=False), n
+
+    @torch.no_grad()
+    def update_moments(self, b_mean: Tensor, b_var: Tensor, n: int) -> None:
+        """Fold a batch given by its moments into the running statistics."""
+        if n == 0:
             return
-        b_mean = batch.mean(dim=0)
-        b_var = batch.var(dim=0, unbiased=False)
         mean = self.mean.to(torch.float64)
         var = self.var.to(torch.float64)
         total = self.count + n
@@ -60,6 +75,10 @@ class RunningMeanStd(nn.Module):
         self.mean.copy_(new_mean)
         self.var.copy_(m2 / total)
         self.count.copy_(total)
+
+    def denormalize(self, x: Tensor) -> Tensor:
+        """Inverse of :meth:`normalize` (without its clamp): ``x * std + mean``."""
+        return x * torch.sqrt(self.var + 1e-8) + self.mean
 
     def normalize(self, x: Tensor, clip: float = 10.0) -> Tensor:
         """Standardize ``x`` and clamp to ``[-clip, clip]`` to bound outliers early on."""

@@ -161,7 +161,37 @@ class _FlatState:
                 offset += n
 
 
-class PolicyNet(nn.Module):
+class _Flattened(nn.Module):
+    """A module whose parameters and buffers travel as one flat float32 vector."""
+
+    _flat: _FlatState
+
+    def _init_flat(self) -> None:
+        """Call last in ``__init__``, once every submodule is registered."""
+        self._flat = _FlatState(_state_tensors(self))
+
+    def flat_size(self) -> int:
+        """Length of the vector produced by :meth:`flat_state`."""
+        return self._flat.size
+
+    def flat_state(self, out: np.ndarray | None = None) -> np.ndarray:
+        """All parameters and buffers as one float32 1-D array (what gets shipped).
+
+        Pass ``out`` (e.g. a shared-memory view) to write without allocating.
+        The float64 normalizer ``count`` is rounded to float32 here; it only
+        matters for further updates, which policy workers never do.
+        """
+        return self._flat.pack(_state_tensors(self), out)
+
+    def load_flat_state(self, flat: np.ndarray) -> None:
+        """Overwrite parameters and buffers in place from :meth:`flat_state` output.
+
+        Raises ValueError naming expected and actual length on a mismatch.
+        """
+        self._flat.unpack(_state_tensors(self), flat)
+
+
+class PolicyNet(_Flattened):
     """The actor: observation -> action distribution (categorical or diagonal Gaussian).
 
     Discrete actions are indices ``0..n-1``; a ``Discrete(start=k)`` offset is
@@ -195,7 +225,7 @@ class PolicyNet(nn.Module):
         self.log_std: nn.Parameter | None = (
             None if self.discrete else nn.Parameter(torch.full((self.act_dim,), float(init_log_std)))
         )
-        self._flat = _FlatState(_state_tensors(self))
+        self._init_flat()
 
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
@@ -221,7 +251,11 @@ class PolicyNet(nn.Module):
 
     def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
         """Log-probs ``[N]`` and entropies ``[N]`` of given actions, with gradients (training)."""
-        out = self.forward(obs)
+        return self.evaluate_features(self.encoder.forward(obs), actions)
+
+    def evaluate_features(self, features: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`evaluate` from encoder features already computed (shared with a critic head)."""
+        out = self.head.forward(features)
         if self.discrete:
             return _categorical_evaluate(out, actions)
         assert self.log_std is not None
@@ -231,29 +265,19 @@ class PolicyNet(nn.Module):
         """Fold a batch of observations into the actor's normalizer statistics."""
         self.encoder.update_normalizer(obs)
 
-    def flat_size(self) -> int:
-        """Length of the vector produced by :meth:`flat_state`."""
-        return self._flat.size
-
-    def flat_state(self, out: np.ndarray | None = None) -> np.ndarray:
-        """All parameters and buffers as one float32 1-D array (what gets shipped).
-
-        Pass ``out`` (e.g. a shared-memory view) to write without allocating.
-        The float64 normalizer ``count`` is rounded to float32 here; it only
-        matters for further updates, which policy workers never do.
-        """
-        return self._flat.pack(_state_tensors(self), out)
-
-    def load_flat_state(self, flat: np.ndarray) -> None:
-        """Overwrite parameters and buffers in place from :meth:`flat_state` output.
-
-        Raises ValueError naming expected and actual length on a mismatch.
-        """
-        self._flat.unpack(_state_tensors(self), flat)
 
 
-class ValueNet(nn.Module):
-    """The critic: observation -> scalar value. Never leaves its trainer."""
+class ValueNet(_Flattened):
+    """The critic: observation -> scalar value. Leaves its trainer only with a centralized critic.
+
+    By default it owns its encoder. Given ``shared_encoder`` (the actor's), it
+    owns only its head and reads the actor's features: the encoder is then
+    held outside the module tree, so this module's parameters, state dict and
+    normalizer updates stay the head's alone and nothing is counted twice.
+    With ``normalize_values`` the head predicts standardized returns and
+    ``return_normalizer`` (a buffer module, checkpointed and shipped with the
+    weights) holds the statistics; :meth:`forward` always answers in return units.
+    """
 
     def __init__(
         self,
@@ -262,23 +286,53 @@ class ValueNet(nn.Module):
         activation: str = "tanh",
         layer_norm: bool = False,
         normalize_obs: bool = True,
+        shared_encoder: ObsEncoder | None = None,
+        normalize_values: bool = False,
     ) -> None:
         super().__init__()
-        self.encoder = ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+        self.shared: bool = shared_encoder is not None
+        self._encoder: tuple[ObsEncoder, ...]  # plain tuple: not registered when shared
+        if shared_encoder is None:
+            self.own_encoder = ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+            self._encoder = (self.own_encoder,)
+        else:
+            self._encoder = (shared_encoder,)
         self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, 1), 1.0)
+        self.return_normalizer: RunningMeanStd | None = RunningMeanStd(()) if normalize_values else None
+        self._init_flat()
+
+    @property
+    def encoder(self) -> ObsEncoder:
+        """The encoder the head reads: its own, or the actor's when shared."""
+        return self._encoder[0]
 
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
-        """The critic's own normalizer (or None), independent of the actor's."""
+        """The critic's normalizer (or None): its own, or the actor's when the encoder is shared."""
         return self.encoder.obs_normalizer
 
     def forward(self, obs: Tensor) -> Tensor:
-        """Values ``[N]``."""
-        return self.head.forward(self.encoder.forward(obs)).squeeze(-1)
+        """Values ``[N]`` in return units."""
+        return self.denormalize(self.head_output(self.encoder.forward(obs)))
+
+    def head_output(self, features: Tensor) -> Tensor:
+        """The head's raw output ``[N]`` from encoder features: standardized when values are normalized."""
+        return self.head.forward(features).squeeze(-1)
+
+    def normalize(self, values: Tensor) -> Tensor:
+        """Return units -> the head's scale (identity without value normalization)."""
+        rn = self.return_normalizer
+        return values if rn is None else (values - rn.mean) * torch.rsqrt(rn.var + 1e-8)
+
+    def denormalize(self, out: Tensor) -> Tensor:
+        """The head's scale -> return units (identity without value normalization)."""
+        rn = self.return_normalizer
+        return out if rn is None else rn.denormalize(out)
 
     def update_normalizer(self, obs: Tensor) -> None:
-        """Fold a batch of observations into the critic's normalizer statistics."""
-        self.encoder.update_normalizer(obs)
+        """Fold a batch into the critic's own normalizer; a shared encoder's is the actor's to update."""
+        if not self.shared:
+            self.encoder.update_normalizer(obs)
 
 
 def _categorical_act(logits: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from srl.algorithms.ppo import PPO, ActingPolicy, build_policy_net
+from srl.algorithms.ppo import PPO, make_acting_policy
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
@@ -69,7 +69,7 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
     cfg = plan.cfg
     w = cfg.workers
     torch.set_num_threads(w.torch_threads)
-    policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
+    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
     slots = [make_slot(cfg.env, w.envs_per_slot) for i in range(w.actors * w.ring_size)]
     obs = [slot.reset(cfg.seed + i) for i, slot in enumerate(slots)]
     steps, start = 0, time.perf_counter()
@@ -178,7 +178,7 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     w, ppo = cfg.workers, cfg.ppo
     torch.set_num_threads(w.torch_threads)
     rng = np.random.default_rng(cfg.seed)
-    policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
+    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
     batch_obs = _random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
     infer = _timed_rate(lambda i: policy.act(batch_obs), len(batch_obs), seconds / 2)
     algo = PPO(plan.obs_space, plan.action_space, cfg.model, ppo, cfg.seed)

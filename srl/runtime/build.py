@@ -11,13 +11,14 @@ from pathlib import Path
 
 import torch
 
-from srl.algorithms.ppo import PPO, ActingPolicy, build_policy_net
+from srl.algorithms.ppo import PPO, make_acting_policy
 from srl.api.config import to_dict
 from srl.api.worker import Worker
 from srl.envs.slots import make_slot
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan
 from srl.system.actor_worker import ActorWorker
+from srl.system.collective import TorchCollective
 from srl.system.null_trainer import NullTrainerWorker
 from srl.system.params import ParamPublisher, ParamSubscriber
 from srl.system.policy_worker import PolicyWorker
@@ -50,32 +51,37 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
     cfg = plan.cfg
     torch.manual_seed(worker_seed(plan, role, index))
     if role == "trainer" and plan.null_trainer:
-        snapshot = build_policy_net(plan.obs_space, plan.action_space, cfg.model).flat_state()
+        snapshot = make_acting_policy(plan.obs_space, plan.action_space, cfg).flat_state()
         return NullTrainerWorker(index, snapshot, SampleConsumer(fabric.pool(), fabric.samples(index)),
                                  ParamPublisher(fabric.params()), fabric.reporter(), wait_timeout=wait_timeout)
     if role == "trainer":
-        algo = PPO(plan.obs_space, plan.action_space, cfg.model, cfg.ppo, seed=cfg.seed)
+        collective = None
+        if cfg.workers.trainers > 1:
+            collective = TorchCollective(index, cfg.workers.trainers, fabric.dist_init_method())
+        algo = PPO(plan.obs_space, plan.action_space, cfg.model, cfg.ppo, seed=cfg.seed, collective=collective)
         return TrainerWorker(
             index, algo, SampleConsumer(fabric.pool(), fabric.samples(index)), ParamPublisher(fabric.params()),
             fabric.reporter(), batch_segments=cfg.ppo.batch_segments, max_policy_lag=cfg.ppo.max_policy_lag,
             total_env_steps=cfg.run.total_env_steps,
             checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
             checkpoint_interval=cfg.run.checkpoint_interval_seconds,
-            checkpoint_extra={"config": to_dict(cfg)}, wait_timeout=wait_timeout)
+            checkpoint_extra={"config": to_dict(cfg)}, wait_timeout=wait_timeout, collective=collective)
     if role == "policy":
-        policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
+        policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
         P = cfg.workers.policy_workers
         replies = {a: fabric.replies(a) for a in range(cfg.workers.actors) if a % P == index}
         return PolicyWorker(index, policy, InferenceServer(fabric.pool(), fabric.requests(index), replies),
-                            ParamSubscriber(fabric.params(), policy), fabric.reporter(),
+                            ParamSubscriber(fabric.params(), policy, cfg.workers.param_version_stride),
+                            fabric.reporter(),
                             max_batch=cfg.workers.max_inference_batch,
                             pull_interval=cfg.workers.param_pull_interval, wait_timeout=wait_timeout)
     if role == "actor":
         w = cfg.workers
         pool = fabric.pool()
         if w.policy_workers == 0:
-            policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
-            inference = InlineInference(index, pool, policy, ParamSubscriber(fabric.params(), policy))
+            policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+            inference = InlineInference(index, pool, policy,
+                                        ParamSubscriber(fabric.params(), policy, w.param_version_stride))
         else:
             inference = InferenceClient(index, fabric.requests(index % w.policy_workers), fabric.replies(index))
         env = cfg.env

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from srl.algorithms.ppo import ActingPolicy, build_policy_net
+from srl.algorithms.ppo import make_acting_policy
 from srl.api.config import ExperimentConfig
 from srl.envs.slots import make_slot
 from srl.runtime.plan import Plan
@@ -19,7 +19,7 @@ def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
     cfg: ExperimentConfig = plan.cfg
-    policy = ActingPolicy(build_policy_net(plan.obs_space, plan.action_space, cfg.model))
+    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
     policy.load_flat(flat_params)
     slot = make_slot(cfg.env, episodes)
     try:

@@ -54,6 +54,10 @@ class Fabric(ABC):
     def reporter(self) -> Reporter: ...
 
     @abstractmethod
+    def dist_init_method(self) -> str:
+        """Rendezvous address of the run's data-parallel trainers (``torch.distributed`` init method)."""
+
+    @abstractmethod
     def stop_flag(self) -> np.ndarray:
         """A one-element int32 array; non-zero asks every worker to finish."""
 
@@ -89,6 +93,9 @@ class InlineFabric(Fabric):
 
     def reporter(self) -> Reporter:
         return self._reporter
+
+    def dist_init_method(self) -> str:
+        raise ValueError("the inline runtime runs one trainer; several need runtime: local")
 
     def stop_flag(self) -> np.ndarray:
         return self._stop
@@ -177,6 +184,9 @@ class SharedFabric(Fabric):
 
     def reporter(self) -> Reporter:
         return self._get("reporter", lambda: ZmqReporter(self.control_address))
+
+    def dist_init_method(self) -> str:
+        return f"file://{self.dir}/trainers.store"  # inside the run's private directory, removed with it
 
     def stop_flag(self) -> np.ndarray:
         return self._get("stop", lambda: ShmArray.attach(f"{self.tag}_stop", (1,), "int32")).array

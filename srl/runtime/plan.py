@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from srl.algorithms.ppo import build_policy_net
+from srl.algorithms.ppo import make_acting_policy
 from srl.api.batch import is_image, segment_fields
 from srl.api.config import ExperimentConfig
 from srl.envs.factory import action_info
@@ -44,5 +44,5 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
                             w.segment_length, w.envs_per_slot, with_final_obs=not is_image(obs_space.shape, obs_space.dtype))
     layout = PoolLayout(actors=w.actors, buffers=w.buffers_per_actor, fields=fields)
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
-        param_size = build_policy_net(obs_space, action_space, cfg.model).flat_size()
+        param_size = make_acting_policy(obs_space, action_space, cfg).flat_size()
     return Plan(cfg, obs_space, action_space, layout, param_size, null_trainer)

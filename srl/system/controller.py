@@ -31,7 +31,7 @@ class Controller:
         self.window: deque[float] = deque(maxlen=cfg.run.return_window)
         self.actor_steps: dict[int, int] = {}
         self.episodes = 0
-        self.trainer: dict[str, Any] = {}
+        self.trainers: dict[int, Mapping[str, Any]] = {}
         self.policy: dict[int, Mapping[str, Any]] = {}
         self.lag_hist = np.zeros(1, np.int64)
         self.timing: dict[str, dict[str, float]] = {}
@@ -58,7 +58,7 @@ class Controller:
                 self.episodes += len(returns)
                 self._check_solved()
         elif kind == "trainer":
-            self.trainer = dict(meta)
+            self.trainers[int(meta.get("trainer", 0))] = dict(meta)
             hist = arrays.get("lag_hist")
             if hist is not None and len(hist):
                 if len(hist) > len(self.lag_hist):
@@ -73,6 +73,17 @@ class Controller:
         if self.error is None:
             self.error = message
             self.stop_reason = "error"
+
+    @property
+    def trainer(self) -> Mapping[str, Any]:
+        """The newest report of the lead trainer (rank 0, which publishes), or of any before it reports."""
+        if 0 in self.trainers:
+            return self.trainers[0]
+        return next(iter(self.trainers.values()), {})
+
+    @property
+    def dropped_segments(self) -> int:
+        return sum(int(t.get("dropped_segments", 0)) for t in self.trainers.values())
 
     @property
     def env_steps(self) -> int:
@@ -137,6 +148,8 @@ class Controller:
         }
         rec.update({k: v for k, v in self.trainer.items()
                     if k not in ("trainer", "version") and not k.startswith("t_")})
+        if len(self.trainers) > 1:
+            rec["dropped_segments"] = self.dropped_segments
         rec.update(self.time_fractions())
         for stats in self.policy.values():
             batches = max(1, int(stats.get("batches", 0)))
@@ -167,7 +180,7 @@ class Controller:
             "train_fps": self.env_steps / train_seconds if train_seconds > 0 else 0.0,
             "train_return_mean": self.return_mean,
             "policy_version": int(self.trainer.get("version", 0)),
-            "dropped_segments": int(self.trainer.get("dropped_segments", 0)),
+            "dropped_segments": self.dropped_segments,
             "lag_histogram": self.lag_hist.tolist(),
             "time_fractions": self.time_fractions(),
         }

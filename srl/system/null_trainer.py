@@ -24,7 +24,8 @@ class NullTrainerWorker(Worker):
         self.segments = 0
 
     def setup(self) -> None:
-        self.publisher.publish(0, self.snapshot)
+        if self.index == 0:  # one publisher per run, as with real trainers
+            self.publisher.publish(0, self.snapshot)
         self._reports.restart()
 
     def poll(self) -> int:

@@ -30,16 +30,21 @@ class ParamPublisher:
 
 
 class ParamSubscriber:
-    """Reader side: keeps ``policy`` at the newest snapshot; ``current`` is its version (-1 before any)."""
+    """Reader side: keeps ``policy`` at the newest snapshot; ``current`` is its version (-1 before any).
 
-    def __init__(self, buffer: VersionedBuffer, policy: Policy) -> None:
-        self.buffer, self.policy = buffer, policy
+    ``stride`` > 1 injects staleness for experiments: after the first snapshot, a newer one is loaded
+    only once it is at least ``stride`` versions ahead of the one held.
+    """
+
+    def __init__(self, buffer: VersionedBuffer, policy: Policy, stride: int = 1) -> None:
+        self.buffer, self.policy, self.stride = buffer, policy, stride
         self.current = -1
         self._scratch = np.empty(policy.flat_size(), np.float32)
 
     def refresh(self) -> bool:
         """Load a newer snapshot if one is there (cheap when none is: one integer read)."""
-        if self.buffer.version() <= self.current:
+        newest = self.buffer.version()
+        if newest <= self.current or (self.current >= 0 and newest < self.current + self.stride):
             return False
         got = self.buffer.read_into(self._scratch, self.current)
         if got is None:

@@ -5,6 +5,12 @@ releases the buffer at once (the actor can refill it while we train), drops
 segments whose behaviour policy is more than ``max_policy_lag`` versions old
 (counted, never silent), runs one algorithm update per full batch, publishes
 the new policy snapshot, and writes checkpoints atomically.
+
+Several trainers of one policy run data-parallel through a
+:class:`~srl.api.worker.Collective`: each consumes its own share of the
+sample stream, and before every update all of them agree to go on (one
+small reduction), so they enter each update together and leave together
+when any of them is asked to stop. Rank 0 publishes and checkpoints.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from srl.api.worker import Algorithm, Reporter, Worker
+from srl.api.worker import Algorithm, Collective, Reporter, Worker
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
 from srl.system.params import ParamPublisher
@@ -43,6 +49,7 @@ class TrainerWorker(Worker):
         keep_checkpoints: int = 3,
         checkpoint_extra: Mapping[str, Any] | None = None,
         wait_timeout: float = 0.05,
+        collective: Collective | None = None,
     ) -> None:
         self.name = f"trainer{index}"
         self.index = index
@@ -55,6 +62,11 @@ class TrainerWorker(Worker):
         self.keep_checkpoints = keep_checkpoints
         self.checkpoint_extra = dict(checkpoint_extra or {})
         self.wait_timeout = wait_timeout
+        self.collective = collective
+        self.world = 1 if collective is None else collective.world_size
+        self.leader = collective is None or collective.rank == 0
+        self._left = False  # left the lockstep (every trainer agreed to stop): no more collective calls
+        self._in_step = False  # inside a collective sequence: a failure here leaves peers mid-sequence
         self.version = 0
         self.samples = 0
         self.dropped = 0
@@ -70,7 +82,13 @@ class TrainerWorker(Worker):
         self._filled = 0
         self._lags: list[np.ndarray] = []
         self._checkpoints.restart()
-        self.publisher.publish(self.version, self.algorithm.policy_state())
+        if self.collective is not None:
+            self._in_step = True
+            self.collective.connect()
+            self.algorithm.synchronize()
+            self._in_step = False
+        if self.leader:
+            self.publisher.publish(self.version, self.algorithm.policy_state())
         self._t_start = time.perf_counter()
 
     def poll(self) -> int:
@@ -81,15 +99,29 @@ class TrainerWorker(Worker):
             self._take(actor, buf)
         self.t_wait += t1 - t0
         self.t_copy += time.perf_counter() - t1
-        if self._filled < self.batch_segments or self.should_stop():
+        stop = self.should_stop()
+        if self._left or (self._filled < self.batch_segments and not stop):
+            return len(records)
+        if self.collective is not None:  # lockstep: all trainers update together, or all stop
+            t2 = time.perf_counter()
+            self._left = self.collective.any(stop)
+            self.t_wait += time.perf_counter() - t2
+            stop = stop or self._left
+        if stop:
             return len(records)
         self._update()
-        if self.checkpoint_dir is not None and self._checkpoints.due():
+        if self.leader and self.checkpoint_dir is not None and self._checkpoints.due():
             self.save_checkpoint()
         return len(records)
 
     def teardown(self) -> None:
-        if self.checkpoint_dir is not None:
+        if self.collective is not None:
+            # Release peers waiting to agree on the next update; after a failure mid-update they are stuck
+            # in another collective instead and time out on their own.
+            if not self._left and not self._in_step:
+                self._left = self.collective.any(True)
+            self.collective.close()
+        if self.leader and self.checkpoint_dir is not None:
             self.save_checkpoint()
 
     # ------------------------------------------------------------------ internals
@@ -108,14 +140,17 @@ class TrainerWorker(Worker):
         self._filled += 1
 
     def _update(self) -> None:
-        progress = min(1.0, self.samples / self.total_env_steps)
+        progress = min(1.0, self.samples * self.world / self.total_env_steps)
         t0 = time.perf_counter()
+        self._in_step = True
         stats = self.algorithm.train(self.batch, progress)
+        self._in_step = False
         self.t_train += time.perf_counter() - t0
         n = int(self.batch["rewards"].size)
         self.samples += n
         self.version += 1
-        self.publisher.publish(self.version, self.algorithm.policy_state())
+        if self.leader:
+            self.publisher.publish(self.version, self.algorithm.policy_state())
         lags = np.concatenate(self._lags)
         self._lags, self._filled = [], 0
         meta: dict[str, Any] = {
