@@ -105,6 +105,27 @@ class WorkersConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ParamsConfig:
+    """The parameter service: how snapshots travel from the lead trainer to the policy workers."""
+
+    mode: Literal["hierarchical", "flat"] = "hierarchical"
+    """``hierarchical``: one relay per node group mirrors each snapshot into the group's shared memory, where its
+    readers load it, so the root sends one copy per relay; ``flat``: every reader subscribes to the root itself
+    (one copy per reader; kept for comparison)."""
+    groups: int = 1
+    """Node groups (on one machine, simulated: each group gets its own relay and buffer). With 1 group in
+    hierarchical mode the readers share the trainer's buffer and nothing goes over a socket."""
+    fan_out: int = 8
+    """Children per server in the relay tree: the root serves at most this many relays, which serve the rest."""
+    transfer_dtype: Literal["float32", "float16"] = "float32"
+    """Dtype of snapshots on the network (float16 halves the bytes; readers compute in float32)."""
+
+    def __post_init__(self) -> None:
+        _check(self.groups >= 1, "groups", f"must be >= 1, got {self.groups}")
+        _check(self.fan_out >= 1, "fan_out", f"must be >= 1, got {self.fan_out}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """Network shape, shared by the policy (actor) and value (critic) networks."""
 
@@ -258,6 +279,8 @@ class ExperimentConfig:
     """Network shape."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters."""
+    params: ParamsConfig = field(default_factory=ParamsConfig)
+    """The parameter service."""
     run: RunConfig = field(default_factory=RunConfig)
     """Stopping and recording."""
 
@@ -265,6 +288,8 @@ class ExperimentConfig:
         _check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         _check(self.runtime != "inline" or self.workers.trainers == 1, "workers.trainers",
                "the inline runtime runs one trainer; use runtime: local for several")
+        _check(self.runtime != "inline" or (self.params.mode == "hierarchical" and self.params.groups == 1),
+               "params", "the inline runtime shares one buffer; relays and flat mode need runtime: local")
 
 
 # --------------------------------------------------------------------------- parsing

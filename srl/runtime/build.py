@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import zmq
 
 from srl.algorithms.ppo import PPO, make_acting_policy
 from srl.api.config import to_dict
@@ -20,21 +21,62 @@ from srl.runtime.plan import Plan
 from srl.system.actor_worker import ActorWorker
 from srl.system.collective import TorchCollective
 from srl.system.null_trainer import NullTrainerWorker
-from srl.system.params import ParamPublisher, ParamSubscriber
+from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
+from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
 from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SampleProducer
 from srl.system.trainer_worker import TrainerWorker
 
-ROLES = ("trainer", "policy", "actor")
+ROLES = ("trainer", "policy", "actor", "param_root", "relay")
+
+
+def relay_groups(plan: Plan) -> int:
+    """Relays of the hierarchical parameter service (one per node group; none with a single group)."""
+    p = plan.cfg.params
+    return p.groups if p.mode == "hierarchical" and p.groups > 1 else 0
+
+
+def relay_parent(group: int, fan_out: int) -> str:
+    """The server relay ``group`` subscribes to: the root serves the first ``fan_out``, each relay the next."""
+    return "root" if group < fan_out else f"relay{group // fan_out - 1}"
 
 
 def worker_roles(plan: Plan) -> list[tuple[str, int]]:
     """Every worker of the run, in start order (trainers publish the first snapshot)."""
-    w = plan.cfg.workers
+    w, p = plan.cfg.workers, plan.cfg.params
+    has_root = p.mode == "flat" or relay_groups(plan) > 0
     return ([("trainer", i) for i in range(w.trainers)]
+            + ([("param_root", 0)] if has_root else [])
+            + [("relay", g) for g in range(relay_groups(plan))]
             + [("policy", i) for i in range(w.policy_workers)]
             + [("actor", i) for i in range(w.actors)])
+
+
+def _param_source(plan: Plan, fabric: Fabric, reader: int) -> SnapshotSource:
+    """Where reader ``reader`` (a policy worker, or an actor inferring inline) loads snapshots from."""
+    p = plan.cfg.params
+    if p.mode == "flat":
+        return RemoteSnapshot(zmq.Context.instance(), fabric.param_address("root"), plan.param_size,
+                              fabric.token(), p.transfer_dtype)
+    return fabric.params(reader % p.groups if relay_groups(plan) else None)
+
+
+def _param_service(plan: Plan, fabric: Fabric, role: str, index: int, wait_timeout: float) -> Worker:
+    """The root server (serving the trainer's buffer) or relay ``index`` (mirroring into its group's buffer)."""
+    p = plan.cfg.params
+    ctx = zmq.Context.instance()
+    if role == "param_root":
+        return ParamServiceWorker("param_root", fabric.params(), plan.param_size, fabric.reporter(),
+                                  fabric.param_address("root"), fabric.token(), transfer_dtype=p.transfer_dtype,
+                                  wait_timeout=wait_timeout, ctx=ctx)
+    upstream = RemoteSnapshot(ctx, fabric.param_address(relay_parent(index, p.fan_out)), plan.param_size,
+                              fabric.token(), p.transfer_dtype)
+    has_children = any(relay_parent(g, p.fan_out) == f"relay{index}" for g in range(relay_groups(plan)))
+    return ParamServiceWorker(f"relay{index}", upstream, plan.param_size, fabric.reporter(),
+                              fabric.param_address(f"relay{index}") if has_children else None, fabric.token(),
+                              mirror=fabric.params(index), transfer_dtype=p.transfer_dtype,
+                              wait_timeout=wait_timeout, ctx=ctx)
 
 
 def worker_seed(plan: Plan, role: str, index: int) -> int:
@@ -66,12 +108,15 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
             checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
             checkpoint_interval=cfg.run.checkpoint_interval_seconds,
             checkpoint_extra={"config": to_dict(cfg)}, wait_timeout=wait_timeout, collective=collective)
+    if role in ("param_root", "relay"):
+        return _param_service(plan, fabric, role, index, wait_timeout)
     if role == "policy":
         policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
         P = cfg.workers.policy_workers
         replies = {a: fabric.replies(a) for a in range(cfg.workers.actors) if a % P == index}
         return PolicyWorker(index, policy, InferenceServer(fabric.pool(), fabric.requests(index), replies),
-                            ParamSubscriber(fabric.params(), policy, cfg.workers.param_version_stride),
+                            ParamSubscriber(_param_source(plan, fabric, index), policy,
+                                            cfg.workers.param_version_stride),
                             fabric.reporter(),
                             max_batch=cfg.workers.max_inference_batch,
                             pull_interval=cfg.workers.param_pull_interval, wait_timeout=wait_timeout)
@@ -81,7 +126,8 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
         if w.policy_workers == 0:
             policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
             inference = InlineInference(index, pool, policy,
-                                        ParamSubscriber(fabric.params(), policy, w.param_version_stride))
+                                        ParamSubscriber(_param_source(plan, fabric, index), policy,
+                                                        w.param_version_stride))
         else:
             inference = InferenceClient(index, fabric.requests(index % w.policy_workers), fabric.replies(index))
         env = cfg.env

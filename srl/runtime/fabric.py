@@ -10,6 +10,7 @@ worker process (so the same code serves fork, spawn or a Ray actor).
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
@@ -48,7 +49,16 @@ class Fabric(ABC):
     def samples(self, trainer: int) -> Channel: ...
 
     @abstractmethod
-    def params(self) -> VersionedBuffer: ...
+    def params(self, group: int | None = None) -> VersionedBuffer:
+        """The lead trainer's snapshot buffer (``None``), or node group ``group``'s buffer fed by its relay."""
+
+    @abstractmethod
+    def param_address(self, server: str) -> str:
+        """Where parameter server ``server`` (``root`` or ``relay<g>``) listens."""
+
+    @abstractmethod
+    def token(self) -> str:
+        """The run's secret: readers present it to parameter servers."""
 
     @abstractmethod
     def reporter(self) -> Reporter: ...
@@ -88,8 +98,16 @@ class InlineFabric(Fabric):
     def samples(self, trainer: int) -> Channel:
         return self._samples[trainer]
 
-    def params(self) -> VersionedBuffer:
+    def params(self, group: int | None = None) -> VersionedBuffer:
+        if group is not None:
+            raise ValueError("the inline runtime has one parameter buffer")
         return self._params
+
+    def param_address(self, server: str) -> str:
+        raise ValueError("the inline runtime has no parameter servers")
+
+    def token(self) -> str:
+        raise ValueError("the inline runtime has no parameter servers")
 
     def reporter(self) -> Reporter:
         return self._reporter
@@ -115,6 +133,7 @@ class SharedFabric(Fabric):
         self.dir = directory or Path(tempfile.mkdtemp(prefix="srl-"))
         self.control_address = f"ipc://{self.dir}/control"
         self._opened: dict[str, Any] = {}
+        self._token: str | None = None
 
     # ------------------------------------------------------------------ owner
     def create(self) -> None:
@@ -124,6 +143,12 @@ class SharedFabric(Fabric):
             self._opened["pool"] = SegmentPool.shared(self.plan.layout, self.tag, create=True)
             self._opened["params"] = VersionedBuffer.create_shared(f"{self.tag}_params", self.plan.param_size,
                                                                    np.float32)
+            for g in range(self._relay_groups()):
+                self._opened[f"params{g}"] = VersionedBuffer.create_shared(f"{self.tag}_params{g}",
+                                                                           self.plan.param_size, np.float32)
+            token = self.dir / "token"
+            token.touch(mode=0o600)
+            token.write_text(secrets.token_hex(16))
             self._opened["stop"] = ShmArray.create(f"{self.tag}_stop", (1,), "int32")
             for p in range(max(1, w.policy_workers)):
                 self._opened[f"req{p}"] = FifoChannel.create(str(self.dir / f"req{p}"), REQUEST_WIDTH)
@@ -178,9 +203,22 @@ class SharedFabric(Fabric):
     def samples(self, trainer: int) -> Channel:
         return self._get(f"smp{trainer}", lambda: FifoChannel.open(str(self.dir / f"smp{trainer}"), SAMPLE_WIDTH))
 
-    def params(self) -> VersionedBuffer:
-        return self._get("params", lambda: VersionedBuffer.attach_shared(f"{self.tag}_params",
-                                                                         self.plan.param_size, np.float32))
+    def _relay_groups(self) -> int:
+        p = self.plan.cfg.params
+        return p.groups if p.mode == "hierarchical" and p.groups > 1 else 0
+
+    def params(self, group: int | None = None) -> VersionedBuffer:
+        key = "params" if group is None else f"params{group}"
+        return self._get(key, lambda: VersionedBuffer.attach_shared(f"{self.tag}_{key}", self.plan.param_size,
+                                                                    np.float32))
+
+    def param_address(self, server: str) -> str:
+        return f"ipc://{self.dir}/param_{server}"
+
+    def token(self) -> str:
+        if self._token is None:  # written by create(), in the run's private (0700) directory
+            self._token = (self.dir / "token").read_text()
+        return self._token
 
     def reporter(self) -> Reporter:
         return self._get("reporter", lambda: ZmqReporter(self.control_address))

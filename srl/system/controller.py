@@ -33,6 +33,7 @@ class Controller:
         self.episodes = 0
         self.trainers: dict[int, Mapping[str, Any]] = {}
         self.policy: dict[int, Mapping[str, Any]] = {}
+        self.param_service: dict[str, Mapping[str, Any]] = {}
         self.lag_hist = np.zeros(1, np.int64)
         self.timing: dict[str, dict[str, float]] = {}
         self.error: str | None = None
@@ -66,6 +67,8 @@ class Controller:
                 self.lag_hist[: len(hist)] += hist
         elif kind == "policy":
             self.policy[int(meta["policy"])] = dict(meta)
+        elif kind == "params":
+            self.param_service[str(meta["service"])] = dict(meta)
         elif kind == "error":
             self.fail(f"{meta.get('worker', '?')}: {meta.get('message', 'failed')}")
 
@@ -154,6 +157,11 @@ class Controller:
         for stats in self.policy.values():
             batches = max(1, int(stats.get("batches", 0)))
             rec[f"policy{stats['policy']}_mean_batch"] = float(stats.get("samples", 0)) / batches
+            rec[f"policy{stats['policy']}_version_lag"] = rec["policy_version"] - int(stats.get("version", -1))
+        for name, stats in self.param_service.items():
+            for key in ("sends", "bytes_sent", "rejected"):
+                if key in stats:
+                    rec[f"{name}_{key}"] = int(stats[key])
         return rec
 
     def time_fractions(self) -> dict[str, float]:
@@ -182,6 +190,8 @@ class Controller:
             "policy_version": int(self.trainer.get("version", 0)),
             "dropped_segments": self.dropped_segments,
             "lag_histogram": self.lag_hist.tolist(),
+            "param_service": {name: {k: v for k, v in stats.items() if k != "service"}
+                              for name, stats in sorted(self.param_service.items())},
             "time_fractions": self.time_fractions(),
         }
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran

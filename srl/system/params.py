@@ -2,19 +2,31 @@
 
 Storage is a :class:`~srl.base.seqlock.VersionedBuffer` (in-process for the
 inline runtime, node-local shared memory for the local runtime), so a reader
-never sees a torn snapshot and versions only go up. A later hierarchical
-service adds relays that feed node-local buffers; readers stay the same.
+never sees a torn snapshot and versions only go up. Readers elsewhere load
+from a node-local buffer kept current by a relay, or (flat mode) straight
+from the root server (:mod:`srl.system.param_service`); the subscriber is
+the same over either source.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
 from srl.api.worker import Policy
 from srl.base.seqlock import VersionedBuffer
+
+
+class SnapshotSource(Protocol):
+    """Where versioned snapshots come from: a shared buffer, or a server upstream (``param_service``)."""
+
+    def version(self) -> int:
+        """Newest version available (-1 before any)."""
+
+    def read_into(self, out: np.ndarray, min_version: int) -> int | None:
+        """Copy a snapshot newer than ``min_version`` into ``out``; its version, or None."""
 
 
 class ParamPublisher:
@@ -36,7 +48,7 @@ class ParamSubscriber:
     only once it is at least ``stride`` versions ahead of the one held.
     """
 
-    def __init__(self, buffer: VersionedBuffer, policy: Policy, stride: int = 1) -> None:
+    def __init__(self, buffer: SnapshotSource, policy: Policy, stride: int = 1) -> None:
         self.buffer, self.policy, self.stride = buffer, policy, stride
         self.current = -1
         self._scratch = np.empty(policy.flat_size(), np.float32)

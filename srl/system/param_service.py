@@ -1,0 +1,240 @@
+"""The networked parameter service: a root server, a tree of relays, and network readers.
+
+SRL's hierarchical parameter server. The lead trainer writes each new
+snapshot into a node-local :class:`~srl.base.seqlock.VersionedBuffer`; a
+*root* :class:`ParamServiceWorker` serves it over ZeroMQ. In hierarchical
+mode one *relay* per node (or per group; a tree of configurable fan-out)
+subscribes upstream, mirrors the newest snapshot into its node's own shared
+buffer, and serves its children, so the root sends one copy per version to
+each of its direct children instead of one per reader. In flat mode (kept for
+comparison) every reader subscribes to the root itself.
+
+Protocol (wire format, never pickle), a long poll over ROUTER/DEALER:
+
+- request  ``param_get``       meta ``{"token": str, "since": int}``
+- reply    ``param_snapshot``  meta ``{"version": int}``, array ``params`` (float32 or float16)
+
+The server answers a request as soon as it holds a version newer than
+``since`` (at once, or when one is published). Requests without the run's
+token, or malformed, are counted, logged and dropped; the server keeps going.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+
+from srl.api.worker import Reporter, Worker
+from srl.base import wire
+from srl.base.seqlock import VersionedBuffer
+from srl.base.timing import Every
+from srl.system.params import SnapshotSource
+
+log = logging.getLogger(__name__)
+
+GET, SNAPSHOT = "param_get", "param_snapshot"
+REASK_SECONDS = 5.0
+"""A reader re-sends its request after this long without an answer (the upstream may have restarted)."""
+
+
+class ParamServer:
+    """Serves the newest snapshot of ``source`` to subscribers on ``address`` (ROUTER, bound)."""
+
+    def __init__(self, ctx: zmq.Context, source: SnapshotSource, size: int, address: str, token: str,
+                 transfer_dtype: str = "float32") -> None:
+        self.source, self.size, self.token = source, size, token
+        self._sock = ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(address)
+        self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._scratch = np.empty(size, np.float32)
+        self._wire = np.empty(size, np.dtype(transfer_dtype))
+        self.version = -1
+        self._pending: dict[bytes, int] = {}  # subscriber identity -> the version it already holds
+        self.sends = 0
+        self.bytes_sent = 0
+        self.rejected = 0
+
+    @property
+    def socket(self) -> zmq.Socket:
+        return self._sock
+
+    def poll(self) -> int:
+        """Pick up a newer snapshot, take pending requests, answer those that can be answered; sends made."""
+        newest = self.source.read_into(self._scratch, self.version) if self.source.version() > self.version else None
+        if newest is not None:
+            np.copyto(self._wire, self._scratch, casting="same_kind")
+            self.version = newest
+        while True:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            self._take(frames)
+        sent = 0
+        if self.version >= 0:
+            for identity in [i for i, since in self._pending.items() if since < self.version]:
+                del self._pending[identity]
+                self._sock.send_multipart([identity, *wire.encode(SNAPSHOT, {"params": self._wire},
+                                                                  {"version": self.version})], copy=False)
+                sent += 1
+        self.sends += sent
+        self.bytes_sent += sent * self._wire.nbytes
+        return sent
+
+    def _take(self, frames: list[zmq.Frame]) -> None:
+        identity = frames[0].bytes
+        try:
+            msg = wire.decode([f.buffer for f in frames[1:]], expect_schema=GET, fields={})
+            token, since = msg.meta.get("token"), msg.meta.get("since")
+            if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
+                raise wire.WireError("missing or wrong run token")
+            if not isinstance(since, int) or isinstance(since, bool):
+                raise wire.WireError(f"'since' must be an int, got {since!r}")
+        except wire.WireError as exc:
+            self.rejected += 1
+            log.error("parameter service: rejected request: %s", exc)
+            return
+        self._pending[identity] = since
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class RemoteSnapshot:
+    """A :class:`SnapshotSource` fed by a :class:`ParamServer` upstream (DEALER, connected).
+
+    It keeps one request outstanding; each answer lands in a float32 staging
+    copy and a new request for anything newer goes out at once.
+    """
+
+    def __init__(self, ctx: zmq.Context, address: str, size: int, token: str,
+                 transfer_dtype: str = "float32") -> None:
+        self.size, self.token = size, token
+        self._fields = {"params": (transfer_dtype, (size,))}
+        self._sock = ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(address)
+        self._staging = np.empty(size, np.float32)
+        self._version = -1
+        self._asked_at: float | None = None
+        self.received = 0
+        self.rejected = 0
+
+    @property
+    def socket(self) -> zmq.Socket:
+        return self._sock
+
+    def version(self) -> int:
+        self.pump()
+        return self._version
+
+    def read_into(self, out: np.ndarray, min_version: int) -> int | None:
+        self.pump()
+        if self._version <= min_version:
+            return None
+        np.copyto(out.reshape(-1), self._staging, casting="same_kind")
+        return self._version
+
+    def pump(self) -> None:
+        """Take any answers that arrived (never blocks) and keep a request outstanding."""
+        while True:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            self._take(frames)
+        now = time.monotonic()
+        if self._asked_at is None or now - self._asked_at > REASK_SECONDS:
+            self._sock.send_multipart(wire.encode(GET, None, {"token": self.token, "since": self._version}))
+            self._asked_at = now
+
+    def _take(self, frames: list[zmq.Frame]) -> None:
+        try:
+            msg = wire.decode([f.buffer for f in frames], expect_schema=SNAPSHOT, fields=self._fields)
+            version = msg.meta.get("version")
+            if not isinstance(version, int) or isinstance(version, bool):
+                raise wire.WireError(f"'version' must be an int, got {version!r}")
+        except wire.WireError as exc:
+            self.rejected += 1
+            log.error("parameter service: rejected snapshot: %s", exc)
+            self._asked_at = None  # ask again
+            return
+        self._asked_at = None
+        if version > self._version:
+            np.copyto(self._staging, msg.arrays["params"], casting="same_kind")
+            self._version = version
+            self.received += 1
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class ParamServiceWorker(Worker):
+    """The root server (source: the trainer's buffer) or a relay (source: upstream; mirrors into its buffer).
+
+    A relay with no children has no server: it only keeps its node's shared buffer current.
+    """
+
+    def __init__(self, name: str, source: SnapshotSource, size: int, reporter: Reporter,
+                 server_address: str | None, token: str, mirror: VersionedBuffer | None = None,
+                 transfer_dtype: str = "float32", wait_timeout: float = 0.05, report_interval: float = 1.0,
+                 ctx: zmq.Context | None = None) -> None:
+        self.name = name
+        self.ctx = ctx or zmq.Context.instance()
+        self.source, self.size, self.reporter, self.mirror = source, size, reporter, mirror
+        self.server_address, self.token, self.transfer_dtype = server_address, token, transfer_dtype
+        self.wait_timeout = wait_timeout
+        self._reports = Every(report_interval)
+        self.server: ParamServer | None = None
+        self.mirrored = -1
+        self._scratch = np.empty(size, np.float32)
+
+    def setup(self) -> None:
+        if self.server_address is not None:
+            self.server = ParamServer(self.ctx, self.source, self.size, self.server_address, self.token,
+                                      self.transfer_dtype)
+        self._poller = zmq.Poller()
+        for sock in (getattr(self.source, "socket", None), None if self.server is None else self.server.socket):
+            if sock is not None:
+                self._poller.register(sock, zmq.POLLIN)
+        self._reports.restart()
+
+    def poll(self) -> int:
+        if isinstance(self.source, VersionedBuffer):  # the root: new versions appear in memory, not on a socket
+            self._poller.poll(int(min(self.wait_timeout, 0.005) * 1000))
+        else:
+            self._poller.poll(int(self.wait_timeout * 1000))
+        work = 0
+        if self.mirror is not None and self.source.version() > self.mirrored:
+            got = self.source.read_into(self._scratch, self.mirrored)
+            if got is not None:
+                self.mirror.write(got, self._scratch)
+                self.mirrored = got
+                work += 1
+        if self.server is not None:
+            work += self.server.poll()
+        if self._reports.due():
+            self._report()
+        return work
+
+    def teardown(self) -> None:
+        self._report()
+        if self.server is not None:
+            self.server.close()
+        if isinstance(self.source, RemoteSnapshot):
+            self.source.close()
+
+    def _report(self) -> None:
+        meta: dict[str, Any] = {"service": self.name, "version": max(self.mirrored, -1 if self.server is None
+                                                                     else self.server.version)}
+        if self.server is not None:
+            meta.update(sends=self.server.sends, bytes_sent=self.server.bytes_sent, rejected=self.server.rejected)
+        if isinstance(self.source, RemoteSnapshot):
+            meta.update(received=self.source.received, rejected_upstream=self.source.rejected)
+        self.reporter.report("params", meta)

@@ -1,0 +1,164 @@
+"""The networked parameter service: long-poll delivery, root egress counts, tokens, malformed messages."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from srl.base import wire
+from srl.base.seqlock import VersionedBuffer
+from srl.system.param_service import ParamServer, ParamServiceWorker, RemoteSnapshot
+
+SIZE = 1000
+TOKEN = "run-token"
+
+
+def _pump(server: ParamServer | None, clients: list[RemoteSnapshot], until, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, "timed out"
+        if server is not None:
+            server.poll()
+        for c in clients:
+            c.pump()
+        time.sleep(0.001)
+
+
+@pytest.fixture
+def ctx():
+    context = zmq.Context()
+    yield context
+    context.term()
+
+
+def test_readers_get_each_new_version_and_root_counts_one_send_per_reader(ctx, tmp_path) -> None:
+    root = VersionedBuffer.in_process(SIZE, np.float32)
+    server = ParamServer(ctx, root, SIZE, f"ipc://{tmp_path}/root", TOKEN)
+    readers = [RemoteSnapshot(ctx, server.address, SIZE, TOKEN) for _ in range(3)]
+    try:
+        for version in range(3):
+            root.write(version, np.full(SIZE, version + 0.5, np.float32))
+            _pump(server, readers, lambda: all(r.version() == version for r in readers))
+        out = np.empty(SIZE, np.float32)
+        assert readers[0].read_into(out, 1) == 2 and np.all(out == 2.5)
+        assert readers[0].read_into(out, 2) is None
+        assert server.sends == 9 and server.bytes_sent == 9 * SIZE * 4
+    finally:
+        for r in readers:
+            r.close()
+        server.close()
+
+
+def test_relay_tree_root_sends_once_per_relay(ctx, tmp_path) -> None:
+    """root -> relay (mirrors into its node buffer, serves 4 readers): the root sends once per version."""
+    root = VersionedBuffer.in_process(SIZE, np.float32)
+    server = ParamServer(ctx, root, SIZE, f"ipc://{tmp_path}/root", TOKEN, transfer_dtype="float16")
+    node = VersionedBuffer.in_process(SIZE, np.float32)
+    relay = ParamServiceWorker("relay0", RemoteSnapshot(ctx, server.address, SIZE, TOKEN, "float16"), SIZE,
+                               reporter=_Sink(), server_address=f"ipc://{tmp_path}/relay0", token=TOKEN,
+                               mirror=node, transfer_dtype="float16", wait_timeout=0.0, ctx=ctx)
+    relay.setup()
+    readers = [RemoteSnapshot(ctx, relay.server.address, SIZE, TOKEN, "float16") for _ in range(4)]
+    try:
+        values = np.linspace(-1, 1, SIZE, dtype=np.float32)
+        for version in range(5):
+            root.write(version, values + version)
+
+            def done() -> bool:
+                relay.poll()
+                return node.version() == version and all(r.version() == version for r in readers)
+
+            _pump(server, readers, done)
+        assert server.sends == 5  # one relay, five versions: independent of the four readers below it
+        assert relay.server.sends == 20
+        out = np.empty(SIZE, np.float32)
+        node.read_into(out, -1)
+        np.testing.assert_allclose(out, values + 4, atol=4e-3)  # float16 transfer: ~3 significant digits
+    finally:
+        for r in readers:
+            r.close()
+        relay.teardown()
+        server.close()
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, dict]] = []
+
+    def report(self, kind, meta, arrays=None) -> None:
+        self.records.append((kind, dict(meta)))
+
+
+def test_requests_without_the_token_or_malformed_are_rejected_and_the_server_keeps_serving(ctx, tmp_path) -> None:
+    root = VersionedBuffer.in_process(SIZE, np.float32)
+    root.write(0, np.ones(SIZE, np.float32))
+    server = ParamServer(ctx, root, SIZE, f"ipc://{tmp_path}/root", TOKEN)
+    intruder = ctx.socket(zmq.DEALER)
+    intruder.setsockopt(zmq.LINGER, 0)
+    intruder.connect(server.address)
+    good = RemoteSnapshot(ctx, server.address, SIZE, TOKEN)
+    try:
+        intruder.send_multipart(wire.encode("param_get", None, {"token": "guess", "since": -1}))
+        intruder.send_multipart(wire.encode("param_get", None, {"since": -1}))
+        intruder.send_multipart([b"not a header"])
+        intruder.send_multipart(wire.encode("param_get", None, {"token": TOKEN, "since": "x"}))
+        _pump(server, [], lambda: server.rejected == 4)
+        _pump(server, [good], lambda: good.version() == 0)
+        assert server.sends == 1  # only the reader with the token got the snapshot
+        assert not intruder.poll(100)
+    finally:
+        intruder.close()
+        good.close()
+        server.close()
+
+
+def test_reader_rejects_a_snapshot_of_the_wrong_shape(ctx, tmp_path) -> None:
+    fake = ctx.socket(zmq.ROUTER)
+    fake.setsockopt(zmq.LINGER, 0)
+    address = f"ipc://{tmp_path}/fake"
+    fake.bind(address)
+    reader = RemoteSnapshot(ctx, address, SIZE, TOKEN)
+    try:
+        reader.pump()
+        identity, *_ = fake.recv_multipart()
+        fake.send_multipart([identity, *wire.encode("param_snapshot", {"params": np.zeros(SIZE + 1, np.float32)},
+                                                    {"version": 3})])
+        deadline = time.monotonic() + 5
+        while reader.rejected == 0 and time.monotonic() < deadline:
+            reader.pump()
+            time.sleep(0.001)
+        assert reader.rejected == 1 and reader.version() == -1
+    finally:
+        reader.close()
+        fake.close()
+
+
+@pytest.mark.parametrize("mode", ["flat", "hierarchical"])
+def test_local_run_root_egress_follows_the_topology(tmp_path, mode) -> None:
+    """3 policy workers in 3 groups, fan-out 2: flat -> the root serves 3 readers; hierarchical -> the root
+    serves relays 0 and 1, relay 0 serves relay 2, and each policy worker reads its group's shared buffer."""
+    from srl.api.config import load_config
+    from srl.runtime.train import train
+
+    cfg = load_config("configs/cartpole_ppo.yaml", [
+        f"params.mode={mode}", "params.groups=3", "params.fan_out=2", "workers.policy_workers=3",
+        "workers.actors=3", "run.target_return=null", "run.max_wall_seconds=8", "run.eval_episodes=0"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    service = summary["param_service"]
+    versions = summary["policy_version"]
+    assert versions >= 3 and summary["env_steps"] > 0
+    root = service["param_root"]
+    assert root["rejected"] == 0
+    if mode == "flat":
+        assert set(service) == {"param_root"}
+        assert 3 <= root["sends"] <= 3 * (versions + 1)  # one copy per reader per version (skips allowed)
+    else:
+        assert set(service) == {"param_root", "relay0", "relay1", "relay2"}
+        assert root["sends"] == service["relay0"]["received"] + service["relay1"]["received"]
+        assert service["relay0"]["sends"] == service["relay2"]["received"]
+        assert "sends" not in service["relay1"]  # a leaf relay serves nobody over the network
+        assert root["sends"] <= 2 * (versions + 1)
+        assert all(service[f"relay{g}"]["received"] >= 2 for g in range(3))
