@@ -162,3 +162,22 @@ def test_local_run_root_egress_follows_the_topology(tmp_path, mode) -> None:
         assert "sends" not in service["relay1"]  # a leaf relay serves nobody over the network
         assert root["sends"] <= 2 * (versions + 1)
         assert all(service[f"relay{g}"]["received"] >= 2 for g in range(3))
+
+
+def test_bench_params_root_egress_flat_grows_hierarchical_stays_at_the_relays() -> None:
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "bench", "params", "--readers", "2,8",
+                           "--per-group", "2", "--fan-out", "2", "--size", "10000", "--versions", "3",
+                           "--interval", "0.2", "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["mode"], r["readers"]): r for r in map(json.loads, proc.stdout.strip().splitlines())}
+    assert all(r["delivered_fraction"] == 1.0 for r in rows.values())
+    assert rows["flat", 2]["root_sends_per_version"] == 2 and rows["flat", 8]["root_sends_per_version"] == 8
+    # 8 readers in 4 groups under a fan-out of 2: the root serves 2 relays, which serve the other 2.
+    assert rows["hierarchical", 2]["root_sends_per_version"] == 1
+    assert rows["hierarchical", 8]["root_sends_per_version"] == 2
+    assert rows["hierarchical", 8]["relay_sends_per_version"] == 2
+    assert rows["flat", 8]["root_bytes_per_version"] == 8 * 10000 * 4

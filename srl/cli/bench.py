@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from srl.api.config import load_config
+from srl.api.config import ConfigError, load_config
 
 # The sampling layout used when no config is given: two actors of two slots served by one policy worker.
 DEFAULT_SAMPLING = ["runtime=local", "workers.actors=2", "workers.ring_size=2", "workers.envs_per_slot=16",
@@ -18,6 +18,7 @@ WHAT = {
     "compute": "inference and PPO-update cost per sample, and the compute bound they imply",
     "train": "end-to-end training throughput and where each worker's time goes",
     "solve": "time from process start to solved, over several seeds",
+    "params": "parameter service: root sends and bytes per version, flat vs hierarchical, as readers grow",
 }
 
 
@@ -32,6 +33,14 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field (repeatable)")
     b.add_argument("--json", action="store_true", help="print one JSON object per measurement")
+    p = b.add_argument_group("params")
+    p.add_argument("--readers", default="1,2,4,8,16,32", help="comma-separated reader (policy worker) counts")
+    p.add_argument("--per-group", type=int, default=4, help="readers per node group (one relay each)")
+    p.add_argument("--fan-out", type=int, default=4, help="children per server in the relay tree")
+    p.add_argument("--size", type=int, default=1_700_000, help="snapshot length in floats (default: ~Nature CNN)")
+    p.add_argument("--versions", type=int, default=10, help="versions published per measurement")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between versions")
+    p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="transfer dtype")
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -39,6 +48,19 @@ def run_bench(args: argparse.Namespace) -> int:
 
     overrides = ([f"env.id={args.env}"] if args.env else []) + args.overrides
     config = args.config or "configs/cartpole_ppo.yaml"
+    if args.what == "params":
+        from srl.runtime.bench_params import bench_params
+
+        try:
+            readers = [int(n) for n in args.readers.split(",")]
+        except ValueError:
+            raise ConfigError(f"--readers: must be comma-separated integers, got {args.readers!r}") from None
+        if min(readers) < 1 or min(args.per_group, args.fan_out, args.size, args.versions) < 1:
+            raise ConfigError("--readers, --per-group, --fan-out, --size and --versions must be >= 1")
+        for result in bench_params(readers, per_group=args.per_group, fan_out=args.fan_out, size=args.size,
+                                   versions=args.versions, interval=args.interval, dtype=args.dtype):
+            print(json.dumps(result) if args.json else _human(result), flush=True)
+        return 0
     if args.what == "solve":
         result = bench.bench_solve(config, args.runs, overrides)
     elif args.what == "train":
