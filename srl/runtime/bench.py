@@ -113,7 +113,7 @@ def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
     """Time from process start to solved, for ``runs`` seeds, each ``srl train`` in a fresh process."""
     results = []
     for seed in range(1, runs + 1):
-        summary = _train_in_fresh_process(config, [f"seed={seed}", *overrides])
+        summary, _ = train_in_fresh_process(config, [f"seed={seed}", *overrides])
         results.append({"seed": seed, "solved": bool(summary.get("solved")),
                         "solved_wall_seconds": summary.get("solved_wall_seconds"),
                         "solved_env_steps": summary.get("solved_env_steps"),
@@ -222,16 +222,19 @@ def _random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.
 
 def bench_train(config: str, seconds: float, overrides: list[str]) -> dict[str, Any]:
     """End-to-end training throughput: ``srl train`` for ``seconds`` in a fresh process; FPS and time shares."""
-    summary = _train_in_fresh_process(config, ["run.target_return=null", "run.eval_episodes=0",
-                                               f"run.max_wall_seconds={seconds}", *overrides])
+    summary, _ = train_in_fresh_process(config, ["run.target_return=null", "run.eval_episodes=0",
+                                                  f"run.max_wall_seconds={seconds}", *overrides])
     return {"bench": "train", "config": config, "overrides": overrides, "seconds": seconds,
             "env_steps": summary["env_steps"], "train_fps": round(summary["train_fps"], 1),
             "policy_version": summary["policy_version"],
             "time_fractions": {k: round(v, 3) for k, v in summary["time_fractions"].items()}}
 
 
-def _train_in_fresh_process(config: str, overrides: list[str]) -> dict[str, Any]:
-    """Run ``srl train`` in a new process (so start-up counts) in a temporary run directory; its summary."""
+def train_in_fresh_process(config: str, overrides: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run ``srl train`` in a new process (so start-up counts) in a temporary run directory.
+
+    Returns its summary and its metrics records.
+    """
     with tempfile.TemporaryDirectory(prefix="srl-bench-") as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "srl.cli.main", "train", config, "--quiet", "--run-dir", str(run_dir),
@@ -239,4 +242,5 @@ def _train_in_fresh_process(config: str, overrides: list[str]) -> dict[str, Any]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"srl train {' '.join(overrides)} failed: {proc.stderr.strip().splitlines()[-1:]}")
-        return json.loads((run_dir / "summary.json").read_text())
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return json.loads((run_dir / "summary.json").read_text()), records

@@ -22,7 +22,10 @@ from torch import Tensor
 class TorchCollective:
     """A gloo process group of ``world_size`` trainers; this process is ``rank``."""
 
-    def __init__(self, rank: int, world_size: int, init_method: str, timeout: float = 60.0) -> None:
+    def __init__(self, rank: int, world_size: int, init_method: str, timeout: float = 1800.0) -> None:
+        """``timeout`` bounds every collective. It is long on purpose: a trainer waits in the pre-update
+        agreement until its slowest peer has a full batch. A peer that dies closes its connections, which
+        fails the others at once; a hung one is the controller's to stop."""
         self.rank, self.world_size, self.init_method = rank, world_size, init_method
         self.timeout = timeout
         self.bytes_reduced = 0

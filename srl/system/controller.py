@@ -173,6 +173,16 @@ class Controller:
                 out.update({f"{worker}/{k}": v / total for k, v in times.items() if k != "total"})
         return out
 
+    def _bytes_per_version(self) -> dict[str, float]:
+        """Parameter bytes published per snapshot and gradient bytes all-reduced per update (per trainer)."""
+        t, versions = self.trainer, int(self.trainer.get("version", 0))
+        out = {}
+        if versions > 0 and "bytes_published" in t:
+            out["bytes_published_per_version"] = float(t["bytes_published"]) / (versions + 1)  # + the initial one
+        if versions > 0 and "bytes_reduced" in t:
+            out["bytes_reduced_per_update"] = float(t["bytes_reduced"]) / versions
+        return out
+
     def summary(self, final_eval: Mapping[str, float] | None) -> dict[str, Any]:
         """``summary.json`` content (see DESIGN.md for the contract)."""
         now = time.time()
@@ -190,6 +200,7 @@ class Controller:
             "policy_version": int(self.trainer.get("version", 0)),
             "dropped_segments": self.dropped_segments,
             "lag_histogram": self.lag_hist.tolist(),
+            **self._bytes_per_version(),
             "param_service": {name: {k: v for k, v in stats.items() if k != "service"}
                               for name, stats in sorted(self.param_service.items())},
             "time_fractions": self.time_fractions(),

@@ -67,6 +67,7 @@ class TrainerWorker(Worker):
         self.leader = collective is None or collective.rank == 0
         self._left = False  # left the lockstep (every trainer agreed to stop): no more collective calls
         self._in_step = False  # inside a collective sequence: a failure here leaves peers mid-sequence
+        self._connected = False
         self.version = 0
         self.samples = 0
         self.dropped = 0
@@ -85,6 +86,7 @@ class TrainerWorker(Worker):
         if self.collective is not None:
             self._in_step = True
             self.collective.connect()
+            self._connected = True
             self.algorithm.synchronize()
             self._in_step = False
         if self.leader:
@@ -118,7 +120,7 @@ class TrainerWorker(Worker):
         if self.collective is not None:
             # Release peers waiting to agree on the next update; after a failure mid-update they are stuck
             # in another collective instead and time out on their own.
-            if not self._left and not self._in_step:
+            if self._connected and not self._left and not self._in_step:
                 self._left = self.collective.any(True)
             self.collective.close()
         if self.leader and self.checkpoint_dir is not None:
