@@ -19,7 +19,7 @@ from srl.runtime.bench import train_in_fresh_process
 
 TWO_TRAINERS = ["workers.trainers=2", "workers.actors=2", "ppo.batch_segments=1"]
 # Staleness runs keep every segment (lags up to ~stride + pipeline) so compensation is the only difference.
-KEEP_ALL = ["ppo.max_policy_lag=64"]
+KEEP_ALL = ["ppo.max_policy_lag=100"]
 ABLATIONS: dict[str, dict[str, list[str]]] = {
     "critic": {
         "decentralized": [*TWO_TRAINERS, "ppo.critic=decentralized"],
@@ -30,6 +30,8 @@ ABLATIONS: dict[str, dict[str, list[str]]] = {
         "stride 1, compensated": [*KEEP_ALL, "ppo.td_compensation=true"],
         "stride 8, plain": [*KEEP_ALL, "workers.param_version_stride=8"],
         "stride 8, compensated": [*KEEP_ALL, "workers.param_version_stride=8", "ppo.td_compensation=true"],
+        "stride 16, plain": [*KEEP_ALL, "workers.param_version_stride=16"],
+        "stride 16, compensated": [*KEEP_ALL, "workers.param_version_stride=16", "ppo.td_compensation=true"],
     },
     "variance": {
         "plain": [],

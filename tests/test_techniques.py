@@ -274,3 +274,38 @@ def test_version_stride_holds_snapshots_until_far_enough_ahead() -> None:
         sub.refresh()
         loaded.append(sub.current)
     assert loaded == [0, 0, 0, 0, 4, 4, 4, 4, 8, 8]
+
+
+def test_td_compensation_changes_nothing_on_fresh_data_and_weights_stale_data() -> None:
+    batch = _random_batch(5)
+    model = ModelConfig(hidden=(16,))
+
+    def trained(td: bool, behaviour_shift: float) -> tuple[np.ndarray, dict[str, float]]:
+        algo = PPO(OBS, ACT, model, PPOConfig(td_compensation=td, epochs=2, minibatches=2), seed=0)
+        with torch.no_grad():  # behaviour log-probs of the very policy being trained: on-policy data
+            logp, _ = algo.policy.evaluate(torch.from_numpy(batch["obs"][:-1].reshape(-1, 4)),
+                                           torch.from_numpy(batch["actions"]).reshape(-1))
+        data = dict(batch, logp=(logp.numpy() + behaviour_shift).reshape(batch["logp"].shape).astype(np.float32))
+        stats = algo.train(data, 0.0)
+        return algo.policy.flat_state(), stats
+
+    fresh_plain, _ = trained(False, 0.0)
+    fresh_td, stats = trained(True, 0.0)
+    np.testing.assert_allclose(fresh_td, fresh_plain, atol=1e-6)
+    assert stats["is_weight_mean"] == pytest.approx(1.0, abs=1e-5) and stats["is_weight_truncated"] == 0.0
+    # Behaviour log-probs 0.5 higher than the current policy's: every weight is exp(-0.5), none truncated.
+    _, stale = trained(True, 0.5)
+    assert stale["is_weight_mean"] == pytest.approx(np.exp(-0.5), rel=1e-4)
+    assert stale["approx_kl"] == pytest.approx(0.0, abs=0.05)  # the ratio is against the proximal policy
+
+
+def test_trainer_device_trains_there_or_refuses_clearly() -> None:
+    if torch.cuda.is_available():
+        algo = PPO(OBS, ACT, ModelConfig(hidden=(16,)), PPOConfig(epochs=1), seed=0, device="cuda")
+        algo.train(_random_batch(1), 0.0)
+        assert next(algo.policy.parameters()).is_cuda and algo.policy_state().dtype == np.float32
+    else:
+        with pytest.raises(ValueError, match="no CUDA device"):
+            PPO(OBS, ACT, ModelConfig(hidden=(16,)), PPOConfig(), seed=0, device="cuda")
+    with pytest.raises(ConfigError, match="trainer_device"):
+        build(ExperimentConfig, {"workers": {"trainer_device": "gpu0"}})

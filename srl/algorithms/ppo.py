@@ -101,13 +101,17 @@ class PPO:
     """
 
     def __init__(self, obs_space: gym.spaces.Box, action_space: gym.spaces.Space,
-                 model: ModelConfig, cfg: PPOConfig, seed: int, collective: Collective | None = None) -> None:
+                 model: ModelConfig, cfg: PPOConfig, seed: int, collective: Collective | None = None,
+                 device: str = "cpu") -> None:
         torch.manual_seed(seed)
         self.cfg = cfg
         self.collective = collective
         self.centralized = cfg.critic == "centralized"
-        self.policy = build_policy_net(obs_space, action_space, model)
-        self.value = build_value_net(obs_space, self.policy, model, cfg)
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"trainer device {device!r}: torch sees no CUDA device on this machine")
+        self.policy = build_policy_net(obs_space, action_space, model).to(self.device)
+        self.value = build_value_net(obs_space, self.policy, model, cfg).to(self.device)
         actor_params, critic_params = list(self.policy.parameters()), list(self.value.parameters())
         self.optimizer = Adam(actor_params + critic_params, lr=cfg.lr, eps=cfg.adam_eps)
         self._reduced = actor_params + (critic_params if self.centralized else [])
@@ -115,12 +119,17 @@ class PPO:
                                             percentile=cfg.grad_clip_percentile, window=cfg.grad_clip_window,
                                             unitwise=cfg.unitwise_clip)
                           for name, params in (("actor", actor_params), ("critic", critic_params))}
-        self._snapshot = ActingPolicy(self.policy, self.value if self.centralized else None)
         self._gen = torch.Generator().manual_seed(seed + 1)
 
     # ------------------------------------------------------------------ Algorithm
     def policy_state(self) -> np.ndarray:
-        return self._snapshot.flat_state()
+        """The actor's flat state, then the critic's when it is centralized (what :class:`ActingPolicy` loads)."""
+        a = self.policy.flat_size()
+        out = np.empty(a + (self.value.flat_size() if self.centralized else 0), np.float32)
+        self.policy.flat_state(out[:a])
+        if self.centralized:
+            self.value.flat_state(out[a:])
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
@@ -142,12 +151,12 @@ class PPO:
         cfg = self.cfg
         lr = cfg.lr * (1.0 - progress) if cfg.lr_schedule == "linear" else cfg.lr
         self.optimizer.lr = max(lr, 1e-8)
-        obs_all = torch.from_numpy(batch["obs"])  # [T+1, N, ...]
+        obs_all = self._tensor(batch["obs"])  # [T+1, N, ...]
         T, N = batch["rewards"].shape
         flat_obs = obs_all.reshape((T + 1) * N, *obs_all.shape[2:])
         obs = flat_obs[: T * N]
-        actions = torch.from_numpy(batch["actions"]).reshape(T * N, *batch["actions"].shape[2:])
-        behaviour_logp = torch.from_numpy(batch["logp"]).reshape(-1)
+        actions = self._tensor(batch["actions"]).reshape(T * N, *batch["actions"].shape[2:])
+        behaviour_logp = self._tensor(batch["logp"]).reshape(-1)
         v_all, prox_logp = self._evaluate_rollout(flat_obs, obs, actions)
         out: dict[str, float] = {}
         weights = rho = c = None
@@ -170,7 +179,7 @@ class PPO:
         sums: dict[str, float] = {}
         count = 0
         for _ in range(cfg.epochs):
-            perm = torch.randperm(size, generator=self._gen)
+            perm = torch.randperm(size, generator=self._gen).to(self.device)
             for start in range(0, size - mb + 1, mb):
                 idx = perm[start:start + mb]
                 stats = self._minibatch(obs[idx], actions[idx], old_logp[idx], adv[idx], ret_head[idx],
@@ -210,17 +219,21 @@ class PPO:
                     rho: torch.Tensor | None, c: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """GAE (V-trace-corrected with ``rho``/``c``) on current values; truncated episodes bootstrap from their final obs."""
         values, next_values = v_all[:T], v_all[1:].clone()
-        truncated = torch.from_numpy(batch["truncated"])
-        terminated = torch.from_numpy(batch["terminated"])
+        truncated = self._tensor(batch["truncated"])
+        terminated = self._tensor(batch["terminated"])
         if bool(truncated.any()):
             if "final_obs" in batch:
-                next_values[truncated] = self.value(torch.from_numpy(batch["final_obs"])[truncated])
+                next_values[truncated] = self.value(self._tensor(batch["final_obs"])[truncated])
             else:  # image observations carry no final_obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
                 next_values[truncated] = values[truncated]
-        rewards = torch.from_numpy(batch["rewards"])
+        rewards = self._tensor(batch["rewards"])
         adv, ret = gae(rewards, values, next_values, terminated.float(), (terminated | truncated).float(),
                        self.cfg.gamma, self.cfg.gae_lambda, rho=rho, c=c)
         return adv, ret, values
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A batch field as a tensor on the trainer's device (no copy on the CPU)."""
+        return torch.from_numpy(array).to(self.device)
 
     def _update_rms(self, rms: RunningMeanStd | None, x: torch.Tensor, merged: bool) -> None:
         if rms is None:

@@ -78,6 +78,8 @@ class WorkersConfig:
     Fewer buffers bound policy lag by back-pressure; more let actors run ahead of the trainer."""
     torch_threads: int = 1
     """Torch intra-op threads in each worker process."""
+    trainer_device: str = "cpu"
+    """Where trainers run the update: ``cpu``, ``cuda`` or ``cuda:N`` (policy workers and actors stay on the CPU)."""
     param_pull_interval: int = 1
     """Policy workers check the parameter service every this many forward passes."""
     param_version_stride: int = 1
@@ -93,6 +95,9 @@ class WorkersConfig:
             value = getattr(self, name)
             _check(value >= 1, name, f"must be >= 1, got {value}")
         _check(self.policy_workers >= 0, "policy_workers", f"must be >= 0, got {self.policy_workers}")
+        _check(self.trainer_device == "cpu" or self.trainer_device == "cuda"
+               or (self.trainer_device.startswith("cuda:") and self.trainer_device[5:].isdigit()),
+               "trainer_device", f"must be cpu, cuda or cuda:N, got {self.trainer_device!r}")
         _check(self.actors >= self.trainers, "trainers",
                f"each trainer needs at least one actor feeding it: {self.trainers} trainers, {self.actors} actors")
         _check(self.sample_buffers == 0 or self.sample_buffers >= self.ring_size + 1, "sample_buffers",

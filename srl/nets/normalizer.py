@@ -57,7 +57,7 @@ class RunningMeanStd(nn.Module):
         batch = self._batch_view(x)
         n = batch.shape[0]
         if n == 0:
-            zeros = torch.zeros(self.shape, dtype=torch.float64)
+            zeros = torch.zeros(self.shape, dtype=torch.float64, device=x.device)
             return zeros, zeros.clone(), 0
         return batch.mean(dim=0), batch.var(dim=0, unbiased=False), n
 

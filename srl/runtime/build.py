@@ -100,7 +100,8 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
         collective = None
         if cfg.workers.trainers > 1:
             collective = TorchCollective(index, cfg.workers.trainers, fabric.dist_init_method())
-        algo = PPO(plan.obs_space, plan.action_space, cfg.model, cfg.ppo, seed=cfg.seed, collective=collective)
+        algo = PPO(plan.obs_space, plan.action_space, cfg.model, cfg.ppo, seed=cfg.seed, collective=collective,
+                   device=cfg.workers.trainer_device)
         return TrainerWorker(
             index, algo, SampleConsumer(fabric.pool(), fabric.samples(index)), ParamPublisher(fabric.params()),
             fabric.reporter(), batch_segments=cfg.ppo.batch_segments, max_policy_lag=cfg.ppo.max_policy_lag,

@@ -30,7 +30,7 @@ class TorchCollective:
         self.timeout = timeout
         self.bytes_reduced = 0
         self._group: object | None = None
-        self._buffers: dict[tuple[int, torch.dtype], Tensor] = {}
+        self._buffers: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
 
     def connect(self) -> None:
         """Join the group (blocks until every trainer has joined, or ``timeout``)."""
@@ -53,10 +53,10 @@ class TorchCollective:
     # ------------------------------------------------------------------ operations
     def _flat(self, tensors: Sequence[Tensor]) -> Tensor:
         n = sum(t.numel() for t in tensors)
-        key = (n, tensors[0].dtype)
+        key = (n, tensors[0].dtype, tensors[0].device)
         buf = self._buffers.get(key)
         if buf is None:
-            buf = self._buffers[key] = torch.empty(n, dtype=tensors[0].dtype)
+            buf = self._buffers[key] = torch.empty(n, dtype=tensors[0].dtype, device=tensors[0].device)
         torch.cat([t.reshape(-1) for t in tensors], out=buf)
         return buf
 
@@ -95,7 +95,7 @@ class TorchCollective:
         import torch.distributed as dist
 
         mean, var = mean.to(torch.float64), var.to(torch.float64)
-        packed = torch.cat([torch.tensor([float(n)], dtype=torch.float64),
+        packed = torch.cat([torch.tensor([float(n)], dtype=torch.float64, device=mean.device),
                             (mean * n).reshape(-1), ((var + mean.pow(2)) * n).reshape(-1)])
         dist.all_reduce(packed)
         total = int(round(packed[0].item()))

@@ -153,6 +153,8 @@ class Controller:
                     if k not in ("trainer", "version") and not k.startswith("t_")})
         if len(self.trainers) > 1:
             rec["dropped_segments"] = self.dropped_segments
+        rec.update(self._bytes_per_version())
+        rec["lag_histogram"] = self.lag_hist.tolist()  # samples per policy lag so far (TensorBoard: lag_mean/max)
         rec.update(self.time_fractions())
         for stats in self.policy.values():
             batches = max(1, int(stats.get("batches", 0)))
