@@ -133,12 +133,16 @@ class PPO:
 
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
-                "optimizer": self.optimizer.state_dict()}
+                "optimizer": self.optimizer.state_dict(),
+                "rng": {"torch": torch.get_rng_state(), "minibatches": self._gen.get_state()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
         self.value.load_state_dict(state["value"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if "rng" in state:
+            torch.set_rng_state(state["rng"]["torch"])
+            self._gen.set_state(state["rng"]["minibatches"])
 
     def synchronize(self) -> None:
         """Data-parallel replicas: start from rank 0's actor (and centralized critic) weights and statistics."""

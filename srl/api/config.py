@@ -250,6 +250,8 @@ class RunConfig:
     """Stop after this much wall time; ``None`` for no limit."""
     checkpoint_interval_seconds: float = 120.0
     """Seconds between periodic checkpoints (a final one is always written)."""
+    keep_checkpoints: int = 3
+    """Newest checkpoints kept in ``checkpoints/`` (older ones are deleted after each write)."""
     log_interval_seconds: float = 1.0
     """Seconds between progress lines and metrics records."""
     eval_episodes: int = 10
@@ -262,6 +264,7 @@ class RunConfig:
         _check(self.return_window >= 1, "return_window", f"must be >= 1, got {self.return_window}")
         _check(self.max_wall_seconds is None or self.max_wall_seconds > 0, "max_wall_seconds", "must be > 0 or null")
         _check(self.checkpoint_interval_seconds > 0, "checkpoint_interval_seconds", "must be > 0")
+        _check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
         _check(self.log_interval_seconds > 0, "log_interval_seconds", "must be > 0")
         _check(self.eval_episodes >= 0, "eval_episodes", f"must be >= 0, got {self.eval_episodes}")
 

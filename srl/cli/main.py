@@ -1,4 +1,5 @@
-"""The ``srl`` command line: ``srl train CONFIG [--set key=value ...] [--run-dir DIR]``, ``srl bench``, ``srl plot``."""
+"""The ``srl`` command line: ``srl train CONFIG [--set key=value ...] [--run-dir DIR]``, ``srl train --resume RUN_DIR``,
+``srl bench``, ``srl plot``."""
 
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl", description="SRL: scalable distributed reinforcement learning.")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train an experiment")
-    t.add_argument("config", help="experiment YAML file (see configs/)")
+    t.add_argument("config", nargs="?", default=None, help="experiment YAML file (see configs/)")
+    t.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                   help="continue RUN_DIR from its newest checkpoint (with its config; --set overrides allowed "
+                        "except env, model, ppo.critic, ppo.normalize_values)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set ppo.lr=0.001 (repeatable)")
     t.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
@@ -47,10 +51,19 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "train":
-            cfg = load_config(args.config, args.overrides)
-            from srl.runtime.train import train
+            from srl.runtime.train import resume_config, train
 
-            summary = train(cfg, args.run_dir, START, progress=None if args.quiet else sys.stderr)
+            if (args.config is None) == (args.resume is None):
+                raise ConfigError("srl train: give a CONFIG file or --resume RUN_DIR (one of them)")
+            resume = None
+            if args.resume is not None:
+                if args.run_dir is not None:
+                    raise ConfigError("--run-dir: a resumed run continues in its own directory")
+                cfg, ckpt, state = resume_config(args.resume, args.overrides)
+                resume, args.run_dir = (ckpt, state), args.resume
+            else:
+                cfg = load_config(args.config, args.overrides)
+            summary = train(cfg, args.run_dir, START, progress=None if args.quiet else sys.stderr, resume=resume)
             print(json.dumps(summary))
             if summary.get("error"):
                 print(f"srl: error: {summary['error']}", file=sys.stderr)

@@ -26,7 +26,7 @@ from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
 from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SampleProducer
-from srl.system.trainer_worker import TrainerWorker
+from srl.system.trainer_worker import TrainerWorker, load_checkpoint
 
 ROLES = ("trainer", "policy", "actor", "param_root", "relay")
 
@@ -80,7 +80,8 @@ def _param_service(plan: Plan, fabric: Fabric, role: str, index: int, wait_timeo
 
 
 def worker_seed(plan: Plan, role: str, index: int) -> int:
-    return plan.cfg.seed * 1_000_003 + ROLES.index(role) * 10_007 + index * 101
+    """Distinct per worker; a resumed run draws new streams (its environments do not replay the first episodes)."""
+    return plan.cfg.seed * 1_000_003 + ROLES.index(role) * 10_007 + index * 101 + plan.start_version * 7_919
 
 
 def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Path | None,
@@ -102,13 +103,16 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
             collective = TorchCollective(index, cfg.workers.trainers, fabric.dist_init_method())
         algo = PPO(plan.obs_space, plan.action_space, cfg.model, cfg.ppo, seed=cfg.seed, collective=collective,
                    device=cfg.workers.trainer_device)
-        return TrainerWorker(
+        trainer = TrainerWorker(
             index, algo, SampleConsumer(fabric.pool(), fabric.samples(index)), ParamPublisher(fabric.params()),
             fabric.reporter(), batch_segments=cfg.ppo.batch_segments, max_policy_lag=cfg.ppo.max_policy_lag,
             total_env_steps=cfg.run.total_env_steps,
             checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
-            checkpoint_interval=cfg.run.checkpoint_interval_seconds,
+            checkpoint_interval=cfg.run.checkpoint_interval_seconds, keep_checkpoints=cfg.run.keep_checkpoints,
             checkpoint_extra={"config": to_dict(cfg)}, wait_timeout=wait_timeout, collective=collective)
+        if plan.resume is not None:  # every trainer starts from the lead trainer's checkpoint
+            trainer.restore(load_checkpoint(Path(plan.resume)))
+        return trainer
     if role in ("param_root", "relay"):
         return _param_service(plan, fabric, role, index, wait_timeout)
     if role == "policy":

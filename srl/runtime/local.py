@@ -139,7 +139,8 @@ def _start(method: str, plan: Plan, fabric: SharedFabric, role: str, index: int,
                                               args=(plan, fabric, role, index, run_dir, os.getpid()))
         proc.start()
         return proc
-    spec = {"config": to_dict(plan.cfg), "null_trainer": plan.null_trainer, "tag": fabric.tag,
+    spec = {"config": to_dict(plan.cfg), "null_trainer": plan.null_trainer, "resume": plan.resume,
+            "start_version": plan.start_version, "tag": fabric.tag,
             "dir": str(fabric.dir), "role": role, "index": index, "parent": os.getpid(),
             "run_dir": None if run_dir is None else str(run_dir)}
     return ExecProcess(name, [sys.executable, "-m", "srl.runtime.worker_main"], json.dumps(spec))

@@ -27,6 +27,10 @@ class Plan:
     param_size: int
     null_trainer: bool = False
     """Replace the trainer by one that discards segments (sampling benchmarks)."""
+    resume: str | None = None
+    """Checkpoint the trainers continue from (``srl train --resume``)."""
+    start_version: int = 0
+    """Policy version the run starts at (the checkpoint's when resuming)."""
 
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:

@@ -2,28 +2,73 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Mapping, TextIO
 
-
-from srl.api.config import ExperimentConfig
+from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
 from srl.base.shm import sweep_stale
 from srl.runtime.evaluate import evaluate
 from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
 from srl.system.run_dir import RunDir, default_run_dir
+from srl.system.trainer_worker import checkpoints, load_checkpoint
+
+FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values")
+"""Settings the checkpoint's networks were built with: a resumed run may not change them."""
+
+
+def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data[part]
+    return data
+
+
+def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig, Path, dict[str, Any]]:
+    """The config of ``run_dir`` with ``overrides``, its newest checkpoint and that checkpoint's content.
+
+    Raises ConfigError (one line) when the directory holds no run or no readable checkpoint, or when an
+    override touches a setting in :data:`FIXED_ON_RESUME`.
+    """
+    saved = Path(run_dir) / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no config.yaml)")
+    before, cfg = to_dict(load_config(saved)), load_config(saved, overrides)
+    after = to_dict(cfg)
+    for key in FIXED_ON_RESUME:
+        if _lookup(before, key) != _lookup(after, key):
+            raise ConfigError(f"{key}: cannot change when resuming (the checkpoint's networks were built with it)")
+    found = checkpoints(Path(run_dir) / "checkpoints")
+    if not found:
+        raise ConfigError(f"{run_dir}: no checkpoint to resume from")
+    try:
+        state = load_checkpoint(found[-1])
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return cfg, found[-1], state
 
 
 def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float | None = None,
-          progress: TextIO | None = sys.stderr) -> dict[str, Any]:
-    """Train, evaluate the final policy, write ``summary.json``; return the summary."""
+          progress: TextIO | None = sys.stderr,
+          resume: tuple[Path, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Train, evaluate the final policy, write ``summary.json``; return the summary.
+
+    ``resume`` (a checkpoint path and its content, from :func:`resume_config`) continues the run in
+    ``run_dir``: trainers restore networks, optimizer, RNG state, version and step counters, and the
+    step count and metrics carry on from the checkpoint.
+    """
     start_time = time.time() if start_time is None else start_time
     sweep_stale()  # segments left by runs that were killed with SIGKILL
     plan = make_plan(cfg)
-    rd = RunDir(run_dir or default_run_dir(cfg), cfg)
-    controller = Controller(cfg, rd, start_time, progress)
+    offset = 0
+    if resume is not None:
+        path, state = resume
+        plan = dataclasses.replace(plan, resume=str(path), start_version=int(state["version"]))
+        offset = int(state.get("trained_samples", state["samples"]))
+    rd = RunDir(run_dir or default_run_dir(cfg), cfg, resume=resume is not None)
+    controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset)
     try:
         if cfg.runtime == "inline":
             from srl.runtime.inline import run_inline as runner
@@ -38,6 +83,8 @@ def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float 
             final_eval = evaluate(plan, snapshot, cfg.run.eval_episodes, seed=cfg.seed + 999_983)
         summary = controller.summary(final_eval)
         summary["run_dir"] = str(rd.path)
+        if resume is not None:
+            summary["resumed_from"] = str(resume[0])
         rd.write_summary(summary)
         return summary
     finally:

@@ -23,8 +23,10 @@ class Controller:
     """Aggregates reports of all workers of one run."""
 
     def __init__(self, cfg: ExperimentConfig, run_dir: RunDir | None, start_time: float,
-                 progress: TextIO | None = sys.stderr) -> None:
+                 progress: TextIO | None = sys.stderr, env_steps_offset: int = 0) -> None:
+        """``env_steps_offset``: steps already trained before this process (a resumed run counts on from them)."""
         self.cfg = cfg
+        self.env_steps_offset = env_steps_offset
         self.run_dir = run_dir
         self.start_time = start_time
         self.progress = progress
@@ -42,7 +44,7 @@ class Controller:
         self.solved_return_mean: float | None = None
         self.stop_reason: str | None = None
         self._last_tick = time.time()
-        self._last_steps = 0
+        self._last_steps = env_steps_offset
         self._fps = 0.0
         self._train_start: float | None = None
 
@@ -90,7 +92,7 @@ class Controller:
 
     @property
     def env_steps(self) -> int:
-        return sum(self.actor_steps.values())
+        return self.env_steps_offset + sum(self.actor_steps.values())
 
     @property
     def return_mean(self) -> float:
@@ -124,7 +126,7 @@ class Controller:
         if not force and now - self._last_tick < self.cfg.run.log_interval_seconds:
             return
         steps = self.env_steps
-        if self._train_start is None and steps > 0:
+        if self._train_start is None and steps > self.env_steps_offset:
             self._train_start = now
         dt = now - self._last_tick
         self._fps = (steps - self._last_steps) / dt if dt > 0 else 0.0
@@ -189,6 +191,7 @@ class Controller:
         """``summary.json`` content (see DESIGN.md for the contract)."""
         now = time.time()
         train_seconds = now - (self._train_start or now)
+        new_steps = self.env_steps - self.env_steps_offset
         out: dict[str, Any] = {
             "name": self.cfg.name,
             "env_id": self.cfg.env.id,
@@ -197,7 +200,7 @@ class Controller:
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "wall_seconds": now - self.start_time,
-            "train_fps": self.env_steps / train_seconds if train_seconds > 0 else 0.0,
+            "train_fps": new_steps / train_seconds if train_seconds > 0 else 0.0,
             "train_return_mean": self.return_mean,
             "policy_version": int(self.trainer.get("version", 0)),
             "dropped_segments": self.dropped_segments,

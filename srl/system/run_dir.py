@@ -30,9 +30,13 @@ def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
 class RunDir:
     """Owns the files of one run."""
 
-    def __init__(self, path: Path, cfg: ExperimentConfig) -> None:
+    def __init__(self, path: Path, cfg: ExperimentConfig, resume: bool = False) -> None:
+        """A new run directory, or with ``resume`` an existing one continued (metrics appended, config rewritten)."""
         self.path = Path(path)
-        if (self.path / "config.yaml").exists():
+        if resume:
+            if not (self.path / "config.yaml").exists():
+                raise ConfigError(f"{self.path}: not a run directory (no config.yaml)")
+        elif (self.path / "config.yaml").exists():
             # Sharing a directory would mix two runs' metrics and let one run's checkpoint rotation delete the other's.
             raise ConfigError(f"{self.path}: already holds a run; choose another --run-dir")
         try:

@@ -73,6 +73,12 @@ class TrainerWorker(Worker):
         self.dropped = 0
         self.t_wait = self.t_copy = self.t_train = 0.0  # seconds waiting for segments, copying them, training
 
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue from a checkpoint (:func:`load_checkpoint`): networks, optimizer, RNG, version, step counters."""
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.version = int(state["version"])
+        self.samples = int(state.get("trained_samples", state["samples"])) // self.world
+
     def setup(self) -> None:
         fields = self.consumer.pool.layout.fields
         B = fields["actions"].shape[1]
@@ -172,12 +178,18 @@ class TrainerWorker(Worker):
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / f"ckpt_{self.version:08d}.pt"
         state = {"format": CHECKPOINT_FORMAT, "version": self.version, "samples": self.samples,
-                 "algorithm": self.algorithm.state_dict(), **self.checkpoint_extra}
+                 "trained_samples": self.samples * self.world, "algorithm": self.algorithm.state_dict(),
+                 **self.checkpoint_extra}
         atomic_save(path, lambda f: torch.save(state, f))
-        old = sorted(self.checkpoint_dir.glob("ckpt_*.pt"))[:-self.keep_checkpoints]
+        old = checkpoints(self.checkpoint_dir)[:-self.keep_checkpoints]
         for p in old:
             p.unlink(missing_ok=True)
         return path
+
+
+def checkpoints(folder: Path) -> list[Path]:
+    """The checkpoints in ``folder``, oldest first (names carry the zero-padded version)."""
+    return sorted(folder.glob("ckpt_*.pt"))
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

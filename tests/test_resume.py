@@ -1,0 +1,73 @@
+"""``srl train --resume``: a run continues from its newest checkpoint with its counters and statistics intact."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from srl.api.config import ConfigError, load_config
+from srl.runtime.train import resume_config, train
+from srl.system.trainer_worker import checkpoints, load_checkpoint
+
+SHORT = ["run.target_return=null", "run.eval_episodes=0", "run.total_env_steps=6000"]
+
+
+@pytest.mark.parametrize("runtime,start", [("inline", "auto"), ("local", "exec")])
+def test_resume_continues_counters_statistics_and_metrics(tmp_path, runtime, start) -> None:
+    run = tmp_path / "run"
+    cfg = load_config("configs/cartpole_ppo.yaml", [f"runtime={runtime}", f"workers.start_method={start}", *SHORT])
+    first = train(cfg, run, progress=None)
+    ckpt = load_checkpoint(checkpoints(run / "checkpoints")[-1])
+    lines_before = (run / "metrics.jsonl").read_text().splitlines()
+
+    cfg2, path, state = resume_config(run, ["run.total_env_steps=12000"])
+    assert int(state["version"]) == first["policy_version"] == int(ckpt["version"])
+    second = train(cfg2, run, progress=None, resume=(path, state))
+    assert second["resumed_from"] == str(path)
+    assert second["env_steps"] >= 12000 and second["policy_version"] > first["policy_version"]
+    lines_after = (run / "metrics.jsonl").read_text().splitlines()
+    assert lines_after[: len(lines_before)] == lines_before  # appended, not rewritten
+    resumed_steps = [json.loads(line)["env_steps"] for line in lines_after[len(lines_before):]]
+    assert min(resumed_steps) >= int(state["trained_samples"])  # counts on from the checkpoint
+
+    end = load_checkpoint(checkpoints(run / "checkpoints")[-1])
+    updates = int(end["version"]) - int(ckpt["version"])
+    assert end["algorithm"]["optimizer"]["steps"] == ckpt["algorithm"]["optimizer"]["steps"] + updates * 10 * 2
+    count = "encoder.obs_normalizer.count"
+    assert end["algorithm"]["policy"][count] > ckpt["algorithm"]["policy"][count] + 5000  # statistics kept growing
+    assert end["trained_samples"] == int(end["version"]) * 512
+    assert torch.equal(load_checkpoint(path)["algorithm"]["policy"][count], ckpt["algorithm"]["policy"][count])
+
+
+def test_resume_refuses_what_it_cannot_honour(tmp_path) -> None:
+    run = tmp_path / "run"
+    train(load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT]), run, progress=None)
+    with pytest.raises(ConfigError, match="model: cannot change when resuming"):
+        resume_config(run, ["model.hidden=[32]"])
+    with pytest.raises(ConfigError, match="not a run directory"):
+        resume_config(tmp_path / "elsewhere", [])
+    newest = checkpoints(run / "checkpoints")[-1]
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated (as by a full disk outside our atomic write)
+    with pytest.raises(ConfigError, match="not a readable checkpoint"):
+        resume_config(run, [])
+    for path in checkpoints(run / "checkpoints"):
+        path.unlink()
+    with pytest.raises(ConfigError, match="no checkpoint to resume from"):
+        resume_config(run, [])
+
+
+def test_cli_resume_arguments_are_checked(tmp_path) -> None:
+    def srl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "srl.cli.main", "train", *args], capture_output=True, text=True,
+                              timeout=60)
+
+    both = srl("configs/cartpole_ppo.yaml", "--resume", str(tmp_path))
+    assert both.returncode == 2 and "one of them" in both.stderr
+    neither = srl()
+    assert neither.returncode == 2 and "one of them" in neither.stderr
+    moved = srl("--resume", str(tmp_path), "--run-dir", str(tmp_path / "x"))
+    assert moved.returncode == 2 and "--run-dir" in moved.stderr
