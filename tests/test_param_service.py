@@ -181,3 +181,24 @@ def test_bench_params_root_egress_flat_grows_hierarchical_stays_at_the_relays() 
     assert rows["hierarchical", 8]["root_sends_per_version"] == 2
     assert rows["hierarchical", 8]["relay_sends_per_version"] == 2
     assert rows["flat", 8]["root_bytes_per_version"] == 8 * 10000 * 4
+
+
+def test_a_departed_reader_costs_no_send(ctx, tmp_path) -> None:
+    root = VersionedBuffer.in_process(SIZE, np.float32)
+    server = ParamServer(ctx, root, SIZE, f"ipc://{tmp_path}/root", TOKEN)
+    gone = RemoteSnapshot(ctx, server.address, SIZE, TOKEN)
+    stays = RemoteSnapshot(ctx, server.address, SIZE, TOKEN)
+    try:
+        gone.pump()
+        stays.pump()
+        _pump(server, [], lambda: len(server._pending) == 2)
+        gone.close()
+        time.sleep(1.0)  # let the disconnect reach the server (its I/O thread drops the pipe)
+        root.write(0, np.ones(SIZE, np.float32))
+        _pump(server, [stays], lambda: stays.version() == 0)
+        server.poll()
+        assert server.sends == 1  # to the reader that stayed
+        assert len(server._pending) <= 1  # at most that reader's next request; the departed one's is gone
+    finally:
+        stays.close()
+        server.close()

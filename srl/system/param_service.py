@@ -50,10 +50,12 @@ class ParamServer:
         self.source, self.size, self.token = source, size, token
         self._sock = ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a departed reader fails instead of vanishing
         self._sock.bind(address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._scratch = np.empty(size, np.float32)
-        self._wire = np.empty(size, np.dtype(transfer_dtype))
+        self._dtype = np.dtype(transfer_dtype)
+        self._wire = np.empty(size, self._dtype)
         self.version = -1
         self._pending: dict[bytes, int] = {}  # subscriber identity -> the version it already holds
         self.sends = 0
@@ -68,7 +70,9 @@ class ParamServer:
         """Pick up a newer snapshot, take pending requests, answer those that can be answered; sends made."""
         newest = self.source.read_into(self._scratch, self.version) if self.source.version() > self.version else None
         if newest is not None:
-            np.copyto(self._wire, self._scratch, casting="same_kind")
+            # A fresh array per version: frames still queued in ZeroMQ (sent without copying) keep
+            # referencing the previous one, which must not change under them.
+            self._wire = self._scratch.astype(self._dtype)
             self.version = newest
         while True:
             try:
@@ -79,9 +83,16 @@ class ParamServer:
         sent = 0
         if self.version >= 0:
             for identity in [i for i, since in self._pending.items() if since < self.version]:
+                try:
+                    self._sock.send_multipart([identity, *wire.encode(SNAPSHOT, {"params": self._wire},
+                                                                      {"version": self.version})],
+                                              flags=zmq.NOBLOCK, copy=False)
+                except zmq.Again:  # this reader's queue is full: try again on the next poll
+                    continue
+                except zmq.ZMQError:  # the reader has gone (EHOSTUNREACH): forget its request
+                    del self._pending[identity]
+                    continue
                 del self._pending[identity]
-                self._sock.send_multipart([identity, *wire.encode(SNAPSHOT, {"params": self._wire},
-                                                                  {"version": self.version})], copy=False)
                 sent += 1
         self.sends += sent
         self.bytes_sent += sent * self._wire.nbytes
