@@ -38,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a config field, e.g. --set ppo.lr=0.001 (repeatable)")
     t.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     t.add_argument("--quiet", action="store_true", help="no progress line")
+    e = sub.add_parser("eval", help="evaluate a run's newest checkpoint (or one checkpoint); optional MP4 video")
+    e.add_argument("target", type=Path, help="run directory or checkpoint file")
+    e.add_argument("--episodes", type=int, default=10, help="episodes, played at once (default 10)")
+    e.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the most likely")
+    e.add_argument("--seed", type=int, default=12345, help="environment seed")
+    e.add_argument("--video", type=Path, default=None, metavar="PATH", help="write the first episode as MP4")
     from srl.cli import bench, plot
 
     bench.add_parser(sub)
@@ -69,6 +75,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"srl: error: {summary['error']}", file=sys.stderr)
                 return 1
             return 130 if summary["stop_reason"] == "interrupted" else 0
+        if args.command == "eval":
+            from srl.runtime.evaluate import load_policy, play
+
+            if args.episodes < 1:
+                raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")
+            cfg, policy, source = load_policy(args.target)
+            result = play(cfg, policy, args.episodes, args.seed, deterministic=not args.stochastic, video=args.video)
+            print(json.dumps({**source, **result}))
+            return 0
         if args.command == "bench":
             from srl.cli.bench import run_bench
 

@@ -1,14 +1,21 @@
-"""Final evaluation: play the newest policy deterministically for a number of episodes."""
+"""Evaluation: play a policy for a number of episodes (the final evaluation of a run, and ``srl eval``),
+optionally recording MP4 video."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
 import numpy as np
 import torch
 
-from srl.algorithms.ppo import make_acting_policy
-from srl.api.config import ExperimentConfig
-from srl.envs.slots import make_slot
-from srl.runtime.plan import Plan
+from srl.algorithms.ppo import ActingPolicy, make_acting_policy
+from srl.api.config import ConfigError, ExperimentConfig, build
+from srl.envs.slots import GymSlot, make_slot
+from srl.runtime.plan import Plan, make_plan
+from srl.system.trainer_worker import checkpoints, load_checkpoint
 
 
 def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
@@ -18,14 +25,29 @@ def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
     An env without a time limit could run forever under a deterministic policy: after ``max_steps``
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
-    cfg: ExperimentConfig = plan.cfg
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = make_acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     policy.load_flat(flat_params)
-    slot = make_slot(cfg.env, episodes)
+    return play(plan.cfg, policy, episodes, seed, deterministic, max_steps)
+
+
+def play(cfg: ExperimentConfig, policy: ActingPolicy, episodes: int, seed: int, deterministic: bool = True,
+         max_steps: int = 100_000, video: Path | None = None) -> dict[str, Any]:
+    """Play ``episodes`` episodes at once (one slot); with ``video``, the first one is written there as MP4."""
+    env_cfg = cfg.env
+    if video is not None:  # frames come from Gymnasium envs (ALE screens are read directly)
+        env_cfg = dataclasses.replace(env_cfg, backend="gymnasium",
+                                      kwargs=env_cfg.kwargs if _is_ale(env_cfg.id)
+                                      else {**env_cfg.kwargs, "render_mode": "rgb_array"})
+    slot = make_slot(env_cfg, episodes)
+    frames: list[np.ndarray] = []
     try:
         obs = slot.reset(seed)
         returns = np.zeros(episodes)
+        lengths = np.zeros(episodes, np.int64)
         finished = np.zeros(episodes, bool)
+        first = slot.venv.envs[0] if video is not None and isinstance(slot, GymSlot) else None
+        if first is not None:
+            frames.append(_frame(first))
         with torch.inference_mode():
             for _ in range(max_steps):
                 if finished.all():
@@ -34,8 +56,83 @@ def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
                 step = slot.step(actions)
                 obs = step.obs
                 returns += np.where(finished, 0.0, step.reward)
+                lengths += ~finished
+                if first is not None and not finished[0] and not step.episode_end[0]:
+                    frames.append(_frame(first))
                 finished |= step.episode_end
     finally:
         slot.close()
-    return {"return_mean": float(returns.mean()), "return_std": float(returns.std()), "episodes": episodes,
-            "unfinished": int((~finished).sum())}
+    out: dict[str, Any] = {"return_mean": float(returns.mean()), "return_std": float(returns.std()),
+                           "episodes": episodes, "unfinished": int((~finished).sum()),
+                           "returns": returns.tolist(), "lengths": lengths.tolist()}
+    if video is not None:
+        out.update(video=str(video), video_frames=_write_mp4(video, frames, _fps(cfg.env.id)))
+    return out
+
+
+def _is_ale(env_id: str) -> bool:
+    return env_id.startswith("ALE/")
+
+
+def _frame(env: gym.Env) -> np.ndarray:
+    """The env's current RGB frame: the emulator screen for Atari, ``render()`` otherwise."""
+    ale = getattr(env.unwrapped, "ale", None)
+    if ale is not None:
+        return np.asarray(ale.getScreenRGB())
+    try:
+        frame = env.render()
+    except Exception as exc:  # a missing renderer (pygame, OpenGL) raises many types
+        raise ConfigError(f"--video: the env cannot render frames: {type(exc).__name__}: {exc}") from None
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3:
+        raise ConfigError("--video: the env did not render an RGB frame")
+    return frame
+
+
+def _fps(env_id: str) -> int:
+    if _is_ale(env_id):
+        return 15  # one frame per agent step (frame skip 4 at 60 Hz)
+    try:
+        return int(gym.spec(env_id).kwargs.get("render_fps") or gym.make(env_id).metadata.get("render_fps", 30))
+    except Exception:  # a custom factory id: no registry entry
+        return 30
+
+
+def _write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> int:
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise ConfigError("--video needs imageio and imageio-ffmpeg: pip install -e '.[video]'") from None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.mp4")
+    with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
+        for frame in frames:
+            writer.append_data(frame)
+    tmp.replace(path)  # a reader never sees a half-written video
+    return len(frames)
+
+
+def load_policy(target: Path) -> tuple[ExperimentConfig, ActingPolicy, dict[str, Any]]:
+    """The config and acting policy of a run directory (its newest checkpoint) or of one checkpoint file."""
+    target = Path(target)
+    if target.is_dir():
+        found = checkpoints(target / "checkpoints")
+        if not found:
+            raise ConfigError(f"{target}: no checkpoint (expected {target / 'checkpoints'}/ckpt_*.pt)")
+        target = found[-1]
+    elif not target.is_file():
+        raise ConfigError(f"{target}: no such run directory or checkpoint")
+    try:
+        state = load_checkpoint(target)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    cfg = build(ExperimentConfig, state["config"], prefix="checkpoint config: ")
+    plan = make_plan(cfg)
+    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    try:
+        policy.net.load_state_dict(state["algorithm"]["policy"])
+        if policy.critic is not None:
+            policy.critic.load_state_dict(state["algorithm"]["value"])
+    except (KeyError, RuntimeError) as exc:
+        raise ConfigError(f"{target}: does not fit its own config ({type(exc).__name__})") from None
+    return cfg, policy, {"checkpoint": str(target), "version": int(state["version"])}
