@@ -195,3 +195,19 @@ def test_exec_start_method_runs_workers_in_fresh_interpreters(tmp_path):
     assert summary["stop_reason"] == "env_steps" and summary["policy_version"] >= 3
     assert summary["final_eval_return_mean"] > 0
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))
+
+
+@pytest.mark.parametrize("mode", ["fail", "sanitize"])
+def test_nonfinite_env_output_fails_naming_it_or_is_sanitized_and_counted(tmp_path, mode):
+    cfg = load_config("configs/cartpole_ppo.yaml", [
+        "runtime=inline", "env.id=srl.envs.testing:nonfinite_cartpole", f"env.nonfinite={mode}",
+        "run.target_return=null", "run.total_env_steps=3000", "run.eval_episodes=0"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    if mode == "fail":
+        assert summary["stop_reason"] == "error"
+        assert "env srl.envs.testing:nonfinite_cartpole: non-finite observation and reward at actor 0" in summary["error"]
+    else:
+        assert summary["stop_reason"] == "env_steps" and "error" not in summary
+        # Every 50th step of each of the 16 envs (2 slots x 8), up to the partial interval each env is in.
+        assert summary["env_steps"] // 50 - 16 <= summary["nonfinite_steps"] <= summary["env_steps"] // 50
+        assert summary["policy_version"] >= 2  # and training went on with finite numbers

@@ -46,6 +46,9 @@ class EnvConfig:
     """Scale training rewards by the running std of the discounted return (MuJoCo); reported returns stay true."""
     reward_clip: float | None = None
     """Clip training rewards to ``[-reward_clip, reward_clip]`` after scaling (Atari: 1); ``None`` disables."""
+    nonfinite: Literal["fail", "sanitize"] = "fail"
+    """A NaN or infinite observation or reward: ``fail`` ends the run naming the env and step; ``sanitize``
+    replaces it by 0 and counts it (``nonfinite_steps`` in the metrics)."""
 
     def __post_init__(self) -> None:
         _check(bool(self.id.strip()), "id", "must name an environment")

@@ -25,3 +25,26 @@ class CrashAfter(gym.Wrapper):
 def crashing_cartpole(crash_after: int = 100) -> gym.Env:
     """CartPole-v1 that fails after ``crash_after`` steps: ``env.id: srl.envs.testing:crashing_cartpole``."""
     return CrashAfter(gym.make("CartPole-v1"), crash_after)
+
+
+class NonFiniteEvery(gym.Wrapper):
+    """Every ``every``-th step returns a NaN in the observation and an infinite reward."""
+
+    def __init__(self, env: gym.Env, every: int) -> None:
+        super().__init__(env)
+        self.every = every
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps % self.every == 0:
+            obs = obs.copy()
+            obs[0] = float("nan")
+            reward = float("inf")
+        return obs, reward, terminated, truncated, info
+
+
+def nonfinite_cartpole(every: int = 50) -> gym.Env:
+    """CartPole-v1 with a NaN observation and an infinite reward every ``every`` steps."""
+    return NonFiniteEvery(gym.make("CartPole-v1"), every)

@@ -143,5 +143,5 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
             index, lambda slot: make_slot(env, w.envs_per_slot), w.ring_size, pool, inference,
             SampleProducer(pool, index, fabric.samples(index % w.trainers)), fabric.reporter(),
             seed=worker_seed(plan, role, index), make_reward_transform=rewards, wait_timeout=wait_timeout,
-            report_interval=report_interval)
+            report_interval=report_interval, nonfinite=env.nonfinite, env_name=f"env {env.id}")
     raise ValueError(f"unknown worker role {role!r}")

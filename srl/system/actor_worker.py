@@ -10,12 +10,14 @@ slot moves on to a fresh buffer (or parks until one is free: back-pressure).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from srl.api.env import Slot
+from srl.api.env import Slot, SlotStep
 from srl.api.worker import Reporter, Worker
 from srl.base.timing import Every
 from srl.system.rewards import RewardTransform
@@ -48,6 +50,8 @@ class ActorWorker(Worker):
         make_reward_transform: Callable[[int], RewardTransform] | None = None,
         wait_timeout: float = 0.05,
         report_interval: float = 0.1,
+        nonfinite: str = "fail",
+        env_name: str = "env",
     ) -> None:
         self.name = f"actor{index}"
         self.index = index
@@ -60,6 +64,9 @@ class ActorWorker(Worker):
         self._reports = Every(report_interval)
         self.T = pool.layout.fields["actions"].shape[0]
         self.has_final_obs = "final_obs" in pool.layout.fields
+        self.nonfinite, self.env_name = nonfinite, env_name
+        self._float_obs = np.issubdtype(pool.layout.fields["obs"].dtype, np.floating)  # integers cannot be NaN
+        self.nonfinite_steps = 0
         self.env_steps = 0
         self.segments = 0
         self.t_env = self.t_wait = self.t_post = 0.0  # seconds stepping envs, waiting for actions, posting requests
@@ -131,6 +138,8 @@ class ActorWorker(Worker):
         t0 = time.perf_counter()
         step = self.slots[slot].step(arrays["actions"][a, buf, t])
         self.t_env += time.perf_counter() - t0
+        if not self._finite(step):
+            step = self._sanitize(step, slot)
         reward = step.reward
         if self.reward_transforms is not None:
             arrays["rewards"][a, buf, t] = self.reward_transforms[slot](reward, step.terminated | step.truncated)
@@ -159,6 +168,35 @@ class ActorWorker(Worker):
         self.env_steps += n
         return n
 
+    def _finite(self, step: SlotStep) -> bool:
+        """One reduction per array (a NaN or inf poisons the sum); the exact check runs only when it fails."""
+        if not math.isfinite(float(step.reward.sum())):
+            return False
+        if self._float_obs and not math.isfinite(float(step.obs.sum())):
+            return False
+        return not (self._float_obs and step.final_obs is not None
+                    and not math.isfinite(float(step.final_obs.sum())))
+
+    def _sanitize(self, step: SlotStep, slot: int) -> SlotStep:
+        """Fail naming the env and step, or replace non-finite values by 0 and count the env steps affected."""
+        clean = {name: np.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0) if value is not None else None
+                 for name, value in (("obs", step.obs), ("reward", step.reward), ("final_obs", step.final_obs))}
+        bad = np.zeros(len(step.reward), bool)  # environments with a non-finite value
+        changed = []
+        for name, value in (("observation", step.obs), ("reward", step.reward), ("final observation", step.final_obs)):
+            if value is not None and np.issubdtype(value.dtype, np.floating):
+                rows = ~np.isfinite(value.reshape(len(bad), -1)).all(axis=1)
+                if rows.any():
+                    changed.append(name)
+                    bad |= rows
+        if not changed:  # a finite sum overflowed: nothing to do
+            return step
+        if self.nonfinite == "fail":
+            raise ValueError(f"{self.env_name}: non-finite {' and '.join(changed)} at actor {self.index} slot {slot}, "
+                             f"after {self.env_steps} env steps (env.nonfinite: sanitize replaces them by 0)")
+        self.nonfinite_steps += int(bad.sum())
+        return dataclasses.replace(step, obs=clean["obs"], reward=clean["reward"], final_obs=clean["final_obs"])
+
     def _post(self, slot: int, buf: int, t: int) -> None:
         """Ask for the slot's next actions (its observations are already at ``obs[actor, buf, t]``)."""
         self.pending[slot] = True
@@ -179,6 +217,7 @@ class ActorWorker(Worker):
         self.reporter.report(
             "actor",
             {"actor": self.index, "env_steps": self.env_steps, "segments": self.segments,
+             "nonfinite_steps": self.nonfinite_steps,
              "t_total": time.perf_counter() - self._t_start, "t_env": self.t_env, "t_wait": self.t_wait,
              "t_post": self.t_post},
             {"episode_returns": np.asarray(self._done_returns, np.float32),

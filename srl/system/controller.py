@@ -32,6 +32,7 @@ class Controller:
         self.progress = progress
         self.window: deque[float] = deque(maxlen=cfg.run.return_window)
         self.actor_steps: dict[int, int] = {}
+        self.actor_nonfinite: dict[int, int] = {}
         self.episodes = 0
         self.trainers: dict[int, Mapping[str, Any]] = {}
         self.policy: dict[int, Mapping[str, Any]] = {}
@@ -55,6 +56,7 @@ class Controller:
             self.timing[f"{kind}{meta[kind]}"] = {k[2:]: float(v) for k, v in meta.items() if k.startswith("t_")}
         if kind == "actor":
             self.actor_steps[int(meta["actor"])] = int(meta["env_steps"])
+            self.actor_nonfinite[int(meta["actor"])] = int(meta.get("nonfinite_steps", 0))
             returns = arrays.get("episode_returns")
             if returns is not None and len(returns):
                 self.window.extend(float(r) for r in returns)
@@ -156,6 +158,7 @@ class Controller:
         if len(self.trainers) > 1:
             rec["dropped_segments"] = self.dropped_segments
         rec.update(self._bytes_per_version())
+        rec["nonfinite_steps"] = sum(self.actor_nonfinite.values())
         rec["lag_histogram"] = self.lag_hist.tolist()  # samples per policy lag so far (TensorBoard: lag_mean/max)
         rec.update(self.time_fractions())
         for stats in self.policy.values():
@@ -204,6 +207,7 @@ class Controller:
             "train_return_mean": self.return_mean,
             "policy_version": int(self.trainer.get("version", 0)),
             "dropped_segments": self.dropped_segments,
+            "nonfinite_steps": sum(self.actor_nonfinite.values()),
             "lag_histogram": self.lag_hist.tolist(),
             **self._bytes_per_version(),
             "param_service": {name: {k: v for k, v in stats.items() if k != "service"}
