@@ -25,7 +25,7 @@ import zmq
 
 from srl.base.seqlock import VersionedBuffer
 from srl.base.shm import ShmArray, new_tag
-from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
+from srl.system.param_service import ParamServiceWorker, RemoteSnapshot, relay_parent
 
 TOKEN_BYTES = 16
 MAX_CELLS = 1 << 16
@@ -35,10 +35,6 @@ MAX_CELLS = 1 << 16
 class _NoReports:
     def report(self, kind: str, meta: Any, arrays: Any = None) -> None:
         pass
-
-
-def _parent(group: int, fan_out: int) -> str:
-    return "root" if group < fan_out else f"relay{group // fan_out - 1}"
 
 
 def _service(tag: str, folder: str, name: str, group: int, groups: int, fan_out: int, size: int, token: str,
@@ -52,9 +48,9 @@ def _service(tag: str, folder: str, name: str, group: int, groups: int, fan_out:
             source: Any = VersionedBuffer.attach_shared(f"{tag}_root", size, np.float32)
             mirror = None
         else:
-            source = RemoteSnapshot(ctx, f"ipc://{folder}/{_parent(group, fan_out)}", size, token, dtype)
+            source = RemoteSnapshot(ctx, f"ipc://{folder}/{relay_parent(group, fan_out)}", size, token, dtype)
             mirror = VersionedBuffer.attach_shared(f"{tag}_g{group}", size, np.float32)
-        serves = name == "root" or any(_parent(g, fan_out) == name for g in range(groups))
+        serves = name == "root" or any(relay_parent(g, fan_out) == name for g in range(groups))
         worker = ParamServiceWorker(name, source, size, _NoReports(), f"ipc://{folder}/{name}" if serves else None,
                                     token, mirror=mirror, transfer_dtype=dtype, wait_timeout=0.01, ctx=ctx)
         worker.run(lambda: bool(stop.array[0]))

@@ -21,7 +21,7 @@ from srl.runtime.plan import Plan
 from srl.system.actor_worker import ActorWorker
 from srl.system.collective import TorchCollective
 from srl.system.null_trainer import NullTrainerWorker
-from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
+from srl.system.param_service import ParamServiceWorker, RemoteSnapshot, relay_parent
 from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
 from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
@@ -31,24 +31,13 @@ from srl.system.trainer_worker import TrainerWorker, load_checkpoint
 ROLES = ("trainer", "policy", "actor", "param_root", "relay")
 
 
-def relay_groups(plan: Plan) -> int:
-    """Relays of the hierarchical parameter service (one per node group; none with a single group)."""
-    p = plan.cfg.params
-    return p.groups if p.mode == "hierarchical" and p.groups > 1 else 0
-
-
-def relay_parent(group: int, fan_out: int) -> str:
-    """The server relay ``group`` subscribes to: the root serves the first ``fan_out``, each relay the next."""
-    return "root" if group < fan_out else f"relay{group // fan_out - 1}"
-
-
 def worker_roles(plan: Plan) -> list[tuple[str, int]]:
     """Every worker of the run, in start order (trainers publish the first snapshot)."""
     w, p = plan.cfg.workers, plan.cfg.params
-    has_root = p.mode == "flat" or relay_groups(plan) > 0
+    has_root = p.mode == "flat" or plan.relay_groups > 0
     return ([("trainer", i) for i in range(w.trainers)]
             + ([("param_root", 0)] if has_root else [])
-            + [("relay", g) for g in range(relay_groups(plan))]
+            + [("relay", g) for g in range(plan.relay_groups)]
             + [("policy", i) for i in range(w.policy_workers)]
             + [("actor", i) for i in range(w.actors)])
 
@@ -59,7 +48,7 @@ def _param_source(plan: Plan, fabric: Fabric, reader: int) -> SnapshotSource:
     if p.mode == "flat":
         return RemoteSnapshot(zmq.Context.instance(), fabric.param_address("root"), plan.param_size,
                               fabric.token(), p.transfer_dtype)
-    return fabric.params(reader % p.groups if relay_groups(plan) else None)
+    return fabric.params(reader % p.groups if plan.relay_groups else None)
 
 
 def _param_service(plan: Plan, fabric: Fabric, role: str, index: int, wait_timeout: float) -> Worker:
@@ -72,7 +61,7 @@ def _param_service(plan: Plan, fabric: Fabric, role: str, index: int, wait_timeo
                                   wait_timeout=wait_timeout, ctx=ctx)
     upstream = RemoteSnapshot(ctx, fabric.param_address(relay_parent(index, p.fan_out)), plan.param_size,
                               fabric.token(), p.transfer_dtype)
-    has_children = any(relay_parent(g, p.fan_out) == f"relay{index}" for g in range(relay_groups(plan)))
+    has_children = any(relay_parent(g, p.fan_out) == f"relay{index}" for g in range(plan.relay_groups))
     return ParamServiceWorker(f"relay{index}", upstream, plan.param_size, fabric.reporter(),
                               fabric.param_address(f"relay{index}") if has_children else None, fabric.token(),
                               mirror=fabric.params(index), transfer_dtype=p.transfer_dtype,

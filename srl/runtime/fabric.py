@@ -143,7 +143,7 @@ class SharedFabric(Fabric):
             self._opened["pool"] = SegmentPool.shared(self.plan.layout, self.tag, create=True)
             self._opened["params"] = VersionedBuffer.create_shared(f"{self.tag}_params", self.plan.param_size,
                                                                    np.float32)
-            for g in range(self._relay_groups()):
+            for g in range(self.plan.relay_groups):
                 self._opened[f"params{g}"] = VersionedBuffer.create_shared(f"{self.tag}_params{g}",
                                                                            self.plan.param_size, np.float32)
             token = self.dir / "token"
@@ -202,10 +202,6 @@ class SharedFabric(Fabric):
 
     def samples(self, trainer: int) -> Channel:
         return self._get(f"smp{trainer}", lambda: FifoChannel.open(str(self.dir / f"smp{trainer}"), SAMPLE_WIDTH))
-
-    def _relay_groups(self) -> int:
-        p = self.plan.cfg.params
-        return p.groups if p.mode == "hierarchical" and p.groups > 1 else 0
 
     def params(self, group: int | None = None) -> VersionedBuffer:
         key = "params" if group is None else f"params{group}"

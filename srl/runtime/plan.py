@@ -32,6 +32,12 @@ class Plan:
     start_version: int = 0
     """Policy version the run starts at (the checkpoint's when resuming)."""
 
+    @property
+    def relay_groups(self) -> int:
+        """Relays of the hierarchical parameter service (one per node group; none with a single group)."""
+        p = self.cfg.params
+        return p.groups if p.mode == "hierarchical" and p.groups > 1 else 0
+
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     """Probe the environment once and size the streams (raises ConfigError on a bad env)."""

@@ -42,6 +42,12 @@ REASK_SECONDS = 5.0
 """A reader re-sends its request after this long without an answer (the upstream may have restarted)."""
 
 
+def relay_parent(group: int, fan_out: int) -> str:
+    """The server relay ``group`` subscribes to in a tree of ``fan_out``: the root serves relays
+    ``0..fan_out-1``, relay ``r`` serves the ``fan_out`` relays after them (``(r+1)*fan_out ...``)."""
+    return "root" if group < fan_out else f"relay{group // fan_out - 1}"
+
+
 class ParamServer:
     """Serves the newest snapshot of ``source`` to subscribers on ``address`` (ROUTER, bound)."""
 
