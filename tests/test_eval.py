@@ -54,3 +54,21 @@ def test_eval_refuses_missing_or_foreign_targets(tmp_path) -> None:
     (empty / "checkpoints").mkdir(parents=True)
     none = _srl_eval(str(empty))
     assert none.returncode == 2 and "no checkpoint" in none.stderr
+
+
+@pytest.mark.parametrize("runtime", ["inline", "local"])
+def test_eval_worker_reports_during_training_and_keeps_the_best_policy(tmp_path, runtime) -> None:
+    run = tmp_path / "run"
+    cfg = load_config("configs/cartpole_ppo.yaml", [*TINY, f"runtime={runtime}", "run.total_env_steps=12000",
+                                                    "run.eval_every_versions=4", "run.eval_episodes=4"])
+    summary = train(cfg, run, progress=None)
+    assert summary["evaluations"] >= 2
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval_return_mean" in r for r in records)
+    best = run / "checkpoints" / "best.pt"
+    proc = _srl_eval(str(best), "--episodes", "4")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["version"] == summary["best_eval_version"]
+    # Same policy, same seed, same episode count as the eval worker: the same deterministic returns.
+    assert result["return_mean"] == pytest.approx(summary["best_eval_return_mean"])

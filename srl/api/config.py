@@ -259,6 +259,9 @@ class RunConfig:
     """Seconds between progress lines and metrics records."""
     eval_episodes: int = 10
     """Deterministic episodes played with the final policy for ``final_eval_return_mean``; 0 skips."""
+    eval_every_versions: int = 0
+    """During training, an eval worker plays ``eval_episodes`` episodes every this many policy versions and keeps
+    the best policy in ``checkpoints/best.pt``; 0 (default) runs no eval worker."""
     tensorboard: bool = True
     """Write TensorBoard event files next to ``metrics.jsonl``."""
 
@@ -270,6 +273,9 @@ class RunConfig:
         _check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
         _check(self.log_interval_seconds > 0, "log_interval_seconds", "must be > 0")
         _check(self.eval_episodes >= 0, "eval_episodes", f"must be >= 0, got {self.eval_episodes}")
+        _check(self.eval_every_versions >= 0, "eval_every_versions", f"must be >= 0, got {self.eval_every_versions}")
+        _check(self.eval_every_versions == 0 or self.eval_episodes >= 1, "eval_every_versions",
+               "needs eval_episodes >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("target", type=Path, help="run directory or checkpoint file")
     e.add_argument("--episodes", type=int, default=10, help="episodes, played at once (default 10)")
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the most likely")
-    e.add_argument("--seed", type=int, default=12345, help="environment seed")
+    e.add_argument("--seed", type=int, default=None,
+                   help="environment seed (default: the run's evaluation seed, as in training)")
     e.add_argument("--video", type=Path, default=None, metavar="PATH", help="write the first episode as MP4")
     from srl.cli import bench, plot
 
@@ -76,12 +77,13 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             return 130 if summary["stop_reason"] == "interrupted" else 0
         if args.command == "eval":
-            from srl.runtime.evaluate import load_policy, play
+            from srl.runtime.evaluate import eval_seed, load_policy, play
 
             if args.episodes < 1:
                 raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")
             cfg, policy, source = load_policy(args.target)
-            result = play(cfg, policy, args.episodes, args.seed, deterministic=not args.stochastic, video=args.video)
+            seed = eval_seed(cfg) if args.seed is None else args.seed
+            result = play(cfg, policy, args.episodes, seed, deterministic=not args.stochastic, video=args.video)
             print(json.dumps({**source, **result}))
             return 0
         if args.command == "bench":

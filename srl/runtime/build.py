@@ -15,6 +15,7 @@ import zmq
 from srl.algorithms.ppo import PPO, make_acting_policy
 from srl.api.config import to_dict
 from srl.api.worker import Worker
+from srl.base.fileio import atomic_save
 from srl.envs.slots import make_slot
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan
@@ -26,9 +27,10 @@ from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
 from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SampleProducer
-from srl.system.trainer_worker import TrainerWorker, load_checkpoint
+from srl.system.eval_worker import EvalWorker
+from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
 
-ROLES = ("trainer", "policy", "actor", "param_root", "relay")
+ROLES = ("trainer", "policy", "actor", "param_root", "relay", "eval")
 
 
 def worker_roles(plan: Plan) -> list[tuple[str, int]]:
@@ -39,7 +41,8 @@ def worker_roles(plan: Plan) -> list[tuple[str, int]]:
             + ([("param_root", 0)] if has_root else [])
             + [("relay", g) for g in range(plan.relay_groups)]
             + [("policy", i) for i in range(w.policy_workers)]
-            + [("actor", i) for i in range(w.actors)])
+            + [("actor", i) for i in range(w.actors)]
+            + ([("eval", 0)] if plan.cfg.run.eval_every_versions > 0 else []))
 
 
 def _param_source(plan: Plan, fabric: Fabric, reader: int) -> SnapshotSource:
@@ -66,6 +69,28 @@ def _param_service(plan: Plan, fabric: Fabric, role: str, index: int, wait_timeo
                               fabric.param_address(f"relay{index}") if has_children else None, fabric.token(),
                               mirror=fabric.params(index), transfer_dtype=p.transfer_dtype,
                               wait_timeout=wait_timeout, ctx=ctx)
+
+
+def _eval_worker(plan: Plan, fabric: Fabric, run_dir: Path | None, wait_timeout: float) -> Worker:
+    """The eval worker reads snapshots like policy worker 0 and saves its best policy next to the checkpoints."""
+    from srl.runtime.evaluate import eval_seed, play
+
+    cfg = plan.cfg
+    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+
+    def save_best(version: int, return_mean: float) -> None:
+        if run_dir is None:
+            return
+        nets = {"policy": policy.net.state_dict()}
+        if policy.critic is not None:
+            nets["value"] = policy.critic.state_dict()
+        state = {"format": CHECKPOINT_FORMAT, "version": version, "eval_return_mean": return_mean,
+                 "algorithm": nets, "config": to_dict(cfg)}
+        atomic_save(run_dir / "checkpoints" / "best.pt", lambda f: torch.save(state, f))
+
+    return EvalWorker(policy, ParamSubscriber(_param_source(plan, fabric, 0), policy),
+                      lambda p: play(cfg, p, cfg.run.eval_episodes, eval_seed(cfg)), cfg.run.eval_every_versions,
+                      fabric.reporter(), save_best, wait_timeout=max(wait_timeout, 0.0))
 
 
 def worker_seed(plan: Plan, role: str, index: int) -> int:
@@ -102,6 +127,8 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
         if plan.resume is not None:  # every trainer starts from the lead trainer's checkpoint
             trainer.restore(load_checkpoint(Path(plan.resume)))
         return trainer
+    if role == "eval":
+        return _eval_worker(plan, fabric, run_dir, wait_timeout)
     if role in ("param_root", "relay"):
         return _param_service(plan, fabric, role, index, wait_timeout)
     if role == "policy":

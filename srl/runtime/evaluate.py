@@ -18,6 +18,12 @@ from srl.runtime.plan import Plan, make_plan
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 
 
+def eval_seed(cfg: ExperimentConfig) -> int:
+    """The environment seed of every evaluation of a run (final, during training, ``srl eval``), so their
+    returns compare like for like."""
+    return cfg.seed + 999_983
+
+
 def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
              deterministic: bool = True, max_steps: int = 100_000) -> dict[str, float]:
     """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per step).

@@ -10,7 +10,7 @@ from typing import Any, Mapping, TextIO
 
 from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
 from srl.base.shm import sweep_stale
-from srl.runtime.evaluate import evaluate
+from srl.runtime.evaluate import eval_seed, evaluate
 from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
 from srl.system.run_dir import RunDir, default_run_dir
@@ -80,7 +80,7 @@ def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float 
             progress.write("\n")
         final_eval = None
         if snapshot is not None and cfg.run.eval_episodes > 0 and controller.stop_reason not in ("error", "interrupted"):
-            final_eval = evaluate(plan, snapshot, cfg.run.eval_episodes, seed=cfg.seed + 999_983)
+            final_eval = evaluate(plan, snapshot, cfg.run.eval_episodes, seed=eval_seed(cfg))
         summary = controller.summary(final_eval)
         summary["run_dir"] = str(rd.path)
         if resume is not None:

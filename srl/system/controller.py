@@ -37,6 +37,7 @@ class Controller:
         self.trainers: dict[int, Mapping[str, Any]] = {}
         self.policy: dict[int, Mapping[str, Any]] = {}
         self.param_service: dict[str, Mapping[str, Any]] = {}
+        self.evals: list[Mapping[str, Any]] = []
         self.lag_hist = np.zeros(1, np.int64)
         self.timing: dict[str, dict[str, float]] = {}
         self.error: str | None = None
@@ -71,6 +72,8 @@ class Controller:
                 self.lag_hist[: len(hist)] += hist
         elif kind == "policy":
             self.policy[int(meta["policy"])] = dict(meta)
+        elif kind == "eval":
+            self.evals.append(dict(meta))
         elif kind == "params":
             self.param_service[str(meta["service"])] = dict(meta)
         elif kind == "error":
@@ -159,6 +162,9 @@ class Controller:
             rec["dropped_segments"] = self.dropped_segments
         rec.update(self._bytes_per_version())
         rec["nonfinite_steps"] = sum(self.actor_nonfinite.values())
+        if self.evals:
+            rec["eval_return_mean"] = float(self.evals[-1]["return_mean"])
+            rec["eval_version"] = int(self.evals[-1]["version"])
         rec["lag_histogram"] = self.lag_hist.tolist()  # samples per policy lag so far (TensorBoard: lag_mean/max)
         rec.update(self.time_fractions())
         for stats in self.policy.values():
@@ -179,6 +185,14 @@ class Controller:
             if total > 0:
                 out.update({f"{worker}/{k}": v / total for k, v in times.items() if k != "total"})
         return out
+
+    def _eval_summary(self) -> dict[str, Any]:
+        """Evaluations during training: how many, and the best one (kept in ``checkpoints/best.pt``)."""
+        if not self.evals:
+            return {}
+        best = max(self.evals, key=lambda e: float(e["return_mean"]))
+        return {"evaluations": len(self.evals), "best_eval_return_mean": float(best["return_mean"]),
+                "best_eval_version": int(best["version"])}
 
     def _bytes_per_version(self) -> dict[str, float]:
         """Parameter bytes published per snapshot and gradient bytes all-reduced per update (per trainer)."""
@@ -208,6 +222,7 @@ class Controller:
             "policy_version": int(self.trainer.get("version", 0)),
             "dropped_segments": self.dropped_segments,
             "nonfinite_steps": sum(self.actor_nonfinite.values()),
+            **self._eval_summary(),
             "lag_histogram": self.lag_hist.tolist(),
             **self._bytes_per_version(),
             "param_service": {name: {k: v for k, v in stats.items() if k != "service"}
