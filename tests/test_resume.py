@@ -71,3 +71,32 @@ def test_cli_resume_arguments_are_checked(tmp_path) -> None:
     assert neither.returncode == 2 and "one of them" in neither.stderr
     moved = srl("--resume", str(tmp_path), "--run-dir", str(tmp_path / "x"))
     assert moved.returncode == 2 and "--run-dir" in moved.stderr
+
+
+def test_a_full_disk_skips_periodic_checkpoints_and_fails_the_final_one_leaving_the_last_good(tmp_path, monkeypatch):
+    import errno
+
+    from srl.system.trainer_worker import TrainerWorker
+
+    real = TrainerWorker._serialize
+    calls = {"n": 0}
+
+    def disk_fills_up(state, f):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real(state, f)
+        f.write(b"\0" * 4096)  # part of the file reached the disk, then the disk was full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(TrainerWorker, "_serialize", staticmethod(disk_fills_up))
+    run = tmp_path / "run"
+    cfg = load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT, "run.total_env_steps=12000",
+                                                    "run.checkpoint_interval_seconds=0.01"])
+    summary = train(cfg, run, progress=None)
+    assert summary["stop_reason"] == "error"
+    assert "not written (No space left on device); the previous one is intact" in summary["error"]
+    assert any("No space left on device" in w for w in summary["warnings"])  # periodic ones: warned, went on
+    assert summary["policy_version"] > 2
+    files = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert len(files) == 1 and files[0].startswith("ckpt_")  # the one good checkpoint, no temp files left
+    assert load_checkpoint(run / "checkpoints" / files[0])["format"] == "srl-checkpoint-v1"

@@ -57,7 +57,11 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.n
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         for worker in reversed(workers):
-            worker.teardown()
+            try:
+                worker.teardown()
+            except Exception as exc:  # e.g. the final checkpoint could not be written: one line, the rest still close
+                log.debug("worker %s failed in teardown", worker.name, exc_info=True)
+                controller.fail(f"{worker.name}: {type(exc).__name__}: {exc}")
     buffer = fabric.params()
     out = np.empty(plan.param_size, np.float32)
     return out if buffer.read_into(out, -1) is not None else None

@@ -38,6 +38,7 @@ class Controller:
         self.policy: dict[int, Mapping[str, Any]] = {}
         self.param_service: dict[str, Mapping[str, Any]] = {}
         self.evals: list[Mapping[str, Any]] = []
+        self.warnings: list[str] = []
         self.lag_hist = np.zeros(1, np.int64)
         self.timing: dict[str, dict[str, float]] = {}
         self.error: str | None = None
@@ -72,6 +73,10 @@ class Controller:
                 self.lag_hist[: len(hist)] += hist
         elif kind == "policy":
             self.policy[int(meta["policy"])] = dict(meta)
+        elif kind == "info":  # a warning: printed on its own line and counted, the run goes on
+            self.warnings.append(f"{meta.get('worker', '?')}: {meta.get('message', '')}")
+            if self.progress is not None:
+                self.progress.write(f"\nwarning: {self.warnings[-1]}\n")
         elif kind == "eval":
             self.evals.append(dict(meta))
         elif kind == "params":
@@ -223,6 +228,7 @@ class Controller:
             "dropped_segments": self.dropped_segments,
             "nonfinite_steps": sum(self.actor_nonfinite.values()),
             **self._eval_summary(),
+            "warnings": self.warnings[-20:],
             "lag_histogram": self.lag_hist.tolist(),
             **self._bytes_per_version(),
             "param_service": {name: {k: v for k, v in stats.items() if k != "service"}

@@ -119,7 +119,10 @@ class TrainerWorker(Worker):
             return len(records)
         self._update()
         if self.leader and self.checkpoint_dir is not None and self._checkpoints.due():
-            self.save_checkpoint()
+            try:
+                self.save_checkpoint()
+            except OSError as exc:  # e.g. a full disk: the previous checkpoint stays; training goes on
+                self.reporter.report("info", {"worker": self.name, "message": str(exc)})
         return len(records)
 
     def teardown(self) -> None:
@@ -180,11 +183,20 @@ class TrainerWorker(Worker):
         state = {"format": CHECKPOINT_FORMAT, "version": self.version, "samples": self.samples,
                  "trained_samples": self.samples * self.world, "algorithm": self.algorithm.state_dict(),
                  **self.checkpoint_extra}
-        atomic_save(path, lambda f: torch.save(state, f))
+        try:
+            atomic_save(path, lambda f: self._serialize(state, f))
+        except OSError as exc:
+            raise OSError(exc.errno, f"checkpoint {path.name} not written ({exc.strerror or exc}); "
+                                     f"the previous one is intact") from None
         old = checkpoints(self.checkpoint_dir)[:-self.keep_checkpoints]
         for p in old:
             p.unlink(missing_ok=True)
         return path
+
+
+    @staticmethod
+    def _serialize(state: Mapping[str, Any], f: Any) -> None:
+        torch.save(state, f)
 
 
 def checkpoints(folder: Path) -> list[Path]:
