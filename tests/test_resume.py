@@ -100,3 +100,36 @@ def test_a_full_disk_skips_periodic_checkpoints_and_fails_the_final_one_leaving_
     files = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert len(files) == 1 and files[0].startswith("ckpt_")  # the one good checkpoint, no temp files left
     assert load_checkpoint(run / "checkpoints" / files[0])["format"] == "srl-checkpoint-v1"
+
+
+def test_kill_9_of_the_trainer_fails_the_run_and_resume_finishes_it(tmp_path) -> None:
+    import os
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", "configs/cartpole_ppo.yaml", "--quiet", "--run-dir", str(run),
+           "--set", "run.checkpoint_interval_seconds=0.2", "--set", "run.eval_episodes=3"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                (run / "workers.json").exists() and any(load_checkpoint(p)["version"] >= 3
+                                                        for p in checkpoints(run / "checkpoints"))):
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        os.kill(json.loads((run / "workers.json").read_text())["trainer0"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1
+    assert err.strip().splitlines()[-1] == "srl: error: srl-trainer0 exited with code -9"
+    last = load_checkpoint(checkpoints(run / "checkpoints")[-1])  # the newest one is whole
+    resumed = subprocess.run([sys.executable, "-m", "srl.cli.main", "train", "--resume", str(run), "--quiet"],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout)
+    assert summary["solved"] and summary["policy_version"] > int(last["version"])
+    assert summary["env_steps"] >= int(last["trained_samples"])

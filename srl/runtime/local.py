@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from srl.api.config import to_dict
+from srl.base.fileio import atomic_write_text
 from srl.runtime.build import build_worker, worker_roles
 from srl.runtime.fabric import SharedFabric
 from srl.runtime.plan import Plan
@@ -109,6 +110,9 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
             signal.signal(sig, on_signal)
         for role, index in worker_roles(plan):
             procs.append(_start(method, plan, fabric, role, index, run_dir))
+        if run_dir is not None:  # which process is which worker, for operators (and fault-injection tests)
+            atomic_write_text(run_dir / "workers.json",
+                              json.dumps({p.name.removeprefix("srl-"): p.pid for p in procs}, indent=1) + "\n")
         while controller.should_stop() is None:
             receiver.drain(0.05)
             controller.tick()
@@ -152,6 +156,9 @@ class WorkerProcess(Protocol):
     name: str
 
     @property
+    def pid(self) -> int | None: ...
+
+    @property
     def exitcode(self) -> int | None: ...
 
     def is_alive(self) -> bool: ...
@@ -172,6 +179,10 @@ class ExecProcess:
         assert self._proc.stdin is not None
         self._proc.stdin.write(spec)
         self._proc.stdin.close()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
 
     @property
     def exitcode(self) -> int | None:
