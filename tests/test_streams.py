@@ -26,12 +26,12 @@ T, B = 4, 3
 
 def make_pool(actors: int = 3, buffers: int = 2) -> SegmentPool:
     fields = segment_fields((2,), np.float32, (), np.int64, T, B, with_final_obs=True)
-    return SegmentPool.in_process(PoolLayout(actors, buffers, fields))
+    return SegmentPool.in_process(PoolLayout(actors, buffers, fields, slots=2))
 
 
 def make_policy_worker(pool: SegmentPool, actors: int, max_batch: int = 64):
-    requests = InProcChannel(4)
-    replies = {a: InProcChannel(1) for a in range(actors)}
+    requests = InProcChannel(5)
+    replies = {a: InProcChannel(2) for a in range(actors)}
     policy = RandomPolicy(gym.spaces.Discrete(5))
     params = VersionedBuffer.in_process(policy.flat_size(), np.float32)
     ParamPublisher(params).publish(7, np.full(4, 7.0, np.float32))
@@ -47,11 +47,11 @@ def test_auto_batching_merges_requests_of_several_actors_into_one_forward_pass()
     worker, policy, requests, replies = make_policy_worker(pool, actors=3)
     for actor in range(3):
         pool.arrays["obs"][actor, 1, 2] = actor + 1.0
-        InferenceClient(actor, requests, replies[actor]).request(slot=actor % 2, buffer=1, t=2)
+        InferenceClient(actor, pool, requests, replies[actor]).request(slot=actor % 2, buffer=1, t=2)
     assert worker.poll() == 3
     assert policy.batch_sizes == [3 * B]  # one forward pass for all three actors
     for actor in range(3):
-        client = InferenceClient(actor, requests, replies[actor])
+        client = InferenceClient(actor, pool, requests, replies[actor])
         assert client.ready(8, 0.0).tolist() == [actor % 2]
         assert (pool.arrays["version"][actor, 1, 2] == 7).all()
         assert pool.arrays["logp"][actor, 1, 2] == pytest.approx(np.full(B, -np.log(5)))
@@ -63,7 +63,7 @@ def test_auto_batching_respects_the_cap_and_leaves_the_rest_pending():
     pool = make_pool(actors=3)
     worker, policy, requests, replies = make_policy_worker(pool, actors=3, max_batch=2)
     for actor in range(3):
-        InferenceClient(actor, requests, replies[actor]).request(0, 0, 0)
+        InferenceClient(actor, pool, requests, replies[actor]).request(0, 0, 0)
     worker.poll()
     worker.poll()
     assert policy.batch_sizes == [2 * B, 1 * B]
@@ -72,13 +72,29 @@ def test_auto_batching_respects_the_cap_and_leaves_the_rest_pending():
 def test_malformed_inference_requests_are_dropped_not_served():
     pool = make_pool(actors=2, buffers=2)
     worker, policy, requests, replies = make_policy_worker(pool, actors=2)
-    for bad in [(5, 0, 0, 0), (-1, 0, 0, 0), (0, 0, 2, 0), (0, 0, 0, T), (1, 0, -3, 1)]:
+    for bad in [(5, 0, 0, 0, 0), (-1, 0, 0, 0, 0), (0, 0, 2, 0, 0), (0, 0, 0, T, 0), (1, 0, -3, 1, 0),
+                (0, 7, 0, 0, 0)]:
         requests.send(bad)
-    requests.send((1, 1, 1, 1))
+    requests.send((1, 1, 1, 1, 0))
     assert worker.poll() == 1
     assert policy.batch_sizes == [B]
-    assert replies[1].recv(8, 0).tolist() == [[1]]
+    assert replies[1].recv(8, 0).tolist() == [[1, 0]]
     assert replies[0].recv(8, 0).size == 0
+
+
+def test_a_repeated_request_supersedes_the_first_and_only_its_reply_counts():
+    """A slot asks, then asks again (its policy worker may have died): only the newest ask is served,
+    and a reply carrying an older ticket is ignored by the actor."""
+    pool = make_pool(actors=1)
+    worker, policy, requests, replies = make_policy_worker(pool, actors=1)
+    client = InferenceClient(0, pool, requests, replies[0])
+    client.request(1, 0, 0)
+    client.request(1, 0, 0)  # the repeat
+    assert worker.poll() == 1 and worker.server.superseded == 1
+    assert client.ready(8, 0.0).tolist() == [1]
+    replies[0].send((1, 1))  # a late reply to the first ask (ticket 1; the slot is at ticket 2)
+    replies[0].send((1, 2))
+    assert client.ready(8, 0.0).tolist() == [1]
 
 
 def test_sample_stream_round_trip_and_back_pressure():

@@ -88,6 +88,11 @@ class WorkersConfig:
     param_version_stride: int = 1
     """Staleness injection for experiments: policy workers load a new snapshot only once it is at least this
     many versions newer than the one they hold. 1 (always the newest) is the normal setting."""
+    max_restarts: int = 3
+    """Local runtime: an actor or policy worker process that dies is restarted up to this many times each
+    (its unfinished segments are dropped and counted); one more death ends the run. 0 disables restarts."""
+    request_timeout_seconds: float = 10.0
+    """An actor asks again for a slot's actions after waiting this long (its policy worker may have died)."""
     start_method: Literal["auto", "fork", "exec"] = "auto"
     """How the local runtime starts worker processes: ``fork`` (Linux; torch is imported once) or ``exec``
     (a fresh interpreter per worker, handed its config as JSON; the only choice off Linux). ``auto`` picks."""
@@ -98,6 +103,9 @@ class WorkersConfig:
             value = getattr(self, name)
             _check(value >= 1, name, f"must be >= 1, got {value}")
         _check(self.policy_workers >= 0, "policy_workers", f"must be >= 0, got {self.policy_workers}")
+        _check(self.max_restarts >= 0, "max_restarts", f"must be >= 0, got {self.max_restarts}")
+        _check(self.request_timeout_seconds > 0, "request_timeout_seconds",
+               f"must be > 0, got {self.request_timeout_seconds}")
         _check(self.trainer_device == "cpu" or self.trainer_device == "cuda"
                or (self.trainer_device.startswith("cuda:") and self.trainer_device[5:].isdigit()),
                "trainer_device", f"must be cpu, cuda or cuda:N, got {self.trainer_device!r}")

@@ -99,11 +99,12 @@ def worker_seed(plan: Plan, role: str, index: int) -> int:
 
 
 def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Path | None,
-                 wait_timeout: float, report_interval: float) -> Worker:
+                 wait_timeout: float, report_interval: float, incarnation: int = 0) -> Worker:
     """Build worker ``role``/``index``. With ``plan.null_trainer`` the trainer discards every segment.
 
     ``wait_timeout`` bounds waits on streams (0 when workers share one thread); actors report every
     ``report_interval`` seconds (0: every poll, which makes stopping at a step budget exact).
+    ``incarnation`` counts restarts of this worker: a restarted actor draws fresh environment seeds.
     """
     cfg = plan.cfg
     torch.manual_seed(worker_seed(plan, role, index))
@@ -150,7 +151,7 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
                                         ParamSubscriber(_param_source(plan, fabric, index), policy,
                                                         w.param_version_stride))
         else:
-            inference = InferenceClient(index, fabric.requests(index % w.policy_workers), fabric.replies(index))
+            inference = InferenceClient(index, pool, fabric.requests(index % w.policy_workers), fabric.replies(index))
         env = cfg.env
         rewards = None
         if env.normalize_reward or env.reward_clip is not None:
@@ -158,6 +159,8 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
         return ActorWorker(
             index, lambda slot: make_slot(env, w.envs_per_slot), w.ring_size, pool, inference,
             SampleProducer(pool, index, fabric.samples(index % w.trainers)), fabric.reporter(),
-            seed=worker_seed(plan, role, index), make_reward_transform=rewards, wait_timeout=wait_timeout,
-            report_interval=report_interval, nonfinite=env.nonfinite, env_name=f"env {env.id}")
+            seed=worker_seed(plan, role, index) + incarnation * 104_729, make_reward_transform=rewards,
+            wait_timeout=wait_timeout,
+            report_interval=report_interval, nonfinite=env.nonfinite, env_name=f"env {env.id}",
+            request_timeout=w.request_timeout_seconds)
     raise ValueError(f"unknown worker role {role!r}")

@@ -27,7 +27,7 @@ from srl.runtime.plan import Plan
 from srl.system.control import DirectReporter, Handler, ZmqReporter
 from srl.system.streams import SegmentPool
 
-REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH = 4, 1, 2
+REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH = 5, 2, 2
 
 
 class Fabric(ABC):

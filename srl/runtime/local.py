@@ -33,6 +33,7 @@ from srl.runtime.fabric import SharedFabric
 from srl.runtime.plan import Plan
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller
+from srl.system.streams import FILLING, FREE
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def _set_parent_death_signal() -> None:
 
 
 def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_dir: Path | None,
-                 parent: int) -> None:
+                 parent: int, incarnation: int = 0) -> None:
     """Entry point of a worker process (forked, or exec'd through :mod:`srl.runtime.worker_main`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the controller decides
     _set_parent_death_signal()
@@ -70,7 +71,8 @@ def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_di
     reporter = fabric.reporter()
     code = 0
     try:
-        worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.05, report_interval=0.1)
+        worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.05, report_interval=0.1,
+                              incarnation=incarnation)
         # os.getppid() covers platforms without a parent-death signal and a controller that died before prctl.
         worker.run(lambda: bool(stop[0]) or stopping["now"] or os.getppid() != parent)
     except Exception as exc:  # report any worker failure in one line, then exit non-zero
@@ -110,16 +112,28 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
             signal.signal(sig, on_signal)
         for role, index in worker_roles(plan):
             procs.append(_start(method, plan, fabric, role, index, run_dir))
-        if run_dir is not None:  # which process is which worker, for operators (and fault-injection tests)
-            atomic_write_text(run_dir / "workers.json",
-                              json.dumps({p.name.removeprefix("srl-"): p.pid for p in procs}, indent=1) + "\n")
+        _write_workers(run_dir, procs)
+        roles = worker_roles(plan)
+        max_restarts = plan.cfg.workers.max_restarts
+        controller.supervised_roles = frozenset({"actor", "policy"} if max_restarts > 0 else ())
         while controller.should_stop() is None:
             receiver.drain(0.05)
             controller.tick()
-            for proc in procs:
-                if proc.exitcode is not None:
-                    receiver.drain(0.2)  # its error report, if it sent one, names the cause
+            for i, proc in enumerate(procs):
+                if proc.exitcode is None:
+                    continue
+                receiver.drain(0.2)  # its error report, if it sent one, names the cause
+                role, index = roles[i]
+                name = f"{role}{index}"
+                cause = controller.worker_errors.pop(name, None) or f"exited with code {proc.exitcode}"
+                if role not in controller.supervised_roles:
                     controller.fail(f"{proc.name} exited with code {proc.exitcode}")
+                elif controller.restarts.get(name, 0) >= max_restarts:
+                    controller.fail(f"{name}: {cause} (after {max_restarts} restarts)")
+                elif controller.should_stop() is None:
+                    controller.note_restart(name, cause, _recover(fabric, role, index))
+                    procs[i] = _start(method, plan, fabric, role, index, run_dir, controller.restarts[name])
+                    _write_workers(run_dir, procs)
         snapshot = _stop_workers(fabric, procs, receiver)
         return snapshot
     finally:
@@ -134,19 +148,36 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
             signal.signal(sig, handler)
 
 
+def _write_workers(run_dir: Path | None, procs: list[WorkerProcess]) -> None:
+    """``workers.json``: which process is which worker, for operators (and fault-injection tests)."""
+    if run_dir is not None:
+        atomic_write_text(run_dir / "workers.json",
+                          json.dumps({p.name.removeprefix("srl-"): p.pid for p in procs}, indent=1) + "\n")
+
+
+def _recover(fabric: SharedFabric, role: str, index: int) -> int:
+    """Before restarting a dead actor: free the buffers it was filling (their segments are dropped); count them."""
+    if role != "actor":
+        return 0  # a policy worker holds nothing; actors ask again for what it had taken
+    state = fabric.pool().state[index]
+    filling = state == FILLING
+    state[filling] = FREE
+    return int(filling.sum())
+
+
 def _start(method: str, plan: Plan, fabric: SharedFabric, role: str, index: int,
-           run_dir: Path | None) -> WorkerProcess:
-    """Start one worker process; nothing is pickled on either path."""
+           run_dir: Path | None, incarnation: int = 0) -> WorkerProcess:
+    """Start one worker process (``incarnation``: how many times it was restarted); nothing is pickled."""
     name = f"srl-{role}{index}"
     if method == "fork":
         proc = mp.get_context("fork").Process(target=_worker_main, name=name, daemon=False,
-                                              args=(plan, fabric, role, index, run_dir, os.getpid()))
+                                              args=(plan, fabric, role, index, run_dir, os.getpid(), incarnation))
         proc.start()
         return proc
     spec = {"config": to_dict(plan.cfg), "null_trainer": plan.null_trainer, "resume": plan.resume,
             "start_version": plan.start_version, "tag": fabric.tag,
             "dir": str(fabric.dir), "role": role, "index": index, "parent": os.getpid(),
-            "run_dir": None if run_dir is None else str(run_dir)}
+            "run_dir": None if run_dir is None else str(run_dir), "incarnation": incarnation}
     return ExecProcess(name, [sys.executable, "-m", "srl.runtime.worker_main"], json.dumps(spec))
 
 

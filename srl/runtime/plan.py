@@ -52,7 +52,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     obs_dtype = np.float32 if np.dtype(obs_space.dtype) == np.float64 else obs_space.dtype
     fields = segment_fields(obs_space.shape, obs_dtype, action_shape, action_dtype,
                             w.segment_length, w.envs_per_slot, with_final_obs=not is_image(obs_space.shape, obs_space.dtype))
-    layout = PoolLayout(actors=w.actors, buffers=w.buffers_per_actor, fields=fields)
+    layout = PoolLayout(actors=w.actors, buffers=w.buffers_per_actor, fields=fields, slots=w.ring_size)
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
         param_size = make_acting_policy(obs_space, action_space, cfg).flat_size()
     return Plan(cfg, obs_space, action_space, layout, param_size, null_trainer)

@@ -25,7 +25,8 @@ def main() -> None:
                                start_version=int(spec["start_version"]))
     fabric = SharedFabric(plan, tag=str(spec["tag"]), directory=Path(spec["dir"]))
     run_dir = None if spec["run_dir"] is None else Path(spec["run_dir"])
-    _worker_main(plan, fabric, str(spec["role"]), int(spec["index"]), run_dir, int(spec["parent"]))
+    _worker_main(plan, fabric, str(spec["role"]), int(spec["index"]), run_dir, int(spec["parent"]),
+                 int(spec.get("incarnation", 0)))
 
 
 if __name__ == "__main__":

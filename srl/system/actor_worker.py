@@ -52,6 +52,7 @@ class ActorWorker(Worker):
         report_interval: float = 0.1,
         nonfinite: str = "fail",
         env_name: str = "env",
+        request_timeout: float = 10.0,
     ) -> None:
         self.name = f"actor{index}"
         self.index = index
@@ -67,6 +68,8 @@ class ActorWorker(Worker):
         self.nonfinite, self.env_name = nonfinite, env_name
         self._float_obs = np.issubdtype(pool.layout.fields["obs"].dtype, np.floating)  # integers cannot be NaN
         self.nonfinite_steps = 0
+        self.request_timeout = request_timeout
+        self.reposts = 0  # requests asked again after ``request_timeout`` without an answer
         self.env_steps = 0
         self.segments = 0
         self.t_env = self.t_wait = self.t_post = 0.0  # seconds stepping envs, waiting for actions, posting requests
@@ -80,6 +83,7 @@ class ActorWorker(Worker):
         self.buffer = np.full(self.ring_size, -1, np.int64)
         self.t = np.zeros(self.ring_size, np.int64)
         self.pending = np.zeros(self.ring_size, bool)  # a request of this slot is out
+        self.posted_at = np.zeros(self.ring_size)  # when it went out (perf_counter seconds)
         self.obs: list[Any] = []
         self.parked: list[int] = []
         for slot in range(self.ring_size):
@@ -114,8 +118,17 @@ class ActorWorker(Worker):
         for slot in ready.tolist():
             if 0 <= slot < self.ring_size and self.pending[slot]:  # ignore malformed or duplicate replies
                 steps += self._step_slot(slot)
+        if not steps and self.pending.any():
+            self._repost_overdue()
         self._report()
         return steps
+
+    def _repost_overdue(self) -> None:
+        """Ask again for slots waiting longer than ``request_timeout`` (the new ask supersedes the lost one)."""
+        overdue = self.pending & (time.perf_counter() - self.posted_at > self.request_timeout)
+        for slot in np.flatnonzero(overdue).tolist():
+            self.reposts += 1
+            self._post(slot, int(self.buffer[slot]), int(self.t[slot]))
 
     def _unpark(self) -> None:
         """Give parked slots a fresh buffer and post their pending observations."""
@@ -202,7 +215,8 @@ class ActorWorker(Worker):
         self.pending[slot] = True
         t0 = time.perf_counter()
         self.inference.request(slot, buf, t)
-        self.t_post += time.perf_counter() - t0
+        t1 = self.posted_at[slot] = time.perf_counter()
+        self.t_post += t1 - t0
 
     def _finish_episodes(self, slot: int, done: np.ndarray) -> None:
         ret, length = self.ep_return[slot], self.ep_length[slot]
@@ -217,7 +231,7 @@ class ActorWorker(Worker):
         self.reporter.report(
             "actor",
             {"actor": self.index, "env_steps": self.env_steps, "segments": self.segments,
-             "nonfinite_steps": self.nonfinite_steps,
+             "nonfinite_steps": self.nonfinite_steps, "reposts": self.reposts,
              "t_total": time.perf_counter() - self._t_start, "t_env": self.t_env, "t_wait": self.t_wait,
              "t_post": self.t_post},
             {"episode_returns": np.asarray(self._done_returns, np.float32),

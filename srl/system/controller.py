@@ -39,6 +39,12 @@ class Controller:
         self.param_service: dict[str, Mapping[str, Any]] = {}
         self.evals: list[Mapping[str, Any]] = []
         self.warnings: list[str] = []
+        self.supervised_roles: frozenset[str] = frozenset()
+        """Roles the runtime restarts: their error reports are kept for it instead of ending the run."""
+        self.worker_errors: dict[str, str] = {}
+        self.restarts: dict[str, int] = {}
+        self.restart_dropped_segments = 0
+        self._actor_steps_before: dict[int, int] = {}  # env steps of earlier incarnations of each actor
         self.lag_hist = np.zeros(1, np.int64)
         self.timing: dict[str, dict[str, float]] = {}
         self.error: str | None = None
@@ -82,7 +88,11 @@ class Controller:
         elif kind == "params":
             self.param_service[str(meta["service"])] = dict(meta)
         elif kind == "error":
-            self.fail(f"{meta.get('worker', '?')}: {meta.get('message', 'failed')}")
+            worker = str(meta.get("worker", "?"))
+            if worker.rstrip("0123456789") in self.supervised_roles:
+                self.worker_errors[worker] = str(meta.get("message", "failed"))
+            else:
+                self.fail(f"{worker}: {meta.get('message', 'failed')}")
 
     def fail(self, message: str) -> None:
         if self.error is None:
@@ -98,11 +108,22 @@ class Controller:
 
     @property
     def dropped_segments(self) -> int:
-        return sum(int(t.get("dropped_segments", 0)) for t in self.trainers.values())
+        """Segments dropped as too stale by trainers, plus unfinished ones of actors that died."""
+        return sum(int(t.get("dropped_segments", 0)) for t in self.trainers.values()) + self.restart_dropped_segments
 
     @property
     def env_steps(self) -> int:
-        return self.env_steps_offset + sum(self.actor_steps.values())
+        return self.env_steps_offset + sum(self._actor_steps_before.values()) + sum(self.actor_steps.values())
+
+    def note_restart(self, worker: str, cause: str, dropped_segments: int) -> None:
+        """The runtime restarted ``worker`` after ``cause``; a restarted actor counts its steps from 0 again."""
+        self.restarts[worker] = self.restarts.get(worker, 0) + 1
+        self.restart_dropped_segments += dropped_segments
+        if worker.startswith("actor"):
+            index = int(worker[len("actor"):])
+            self._actor_steps_before[index] = self._actor_steps_before.get(index, 0) + self.actor_steps.pop(index, 0)
+        self.handle("info", {"worker": worker, "message": f"restarted ({self.restarts[worker]}) after: {cause}; "
+                                                          f"{dropped_segments} unfinished segments dropped"}, {})
 
     @property
     def return_mean(self) -> float:
@@ -167,6 +188,7 @@ class Controller:
             rec["dropped_segments"] = self.dropped_segments
         rec.update(self._bytes_per_version())
         rec["nonfinite_steps"] = sum(self.actor_nonfinite.values())
+        rec["restarts"] = sum(self.restarts.values())
         if self.evals:
             rec["eval_return_mean"] = float(self.evals[-1]["return_mean"])
             rec["eval_version"] = int(self.evals[-1]["version"])
@@ -229,6 +251,7 @@ class Controller:
             "nonfinite_steps": sum(self.actor_nonfinite.values()),
             **self._eval_summary(),
             "warnings": self.warnings[-20:],
+            "restarts": dict(sorted(self.restarts.items())),
             "lag_histogram": self.lag_hist.tolist(),
             **self._bytes_per_version(),
             "param_service": {name: {k: v for k, v in stats.items() if k != "service"}

@@ -81,6 +81,7 @@ class PolicyWorker(Worker):
             return
         self.reporter.report("policy", {"policy": self.index, "requests": self.requests,
                                         "batches": self.batches, "samples": self.samples,
+                                        "superseded": self.server.superseded,
                                         "version": self.params.current,
                                         "t_total": time.perf_counter() - self._t_start, "t_wait": self.t_wait,
                                         "t_forward": self.t_forward, "t_io": self.t_io})

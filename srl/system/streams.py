@@ -5,9 +5,16 @@ policy worker reads them there and writes actions, log-probs and the policy
 version back in place; the trainer reads the finished segment from the same
 memory. Only small integer records travel through channels:
 
-- inference request  ``(actor, slot, buffer, t)``  actor -> policy worker
-- inference reply    ``(slot,)``                    policy worker -> actor
-- sample ready       ``(actor, buffer)``            actor -> trainer
+- inference request  ``(actor, slot, buffer, t, ticket)``  actor -> policy worker
+- inference reply    ``(slot, ticket)``                    policy worker -> actor
+- sample ready       ``(actor, buffer)``                   actor -> trainer
+
+Tickets make requests safe to repeat and actors safe to restart: each post
+of a slot takes the next ticket from ``tickets[actor, slot]`` in the pool, a
+policy worker serves a request only while its ticket is still the slot's
+current one, and an actor steps a slot only on a reply with that ticket. So a
+request re-sent after a policy worker died, or one left behind by an actor
+process that died, is dropped instead of answered twice.
 
 Each buffer has a state flag (FREE -> FILLING by its actor -> READY when
 submitted -> FREE when the trainer released it). A full pool is back-pressure:
@@ -37,25 +44,30 @@ class PoolLayout:
     actors: int
     buffers: int
     fields: Mapping[str, FieldSpec]
+    slots: int = 1
+    """Environment slots per actor (the ring size): one request ticket each."""
 
     def shape(self, name: str) -> tuple[int, ...]:
         return (self.actors, self.buffers, *self.fields[name].shape)
 
 
 class SegmentPool:
-    """Every actor's segment buffers, as ``arrays[name][actor, buffer, ...]`` plus ``state[actor, buffer]``."""
+    """Every actor's segment buffers, as ``arrays[name][actor, buffer, ...]`` plus ``state[actor, buffer]``,
+    and the request tickets ``tickets[actor, slot]``."""
 
-    def __init__(self, layout: PoolLayout, arrays: dict[str, np.ndarray], state: np.ndarray,
+    def __init__(self, layout: PoolLayout, arrays: dict[str, np.ndarray], state: np.ndarray, tickets: np.ndarray,
                  handles: list[ShmArray] | None = None) -> None:
         self.layout = layout
         self.arrays = arrays
         self.state = state
+        self.tickets = tickets
         self._handles = handles or []
 
     @classmethod
     def in_process(cls, layout: PoolLayout) -> SegmentPool:
         arrays = {n: np.zeros(layout.shape(n), f.dtype) for n, f in layout.fields.items()}
-        return cls(layout, arrays, np.zeros((layout.actors, layout.buffers), np.int32))
+        return cls(layout, arrays, np.zeros((layout.actors, layout.buffers), np.int32),
+                   np.zeros((layout.actors, layout.slots), np.int32))
 
     @classmethod
     def shared(cls, layout: PoolLayout, tag: str, create: bool) -> SegmentPool:
@@ -66,6 +78,7 @@ class SegmentPool:
             for name, spec in layout.fields.items():
                 handles.append(open_(f"{tag}_pool_{name}", layout.shape(name), spec.dtype))
             handles.append(open_(f"{tag}_pool_state", (layout.actors, layout.buffers), "int32"))
+            handles.append(open_(f"{tag}_pool_tickets", (layout.actors, layout.slots), "int32"))
         except BaseException:
             for h in handles:
                 h.close()
@@ -73,7 +86,7 @@ class SegmentPool:
                     h.unlink()
             raise
         arrays = {name: h.array for name, h in zip(layout.fields, handles)}
-        return cls(layout, arrays, handles[-1].array, handles)
+        return cls(layout, arrays, handles[-2].array, handles[-1].array, handles)
 
     def segment(self, actor: int, buffer: int) -> dict[str, np.ndarray]:
         """Views (no copies) of one segment's fields."""
@@ -82,6 +95,7 @@ class SegmentPool:
     def close(self, unlink: bool = False) -> None:
         self.arrays = {}
         self.state = np.zeros((0, 0), np.int32)
+        self.tickets = np.zeros((0, 0), np.int32)
         for h in self._handles:
             h.close()
             if unlink:
@@ -131,22 +145,33 @@ class SampleConsumer:
         self.pool.state[actor, buffer] = FREE
 
 
+TICKET_MASK = 0x7FFFFFFF
+"""Tickets are int32 words on the wire; they wrap around (only equality is ever tested)."""
+
+
 class InferenceClient:
     """Actor side of the inference stream (a remote policy worker answers)."""
 
-    def __init__(self, actor: int, requests: Channel, replies: Channel) -> None:
+    def __init__(self, actor: int, pool: SegmentPool, requests: Channel, replies: Channel) -> None:
         self.actor, self.requests, self.replies = actor, requests, replies
+        self._tickets = pool.tickets[actor]
 
     def connect(self, should_stop: Callable[[], bool]) -> None:
         """Nothing to wait for: the policy worker waits for parameters itself."""
 
     def request(self, slot: int, buffer: int, t: int) -> None:
-        """Ask for actions for the observations at ``obs[actor, buffer, t]``."""
-        self.requests.send((self.actor, slot, buffer, t))
+        """Ask for actions for the observations at ``obs[actor, buffer, t]`` (a repeat supersedes the last ask)."""
+        ticket = (int(self._tickets[slot]) + 1) & TICKET_MASK
+        self._tickets[slot] = ticket
+        self.requests.send((self.actor, slot, buffer, t, ticket))
 
     def ready(self, max_slots: int, timeout: float | None) -> np.ndarray:
-        """Slots whose actions have been written."""
-        return self.replies.recv(max_slots, timeout)[:, 0]
+        """Slots whose actions have been written (replies to superseded requests are dropped)."""
+        replies = self.replies.recv(max_slots, timeout)
+        slots = replies[:, 0]
+        ok = (slots >= 0) & (slots < len(self._tickets))
+        ok[ok] = replies[ok, 1] == self._tickets[slots[ok]]
+        return slots[ok]
 
 
 class InlineInference:
@@ -196,14 +221,22 @@ class InferenceServer:
         self.pool, self.requests, self.replies = pool, requests, replies
         self._served = np.array(sorted(replies), np.int32)  # the actors this server answers
         self._T = pool.layout.fields["actions"].shape[0]
+        self.superseded = 0  # requests dropped because their slot had asked again since
 
     def gather(self, max_requests: int, timeout: float | None) -> np.ndarray:
-        """Pending ``(actor, slot, buffer, t)`` requests, at most ``max_requests``, malformed ones dropped."""
+        """Pending ``(actor, slot, buffer, t, ticket)`` requests, at most ``max_requests``; malformed and superseded
+        ones dropped."""
         records = self.requests.recv(max_requests, timeout)
         ok = (np.isin(records[:, 0], self._served)
+              & (records[:, 1] >= 0) & (records[:, 1] < self.pool.layout.slots)
               & (records[:, 2] >= 0) & (records[:, 2] < self.pool.layout.buffers)
               & (records[:, 3] >= 0) & (records[:, 3] < self._T))
-        return records[ok]
+        records = records[ok]
+        current = self.pool.tickets[records[:, 0], records[:, 1]] == records[:, 4]
+        if not current.all():
+            self.superseded += int((~current).sum())
+            records = records[current]
+        return records
 
     def observations(self, requests: np.ndarray) -> np.ndarray:
         """The requested observations as one batch ``[n * B, ...]`` (one gather, one copy)."""
@@ -215,8 +248,8 @@ class InferenceServer:
         index = (requests[:, 0], requests[:, 2], requests[:, 3])
         n = len(requests)
         write_answer(self.pool, index, actions.reshape(n, -1, *actions.shape[1:]), logp.reshape(n, -1), version)
-        for actor, slot in zip(requests[:, 0].tolist(), requests[:, 1].tolist()):
-            self.replies[actor].send((slot,))
+        for actor, slot, ticket in zip(requests[:, 0].tolist(), requests[:, 1].tolist(), requests[:, 4].tolist()):
+            self.replies[actor].send((slot, ticket))
 
 
 def write_answer(pool: SegmentPool, index: tuple, actions: np.ndarray, logp: np.ndarray, version: int) -> None:
