@@ -133,3 +133,38 @@ def test_kill_9_of_the_trainer_fails_the_run_and_resume_finishes_it(tmp_path) ->
     summary = json.loads(resumed.stdout)
     assert summary["solved"] and summary["policy_version"] > int(last["version"])
     assert summary["env_steps"] >= int(last["trained_samples"])
+
+
+def test_weights_and_biases_mirrors_the_metrics_when_asked(tmp_path, monkeypatch) -> None:
+    import types
+
+    calls: list = []
+    fake = types.ModuleType("wandb")
+
+    class FakeRun:
+        def log(self, data, step):
+            calls.append(("log", step, data))
+
+        def finish(self):
+            calls.append(("finish",))
+
+    fake.init = lambda **kw: calls.append(("init", kw)) or FakeRun()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    run = tmp_path / "run"
+    cfg = load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT, "run.wandb_project=srl-tests"])
+    train(cfg, run, progress=None)
+    cfg2, path, state = resume_config(run, ["run.total_env_steps=9000"])
+    train(cfg2, run, progress=None, resume=(path, state))
+    inits = [c[1] for c in calls if c[0] == "init"]
+    assert len(inits) == 2 and inits[0]["project"] == "srl-tests" and inits[0]["id"] == inits[1]["id"]
+    logged = [c for c in calls if c[0] == "log"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(logged) == len(records) and logged[-1][1] == records[-1]["env_steps"]
+    assert calls.count(("finish",)) == 2
+
+
+def test_weights_and_biases_missing_is_one_clear_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import fails
+    cfg = load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT, "run.wandb_project=p"])
+    with pytest.raises(ConfigError, match="run.wandb_project: Weights & Biases is not installed"):
+        train(cfg, tmp_path / "run", progress=None)

@@ -272,6 +272,9 @@ class RunConfig:
     the best policy in ``checkpoints/best.pt``; 0 (default) runs no eval worker."""
     tensorboard: bool = True
     """Write TensorBoard event files next to ``metrics.jsonl``."""
+    wandb_project: str | None = None
+    """Also log every metrics record to this Weights & Biases project (needs ``pip install wandb``;
+    ``WANDB_MODE=offline`` keeps it local)."""
 
     def __post_init__(self) -> None:
         _check(self.total_env_steps >= 1, "total_env_steps", f"must be >= 1, got {self.total_env_steps}")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -27,6 +28,18 @@ def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
     return path
 
 
+def _start_wandb(cfg: ExperimentConfig, path: Path) -> Any:
+    """A Weights & Biases run mirroring this run directory (``run.wandb_project``)."""
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError("run.wandb_project: Weights & Biases is not installed (pip install wandb)") from None
+    # The id follows the directory, so ``srl train --resume`` continues the same W&B run.
+    run_id = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
+    return wandb.init(project=cfg.run.wandb_project, name=path.name, dir=str(path), config=to_dict(cfg),
+                      resume="allow", id=run_id)
+
+
 class RunDir:
     """Owns the files of one run."""
 
@@ -46,6 +59,7 @@ class RunDir:
         self.checkpoints = self.path / "checkpoints"
         self.checkpoints.mkdir(exist_ok=True)
         atomic_write_text(self.path / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        self._wandb = _start_wandb(cfg, self.path) if cfg.run.wandb_project else None
         self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
         self._tb = EventWriter(self.path / "tb") if cfg.run.tensorboard else None
 
@@ -53,14 +67,20 @@ class RunDir:
         """Append one metrics record (JSON line) and mirror its numbers to TensorBoard."""
         clean = {k: v for k, v in record.items() if not (isinstance(v, float) and not math.isfinite(v))}
         self._metrics.write(json.dumps(clean) + "\n")
+        scalars = {k: v for k, v in clean.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                   and k != "env_steps"}
         if self._tb is not None:
-            self._tb.add_scalars({k: v for k, v in clean.items() if isinstance(v, (int, float))
-                                  and not isinstance(v, bool) and k != "env_steps"}, step)
+            self._tb.add_scalars(scalars, step)
+        if self._wandb is not None:
+            self._wandb.log({**scalars, "env_steps": step}, step=step)
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
 
     def close(self) -> None:
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
         self._metrics.close()
         if self._tb is not None:
             self._tb.close()
