@@ -78,5 +78,6 @@ def test_restarts_are_bounded(tmp_path) -> None:
                                  "workers.max_restarts=2", "run.eval_episodes=0"])
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["stop_reason"] == "error"
-    assert summary["error"].startswith("actor0: RuntimeError: injected failure at step 50 (after 2 restarts)")
+    assert summary["error"].startswith("actor0: RuntimeError: env srl.envs.testing:crashing_cartpole: step failed")
+    assert summary["error"].endswith("RuntimeError: injected failure at step 50 (after 2 restarts)")
     assert summary["restarts"] == {"actor0": 2}

@@ -211,3 +211,13 @@ def test_nonfinite_env_output_fails_naming_it_or_is_sanitized_and_counted(tmp_pa
         # Every 50th step of each of the 16 envs (2 slots x 8), up to the partial interval each env is in.
         assert summary["env_steps"] // 50 - 16 <= summary["nonfinite_steps"] <= summary["env_steps"] // 50
         assert summary["policy_version"] >= 2  # and training went on with finite numbers
+
+
+def test_observations_that_stop_matching_their_space_fail_naming_the_env(tmp_path):
+    cfg = load_config(CARTPOLE, ["runtime=inline", "env.id=srl.envs.testing:misshapen_cartpole",
+                                 "run.total_env_steps=3000", "run.eval_episodes=0"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["stop_reason"] == "error"
+    # Gymnasium's vector env notices first; the message names our env and where, and keeps Gymnasium's words.
+    assert "env srl.envs.testing:misshapen_cartpole: step failed at actor 0 slot 0" in summary["error"]
+    assert "wrong shape" in summary["error"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 
 class CrashAfter(gym.Wrapper):
@@ -48,3 +49,24 @@ class NonFiniteEvery(gym.Wrapper):
 def nonfinite_cartpole(every: int = 50) -> gym.Env:
     """CartPole-v1 with a NaN observation and an infinite reward every ``every`` steps."""
     return NonFiniteEvery(gym.make("CartPole-v1"), every)
+
+
+class WrongShapeAfter(gym.Wrapper):
+    """From the ``after``-th step on, observations have one value too many for the declared space."""
+
+    def __init__(self, env: gym.Env, after: int) -> None:
+        super().__init__(env)
+        self.after = after
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps >= self.after:
+            obs = np.append(obs, np.float32(0.0))
+        return obs, reward, terminated, truncated, info
+
+
+def misshapen_cartpole(after: int = 20) -> gym.Env:
+    """CartPole-v1 whose observations stop matching its observation space after ``after`` steps."""
+    return WrongShapeAfter(gym.make("CartPole-v1"), after)

@@ -149,7 +149,11 @@ class ActorWorker(Worker):
         buf, t = int(self.buffer[slot]), int(self.t[slot])
         self.pending[slot] = False
         t0 = time.perf_counter()
-        step = self.slots[slot].step(arrays["actions"][a, buf, t])
+        try:
+            step = self.slots[slot].step(arrays["actions"][a, buf, t])
+        except Exception as exc:  # name the env and where, keep its own message
+            raise RuntimeError(f"{self.env_name}: step failed at actor {a} slot {slot} after {self.env_steps} env "
+                               f"steps: {type(exc).__name__}: {exc}") from exc
         self.t_env += time.perf_counter() - t0
         if not self._finite(step):
             step = self._sanitize(step, slot)
