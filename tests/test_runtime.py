@@ -60,7 +60,7 @@ def test_run_directory_contract(tmp_path, runtime):
     assert checkpoints
     state = load_checkpoint(checkpoints[-1])
     assert state["version"] == on_disk["policy_version"]
-    assert set(state["algorithm"]) == {"policy", "value", "optimizer"}
+    assert set(state["algorithm"]) == {"policy", "value", "optimizer", "rng"}
 
 
 def test_checkpoints_are_validated(tmp_path):
