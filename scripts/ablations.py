@@ -32,6 +32,8 @@ ABLATIONS: dict[str, dict[str, list[str]]] = {
         "stride 8, compensated": [*KEEP_ALL, "workers.param_version_stride=8", "ppo.td_compensation=true"],
         "stride 16, plain": [*KEEP_ALL, "workers.param_version_stride=16"],
         "stride 16, compensated": [*KEEP_ALL, "workers.param_version_stride=16", "ppo.td_compensation=true"],
+        "stride 16, compensated + V-trace targets": [*KEEP_ALL, "workers.param_version_stride=16",
+                                                     "ppo.td_compensation=true", "ppo.vtrace_targets=true"],
     },
     "variance": {
         "plain": [],

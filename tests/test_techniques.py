@@ -280,8 +280,9 @@ def test_td_compensation_changes_nothing_on_fresh_data_and_weights_stale_data() 
     batch = _random_batch(5)
     model = ModelConfig(hidden=(16,))
 
-    def trained(td: bool, behaviour_shift: float) -> tuple[np.ndarray, dict[str, float]]:
-        algo = PPO(OBS, ACT, model, PPOConfig(td_compensation=td, epochs=2, minibatches=2), seed=0)
+    def trained(td: bool, behaviour_shift: float, vtrace: bool = False) -> tuple[np.ndarray, dict[str, float]]:
+        algo = PPO(OBS, ACT, model, PPOConfig(td_compensation=td, vtrace_targets=vtrace, epochs=2, minibatches=2),
+                   seed=0)
         with torch.no_grad():  # behaviour log-probs of the very policy being trained: on-policy data
             logp, _ = algo.policy.evaluate(torch.from_numpy(batch["obs"][:-1].reshape(-1, 4)),
                                            torch.from_numpy(batch["actions"]).reshape(-1))
@@ -292,6 +293,7 @@ def test_td_compensation_changes_nothing_on_fresh_data_and_weights_stale_data() 
     fresh_plain, _ = trained(False, 0.0)
     fresh_td, stats = trained(True, 0.0)
     np.testing.assert_allclose(fresh_td, fresh_plain, atol=1e-6)
+    np.testing.assert_allclose(trained(True, 0.0, vtrace=True)[0], fresh_plain, atol=1e-6)
     assert stats["is_weight_mean"] == pytest.approx(1.0, abs=1e-5) and stats["is_weight_truncated"] == 0.0
     # Behaviour log-probs 0.5 higher than the current policy's: every weight is exp(-0.5), none truncated.
     _, stale = trained(True, 0.5)

@@ -9,10 +9,11 @@ with the current critic (fresh, not rollout-time values). The centralized
 critic is kept for comparison: its gradients are all-reduced too and its
 weights ship in every snapshot.
 
-With ``td_compensation`` the update corrects for policy lag (V-trace-style
-truncated importance weights on TD errors, traces and the surrogate; the
-clipped ratio is taken against the current policy). The math lives in
-:mod:`srl.algorithms.ppo_math`.
+With ``td_compensation`` the update corrects for policy lag: the clipped ratio
+is taken against the current (proximal) policy and each sample's surrogate is
+weighted by its truncated importance weight against the behaviour policy
+(decoupled PPO); ``vtrace_targets`` also corrects TD errors and traces
+(V-trace). The math lives in :mod:`srl.algorithms.ppo_math`.
 """
 
 from __future__ import annotations
@@ -165,11 +166,14 @@ class PPO:
         out: dict[str, float] = {}
         weights = rho = c = None
         old_logp = behaviour_logp
-        if cfg.td_compensation:
+        if prox_logp is not None:
             # Importance weights of the current (proximal) policy against the behaviour policy that acted.
             ratio = (prox_logp - behaviour_logp).exp()
-            rho, c = ratio.clamp(max=cfg.is_rho_clip), ratio.clamp(max=cfg.is_c_clip)
-            weights, old_logp = rho, prox_logp
+            truncated = ratio.clamp(max=cfg.is_rho_clip)
+            if cfg.td_compensation:
+                weights, old_logp = truncated, prox_logp
+            if cfg.vtrace_targets:
+                rho, c = truncated, ratio.clamp(max=cfg.is_c_clip)
             out.update(is_weight_mean=float(ratio.mean()), is_weight_max=float(ratio.max()),
                        is_weight_truncated=float((ratio > cfg.is_rho_clip).float().mean()))
         advantages, returns, values = self._advantages(batch, v_all.reshape(T + 1, N), T, N,
@@ -210,7 +214,7 @@ class PPO:
     def _evaluate_rollout(self, flat_obs: torch.Tensor, obs: torch.Tensor,
                           actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Current values of all T+1 rows, and (with TD compensation) current log-probs of the taken actions."""
-        want_logp = self.cfg.td_compensation
+        want_logp = self.cfg.td_compensation or self.cfg.vtrace_targets
         if self.value.shared:  # one encoder pass serves both heads
             features = self.policy.encoder(flat_obs)
             v_all = self.value.denormalize(self.value.head_output(features))

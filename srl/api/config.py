@@ -213,11 +213,14 @@ class PPOConfig:
     own critic (only actor gradients are all-reduced). ``centralized``: the critic is all-reduced and
     broadcast with the actor, as in designs that evaluate values on the policy workers."""
     td_compensation: bool = False
-    """Correct for policy lag: advantages and value targets use V-trace-style truncated importance weights
-    between the current policy and the behaviour policy, and the clipped ratio is taken against the current
-    (proximal) policy, weighted by the truncated behaviour weight (decoupled PPO)."""
+    """Correct for policy lag: the clipped ratio is taken against the current (proximal) policy, and each
+    sample's surrogate is weighted by its importance weight current/behaviour truncated at ``is_rho_clip``
+    (decoupled PPO). Samples older than ``max_policy_lag`` are dropped either way."""
+    vtrace_targets: bool = False
+    """Also correct the TD errors (weights truncated at ``is_rho_clip``) and traces (at ``is_c_clip``) of the
+    advantages and value targets: V-trace with a lambda. Measured worse on CartPole (docs/benchmarks.md)."""
     is_rho_clip: float = 1.0
-    """Truncation of the importance weights on TD errors and on the surrogate (V-trace's rho bar)."""
+    """Truncation of the importance weights on the surrogate and on TD errors (V-trace's rho bar)."""
     is_c_clip: float = 1.0
     """Truncation of the importance weights on traces (V-trace's c bar)."""
     normalize_values: bool = False
