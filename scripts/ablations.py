@@ -2,7 +2,8 @@
 
     python scripts/ablations.py critic   --seeds 1,2,3 --out docs/data/ablation_critic.jsonl
     python scripts/ablations.py td       --seeds 1,2,3 --out docs/data/ablation_td.jsonl
-    python scripts/ablations.py variance --seeds 1,2,3 --out docs/data/ablation_variance.jsonl
+    python scripts/ablations.py variance --config configs/pendulum_ppo.yaml --seeds 1,2,3 \
+        --set run.target_return=null --set run.total_env_steps=60000 --out docs/data/ablation_variance.jsonl
     python scripts/plot_ablations.py docs/data/ablation_*.jsonl --out-dir docs/img
 
 Every run is a fresh ``srl train`` process on ``--config`` (CartPole by default) with the variant's
@@ -40,7 +41,8 @@ ABLATIONS: dict[str, dict[str, list[str]]] = {
         "variance reduction": ["ppo.grad_clip=adaptive", "model.layer_norm=true", "ppo.normalize_values=true"],
     },
 }
-TRACE_KEYS = ("env_steps", "wall_seconds", "return_mean", "grad_norm_actor", "clip_threshold_actor",
+TRACE_KEYS = ("env_steps", "wall_seconds", "return_mean", "grad_norm_actor", "grad_norm_actor_applied",
+              "clip_threshold_actor",
               "grad_norm_critic", "lag_mean", "is_weight_mean", "is_weight_truncated")
 SUMMARY_KEYS = ("env_steps", "wall_seconds", "solved", "solved_wall_seconds", "solved_env_steps",
                 "final_eval_return_mean", "train_return_mean", "policy_version", "dropped_segments", "lag_histogram",

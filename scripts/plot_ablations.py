@@ -52,13 +52,13 @@ def plot_file(path: Path, out_dir: Path) -> Path:
         if with_grads:
             for i, r in enumerate(group):
                 t = r["trace"]
-                axes[0][1].plot(t["env_steps"], t["grad_norm_actor"], color=line.get_color(), alpha=0.6, lw=0.8,
-                                label=variant if i == 0 else None)
+                axes[0][1].plot(t["env_steps"], t["grad_norm_actor_applied"], color=line.get_color(), alpha=0.6,
+                                lw=0.8, label=variant if i == 0 else None)
     axes[0][0].set(xlabel="env steps", ylabel="mean return (last 20 episodes)", title=f"{name} ablation: {env}")
     axes[0][0].legend(fontsize=8)
     axes[0][0].grid(alpha=0.3)
     if with_grads:
-        axes[0][1].set(xlabel="env steps", ylabel="actor gradient norm (before clipping)", yscale="log",
+        axes[0][1].set(xlabel="env steps", ylabel="actor gradient norm applied (after clipping)", yscale="log",
                        title="gradient norms, every seed")
         axes[0][1].legend(fontsize=8)
         axes[0][1].grid(alpha=0.3)
@@ -79,7 +79,8 @@ def _row(variant: str, group: list[dict]) -> str:
 
     solved = sum(bool(r.get("solved")) for r in group)
     finals = [r["train_return_mean"] for r in group if r.get("train_return_mean") is not None]
-    grads = [np.var([g for g in r["trace"]["grad_norm_actor"] if g is not None]) for r in group]
+    grads = [np.var([g for g in r["trace"].get("grad_norm_actor_applied", []) if g is not None] or [np.nan])
+             for r in group]
     return (f"| {variant} | {solved}/{len(group)} | {med('solved_wall_seconds')} | {med('solved_env_steps')} | "
             f"{med('final_eval_return_mean')} | {np.std(finals):.1f} | {statistics.median(grads):.3g} | "
             f"{med('bytes_published_per_version')} | {med('bytes_reduced_per_update')} |")
@@ -92,7 +93,7 @@ def main() -> None:
     args = p.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     print("| variant | solved | solve s (median) | solve steps (median) | eval return (median) | "
-          "train return std over seeds | actor grad-norm variance (median) | bytes published / version | "
+          "train return std over seeds | applied actor grad-norm variance (median) | bytes published / version | "
           "bytes all-reduced / update |")
     for path in args.files:
         plot_file(path, args.out_dir)

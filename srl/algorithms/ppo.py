@@ -274,6 +274,7 @@ class PPO:
         for name, clipper in self._clippers.items():
             norm, threshold = clipper.clip()
             out[f"grad_norm_{name}"] = norm
+            out[f"grad_norm_{name}_applied"] = min(norm, threshold)  # after clipping: what the step used
             out[f"clip_threshold_{name}"] = threshold
         self.optimizer.step()
         return out
