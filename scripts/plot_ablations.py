@@ -1,6 +1,7 @@
 """Draw the ablation figures of docs/benchmarks.md from lines written by scripts/ablations.py.
 
     python scripts/plot_ablations.py docs/data/ablation_td.jsonl --out-dir docs/img
+    python scripts/plot_ablations.py docs/data/params_bench.jsonl --out-dir docs/img   # srl bench params lines
 
 One PNG per file: the return against env steps per variant (mean over seeds, band = min..max), and for the
 variance ablation also the actor's gradient-norm traces. A table of per-variant medians is printed.
@@ -33,8 +34,32 @@ def _curve(run: dict, grid: np.ndarray) -> np.ndarray:
     return curve
 
 
+def plot_params(rows: list[dict], out: Path) -> Path:
+    """Root egress per version against readers, flat vs hierarchical (``srl bench params`` lines)."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for mode in ("flat", "hierarchical"):
+        pts = sorted((r["readers"], r["root_bytes_per_version"] / 1e6, r["last_reader_latency_ms_median"])
+                     for r in rows if r["mode"] == mode)
+        ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+        ax2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=mode)
+    ax1.set(xscale="log", yscale="log", xlabel="readers (policy workers)", ylabel="root egress per version (MB)",
+            title=f"parameter service, fan-out {rows[0]['fan_out']}, {rows[0]['snapshot_bytes'] / 1e6:.1f} MB snapshot")
+    ax2.set(xscale="log", xlabel="readers (policy workers)", ylabel="ms until the last reader holds it (median)",
+            title="delivery latency (one machine, ipc)")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    print(f"params -> {out}")
+    return out
+
+
 def plot_file(path: Path, out_dir: Path) -> Path:
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if runs and runs[0].get("bench") == "params":
+        return plot_params(runs, out_dir / f"{path.stem}.png")
     by_variant: dict[str, list[dict]] = defaultdict(list)
     for r in runs:
         by_variant[r["variant"]].append(r)
