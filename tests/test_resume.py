@@ -168,3 +168,18 @@ def test_weights_and_biases_missing_is_one_clear_error(tmp_path, monkeypatch) ->
     cfg = load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT, "run.wandb_project=p"])
     with pytest.raises(ConfigError, match="run.wandb_project: Weights & Biases is not installed"):
         train(cfg, tmp_path / "run", progress=None)
+
+
+def test_resume_keeps_the_actors_reward_scaling_statistics(tmp_path) -> None:
+    import numpy as np
+
+    run = tmp_path / "run"
+    short = ["runtime=inline", "run.target_return=null", "run.eval_episodes=0", "run.total_env_steps=4096"]
+    train(load_config("configs/pendulum_ppo.yaml", short), run, progress=None)
+    saved = run / "checkpoints" / "rewards_actor0.npy"
+    first = np.load(saved, allow_pickle=False)
+    assert first.shape == (2, 3) and (first[:, 2] >= 2048).all()  # [mean, var, count] per slot
+    cfg2, path, state = resume_config(run, ["run.total_env_steps=8192"])
+    train(cfg2, run, progress=None, resume=(path, state))
+    second = np.load(saved, allow_pickle=False)
+    assert (second[:, 2] >= first[:, 2] + 1024).all()  # counted on from the saved statistics, not from zero

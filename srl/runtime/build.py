@@ -162,5 +162,8 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
             seed=worker_seed(plan, role, index) + incarnation * 104_729, make_reward_transform=rewards,
             wait_timeout=wait_timeout,
             report_interval=report_interval, nonfinite=env.nonfinite, env_name=f"env {env.id}",
-            request_timeout=w.request_timeout_seconds)
+            request_timeout=w.request_timeout_seconds,
+            reward_stats=None if run_dir is None else run_dir / "checkpoints" / f"rewards_actor{index}.npy",
+            restore_reward_stats=plan.resume is not None or incarnation > 0,
+            save_interval=cfg.run.checkpoint_interval_seconds)
     raise ValueError(f"unknown worker role {role!r}")

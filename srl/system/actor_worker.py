@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from srl.api.env import Slot, SlotStep
 from srl.api.worker import Reporter, Worker
+from srl.base.fileio import atomic_save
 from srl.base.timing import Every
 from srl.system.rewards import RewardTransform
 from srl.system.streams import SampleProducer, SegmentPool
@@ -53,7 +55,12 @@ class ActorWorker(Worker):
         nonfinite: str = "fail",
         env_name: str = "env",
         request_timeout: float = 10.0,
+        reward_stats: Path | None = None,
+        restore_reward_stats: bool = False,
+        save_interval: float = 120.0,
     ) -> None:
+        """``reward_stats``: where the reward-scaling statistics are saved every ``save_interval`` seconds and at
+        teardown, and loaded from at setup when ``restore_reward_stats`` (a resumed run, a restarted actor)."""
         self.name = f"actor{index}"
         self.index = index
         self._make_slot = make_slot
@@ -69,6 +76,8 @@ class ActorWorker(Worker):
         self._float_obs = np.issubdtype(pool.layout.fields["obs"].dtype, np.floating)  # integers cannot be NaN
         self.nonfinite_steps = 0
         self.request_timeout = request_timeout
+        self.reward_stats, self.restore_reward_stats = reward_stats, restore_reward_stats
+        self._saves = Every(save_interval)
         self.reposts = 0  # requests asked again after ``request_timeout`` without an answer
         self.env_steps = 0
         self.segments = 0
@@ -94,6 +103,10 @@ class ActorWorker(Worker):
         B = self.slots[0].num_envs
         self.reward_transforms = ([self._make_reward_transform(B) for _ in self.slots]
                                   if self._make_reward_transform else None)
+        if self.reward_transforms is not None and self.restore_reward_stats and self.reward_stats is not None \
+                and self.reward_stats.exists():
+            self._load_reward_stats(self.reward_stats)
+        self._saves.restart()
         self.ep_return = np.zeros((self.ring_size, B), np.float64)
         self.ep_length = np.zeros((self.ring_size, B), np.int64)
         self._reports.restart()
@@ -102,6 +115,7 @@ class ActorWorker(Worker):
         self._unpark()
 
     def teardown(self) -> None:
+        self._save_reward_stats()
         self._report(force=True)
         for env in self.slots:
             env.close()
@@ -121,7 +135,30 @@ class ActorWorker(Worker):
         if not steps and self.pending.any():
             self._repost_overdue()
         self._report()
+        if self._saves.due():
+            self._save_reward_stats()
         return steps
+
+    def _save_reward_stats(self) -> None:
+        if self.reward_transforms is None or self.reward_stats is None:
+            return
+        stats = np.stack([rt.stats() for rt in self.reward_transforms])
+        try:
+            atomic_save(self.reward_stats, lambda f: np.save(f, stats, allow_pickle=False))
+        except OSError as exc:  # e.g. a full disk: the previous file stays; acting goes on
+            self.reporter.report("info", {"worker": self.name, "message": f"{self.reward_stats.name} not written: {exc}"})
+
+    def _load_reward_stats(self, path: Path) -> None:
+        try:
+            stats = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: unreadable reward statistics ({exc})") from None
+        assert self.reward_transforms is not None
+        if stats.shape != (len(self.reward_transforms), 3):
+            raise ValueError(f"{path}: reward statistics of shape {stats.shape}, expected "
+                             f"({len(self.reward_transforms)}, 3) (was ring_size changed?)")
+        for rt, row in zip(self.reward_transforms, stats):
+            rt.load_stats(row)
 
     def _repost_overdue(self) -> None:
         """Ask again for slots waiting longer than ``request_timeout`` (the new ask supersedes the lost one)."""

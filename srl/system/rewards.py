@@ -30,6 +30,17 @@ class RewardTransform:
             out = np.clip(out, -self.clip, self.clip)
         return out.astype(np.float32)
 
+    def stats(self) -> np.ndarray:
+        """The running return statistics ``[mean, var, count]`` (what a resumed run needs to scale alike)."""
+        return np.array([self.mean, self.var, self.count], np.float64)
+
+    def load_stats(self, stats: np.ndarray) -> None:
+        """Restore :meth:`stats` output; the per-episode accumulators start afresh."""
+        mean, var, count = (float(v) for v in stats)
+        if not (np.isfinite([mean, var, count]).all() and var >= 0 and count > 0):
+            raise ValueError(f"reward statistics must be finite with var >= 0 and count > 0, got {stats.tolist()}")
+        self.mean, self.var, self.count = mean, var, count
+
     def _update(self, x: np.ndarray) -> None:
         n = x.size
         mean, var = float(x.mean()), float(x.var())
