@@ -83,6 +83,7 @@ class ActorWorker(Worker):
         self.segments = 0
         self.t_env = self.t_wait = self.t_post = 0.0  # seconds stepping envs, waiting for actions, posting requests
         self.slots: list[Slot] = []
+        self.reward_transforms: list[RewardTransform] | None = None  # built in setup
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
         self._t_start = time.perf_counter()
