@@ -184,8 +184,7 @@ class Controller:
         }
         rec.update({k: v for k, v in self.trainer.items()
                     if k not in ("trainer", "version") and not k.startswith("t_")})
-        if len(self.trainers) > 1:
-            rec["dropped_segments"] = self.dropped_segments
+        rec["dropped_segments"] = self.dropped_segments  # all trainers', and those of actors that died
         rec.update(self._bytes_per_version())
         rec["nonfinite_steps"] = sum(self.actor_nonfinite.values())
         rec["restarts"] = sum(self.restarts.values())
