@@ -35,6 +35,8 @@ ABLATIONS: dict[str, dict[str, list[str]]] = {
         "stride 16, compensated": [*KEEP_ALL, "workers.param_version_stride=16", "ppo.td_compensation=true"],
         "stride 16, compensated + V-trace targets": [*KEEP_ALL, "workers.param_version_stride=16",
                                                      "ppo.td_compensation=true", "ppo.vtrace_targets=true"],
+        "stride 32, plain": [*KEEP_ALL, "workers.param_version_stride=32"],
+        "stride 32, compensated": [*KEEP_ALL, "workers.param_version_stride=32", "ppo.td_compensation=true"],
     },
     "variance": {
         "plain": [],
@@ -62,12 +64,15 @@ def main() -> None:
     p.add_argument("--config", default="configs/cartpole_ppo.yaml")
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--set", dest="extra", action="append", default=[], help="override for every run")
-    p.add_argument("--variants", default=None, help="comma-separated subset of the ablation's variants")
+    p.add_argument("--variants", default=None, help="semicolon-separated subset of the ablation's variants")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     variants = ABLATIONS[args.ablation]
-    chosen = args.variants.split(",") if args.variants else list(variants)
+    chosen = args.variants.split(";") if args.variants else list(variants)
+    unknown = [v for v in chosen if v not in variants]
+    if unknown:
+        p.error(f"unknown variants {unknown}; {args.ablation} has {list(variants)}")
     for seed in map(int, args.seeds.split(",")):
         for name in chosen:
             overrides = [*variants[name], *args.extra, f"seed={seed}"]

@@ -97,6 +97,11 @@ def plot_file(path: Path, out_dir: Path) -> Path:
     return out
 
 
+def _cv(values: list[float]) -> float:
+    """Coefficient of variation (std / mean): gradient-norm variability independent of the norms' scale."""
+    return float(np.std(values) / np.mean(values)) if values else float("nan")
+
+
 def _row(variant: str, group: list[dict]) -> str:
     def med(key: str) -> str:
         vals = [r[key] for r in group if r.get(key) is not None]
@@ -104,8 +109,7 @@ def _row(variant: str, group: list[dict]) -> str:
 
     solved = sum(bool(r.get("solved")) for r in group)
     finals = [r["train_return_mean"] for r in group if r.get("train_return_mean") is not None]
-    grads = [np.var([g for g in r["trace"].get("grad_norm_actor_applied", []) if g is not None] or [np.nan])
-             for r in group]
+    grads = [_cv([g for g in r["trace"].get("grad_norm_actor_applied", []) if g is not None]) for r in group]
     return (f"| {variant} | {solved}/{len(group)} | {med('solved_wall_seconds')} | {med('solved_env_steps')} | "
             f"{med('final_eval_return_mean')} | {np.std(finals):.1f} | {statistics.median(grads):.3g} | "
             f"{med('bytes_published_per_version')} | {med('bytes_reduced_per_update')} |")
@@ -118,7 +122,7 @@ def main() -> None:
     args = p.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     print("| variant | solved | solve s (median) | solve steps (median) | eval return (median) | "
-          "train return std over seeds | applied actor grad-norm variance (median) | bytes published / version | "
+          "train return std over seeds | applied actor grad-norm CV (median) | bytes published / version | "
           "bytes all-reduced / update |")
     for path in args.files:
         plot_file(path, args.out_dir)
