@@ -48,6 +48,16 @@ def relay_parent(group: int, fan_out: int) -> str:
     return "root" if group < fan_out else f"relay{group // fan_out - 1}"
 
 
+def _drain(sock: zmq.Socket, take: Any) -> None:
+    """Hand every message already waiting on ``sock`` to ``take`` (never blocks)."""
+    while True:
+        try:
+            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return
+        take(frames)
+
+
 class ParamServer:
     """Serves the newest snapshot of ``source`` to subscribers on ``address`` (ROUTER, bound)."""
 
@@ -80,12 +90,7 @@ class ParamServer:
             # referencing the previous one, which must not change under them.
             self._wire = self._scratch.astype(self._dtype)
             self.version = newest
-        while True:
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            self._take(frames)
+        _drain(self._sock, self._take)
         sent = 0
         if self.version >= 0:
             for identity in [i for i, since in self._pending.items() if since < self.version]:
@@ -160,12 +165,7 @@ class RemoteSnapshot:
 
     def pump(self) -> None:
         """Take any answers that arrived (never blocks) and keep a request outstanding."""
-        while True:
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            self._take(frames)
+        _drain(self._sock, self._take)
         now = time.monotonic()
         if self._asked_at is None or now - self._asked_at > REASK_SECONDS:
             self._sock.send_multipart(wire.encode(GET, None, {"token": self.token, "since": self._version}))
