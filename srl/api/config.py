@@ -293,6 +293,51 @@ class RunConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RayConfig:
+    """Placement on a Ray cluster (``runtime: ray``). Workers are grouped by node; nothing else changes.
+
+    Each *actor node* hosts its actors, its policy workers and one parameter relay, joined by that node's
+    shared memory; the trainers (with the root parameter server and the eval worker) share one more node.
+    Segments travel from actor nodes to trainers over ZeroMQ TCP, authenticated by a per-run token.
+    """
+
+    address: str | None = None
+    """The cluster to join: ``auto`` (the one ``ray start`` made on this machine) or ``HOST:PORT`` of its head;
+    null starts a private Ray instance on this machine for the run."""
+    actor_nodes: int = 1
+    """Node groups that host actors. ``workers.actors`` and ``workers.policy_workers`` are split evenly over them."""
+    actors_per_node: int | None = None
+    """When set, ``workers.actors`` becomes ``actor_nodes x actors_per_node`` (scale a run with one ``--set``)."""
+    policy_workers_per_node: int | None = None
+    """When set, ``workers.policy_workers`` becomes ``actor_nodes x policy_workers_per_node``."""
+    node_resource: str | None = None
+    """A custom resource that marks nodes for actors; each actor node group claims one unit of it, so groups land
+    on distinct nodes (``ray start --resources '{"srl_actor": 1}'``). Null: Ray places groups where CPUs are free."""
+    trainer_resource: str | None = None
+    """A custom resource that marks the trainers' node (one unit is claimed). Null: wherever CPUs (GPUs) are free."""
+    trainer_gpus: float = 0.0
+    """GPUs each trainer claims (use with ``workers.trainer_device: cuda``)."""
+    cpus_per_actor: float = 1.0
+    """CPUs claimed per actor worker (placement only: Ray does not pin threads)."""
+    cpus_per_policy_worker: float = 1.0
+    """CPUs claimed per policy worker."""
+    cpus_per_trainer: float = 1.0
+    """CPUs claimed per trainer."""
+    start_timeout_seconds: float = 300.0
+    """How long to wait for the cluster to place every node group before giving up with an error."""
+
+    def __post_init__(self) -> None:
+        _check(self.actor_nodes >= 1, "actor_nodes", f"must be >= 1, got {self.actor_nodes}")
+        for name in ("actors_per_node", "policy_workers_per_node"):
+            value = getattr(self, name)
+            _check(value is None or value >= (1 if name == "actors_per_node" else 0), name,
+                   f"must be >= {1 if name == 'actors_per_node' else 0}, got {value}")
+        for name in ("trainer_gpus", "cpus_per_actor", "cpus_per_policy_worker", "cpus_per_trainer"):
+            _check(getattr(self, name) >= 0, name, f"must be >= 0, got {getattr(self, name)}")
+        _check(self.start_timeout_seconds > 0, "start_timeout_seconds", "must be > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
     """One experiment: the same file runs under every runtime."""
 
@@ -300,8 +345,9 @@ class ExperimentConfig:
     """Experiment name, used in the run directory name."""
     seed: int = 0
     """Seed of every random stream (environments, networks, sampling)."""
-    runtime: Literal["inline", "local"] = "local"
-    """Placement: ``inline`` runs every worker in this process (deterministic), ``local`` one process per worker."""
+    runtime: Literal["inline", "local", "ray"] = "local"
+    """Placement: ``inline`` runs every worker in this process (deterministic), ``local`` one process per worker,
+    ``ray`` the same workers as Ray actors across a cluster (see ``ray``)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     workers: WorkersConfig = field(default_factory=WorkersConfig)
@@ -314,6 +360,8 @@ class ExperimentConfig:
     """The parameter service."""
     run: RunConfig = field(default_factory=RunConfig)
     """Stopping and recording."""
+    ray: RayConfig = field(default_factory=RayConfig)
+    """Placement on a Ray cluster; read only by ``runtime: ray``."""
 
     def __post_init__(self) -> None:
         _check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
@@ -321,6 +369,15 @@ class ExperimentConfig:
                "the inline runtime runs one trainer; use runtime: local for several")
         _check(self.runtime != "inline" or (self.params.mode == "hierarchical" and self.params.groups == 1),
                "params", "the inline runtime shares one buffer; relays and flat mode need runtime: local")
+        if self.runtime == "ray":
+            w, nodes = self.workers, self.ray.actor_nodes
+            _check(w.actors % nodes == 0, "workers.actors",
+                   f"{w.actors} actors do not split evenly over ray.actor_nodes={nodes}")
+            _check(w.policy_workers % nodes == 0, "workers.policy_workers",
+                   f"{w.policy_workers} policy workers do not split evenly over ray.actor_nodes={nodes}")
+            _check(self.params.mode == "flat" or self.params.groups == nodes, "params.groups",
+                   f"under runtime: ray there is one relay per actor node: must be {nodes}")
+            _check(self.workers.start_method == "auto", "workers.start_method", "Ray starts the worker processes")
 
 
 # --------------------------------------------------------------------------- parsing
@@ -460,4 +517,29 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"{path}: invalid YAML{where}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
-    return build(ExperimentConfig, apply_overrides(data, overrides or []))
+    return build(ExperimentConfig, resolve_per_node(apply_overrides(data, overrides or [])))
+
+
+def resolve_per_node(data: dict[str, Any]) -> dict[str, Any]:
+    """Under ``runtime: ray``, turn per-node counts into the totals every worker reads.
+
+    ``ray.actors_per_node`` and ``ray.policy_workers_per_node`` (when given) set ``workers.actors`` and
+    ``workers.policy_workers``; a hierarchical parameter service gets one relay group per actor node. The
+    saved ``config.yaml`` holds both, consistent, so it loads back to the same experiment.
+    """
+    ray = data.get("ray") or {}
+    if data.get("runtime") != "ray" or not isinstance(ray, dict):
+        return data
+    out = _deep_copy(data)
+    nodes = ray.get("actor_nodes", 1)
+    if not isinstance(nodes, int) or isinstance(nodes, bool):
+        return out  # the typed build reports the bad value
+    workers = out.setdefault("workers", {})
+    for key, total in (("actors_per_node", "actors"), ("policy_workers_per_node", "policy_workers")):
+        per_node = ray.get(key)
+        if isinstance(per_node, int) and not isinstance(per_node, bool) and isinstance(workers, dict):
+            workers[total] = nodes * per_node
+    params = out.setdefault("params", {})
+    if isinstance(params, dict) and params.get("mode", "hierarchical") == "hierarchical":
+        params["groups"] = nodes
+    return out

@@ -19,6 +19,7 @@ WHAT = {
     "train": "end-to-end training throughput and where each worker's time goes",
     "solve": "time from process start to solved, over several seeds",
     "params": "parameter service: root sends and bytes per version, flat vs hierarchical, as readers grow",
+    "costs": "per-stage costs of a config on this machine, the input of `srl plan` (see docs/scaling.md)",
 }
 
 
@@ -68,7 +69,10 @@ def run_bench(args: argparse.Namespace) -> int:
     else:
         defaults = DEFAULT_SAMPLING if args.what == "sampling" and not args.config else []
         cfg = load_config(args.config, defaults + overrides)
-        fn = {"env": bench.bench_env, "sampling": bench.bench_sampling, "compute": bench.bench_compute}[args.what]
+        if args.what == "costs":
+            from srl.runtime.bench_costs import bench_costs as fn
+        else:
+            fn = {"env": bench.bench_env, "sampling": bench.bench_sampling, "compute": bench.bench_compute}[args.what]
         result = fn(cfg, args.seconds)
     print(json.dumps(result) if args.json else _human(result), flush=True)
     return 0

@@ -1,5 +1,5 @@
 """The ``srl`` command line: ``srl train CONFIG [--set key=value ...] [--run-dir DIR]``, ``srl train --resume RUN_DIR``,
-``srl bench``, ``srl plot``."""
+``srl bench``, ``srl plot``, ``srl plan``."""
 
 from __future__ import annotations
 
@@ -45,10 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=None,
                    help="environment seed (default: the run's evaluation seed, as in training)")
     e.add_argument("--video", type=Path, default=None, metavar="PATH", help="write the first episode as MP4")
-    from srl.cli import bench, plot
+    from srl.cli import bench, plan, plot
 
     bench.add_parser(sub)
     plot.add_parser(sub)
+    plan.add_parser(sub)
     return p
 
 
@@ -94,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             from srl.cli.plot import run_plot
 
             return run_plot(args)
+        if args.command == "plan":
+            from srl.cli.plan import run_plan
+
+            return run_plan(args)
     except ConfigError as exc:
         print(f"srl: error: {exc}", file=sys.stderr)
         return 2

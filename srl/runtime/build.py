@@ -26,7 +26,7 @@ from srl.system.param_service import ParamServiceWorker, RemoteSnapshot, relay_p
 from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
 from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
-from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SampleProducer
+from srl.system.streams import InferenceClient, InferenceServer, InlineInference
 from srl.system.eval_worker import EvalWorker
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
 
@@ -45,13 +45,14 @@ def worker_roles(plan: Plan) -> list[tuple[str, int]]:
             + ([("eval", 0)] if plan.cfg.run.eval_every_versions > 0 else []))
 
 
-def _param_source(plan: Plan, fabric: Fabric, reader: int) -> SnapshotSource:
-    """Where reader ``reader`` (a policy worker, or an actor inferring inline) loads snapshots from."""
+def _param_source(plan: Plan, fabric: Fabric, role: str, index: int) -> SnapshotSource:
+    """Where reader ``role``/``index`` (a policy worker, the eval worker, or an actor inferring inline) loads
+    snapshots from: its node group's buffer, or the root server itself in flat mode."""
     p = plan.cfg.params
     if p.mode == "flat":
         return RemoteSnapshot(zmq.Context.instance(), fabric.param_address("root"), plan.param_size,
                               fabric.token(), p.transfer_dtype)
-    return fabric.params(reader % p.groups if plan.relay_groups else None)
+    return fabric.params(plan.param_group(role, index))
 
 
 def _param_service(plan: Plan, fabric: Fabric, role: str, index: int, wait_timeout: float) -> Worker:
@@ -88,7 +89,7 @@ def _eval_worker(plan: Plan, fabric: Fabric, run_dir: Path | None, wait_timeout:
                  "algorithm": nets, "config": to_dict(cfg)}
         atomic_save(run_dir / "checkpoints" / "best.pt", lambda f: torch.save(state, f))
 
-    return EvalWorker(policy, ParamSubscriber(_param_source(plan, fabric, 0), policy),
+    return EvalWorker(policy, ParamSubscriber(_param_source(plan, fabric, "eval", 0), policy),
                       lambda p: play(cfg, p, cfg.run.eval_episodes, eval_seed(cfg)), cfg.run.eval_every_versions,
                       fabric.reporter(), save_best, wait_timeout=max(wait_timeout, 0.0))
 
@@ -110,7 +111,7 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
     torch.manual_seed(worker_seed(plan, role, index))
     if role == "trainer" and plan.null_trainer:
         snapshot = make_acting_policy(plan.obs_space, plan.action_space, cfg).flat_state()
-        return NullTrainerWorker(index, snapshot, SampleConsumer(fabric.pool(), fabric.samples(index)),
+        return NullTrainerWorker(index, snapshot, fabric.sample_consumer(index),
                                  ParamPublisher(fabric.params()), fabric.reporter(), wait_timeout=wait_timeout)
     if role == "trainer":
         collective = None
@@ -119,7 +120,7 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
         algo = PPO(plan.obs_space, plan.action_space, cfg.model, cfg.ppo, seed=cfg.seed, collective=collective,
                    device=cfg.workers.trainer_device)
         trainer = TrainerWorker(
-            index, algo, SampleConsumer(fabric.pool(), fabric.samples(index)), ParamPublisher(fabric.params()),
+            index, algo, fabric.sample_consumer(index), ParamPublisher(fabric.params()),
             fabric.reporter(), batch_segments=cfg.ppo.batch_segments, max_policy_lag=cfg.ppo.max_policy_lag,
             total_env_steps=cfg.run.total_env_steps,
             checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
@@ -134,36 +135,36 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
         return _param_service(plan, fabric, role, index, wait_timeout)
     if role == "policy":
         policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
-        P = cfg.workers.policy_workers
-        replies = {a: fabric.replies(a) for a in range(cfg.workers.actors) if a % P == index}
+        rows = [plan.actor_row(a) for a in plan.served_actors(index)]
+        replies = {row: fabric.replies(row) for row in rows}
         return PolicyWorker(index, policy, InferenceServer(fabric.pool(), fabric.requests(index), replies),
-                            ParamSubscriber(_param_source(plan, fabric, index), policy,
+                            ParamSubscriber(_param_source(plan, fabric, role, index), policy,
                                             cfg.workers.param_version_stride),
                             fabric.reporter(),
                             max_batch=cfg.workers.max_inference_batch,
                             pull_interval=cfg.workers.param_pull_interval, wait_timeout=wait_timeout)
     if role == "actor":
         w = cfg.workers
-        pool = fabric.pool()
+        pool, row = fabric.pool(), plan.actor_row(index)
         if w.policy_workers == 0:
             policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
-            inference = InlineInference(index, pool, policy,
-                                        ParamSubscriber(_param_source(plan, fabric, index), policy,
+            inference = InlineInference(row, pool, policy,
+                                        ParamSubscriber(_param_source(plan, fabric, role, index), policy,
                                                         w.param_version_stride))
         else:
-            inference = InferenceClient(index, pool, fabric.requests(index % w.policy_workers), fabric.replies(index))
+            inference = InferenceClient(row, pool, fabric.requests(plan.policy_of(index)), fabric.replies(row))
         env = cfg.env
         rewards = None
         if env.normalize_reward or env.reward_clip is not None:
             rewards = lambda n: RewardTransform(n, cfg.ppo.gamma, env.normalize_reward, env.reward_clip)  # noqa: E731
         return ActorWorker(
             index, lambda slot: make_slot(env, w.envs_per_slot), w.ring_size, pool, inference,
-            SampleProducer(pool, index, fabric.samples(index % w.trainers)), fabric.reporter(),
+            fabric.sample_producer(index), fabric.reporter(),
             seed=worker_seed(plan, role, index) + incarnation * 104_729, make_reward_transform=rewards,
             wait_timeout=wait_timeout,
             report_interval=report_interval, nonfinite=env.nonfinite, env_name=f"env {env.id}",
             request_timeout=w.request_timeout_seconds,
             reward_stats=None if run_dir is None else run_dir / "checkpoints" / f"rewards_actor{index}.npy",
             restore_reward_stats=plan.resume is not None or incarnation > 0,
-            save_interval=cfg.run.checkpoint_interval_seconds)
+            save_interval=cfg.run.checkpoint_interval_seconds, row=row)
     raise ValueError(f"unknown worker role {role!r}")

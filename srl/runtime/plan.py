@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -10,7 +12,7 @@ import torch
 
 from srl.algorithms.ppo import make_acting_policy
 from srl.api.batch import is_image, segment_fields
-from srl.api.config import ExperimentConfig
+from srl.api.config import ExperimentConfig, build
 from srl.envs.factory import action_info
 from srl.envs.slots import make_slot
 from srl.system.streams import PoolLayout
@@ -24,6 +26,7 @@ class Plan:
     obs_space: gym.spaces.Box
     action_space: gym.spaces.Space
     layout: PoolLayout
+    """One node's pool: rows for the actors of one node group (all actors, outside Ray)."""
     param_size: int
     null_trainer: bool = False
     """Replace the trainer by one that discards segments (sampling benchmarks)."""
@@ -33,10 +36,45 @@ class Plan:
     """Policy version the run starts at (the checkpoint's when resuming)."""
 
     @property
+    def nodes(self) -> int:
+        """Actor node groups: each has its own pool of segment buffers and its own policy workers."""
+        return self.cfg.ray.actor_nodes if self.cfg.runtime == "ray" else 1
+
+    @property
     def relay_groups(self) -> int:
-        """Relays of the hierarchical parameter service (one per node group; none with a single group)."""
+        """Relays of the hierarchical parameter service: one per node group (none with a single group on one
+        machine, where readers share the trainer's buffer; under Ray every actor node needs its own)."""
         p = self.cfg.params
-        return p.groups if p.mode == "hierarchical" and p.groups > 1 else 0
+        if p.mode != "hierarchical":
+            return 0
+        return p.groups if p.groups > 1 or self.cfg.runtime == "ray" else 0
+
+    def actor_node(self, actor: int) -> int:
+        """The node group actor ``actor`` lives in."""
+        return actor // self.layout.actors
+
+    def actor_row(self, actor: int) -> int:
+        """Actor ``actor``'s row in its node's pool."""
+        return actor % self.layout.actors
+
+    def policy_of(self, actor: int) -> int:
+        """The policy worker that serves actor ``actor``: one of its own node's, spread by row."""
+        per_node = self.cfg.workers.policy_workers // self.nodes
+        return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
+
+    def served_actors(self, policy_worker: int) -> list[int]:
+        """The actors policy worker ``policy_worker`` serves."""
+        return [a for a in range(self.cfg.workers.actors) if self.policy_of(a) == policy_worker]
+
+    def param_group(self, role: str, index: int) -> int | None:
+        """Which node group's parameter buffer reader ``role``/``index`` loads from (None: the trainer's)."""
+        if not self.relay_groups:
+            return None
+        if self.cfg.runtime != "ray":
+            return index % self.relay_groups
+        if role == "policy":
+            return index // (self.cfg.workers.policy_workers // self.nodes)
+        return self.actor_node(index) if role == "actor" else None  # the eval worker shares the trainers' node
 
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
@@ -52,7 +90,15 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     obs_dtype = np.float32 if np.dtype(obs_space.dtype) == np.float64 else obs_space.dtype
     fields = segment_fields(obs_space.shape, obs_dtype, action_shape, action_dtype,
                             w.segment_length, w.envs_per_slot, with_final_obs=not is_image(obs_space.shape, obs_space.dtype))
-    layout = PoolLayout(actors=w.actors, buffers=w.buffers_per_actor, fields=fields, slots=w.ring_size)
+    nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
+    layout = PoolLayout(actors=w.actors // nodes, buffers=w.buffers_per_actor, fields=fields, slots=w.ring_size)
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
         param_size = make_acting_policy(obs_space, action_space, cfg).flat_size()
     return Plan(cfg, obs_space, action_space, layout, param_size, null_trainer)
+
+
+def plan_from_spec(spec: Mapping[str, Any]) -> Plan:
+    """Rebuild the controller's plan in a worker process from the JSON spec it was handed."""
+    cfg = build(ExperimentConfig, spec["config"])
+    return dataclasses.replace(make_plan(cfg, null_trainer=bool(spec["null_trainer"])), resume=spec["resume"],
+                               start_version=int(spec["start_version"]))

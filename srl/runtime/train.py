@@ -72,6 +72,8 @@ def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float 
     try:
         if cfg.runtime == "inline":
             from srl.runtime.inline import run_inline as runner
+        elif cfg.runtime == "ray":
+            from srl.runtime.ray_runtime import run_ray as runner
         else:
             from srl.runtime.local import run_local as runner
         snapshot = runner(plan, controller, rd.path)

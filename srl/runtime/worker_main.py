@@ -7,22 +7,18 @@ shared memory and pipes by name. The spec is plain JSON, never a pickle.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
-from srl.api.config import ExperimentConfig, build
 from srl.runtime.fabric import SharedFabric
 from srl.runtime.local import _worker_main
-from srl.runtime.plan import make_plan
+from srl.runtime.plan import plan_from_spec
 
 
 def main() -> None:
     spec = json.loads(sys.stdin.read())
-    cfg = build(ExperimentConfig, spec["config"])
-    plan = dataclasses.replace(make_plan(cfg, null_trainer=bool(spec["null_trainer"])), resume=spec["resume"],
-                               start_version=int(spec["start_version"]))
+    plan = plan_from_spec(spec)
     fabric = SharedFabric(plan, tag=str(spec["tag"]), directory=Path(spec["dir"]))
     run_dir = None if spec["run_dir"] is None else Path(spec["run_dir"])
     _worker_main(plan, fabric, str(spec["role"]), int(spec["index"]), run_dir, int(spec["parent"]),

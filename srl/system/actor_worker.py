@@ -58,11 +58,14 @@ class ActorWorker(Worker):
         reward_stats: Path | None = None,
         restore_reward_stats: bool = False,
         save_interval: float = 120.0,
+        row: int | None = None,
     ) -> None:
         """``reward_stats``: where the reward-scaling statistics are saved every ``save_interval`` seconds and at
-        teardown, and loaded from at setup when ``restore_reward_stats`` (a resumed run, a restarted actor)."""
+        teardown, and loaded from at setup when ``restore_reward_stats`` (a resumed run, a restarted actor).
+        ``row``: this actor's row in its node's pool (its index when one pool serves the whole run)."""
         self.name = f"actor{index}"
         self.index = index
+        self.row = index if row is None else row
         self._make_slot = make_slot
         self.ring_size = ring_size
         self.pool, self.inference, self.producer, self.reporter = pool, inference, producer, reporter
@@ -121,6 +124,7 @@ class ActorWorker(Worker):
         for env in self.slots:
             env.close()
         self.slots = []
+        self.producer.close()
 
     # ------------------------------------------------------------------ loop
     def poll(self) -> int:
@@ -178,19 +182,19 @@ class ActorWorker(Worker):
                 still.append(slot)
                 continue
             self.buffer[slot], self.t[slot] = buf, 0
-            arrays["obs"][self.index, buf, 0] = self.obs[slot]
+            arrays["obs"][self.row, buf, 0] = self.obs[slot]
             self._post(slot, buf, 0)
         self.parked = still
 
     def _step_slot(self, slot: int) -> int:
-        arrays, a = self.pool.arrays, self.index
+        arrays, a = self.pool.arrays, self.row
         buf, t = int(self.buffer[slot]), int(self.t[slot])
         self.pending[slot] = False
         t0 = time.perf_counter()
         try:
             step = self.slots[slot].step(arrays["actions"][a, buf, t])
         except Exception as exc:  # name the env and where, keep its own message
-            raise RuntimeError(f"{self.env_name}: step failed at actor {a} slot {slot} after {self.env_steps} env "
+            raise RuntimeError(f"{self.env_name}: step failed at actor {self.index} slot {slot} after {self.env_steps} env "
                                f"steps: {type(exc).__name__}: {exc}") from exc
         self.t_env += time.perf_counter() - t0
         if not self._finite(step):

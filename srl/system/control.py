@@ -8,6 +8,7 @@ runtime workers call the controller directly.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from typing import Any, Callable, Mapping
 
@@ -35,7 +36,9 @@ class DirectReporter:
 class ZmqReporter:
     """Worker side of the control channel. Created in the worker's own process (sockets don't survive fork)."""
 
-    def __init__(self, address: str, linger_ms: int = 2000) -> None:
+    def __init__(self, address: str, linger_ms: int = 2000, token: str | None = None) -> None:
+        """``token``: the run's secret, sent with every report when the channel crosses the network."""
+        self._token = token
         self._ctx = zmq.Context()  # its own context, so close() can flush it without touching others
         self._sock = self._ctx.socket(zmq.PUSH)
         self._sock.setsockopt(zmq.LINGER, linger_ms)
@@ -43,6 +46,8 @@ class ZmqReporter:
         self._sock.connect(address)
 
     def report(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None) -> None:
+        if self._token is not None:
+            meta = {**meta, "token": self._token}
         self._sock.send_multipart(wire.encode(kind, arrays or {}, meta), copy=False)
 
     def close(self) -> None:
@@ -58,14 +63,17 @@ class ZmqReporter:
 class ControlReceiver:
     """Controller side: binds the PULL socket and dispatches validated messages."""
 
-    def __init__(self, address: str, handler: Handler) -> None:
-        self.address = address
+    def __init__(self, address: str, handler: Handler, token: str | None = None) -> None:
+        """``address``: where to bind (``tcp://HOST:*`` picks a port; :attr:`address` is the bound endpoint).
+        ``token``: when given, messages without it are rejected (a channel reachable over the network)."""
         self.handler = handler
+        self.token = token
         self.rejected = 0
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.bind(address)
+        self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
     def drain(self, timeout: float) -> int:
         """Handle every pending message, waiting up to ``timeout`` seconds for the first one."""
@@ -81,6 +89,10 @@ class ControlReceiver:
                 msg = wire.decode([f.buffer for f in frames])
                 if msg.schema not in KINDS:
                     raise wire.WireError(f"unknown message kind {msg.schema!r}")
+                if self.token is not None:
+                    token = msg.meta.pop("token", None)
+                    if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
+                        raise wire.WireError("missing or wrong run token")
             except wire.WireError as exc:
                 self.rejected += 1
                 log.error("control channel: rejected message: %s", exc)

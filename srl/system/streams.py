@@ -124,12 +124,20 @@ class SampleProducer:
         self._state[buffer] = READY
         self.channel.send((self.actor, buffer))
 
+    def close(self) -> None:
+        """Nothing to close: the pool and channel belong to the fabric."""
+
 
 class SampleConsumer:
     """Trainer side of the sample stream."""
 
     def __init__(self, pool: SegmentPool, channel: Channel) -> None:
         self.pool, self.channel = pool, channel
+
+    @property
+    def fields(self) -> Mapping[str, FieldSpec]:
+        """The segment fields (shapes ``[T(+1), B, ...]``)."""
+        return self.pool.layout.fields
 
     def receive(self, max_segments: int, timeout: float | None) -> np.ndarray:
         """Up to ``max_segments`` ready ``(actor, buffer)`` records; validated against the pool."""
@@ -139,6 +147,10 @@ class SampleConsumer:
               & (records[:, 1] >= 0) & (records[:, 1] < layout.buffers))
         records = records[ok]
         return records[self.pool.state[records[:, 0], records[:, 1]] == READY]  # a duplicate record is ignored
+
+    def segment(self, actor: int, buffer: int) -> dict[str, np.ndarray]:
+        """Views of a received segment's fields."""
+        return self.pool.segment(actor, buffer)
 
     def release(self, actor: int, buffer: int) -> None:
         """Give a consumed buffer back to its actor."""

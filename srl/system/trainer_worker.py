@@ -80,7 +80,7 @@ class TrainerWorker(Worker):
         self.samples = int(state.get("trained_samples", state["samples"])) // self.world
 
     def setup(self) -> None:
-        fields = self.consumer.pool.layout.fields
+        fields = self.consumer.fields
         B = fields["actions"].shape[1]
         n = self.batch_segments * B
         self._B = B
@@ -137,7 +137,7 @@ class TrainerWorker(Worker):
 
     # ------------------------------------------------------------------ internals
     def _take(self, actor: int, buf: int) -> None:
-        segment = self.consumer.pool.segment(actor, buf)
+        segment = self.consumer.segment(actor, buf)
         lag = self.version - segment["version"]
         if int(lag.max()) > self.max_policy_lag:
             self.dropped += 1

@@ -1,0 +1,269 @@
+"""``srl plan``: predicted throughput, bottleneck and recommended layout of a config on a cluster.
+
+    srl plan --costs COSTS.json --nodes N --cores-per-node C [--gpus-per-node G] [--gpu-speedup X]
+             [--link-gbps B] [--max-trainers M] [--json]
+    srl plan --config CONFIG ...      (measures the costs first, as ``srl bench costs`` does)
+
+The model is ``runtime/capacity.py``; what it assumes is in docs/scaling.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from srl.api.config import ConfigError
+from srl.runtime.capacity import STAGES, Cluster, Costs, Layout, ParamDelivery, Prediction, predict
+from srl.runtime.capacity_plan import SCALES, Recommendation, ScaleRow, recommend, scale_table
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("plan", help="capacity model: predicted env steps/s, bottleneck and layout on a cluster")
+    p.add_argument("--costs", type=Path, default=None, help="costs JSON written by `srl bench costs --json`")
+    p.add_argument("--config", default=None, help="experiment YAML: measure its costs here first")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --config: override a config field (repeatable)")
+    p.add_argument("--seconds", type=float, default=3.0, help="with --config: seconds per cost measurement")
+    p.add_argument("--nodes", type=int, required=True, help="nodes in the cluster")
+    p.add_argument("--cores-per-node", type=int, required=True, help="CPU cores per node")
+    p.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (used by trainers only)")
+    p.add_argument("--gpu-speedup", type=float, default=None,
+                   help="update speed-up of one GPU over the measured CPU trainer (needed with GPUs)")
+    p.add_argument("--link-gbps", type=float, default=10.0, help="network link per node, Gbit/s (default 10)")
+    p.add_argument("--max-trainers", type=int, default=None,
+                   help="cap on data-parallel trainers (their all-reduce is not modelled)")
+    p.add_argument("--layout", action="append", default=[], metavar="KEY=VALUE",
+                   help="also predict this layout: the recommended one with KEY changed (a Layout field, e.g. "
+                        "actors_per_node=2, policy_workers_per_node=0, trainers, envs_per_slot; repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def read_costs(path: Path) -> Costs:
+    """Costs from a JSON file: one object, or one per line (several runs of ``srl bench costs --json``, whose
+    per-field medians are taken: this machine is noisy). Any problem raises ConfigError naming the file."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read costs file ({exc.strerror or exc})") from None
+    try:
+        runs = [(0, json.loads(text))]
+    except json.JSONDecodeError as whole:
+        runs = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                runs.append((n, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                # the first line already fails: a damaged single object, whose own error is the clearer one
+                bad, msg = (whole.lineno, whole.msg) if not runs else (n, exc.msg)
+                raise ConfigError(f"{path}: invalid JSON at line {bad}: {msg}") from None
+    costs = [Costs.from_dict(run, f"{path} line {n}" if n else str(path)) for n, run in runs]
+    if not costs:
+        raise ConfigError(f"{path}: empty costs file")
+    try:
+        return costs[0] if len(costs) == 1 else median_costs(costs)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def median_costs(runs: list[Costs]) -> Costs:
+    """Per-field median of several measurements (shape fields must agree: they come from the config)."""
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(Costs):
+        values = [getattr(c, f.name) for c in runs]
+        if f.type == "float":
+            fields[f.name] = statistics.median(values)
+        elif len(set(values)) == 1:
+            fields[f.name] = values[0]
+        else:
+            raise ConfigError(f"{f.name}: differs between the runs ({sorted(set(map(str, values)))}): one config per file")
+    return Costs(**fields)
+
+
+def parse_layout(items: list[str], base: Layout) -> Layout:
+    """``--layout key=value`` overrides of ``base`` (field names of :class:`Layout`)."""
+    values: dict[str, Any] = {}
+    kinds = {f.name: f.type for f in dataclasses.fields(Layout)}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in kinds:
+            raise ConfigError(f"--layout {item!r}: expected KEY=VALUE with KEY one of {', '.join(kinds)}")
+        if kinds[key] == "int":
+            try:
+                values[key] = int(raw)
+            except ValueError:
+                raise ConfigError(f"--layout {key}: expected an integer, got {raw!r}") from None
+        else:
+            values[key] = raw
+    if values.get("trainer_device", "cpu") not in ("cpu", "gpu") or values.get("params_mode", "flat") not in (
+            "flat", "hierarchical"):
+        raise ConfigError("--layout: trainer_device must be cpu or gpu, params_mode flat or hierarchical")
+    return dataclasses.replace(base, **values)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if (args.costs is None) == (args.config is None):
+        raise ConfigError("srl plan: give --costs FILE or --config CONFIG (one of them)")
+    for flag, value, least in (("--nodes", args.nodes, 1), ("--cores-per-node", args.cores_per_node, 1),
+                               ("--gpus-per-node", args.gpus_per_node, 0)):
+        if value < least:
+            raise ConfigError(f"{flag}: must be >= {least}, got {value}")
+    for flag, value in (("--link-gbps", args.link_gbps), ("--gpu-speedup", args.gpu_speedup),
+                        ("--seconds", args.seconds)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{flag}: must be > 0, got {value}")
+    if args.max_trainers is not None and args.max_trainers < 1:
+        raise ConfigError(f"--max-trainers: must be >= 1, got {args.max_trainers}")
+    if args.gpus_per_node and args.gpu_speedup is None and args.config is not None:
+        raise ConfigError("--gpu-speedup: needed with --gpus-per-node > 0 (no GPU here to measure it)")
+
+
+def _costs(args: argparse.Namespace) -> Costs:
+    if args.costs is not None:
+        costs = read_costs(args.costs)
+    else:
+        from srl.api.config import load_config
+        from srl.runtime.bench_costs import bench_costs
+
+        costs = Costs.from_dict(bench_costs(load_config(args.config, args.overrides), args.seconds), "measured")
+    if args.gpu_speedup is not None:
+        costs = dataclasses.replace(costs, gpu_update_speedup=args.gpu_speedup)
+    if args.gpus_per_node and costs.gpu_update_speedup is None:
+        raise ConfigError("--gpu-speedup: needed with --gpus-per-node > 0 (the costs file has no gpu_update_speedup)")
+    return costs
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    _check_args(args)
+    costs = _costs(args)
+    cluster = Cluster(nodes=args.nodes, cores_per_node=args.cores_per_node, gpus_per_node=args.gpus_per_node,
+                      link_gbps=args.link_gbps)
+    rec = recommend(costs, cluster, args.max_trainers)
+    given = None
+    if args.layout:
+        layout = parse_layout(args.layout, rec.layout)
+        given = Recommendation(layout, predict(costs, cluster, layout))
+    rows = scale_table(costs, args.cores_per_node, args.gpus_per_node, args.link_gbps, SCALES, args.max_trainers)
+    if args.json:
+        out = plan_json(costs, cluster, rec, rows)
+        if given is not None:
+            out["given"] = {"layout": dataclasses.asdict(given.layout), **_prediction_json(given.prediction)}
+        print(json.dumps(out))
+    else:
+        print(plan_text(costs, cluster, rec, rows) + ("" if given is None else "\n\n" + given_text(given)))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- JSON
+def _finite(x: float) -> float | None:
+    return round(x, 6) if math.isfinite(x) else None
+
+
+def _delivery_json(d: ParamDelivery) -> dict[str, Any]:
+    return {**dataclasses.asdict(d), "seconds": round(d.seconds, 6)}
+
+
+def _prediction_json(pred: Prediction) -> dict[str, Any]:
+    return {"env_steps_per_second": round(pred.steps_per_second, 1), "bottleneck": pred.bottleneck,
+            "stages": {k: _finite(v) for k, v in pred.stages.items()}}
+
+
+def plan_json(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[ScaleRow]) -> dict[str, Any]:
+    """One object: inputs, prediction (stage capacities, ``null`` where a stage cannot bind), layout, scale table."""
+    pred = rec.prediction
+    return {
+        "costs": costs.to_dict(), "cluster": dataclasses.asdict(cluster), **_prediction_json(pred),
+        "layout": rec.settings(), "trainer_nodes": rec.layout.trainer_nodes, "params": _delivery_json(pred.params),
+        "scale": [{"cores": r.cores, "nodes": r.cluster.nodes, "actor_nodes": r.recommendation.layout.actor_nodes,
+                   "trainer_nodes": r.recommendation.layout.trainer_nodes,
+                   "env_steps_per_second": round(r.recommendation.prediction.steps_per_second, 1),
+                   "bottleneck": r.recommendation.prediction.bottleneck, "layout": r.recommendation.settings(),
+                   "version_seconds": round(r.version_seconds, 6),
+                   "flat": _delivery_json(r.flat), "hierarchical": _delivery_json(r.hierarchical)} for r in rows],
+    }
+
+
+# ---------------------------------------------------------------------------------------------- text
+def _si(x: float) -> str:
+    if not math.isfinite(x):
+        return "-"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _secs(s: float) -> str:
+    return f"{s * 1000:.3g} ms" if s < 1 else f"{s:.3g} s"
+
+
+def _us(s: float) -> str:
+    return f"{s * 1e6:.3g} us"
+
+
+def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[ScaleRow]) -> str:
+    pred, lay = rec.prediction, rec.layout
+    speed = f", GPU update speed-up {costs.gpu_update_speedup:g}x" if costs.gpu_update_speedup else ""
+    lines = [
+        f"srl plan: {costs.env_id} on {cluster.nodes} node(s) x {cluster.cores_per_node} cores, "
+        f"{cluster.gpus_per_node} GPU(s)/node, {cluster.link_gbps:g} Gbit/s links{speed}",
+        f"costs: env {_us(costs.env_seconds_per_step)}/step (+{_us(costs.actor_seconds_per_step)} actor), "
+        f"inference {_us(costs.inference_seconds_per_batch)}/call + {_us(costs.inference_seconds_per_sample)}/sample, "
+        f"update {_us(costs.update_seconds_per_sample)}/sample, {costs.bytes_per_sample:.0f} B/sample, "
+        f"snapshot {_bytes(costs.param_bytes)}",
+        "",
+        f"predicted   {pred.steps_per_second:,.0f} env steps/s   bottleneck: {pred.bottleneck}",
+        "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES) + "   (env steps/s each)",
+        "",
+        "recommended layout" + (f" ({lay.trainer_nodes} trainer node(s), {lay.actor_nodes} actor node(s)"
+                                f"{_idle(cluster, lay)})" if lay.trainer_nodes else " (one node: the local runtime's keys)"),
+        *[f"  {k:<30} {v}" for k, v in rec.settings().items()],
+    ]
+    if lay.envs_per_slot != costs.envs_per_slot:
+        lines.append(f"  note: envs_per_slot {costs.envs_per_slot} -> {lay.envs_per_slot} also grows the PPO batch "
+                     f"(batch_segments x segment_length x envs_per_slot); lower batch_segments to keep it")
+    lines += ["", f"parameter service at scale (nodes of {cluster.cores_per_node} cores; lag = delivery / "
+                  "time between versions, in versions)", _scale_header()]
+    lines += [_scale_line(r) for r in rows]
+    return "\n".join(lines)
+
+
+def given_text(given: Recommendation) -> str:
+    lay, pred = given.layout, given.prediction
+    fields = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(lay).items())
+    return (f"given layout ({fields})\n"
+            f"predicted   {pred.steps_per_second:,.0f} env steps/s   bottleneck: {pred.bottleneck}\n"
+            "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES))
+
+
+def _idle(cluster: Cluster, lay: Layout) -> str:
+    idle = cluster.nodes - lay.actor_nodes - lay.trainer_nodes
+    return f"; {idle} node(s) would add nothing" if idle else ""
+
+
+def _scale_header() -> str:
+    return (f"{'cores':>7} {'nodes':>6} {'env steps/s':>11} {'bottleneck':>10} {'version every':>13} | "
+            f"{'flat: readers':>13} {'root egress':>11} {'delivery':>9} {'lag':>6} | "
+            f"{'hier.: relays':>13} {'fan-out':>7} {'depth':>5} {'root egress':>11} {'delivery':>9} {'lag':>6}")
+
+
+def _scale_line(r: ScaleRow) -> str:
+    pred = r.recommendation.prediction
+    f, h = r.flat, r.hierarchical
+    return (f"{r.cores:>7,} {r.cluster.nodes:>6,} {_si(pred.steps_per_second):>11} {pred.bottleneck:>10} "
+            f"{_secs(r.version_seconds):>13} | {f.readers:>13,} {_bytes(f.root_bytes):>11} {_secs(f.seconds):>9} "
+            f"{f.seconds / r.version_seconds:>6.2f} | {h.relays:>13,} {h.fan_out:>7} {h.depth:>5} "
+            f"{_bytes(h.root_bytes):>11} {_secs(h.seconds):>9} {h.seconds / r.version_seconds:>6.2f}")

@@ -1,0 +1,246 @@
+"""``srl bench costs``: what each stage of one config costs on this machine, as the capacity model's ``Costs``.
+
+Every number comes from the real code path, one piece at a time, so that the
+model (``runtime/capacity.py``) can recombine them for a cluster:
+
+- env: ``bench_env`` (a plain loop over one slot, the configured backend);
+- actor bookkeeping: the real ``ActorWorker`` (built by ``build_worker``) stepping
+  its ring with a stand-in policy that hands out precomputed actions, minus its
+  own env time;
+- inference: the acting policy's forward pass at one slot (``bench_compute``) and
+  at a larger batch, fitted as a fixed cost per call plus a cost per sample;
+- PPO update: ``bench_compute`` (one update over a full batch, all epochs);
+- inference stream: the real ``InferenceClient`` and ``InferenceServer`` over
+  named pipes in one process (no context switches, no forward pass), with
+  batches of one slot and of several;
+- segment send: one segment in the wire format through ZeroMQ TCP on loopback;
+- parameter transfer: ``bench_params.measure`` (a root server and one reader
+  process) at two snapshot sizes, fitted as a fixed hop time plus a byte rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import zmq
+
+from srl.algorithms.ppo import make_acting_policy
+from srl.api.config import ExperimentConfig
+from srl.base import wire
+from srl.base.channel import FifoChannel
+from srl.runtime.bench import _random_batch, _random_obs, _timed_rate, bench_compute, bench_env
+from srl.runtime.bench_params import measure as measure_params
+from srl.runtime.build import build_worker
+from srl.runtime.capacity import Costs
+from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, InlineFabric
+from srl.runtime.plan import Plan, make_plan
+from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SegmentPool
+
+ACTION_SETS = 64
+"""Precomputed action batches the stand-in policy cycles through (as ``bench_env`` does)."""
+LARGE_BATCH_SLOTS = 8
+"""The second inference measurement covers this many slots per forward pass (capped by the config)."""
+LARGE_SNAPSHOT_FLOATS = 2_000_000
+"""Snapshot length of the second parameter measurement (8 MB in float32): large enough that bytes dominate."""
+
+
+class _CannedPolicy:
+    """Stands in for the network inside the actor: hands out precomputed actions, so the actor's own work is timed."""
+
+    def __init__(self, actions: list[np.ndarray], logp: list[np.ndarray]) -> None:
+        self.actions, self.logp, self.i = actions, logp, 0
+
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        self.i = (self.i + 1) % len(self.actions)
+        return self.actions[self.i], self.logp[self.i]
+
+
+class _FixedVersion:
+    """A parameter source that never changes: no snapshot traffic inside the actor measurement."""
+
+    current = 0
+
+    def refresh(self) -> bool:
+        return False
+
+    def wait_first(self, should_stop: Callable[[], bool]) -> bool:
+        return True
+
+
+def _canned_actions(plan: Plan, n: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Real actions of the acting policy for ``n`` random slot observations (dtypes and shapes as in a run)."""
+    policy = make_acting_policy(plan.obs_space, plan.action_space, plan.cfg)
+    rng = np.random.default_rng(plan.cfg.seed)
+    pairs = [policy.act(_random_obs(plan, rng, (plan.cfg.workers.envs_per_slot,))) for _ in range(n)]
+    return [a for a, _ in pairs], [lp for _, lp in pairs]
+
+
+def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
+    """Seconds per env step the real actor spends beyond its env steps (its own ``t_env`` is subtracted).
+
+    Only ``actor.poll`` is timed; releasing the finished segments (the trainer's part) is not."""
+    fabric = InlineFabric(plan, lambda kind, meta, arrays: None)
+    actor: Any = build_worker(plan, fabric, "actor", 0, None, wait_timeout=0.0, report_interval=3600.0)
+    actor.inference = InlineInference(0, fabric.pool(), _CannedPolicy(*_canned_actions(plan, ACTION_SETS)),
+                                      _FixedVersion())
+    consumer = SampleConsumer(fabric.pool(), fabric.samples(0))
+    actor.setup()
+    try:
+        busy, steps0, env0 = 0.0, 0, 0.0
+        start = time.perf_counter()
+        while (now := time.perf_counter()) - start < warmup + seconds:
+            if not steps0 and now - start >= warmup:
+                busy, steps0, env0 = 0.0, actor.env_steps, actor.t_env
+            t0 = time.perf_counter()
+            actor.poll()
+            busy += time.perf_counter() - t0
+            for a, b in consumer.receive(64, 0.0).tolist():
+                consumer.release(a, b)
+        steps, env = max(1, actor.env_steps - steps0), actor.t_env - env0
+    finally:
+        actor.teardown()
+    return max(0.0, (busy - env) / steps)
+
+
+def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, float]:
+    """Fixed seconds per forward pass and seconds per sample, fitted from one slot's batch and from several
+    slots' batch, timed in alternation (medians of ``rounds``) so that the machine's noise hits both alike."""
+    cfg = plan.cfg
+    B = cfg.workers.envs_per_slot
+    slots = max(2, min(LARGE_BATCH_SLOTS, cfg.workers.max_inference_batch))
+    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    rng = np.random.default_rng(cfg.seed)
+    small, large = _random_obs(plan, rng, (B,)), _random_obs(plan, rng, (slots * B,))
+    per_call: dict[int, list[float]] = {B: [], slots * B: []}
+    for _ in range(rounds):
+        for obs in (small, large):
+            per_call[len(obs)].append(len(obs) / _timed_rate(lambda i: policy.act(obs), len(obs),
+                                                             seconds / (2 * rounds), warmup=0.05))
+    t_small, t_large = (float(np.median(per_call[n])) for n in (B, slots * B))
+    per_sample = max(0.0, (t_large - t_small) / ((slots - 1) * B))
+    return {"inference_seconds_per_sample": per_sample,
+            "inference_seconds_per_batch": max(0.0, t_small - per_sample * B)}
+
+
+def _stream_pass(client: InferenceClient, server: InferenceServer, k: int, T: int, answer: tuple[np.ndarray, ...],
+                 seconds: float) -> tuple[float, float]:
+    """Requests from ``k`` slots, served as one batch, for ``seconds``: the actor's seconds per request (post,
+    take the reply) and the server's seconds per batch (gather, observations, answer)."""
+    actor = serve = 0.0
+    n, start = 0, time.perf_counter()
+    B = len(answer[0])
+    actions, logp = (np.concatenate([a] * k) for a in answer)
+    while time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        for slot in range(k):
+            client.request(slot, 0, n % T)
+        t1 = time.perf_counter()
+        got = server.gather(64, 0.0)
+        server.observations(got)
+        server.answer(got, actions[: len(got) * B], logp[: len(got) * B], 0)
+        t2 = time.perf_counter()
+        client.ready(k, 0.0)
+        actor += (t1 - t0) + (time.perf_counter() - t2)
+        serve += t2 - t1
+        n += 1
+    return actor / (n * k), serve / n
+
+
+def stream_costs(plan: Plan, seconds: float) -> dict[str, float]:
+    """CPU seconds of the inference stream through named pipes, both ends in this process (context switches
+    not included): the actor's side per request, and the policy worker's side as a fixed cost per batch plus
+    a cost per request (from batches of one slot and of several)."""
+    k = max(2, min(LARGE_BATCH_SLOTS, plan.cfg.workers.max_inference_batch))
+    pool = SegmentPool.in_process(dataclasses.replace(plan.layout, slots=k))
+    actions, logp = _canned_actions(plan, 1)
+    T = plan.cfg.workers.segment_length
+    with tempfile.TemporaryDirectory(prefix="srl-bench-") as folder:
+        requests = FifoChannel.create(os.path.join(folder, "requests"), REQUEST_WIDTH)
+        replies = FifoChannel.create(os.path.join(folder, "replies"), REPLY_WIDTH)
+        try:
+            client, server = InferenceClient(0, pool, requests, replies), InferenceServer(pool, requests, {0: replies})
+            actor, one = _stream_pass(client, server, 1, T, (actions[0], logp[0]), seconds / 2)
+            _, many = _stream_pass(client, server, k, T, (actions[0], logp[0]), seconds / 2)
+        finally:
+            for ch in (requests, replies):
+                ch.close()
+                ch.unlink()
+    per_request = max(0.0, (many - one) / (k - 1))
+    return {"request_seconds": actor, "serve_seconds_per_request": per_request,
+            "serve_seconds_per_batch": max(0.0, one - per_request)}
+
+
+def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
+    """One segment, in the wire format, through a ZeroMQ PUSH/PULL pair over TCP on loopback, and its bytes."""
+    cfg = plan.cfg
+    segment = _random_batch(plan, np.random.default_rng(cfg.seed), cfg.workers.envs_per_slot)
+    fields = {name: (a.dtype.name, a.shape) for name, a in segment.items()}
+    ctx = zmq.Context()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    try:
+        for sock in (pull, push):
+            sock.setsockopt(zmq.LINGER, 0)
+        port = pull.bind_to_random_port("tcp://127.0.0.1")
+        push.connect(f"tcp://127.0.0.1:{port}")
+
+        def one(i: int) -> None:
+            push.send_multipart(wire.encode("segment", segment, {"version": i}), copy=False)
+            frames = pull.recv_multipart(copy=False)
+            wire.decode([f.buffer for f in frames], expect_schema="segment", fields=fields)
+
+        per_segment = 1.0 / _timed_rate(one, 1, seconds)
+    finally:
+        pull.close()
+        push.close()
+        ctx.term()
+    samples = cfg.workers.segment_length * cfg.workers.envs_per_slot
+    return {"segment_send_seconds": per_segment,
+            "bytes_per_sample": sum(a.nbytes for a in segment.values()) / samples}
+
+
+def param_transfer(floats: int, dtype: str, versions: int = 6, interval: float = 0.15) -> dict[str, float]:
+    """Fixed hop time and byte rate of the parameter service (root server -> one reader process), fitted
+    from the delivery latency of the real snapshot size and of a large one."""
+    itemsize = np.dtype(dtype).itemsize
+    sizes = (floats, max(LARGE_SNAPSHOT_FLOATS, 4 * floats))
+    lat = [measure_params("flat", 1, size=n, versions=versions, interval=interval,
+                          dtype=dtype)["last_reader_latency_ms_median"] / 1000 for n in sizes]
+    small, large = (n * itemsize for n in sizes)
+    if lat[1] > lat[0]:
+        rate = (large - small) / (lat[1] - lat[0])
+        hop = max(0.0, lat[0] - small / rate)
+    else:  # noise swamped the difference: charge the large transfer's time to bytes, the small one's to the hop
+        rate, hop = large / lat[1], lat[0]
+    return {"param_hop_seconds": hop, "param_bytes_per_second": rate}
+
+
+def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
+    """Measure every cost of ``Costs`` for ``cfg`` (each measurement runs about ``seconds``)."""
+    plan = make_plan(dataclasses.replace(cfg, workers=dataclasses.replace(cfg.workers, actors=1, trainers=1,
+                                                                               policy_workers=0)))
+    w, ppo = cfg.workers, cfg.ppo
+    env = bench_env(cfg, seconds)
+    compute = bench_compute(cfg, seconds)
+    fit = inference_fit(plan, seconds)
+    actor = actor_overhead(plan, seconds)
+    send = segment_send(plan, max(0.2, seconds / 4))
+    params = param_transfer(plan.param_size, cfg.params.transfer_dtype)
+    costs = Costs(
+        env_id=cfg.env.id, envs_per_slot=w.envs_per_slot, segment_length=w.segment_length,
+        samples_per_version=ppo.batch_segments * w.segment_length * w.envs_per_slot,
+        max_inference_batch=w.max_inference_batch,
+        env_seconds_per_step=1.0 / env[f"{cfg.env.backend}_steps_per_second"],
+        actor_seconds_per_step=actor, **fit, **stream_costs(plan, max(0.4, seconds / 2)),
+        update_seconds_per_sample=1.0 / compute["update_samples_per_second"], trainer_threads=w.torch_threads,
+        param_bytes=plan.param_size * np.dtype(cfg.params.transfer_dtype).itemsize, **send, **params)
+    return {"bench": "costs", **_rounded(costs.to_dict())}
+
+
+def _rounded(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Four significant digits: the machine's noise is far larger."""
+    return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in values.items()}

@@ -1,0 +1,383 @@
+"""Capacity model for scaling out: predicted env steps/s, the bottleneck, and a recommended layout.
+
+Why a model: a cluster of 1k-100k cores cannot be rented for every question,
+but what each piece of the pipeline costs can be measured on one machine
+(``srl bench costs``, in ``runtime/bench_costs.py``). This module turns those
+costs into a throughput prediction for a cluster, and into values for the
+layout settings of the Ray runtime (``ray.actor_nodes``, ``ray.actors_per_node``,
+``ray.policy_workers_per_node``, ``workers.trainers``, ``workers.ring_size``,
+``workers.envs_per_slot``, ``params.mode``, ``params.fan_out``).
+
+It is a pipeline-throughput model and nothing more:
+
+- every stage has a capacity in env steps/s: the processes in it divided by the
+  seconds one process needs per sample (``env``: actors stepping environments,
+  with inference when it is inline; ``inference``: policy workers; ``trainer``;
+  ``network``: links carrying segments from actor nodes to trainer nodes;
+  ``params``: the parameter service must deliver each version to every reader
+  before the next one is published);
+- processes on one node share its cores (``cores``): a node cannot do more than
+  its cores divided by the CPU seconds per sample of all the work it hosts;
+- the pipeline runs at the smallest capacity, and that stage is the bottleneck;
+- the recommended layout is the integer split of the cores that maximises it.
+
+Not modelled (see docs/scaling.md): queueing and latency (a ring of two slots is
+assumed to hide each inference round trip), the gradient all-reduce between
+data-parallel trainers, policy workers on GPUs, relay and controller CPU time,
+stragglers and failures, and how many samples learning needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from srl.api.config import ConfigError
+
+STAGES = ("env", "inference", "trainer", "network", "params", "cores")
+"""Stage names, in the order ties are broken when naming the bottleneck."""
+RING_SIZE = 2
+"""Slots per actor: one steps while the other waits for its actions (the layout sweep in docs/benchmarks.md:
+a ring of 1 halves throughput, 2 and 4 are equal)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Costs:
+    """What one experiment config costs on the machine it was measured on (seconds are on one core).
+
+    Per-sample costs come from the real code paths (``srl bench costs``); the shape fields are the
+    config's, because the per-message costs are amortised over them.
+    """
+
+    env_id: str
+    """The environment measured (informational)."""
+    envs_per_slot: int
+    """Environments per slot in the measurement (one inference request covers them all)."""
+    segment_length: int
+    """Steps per trajectory segment."""
+    samples_per_version: int
+    """Samples one trainer consumes per parameter version (``batch_segments x segment_length x envs_per_slot``)."""
+    max_inference_batch: int
+    """The config's cap on slots per forward pass of a policy worker."""
+    env_seconds_per_step: float
+    """Seconds per env step of a plain loop over one slot (the configured backend)."""
+    actor_seconds_per_step: float
+    """The actor's own work per env step beyond the env: reward transform, writes into the segment pool,
+    non-finite checks, episode bookkeeping, handing over segments."""
+    inference_seconds_per_sample: float
+    """Policy forward pass: seconds per sample (slope of two batch sizes)."""
+    inference_seconds_per_batch: float
+    """Policy forward pass: fixed seconds per call (intercept of the same fit)."""
+    request_seconds: float
+    """The actor's CPU seconds per inference request on the stream: post it, take the reply (named pipes)."""
+    serve_seconds_per_batch: float
+    """The policy worker's stream work per batch beyond the forward pass: gather and validate the requests,
+    copy the observations, write the answers (fixed part)."""
+    serve_seconds_per_request: float
+    """The same, per request in the batch (the reply record and per-slot copies)."""
+    update_seconds_per_sample: float
+    """One PPO update over a full batch, all epochs, divided by its samples (CPU, ``trainer_threads`` threads)."""
+    trainer_threads: int
+    """Torch threads (cores) one CPU trainer used in the measurement."""
+    gpu_update_speedup: float | None = None
+    """How much faster the update runs on one GPU than on ``trainer_threads`` CPU cores; given by the user
+    (nothing here measures it), needed only for clusters with GPUs."""
+    segment_send_seconds: float
+    """One segment through ZeroMQ TCP on loopback: encode, send, receive, decode (split between the two ends)."""
+    bytes_per_sample: float
+    """Segment bytes per sample on the wire."""
+    param_bytes: int
+    """One parameter snapshot on the wire (``params.transfer_dtype``)."""
+    param_hop_seconds: float
+    """Fixed time of one parameter-service hop (server wakes, sends, reader loads), from two snapshot sizes."""
+    param_bytes_per_second: float
+    """How fast one parameter server pushes snapshot bytes to its readers on this machine."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "env_id":
+                _require(isinstance(value, str), f.name, f"expected a string, got {value!r}")
+            elif f.name == "gpu_update_speedup":
+                _require(value is None or (_is_number(value) and value > 0), f.name,
+                         f"must be a number > 0 or null, got {value!r}")
+            elif f.type == "int":
+                _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f.name,
+                         f"must be an integer >= 1, got {value!r}")
+            elif f.name in _MAY_BE_ZERO:
+                _require(_is_number(value) and value >= 0, f.name, f"must be a number >= 0, got {value!r}")
+            else:
+                _require(_is_number(value) and value > 0, f.name, f"must be a number > 0, got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "costs") -> Costs:
+        """Build from parsed JSON; any problem raises ConfigError naming ``source`` and the field."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k not in _INFORMATIONAL}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"{source}: {unknown[0]}: unknown field")
+        missing = sorted(n for n in names - set(data) if n != "gpu_update_speedup")
+        if missing:
+            raise ConfigError(f"{source}: {missing[0]}: missing")
+        values = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) and k in _FLOATS else v
+                  for k, v in data.items()}
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+
+_INFORMATIONAL = {"bench"}
+"""Keys ``srl bench costs`` adds that are not costs."""
+_MAY_BE_ZERO = {"actor_seconds_per_step", "inference_seconds_per_sample", "inference_seconds_per_batch",
+                "request_seconds", "serve_seconds_per_batch", "serve_seconds_per_request", "segment_send_seconds",
+                "param_hop_seconds"}
+_FLOATS = {f.name for f in dataclasses.fields(Costs) if f.type in ("float", "float | None")}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _require(cond: bool, name: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{name}: {msg}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """Identical nodes joined by links of one bandwidth."""
+
+    nodes: int
+    cores_per_node: int
+    gpus_per_node: int = 0
+    """GPUs are used by trainers only (one trainer per GPU on trainer nodes)."""
+    link_gbps: float = 10.0
+    """Each node's network link, Gbit/s, each direction."""
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "cores_per_node"):
+            _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        _require(self.gpus_per_node >= 0, "gpus_per_node", f"must be >= 0, got {self.gpus_per_node}")
+        _require(_is_number(self.link_gbps) and self.link_gbps > 0, "link_gbps", f"must be > 0, got {self.link_gbps}")
+
+    @property
+    def link_bytes_per_second(self) -> float:
+        return self.link_gbps * 1e9 / 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Where the workers go. On a one-node cluster ``trainer_nodes`` is 0 and the trainers share the node."""
+
+    actor_nodes: int
+    trainer_nodes: int
+    actors_per_node: int
+    policy_workers_per_node: int
+    """0: each actor runs the policy itself (inline inference)."""
+    trainers: int
+    trainer_device: Literal["cpu", "gpu"] = "cpu"
+    ring_size: int = RING_SIZE
+    envs_per_slot: int
+    params_mode: Literal["hierarchical", "flat"] = "hierarchical"
+    fan_out: int = 8
+
+
+@dataclass(frozen=True)
+class ParamDelivery:
+    """How one parameter version reaches every reader (policy workers, or actors inferring inline)."""
+
+    mode: str
+    fan_out: int
+    readers: int
+    relays: int
+    """Relays (one per actor node) in hierarchical mode; 0 in flat mode."""
+    depth: int
+    """Server hops from the root to the farthest relay or reader (0: shared memory only)."""
+    root_sends: int
+    root_bytes: int
+    """Bytes the root sends per version."""
+    seconds: float
+    """From publication until every reader can load the version."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    steps_per_second: float
+    bottleneck: str
+    stages: Mapping[str, float]
+    """Capacity of each stage in env steps/s (``inf``: it cannot bind in this layout)."""
+    params: ParamDelivery
+
+
+# ---------------------------------------------------------------------------------------------- per-sample costs
+def actor_seconds(costs: Costs, layout: Layout) -> float:
+    """CPU seconds of one actor per env step: the env, its bookkeeping, the policy itself when inline (else its
+    side of each inference request), and across nodes its half of sending each segment."""
+    s = costs.env_seconds_per_step + costs.actor_seconds_per_step
+    if layout.policy_workers_per_node == 0:
+        s += costs.inference_seconds_per_sample + costs.inference_seconds_per_batch / layout.envs_per_slot
+    else:
+        s += costs.request_seconds / layout.envs_per_slot
+    if layout.trainer_nodes:
+        s += costs.segment_send_seconds / 2 / (costs.segment_length * costs.envs_per_slot)
+    return s
+
+
+def inference_batch(costs: Costs, layout: Layout) -> float:
+    """Samples per forward pass of a policy worker when inference binds: every actor it serves has about half
+    its ring waiting (the other half is being stepped), capped by ``max_inference_batch`` slots. When inference
+    does not bind, batches are smaller, which costs spare cores only."""
+    actors = layout.actors_per_node / layout.policy_workers_per_node
+    slots = min(float(costs.max_inference_batch), max(1.0, actors * layout.ring_size / 2))
+    return slots * layout.envs_per_slot
+
+
+def policy_seconds(costs: Costs, layout: Layout) -> float:
+    """CPU seconds of a policy worker per sample: the forward pass and its stream work, fixed costs amortised
+    over the batch, per-request costs over the slot."""
+    per_batch = costs.inference_seconds_per_batch + costs.serve_seconds_per_batch
+    return (costs.inference_seconds_per_sample + per_batch / inference_batch(costs, layout)
+            + costs.serve_seconds_per_request / layout.envs_per_slot)
+
+
+def trainer_seconds(costs: Costs, layout: Layout) -> float:
+    """Seconds one trainer needs per sample: the update (divided by the GPU speed-up on a GPU) and, across
+    nodes, its half of receiving segments."""
+    s = costs.update_seconds_per_sample
+    if layout.trainer_device == "gpu":
+        if costs.gpu_update_speedup is None:
+            raise ConfigError("gpu_update_speedup: needed for trainers on GPUs (not measurable without a GPU)")
+        s /= costs.gpu_update_speedup
+    if layout.trainer_nodes:
+        s += costs.segment_send_seconds / 2 / (costs.segment_length * costs.envs_per_slot)
+    return s
+
+
+def samples_per_version(costs: Costs, layout: Layout) -> float:
+    """Samples behind one parameter version: every data-parallel trainer contributes its batch."""
+    return layout.trainers * costs.samples_per_version * layout.envs_per_slot / costs.envs_per_slot
+
+
+# ---------------------------------------------------------------------------------------------- parameter service
+def tree_depth(relays: int, fan_out: int) -> int:
+    """Levels of a relay tree in which every server feeds ``fan_out`` children (the root is level 0)."""
+    depth, level, covered = 0, 1, 0
+    while covered < relays:
+        level *= fan_out
+        covered += level
+        depth += 1
+    return depth
+
+
+def param_delivery(costs: Costs, cluster: Cluster, layout: Layout, mode: str | None = None,
+                   fan_out: int | None = None) -> ParamDelivery:
+    """Root egress and delivery time of one version. Flat: the root sends to every reader in turn.
+    Hierarchical: one relay per actor node, in a tree of ``fan_out``; each level sends ``fan_out`` copies in
+    turn, in parallel across the level's servers; readers on a node load from its shared memory."""
+    mode = mode or layout.params_mode
+    fan_out = fan_out or layout.fan_out
+    per_node = layout.policy_workers_per_node or layout.actors_per_node
+    readers = layout.actor_nodes * per_node
+    if not layout.trainer_nodes:  # one node: readers share the trainer's buffer
+        return ParamDelivery(mode, fan_out, readers, 0, 0, 0, 0, 0.0)
+    per_copy = costs.param_bytes / min(costs.param_bytes_per_second, cluster.link_bytes_per_second)
+    if mode == "flat":
+        return ParamDelivery(mode, fan_out, readers, 0, 1, readers, readers * costs.param_bytes,
+                             costs.param_hop_seconds + readers * per_copy)
+    relays = layout.actor_nodes
+    depth, sends = tree_depth(relays, fan_out), min(relays, fan_out)
+    return ParamDelivery(mode, fan_out, readers, relays, depth, sends, sends * costs.param_bytes,
+                         depth * (costs.param_hop_seconds + sends * per_copy))
+
+
+def fan_out_candidates(relays: int) -> list[int]:
+    """For each possible tree depth, the smallest fan-out that reaches ``relays`` relays in that many levels:
+    at a given depth a smaller fan-out means fewer copies per server, so only these can be fastest."""
+    out: list[int] = []
+    for depth in range(1, max(1, relays).bit_length() + 1):
+        f = max(2, math.ceil(relays ** (1 / depth)))
+        while f > 2 and tree_depth(relays, f - 1) <= depth:
+            f -= 1
+        if tree_depth(relays, f) == depth and f not in out:
+            out.append(f)
+    return out or [2]
+
+
+def best_params(costs: Costs, cluster: Cluster, layout: Layout) -> ParamDelivery:
+    """The mode and fan-out that deliver a version soonest (ties: fewer hops, then hierarchical)."""
+    options = [param_delivery(costs, cluster, layout, "hierarchical", f)
+               for f in fan_out_candidates(layout.actor_nodes)]
+    options.append(param_delivery(costs, cluster, layout, "flat", layout.fan_out))
+    return min(options, key=lambda d: (round(d.seconds, 12), d.depth, d.mode == "flat"))
+
+
+# ---------------------------------------------------------------------------------------------- prediction
+def predict(costs: Costs, cluster: Cluster, layout: Layout) -> Prediction:
+    """Capacity of every stage; the pipeline runs at the smallest."""
+    check_layout(cluster, layout)
+    a_s, t_s = actor_seconds(costs, layout), trainer_seconds(costs, layout)
+    pws = layout.actor_nodes * layout.policy_workers_per_node
+    p_s = policy_seconds(costs, layout) if pws else 0.0
+    delivery = param_delivery(costs, cluster, layout)
+    stages = {
+        "env": layout.actor_nodes * layout.actors_per_node / a_s,
+        "inference": rate(pws, p_s) if pws else math.inf,  # inline inference is part of the env stage
+        "trainer": layout.trainers / t_s,
+        "network": _network(costs, cluster, layout),
+        "params": samples_per_version(costs, layout) / delivery.seconds if delivery.seconds else math.inf,
+        "cores": _cores(costs, cluster, layout, a_s + p_s, t_s),
+    }
+    bottleneck = min(STAGES, key=lambda s: stages[s])
+    return Prediction(stages[bottleneck], bottleneck, stages, delivery)
+
+
+def rate(processes: float, seconds_per_sample: float) -> float:
+    """Samples per second of ``processes`` each needing ``seconds_per_sample`` (a free stage never binds)."""
+    return processes / seconds_per_sample if seconds_per_sample > 0 else math.inf
+
+
+def _network(costs: Costs, cluster: Cluster, layout: Layout) -> float:
+    """Segments leave actor nodes and enter trainer nodes, each through its own link."""
+    if not layout.trainer_nodes:
+        return math.inf
+    links = min(layout.actor_nodes, layout.trainer_nodes)
+    return links * cluster.link_bytes_per_second / costs.bytes_per_sample
+
+
+def _cores(costs: Costs, cluster: Cluster, layout: Layout, acting_s: float, t_s: float) -> float:
+    """Each sample costs every process it passes through CPU time; a node has only its cores for all of it.
+    A GPU trainer keeps one core for itself and puts no update work on the others."""
+    C = cluster.cores_per_node
+    cpu_train = t_s * costs.trainer_threads if layout.trainer_device == "cpu" else 0.0
+    gpu_cores = layout.trainers if layout.trainer_device == "gpu" else 0
+    if not layout.trainer_nodes:
+        free = C - gpu_cores
+        return free / (acting_s + cpu_train) if free > 0 else 0.0
+    acting = layout.actor_nodes * C / acting_s
+    training = layout.trainer_nodes * C / cpu_train if cpu_train else math.inf
+    return min(acting, training)
+
+
+def check_layout(cluster: Cluster, layout: Layout) -> None:
+    """A layout must fit the cluster's nodes and GPUs and give every trainer an actor."""
+    _require(layout.actor_nodes >= 1 and layout.actors_per_node >= 1, "actors_per_node", "needs >= 1 actor node and actor")
+    _require(layout.trainers >= 1, "trainers", f"must be >= 1, got {layout.trainers}")
+    _require(layout.policy_workers_per_node >= 0, "policy_workers_per_node", "must be >= 0")
+    _require(layout.actor_nodes + layout.trainer_nodes <= cluster.nodes, "actor_nodes",
+             f"{layout.actor_nodes} actor + {layout.trainer_nodes} trainer nodes exceed {cluster.nodes} nodes")
+    _require(layout.trainer_nodes > 0 or (cluster.nodes == 1 or layout.actor_nodes == 1), "trainer_nodes",
+             "trainers may share a node with actors only on a one-node cluster")
+    _require(layout.actor_nodes * layout.actors_per_node >= layout.trainers, "trainers",
+             f"each trainer needs an actor: {layout.trainers} trainers")
+    if layout.trainer_device == "gpu":
+        gpus = cluster.gpus_per_node * max(1, layout.trainer_nodes)
+        _require(layout.trainers <= gpus, "trainers", f"{layout.trainers} GPU trainers, {gpus} GPUs")

@@ -1,0 +1,155 @@
+"""The two Ray actor classes of the Ray runtime: a node agent per node group, and one actor per worker.
+
+Both take a JSON spec (never a pickled object of ours) and rebuild the plan
+from the resolved config, the same way an exec'd local worker does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from srl.api.worker import Worker
+from srl.base import wire
+from srl.base.shm import sweep_stale
+from srl.runtime.build import build_worker
+from srl.runtime.plan import Plan, plan_from_spec
+from srl.runtime.ray_fabric import Endpoints, NodeFabric
+
+log = logging.getLogger(__name__)
+
+
+def _fabric(spec: dict[str, Any], plan: Plan, host: str) -> NodeFabric:
+    where = spec.get("fabric")
+    return NodeFabric(plan, int(spec["node"]), Endpoints.from_json(spec["endpoints"]), host,
+                      tag=None if where is None else where["tag"],
+                      directory=None if where is None else Path(where["dir"]))
+
+
+@ray.remote
+class NodeAgent:
+    """Owns one node group's shared memory: creates it, frees a dead actor's buffers, destroys it at the end."""
+
+    def __init__(self, spec_json: str) -> None:
+        spec = json.loads(spec_json)
+        self.plan = plan_from_spec(spec)
+        sweep_stale()  # segments of an earlier agent on this node that died with its process
+        self.fabric = _fabric(spec, self.plan, ray.util.get_node_ip_address())
+        self.fabric.create()
+
+    def where(self) -> str:
+        """The names workers open (JSON)."""
+        return json.dumps({"tag": self.fabric.tag, "dir": str(self.fabric.dir), "host": self.fabric.host})
+
+    def recover(self, row: int) -> int:
+        """Free the buffers of the dead actor in pool row ``row``; how many segments were lost."""
+        return self.fabric.recover(row)
+
+    def snapshot(self) -> bytes:
+        """The lead trainer's newest snapshot, wire-encoded (trainers' node only; empty before the first)."""
+        out = np.empty(self.plan.param_size, np.float32)
+        version = self.fabric.params().read_into(out, -1)
+        if version is None:
+            return b""
+        return wire.pack(wire.encode("snapshot", {"params": out}, {"version": version}))
+
+    def close(self) -> None:
+        self.fabric.destroy()
+
+
+@ray.remote(concurrency_groups={"control": 1})
+class WorkerActor:
+    """One worker. Servers are built and bound by :meth:`prepare` first; :meth:`run` loops until :meth:`stop`."""
+
+    def __init__(self, spec_json: str) -> None:
+        self.spec = json.loads(spec_json)
+        self.role, self.index = str(self.spec["role"]), int(self.spec["index"])
+        self.name = f"{self.role}{self.index}"
+        self.stopping = False
+        self.worker: Worker | None = None
+        self.plan = plan_from_spec(self.spec)
+        self.host = str(self.spec["fabric"]["host"])
+        self.fabric = _fabric(self.spec, self.plan, self.host)
+        torch.set_num_threads(self.plan.cfg.workers.torch_threads)
+
+    def _should_stop(self) -> bool:
+        return self.stopping
+
+    def _set_up(self) -> Worker:
+        run_dir = self.spec.get("run_dir")
+        run_dir = Path(run_dir) if run_dir is not None and Path(run_dir).is_dir() else None  # not on every node
+        worker = build_worker(self.plan, self.fabric, self.role, self.index, run_dir, wait_timeout=0.05,
+                              report_interval=0.1, incarnation=int(self.spec.get("incarnation", 0)))
+        min_version = self.spec.get("min_version")
+        if min_version is not None:  # a restarted trainer publishes above every version readers already hold
+            worker.version = max(worker.version, int(min_version))  # type: ignore[attr-defined]
+        worker.should_stop = self._should_stop
+        worker.setup()
+        self.worker = worker
+        return worker
+
+    def _fail(self, exc: BaseException) -> str:
+        log.debug("worker %s failed:\n%s", self.name, traceback.format_exc())
+        message = f"{type(exc).__name__}: {exc}"[:2000]
+        try:
+            self.fabric.reporter().report("error", {"worker": self.name, "message": message})
+        except Exception:  # the report is a courtesy; the driver sees the return value anyway
+            pass
+        return message
+
+    def prepare(self, endpoints: str) -> str:
+        """Build and set up a server; return the endpoints it bound (JSON), or ``{"error": ...}``."""
+        self.fabric.endpoints = Endpoints.from_json(json.loads(endpoints))
+        try:
+            worker = self._set_up()
+        except Exception as exc:
+            return json.dumps({"error": self._fail(exc)})
+        bound: dict[str, str] = {}
+        if self.role == "trainer":
+            bound["samples"] = worker.consumer.address  # type: ignore[attr-defined]
+        server = getattr(worker, "server", None)
+        if server is not None:
+            bound["params"] = server.address
+        return json.dumps(bound)
+
+    def run(self, endpoints: str) -> str:
+        """The worker loop (``endpoints``: every server's, JSON); returns "" after a requested stop, else why it
+        ended."""
+        self.fabric.endpoints = Endpoints.from_json(json.loads(endpoints))
+        try:
+            worker = self.worker or self._set_up()
+        except Exception as exc:
+            self.fabric.close_worker_side()
+            return self._fail(exc)
+        message = ""
+        try:
+            while not self.stopping:
+                worker.poll()
+        except Exception as exc:
+            message = self._fail(exc)
+        finally:
+            try:
+                worker.teardown()
+            except Exception as exc:
+                message = message or self._fail(exc)
+            self.fabric.close_worker_side()
+        return message or ("" if self.stopping else "the worker loop ended")
+
+    @ray.method(concurrency_group="control")
+    def info(self) -> str:
+        """Where this worker runs (JSON: pid, Ray node id, node address), for ``workers.json``."""
+        return json.dumps({"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
+                           "host": self.host})
+
+    @ray.method(concurrency_group="control")
+    def stop(self) -> None:
+        """Ask the loop to finish (runs beside :meth:`run`)."""
+        self.stopping = True

@@ -1,0 +1,117 @@
+"""The fabric of one node group under the Ray runtime.
+
+A node group is one Ray node's share of the run. An *actor node* holds its
+actors' segment pool, the request/reply pipes between them and their policy
+workers, and the buffer its parameter relay mirrors into: all node-local
+shared memory, exactly as in the local runtime, opened by name. The
+*trainers' node* holds the lead trainer's parameter buffer. Everything that
+crosses nodes is ZeroMQ TCP with the run's token: segments (actor -> trainer),
+parameter snapshots (root -> relays, or -> every reader in flat mode) and
+reports (every worker -> the controller). Servers bind the node's own address;
+their endpoints travel to the other workers inside the JSON specs the runtime
+hands out, so no shared filesystem is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+from srl.api.worker import Reporter
+from srl.base.channel import FifoChannel
+from srl.base.seqlock import VersionedBuffer
+from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, SharedFabric
+from srl.runtime.plan import Plan
+from srl.system.control import ZmqReporter
+from srl.system.remote_samples import SampleReceiver, SampleSender
+from srl.system.streams import SegmentPool
+
+TRAINER_NODE = -1
+"""Node-group index of the trainers' node (actor nodes are 0, 1, ...)."""
+
+
+@dataclass
+class Endpoints:
+    """Where the run's TCP servers listen, and the secret they expect. Travels as JSON, never pickled."""
+
+    control: str
+    token: str
+    samples: dict[str, str] = field(default_factory=dict)
+    """``trainer<i>`` -> its sample receiver."""
+    params: dict[str, str] = field(default_factory=dict)
+    """``root`` / ``relay<g>`` -> that parameter server."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Endpoints:
+        return cls(str(data["control"]), str(data["token"]), dict(data["samples"]), dict(data["params"]))
+
+
+class NodeFabric(SharedFabric):
+    """Shared memory of one node group plus the run's TCP endpoints."""
+
+    def __init__(self, plan: Plan, node: int, endpoints: Endpoints, host: str, tag: str | None = None,
+                 directory: Path | None = None) -> None:
+        """``node``: an actor node group, or :data:`TRAINER_NODE`; ``host``: this node's address (servers bind it)."""
+        super().__init__(plan, tag, directory)
+        self.node, self.endpoints, self.host = node, endpoints, host
+        self._stop = np.zeros(1, np.int32)  # Ray workers are stopped by a call, not by a shared flag
+
+    def create(self) -> None:
+        """Create this node group's segments and pipes (its node agent)."""
+        plan, opened = self.plan, self._opened
+        try:
+            if self.node == TRAINER_NODE:
+                opened["params"] = VersionedBuffer.create_shared(f"{self.tag}_params", plan.param_size, np.float32)
+                return
+            opened["pool"] = SegmentPool.shared(plan.layout, self.tag, create=True)
+            if plan.relay_groups:
+                key = f"params{self.node}"
+                opened[key] = VersionedBuffer.create_shared(f"{self.tag}_{key}", plan.param_size, np.float32)
+            per_node = plan.cfg.workers.policy_workers // plan.nodes
+            for p in range(self.node * per_node, (self.node + 1) * per_node):
+                opened[f"req{p}"] = FifoChannel.create(str(self.dir / f"req{p}"), REQUEST_WIDTH)
+            for row in range(plan.layout.actors):
+                opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
+        except BaseException:
+            self.destroy()
+            raise
+
+    def recover(self, row: int) -> int:
+        """Before restarting the actor in pool row ``row``: free its unfinished and its unsent buffers; count them."""
+        state = self.pool().state[row]
+        lost = state != 0  # FILLING, or READY but still waiting to be sent: either way its segment is gone
+        state[lost] = 0
+        return int(lost.sum())
+
+    def param_address(self, server: str) -> str:
+        # A server not yet bound picks a free port on this node; a restarted one takes its old address back.
+        return self.endpoints.params.get(server, f"tcp://{self.host}:*")
+
+    def token(self) -> str:
+        return self.endpoints.token
+
+    def reporter(self) -> Reporter:
+        return self._get("reporter", lambda: ZmqReporter(self.endpoints.control, token=self.endpoints.token))
+
+    def dist_init_method(self) -> str:
+        return f"file://{self.dir}/trainers.store"  # the trainers share one node (one placement bundle)
+
+    def stop_flag(self) -> np.ndarray:
+        return self._stop
+
+    def sample_producer(self, actor: int) -> SampleSender:  # type: ignore[override]
+        trainer = f"trainer{actor % self.plan.cfg.workers.trainers}"
+        return SampleSender(self.pool(), self.plan.actor_row(actor), actor, self.endpoints.samples[trainer],
+                            self.endpoints.token, zmq.Context.instance())
+
+    def sample_consumer(self, trainer: int) -> SampleReceiver:  # type: ignore[override]
+        address = self.endpoints.samples.get(f"trainer{trainer}", f"tcp://{self.host}:*")
+        return SampleReceiver(self.plan.layout.fields, address, self.endpoints.token, zmq.Context.instance(),
+                              queue=self.plan.cfg.ppo.batch_segments)

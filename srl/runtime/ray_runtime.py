@@ -1,0 +1,398 @@
+"""The Ray runtime: the same workers as Ray actors, placed by node group on a Ray cluster.
+
+Ray places and supervises; it never carries per-step data. Each actor node
+group is one placement group (one bundle, so one node) holding a node agent
+(it owns the group's shared memory), the group's actors, its policy workers
+and its parameter relay. The trainers, the root parameter server and the eval
+worker share one more placement group. Within a node, workers talk through
+shared memory exactly as under the local runtime; across nodes, through
+ZeroMQ TCP with a per-run token (see :mod:`srl.runtime.ray_fabric`).
+
+Everything handed to a Ray actor is a JSON string (config, endpoints, names),
+and everything it returns is a JSON string or wire-format bytes: no object of
+ours is pickled across the boundary.
+
+Supervision: when a worker's actor dies (its process, or its whole node), the
+controller is told, counts the restart, and starts a fresh one in the same
+placement group (Ray re-places a group whose node is gone once a node with its
+resources joins). A lost node group comes back whole: a new agent, then its
+relay, policy workers and actors. A lone trainer restarts from the newest
+checkpoint. Restarts are bounded by ``workers.max_restarts`` per worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from srl.api.config import ConfigError, to_dict
+from srl.base import wire
+from srl.base.fileio import atomic_write_text
+from srl.base.shm import sweep_stale
+from srl.runtime.build import worker_roles
+from srl.runtime.plan import Plan
+from srl.runtime.ray_actors import NodeAgent, WorkerActor
+from srl.runtime.ray_fabric import TRAINER_NODE, Endpoints
+from srl.system.control import ControlReceiver
+from srl.system.controller import Controller
+from srl.system.param_service import relay_parent
+from srl.system.trainer_worker import checkpoints
+
+log = logging.getLogger(__name__)
+
+STOP_TIMEOUT = 120.0
+"""How long stopping workers may take (a trainer finishes its update and writes its final checkpoint)."""
+SERVER_READY_TIMEOUT = 120.0
+"""How long a server (trainer, parameter root or relay) may take to bind once its node is placed."""
+SERVERS = ("trainer", "param_root", "relay")
+
+
+@dataclass
+class Group:
+    """One node group: its placement group, its agent and where the agent put the shared memory."""
+
+    node: int
+    pg: PlacementGroup
+    agent: Any = None
+    where: dict[str, str] = field(default_factory=dict)
+    pending: Any = None
+    """The agent's ``where()`` while the group is being (re)placed."""
+
+
+@dataclass
+class Running:
+    """One started worker."""
+
+    role: str
+    index: int
+    handle: Any
+    ref: Any
+    incarnation: int = 0
+
+
+def node_of(plan: Plan, role: str, index: int) -> int:
+    """The node group a worker is placed in."""
+    if role == "actor":
+        return plan.actor_node(index)
+    if role == "policy":
+        return index // (plan.cfg.workers.policy_workers // plan.nodes)
+    if role == "relay":
+        return index
+    return TRAINER_NODE
+
+
+def _cpus(plan: Plan, role: str) -> float:
+    r = plan.cfg.ray
+    return {"actor": r.cpus_per_actor, "policy": r.cpus_per_policy_worker, "trainer": r.cpus_per_trainer}.get(role, 0.0)
+
+
+def _bundle(plan: Plan, node: int) -> dict[str, float]:
+    """Resources of one node group (claimed as a single bundle, so the group shares one node)."""
+    r = plan.cfg.ray
+    roles = [ri for ri in worker_roles(plan) if node_of(plan, *ri) == node]
+    bundle: dict[str, float] = {"CPU": max(0.01, sum(_cpus(plan, role) for role, _ in roles))}
+    if node == TRAINER_NODE:
+        if r.trainer_gpus:
+            bundle["GPU"] = r.trainer_gpus * plan.cfg.workers.trainers
+        if r.trainer_resource:
+            bundle[r.trainer_resource] = 1.0
+    elif r.node_resource:
+        bundle[r.node_resource] = 1.0
+    return bundle
+
+
+def _connect(plan: Plan) -> bool:
+    """Join (or start) Ray; True when this call started it (and so must shut it down)."""
+    if ray.is_initialized():
+        return False
+    r = plan.cfg.ray
+    if r.address is None:  # a private instance on this machine, on loopback, sized to hold the whole layout
+        need = sum(_bundle(plan, n)["CPU"] for n in [TRAINER_NODE, *range(plan.nodes)])
+        ray.init(num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))), include_dashboard=False,
+                 _node_ip_address="127.0.0.1", logging_level=logging.WARNING, log_to_driver=True)
+    else:
+        try:
+            ray.init(address=r.address, logging_level=logging.WARNING)
+        except ConnectionError as exc:
+            raise ConfigError(f"ray.address: cannot connect to {r.address!r}: {exc}") from None
+    return True
+
+
+class RayRun:
+    """The driver's state for one run: groups, workers, endpoints; started, supervised and stopped here."""
+
+    def __init__(self, plan: Plan, controller: Controller, run_dir: Path | None, endpoints: Endpoints) -> None:
+        self.plan, self.controller, self.run_dir, self.endpoints = plan, controller, run_dir, endpoints
+        self.groups: dict[int, Group] = {}
+        self.workers: dict[str, Running] = {}
+        self.waiting: dict[int, list[tuple[str, int, int]]] = {}  # node -> workers to start once it is placed
+
+    # ------------------------------------------------------------------ start
+    def place(self) -> None:
+        """Claim one placement group per node group and wait until the cluster has placed them all."""
+        for node in [TRAINER_NODE, *range(self.plan.nodes)]:
+            self.groups[node] = Group(node, placement_group([_bundle(self.plan, node)], strategy="STRICT_PACK",
+                                                            name=f"srl-{self.endpoints.token[:8]}-{node}"))
+        timeout = self.plan.cfg.ray.start_timeout_seconds
+        for node, group in self.groups.items():
+            try:
+                ray.get(group.pg.ready(), timeout=timeout)
+            except GetTimeoutError:
+                raise RuntimeError(f"ray: node group {node} needs {_bundle(self.plan, node)}, which the cluster did "
+                                   f"not offer within {timeout:.0f} s (ray.start_timeout_seconds)") from None
+        for group in self.groups.values():
+            self._start_agent(group)
+        for group in self.groups.values():
+            group.where = json.loads(ray.get(group.pending, timeout=timeout))
+            group.pending = None
+
+    def _options(self, node: int, cpus: float) -> dict[str, Any]:
+        group = self.groups[node]
+        return {"num_cpus": cpus, "max_restarts": 0,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(group.pg, placement_group_bundle_index=0)}
+
+    def _start_agent(self, group: Group) -> None:
+        spec = {**self._common(), "node": group.node}
+        group.agent = NodeAgent.options(**self._options(group.node, 0)).remote(json.dumps(spec))
+        group.pending = group.agent.where.remote()
+
+    def _common(self) -> dict[str, Any]:
+        p = self.plan
+        return {"config": to_dict(p.cfg), "null_trainer": p.null_trainer, "resume": p.resume,
+                "start_version": p.start_version, "endpoints": self.endpoints.to_json(),
+                "run_dir": None if self.run_dir is None else str(self.run_dir)}
+
+    def start_all(self) -> None:
+        """Create every worker at once (their processes start in parallel), bind the servers in order (their
+        endpoints go to everyone else), then let the rest run."""
+        roles = worker_roles(self.plan)
+        for role, index in roles:
+            self._create(role, index, 0)
+        for role, index in roles:
+            if role in SERVERS:
+                self._launch(f"{role}{index}")
+        for role, index in roles:
+            if role not in SERVERS:
+                self._launch(f"{role}{index}")
+        self.write_workers()
+
+    def write_workers(self) -> None:
+        """``workers.json``: where each worker runs (pid, Ray node), for operators and fault-injection tests."""
+        if self.run_dir is None:
+            return
+        live = {name: w.handle.info.remote() for name, w in self.workers.items() if w.ref is not None}
+        where = {}
+        for name, ref in live.items():
+            try:
+                where[name] = json.loads(ray.get(ref, timeout=30.0))
+            except (RayActorError, GetTimeoutError):
+                continue
+        atomic_write_text(self.run_dir / "workers.json", json.dumps(where, indent=1) + "\n")
+
+    def _create(self, role: str, index: int, incarnation: int, **extra: Any) -> None:
+        node = node_of(self.plan, role, index)
+        spec = {**self._common(), "node": node, "fabric": self.groups[node].where, "role": role, "index": index,
+                "incarnation": incarnation, **extra}
+        handle = WorkerActor.options(**self._options(node, _cpus(self.plan, role))).remote(json.dumps(spec))
+        self.workers[f"{role}{index}"] = Running(role, index, handle, None, incarnation)
+
+    def _launch(self, name: str) -> None:
+        """Start worker ``name``'s loop; a server first binds and its endpoint is recorded."""
+        w = self.workers[name]
+        endpoints = json.dumps(self.endpoints.to_json())
+        if w.role in SERVERS:
+            bound = json.loads(ray.get(w.handle.prepare.remote(endpoints), timeout=SERVER_READY_TIMEOUT))
+            if "error" in bound:
+                raise RuntimeError(f"{name}: {bound['error']}")
+            if "samples" in bound:
+                self.endpoints.samples[name] = bound["samples"]
+            if "params" in bound:
+                self.endpoints.params["root" if w.role == "param_root" else name] = bound["params"]
+        w.ref = w.handle.run.remote(endpoints)
+
+    # ------------------------------------------------------------------ supervise
+    def supervise(self, receiver: ControlReceiver) -> None:
+        """Until the controller says stop: read reports, restart what died, start what waited for its node."""
+        controller = self.controller
+        while controller.should_stop() is None:
+            receiver.drain(0.05)
+            controller.tick()
+            self._start_placed_groups()
+            refs = {w.ref: name for name, w in self.workers.items() if w.ref is not None}
+            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in done:
+                name = refs[ref]
+                receiver.drain(0.2)  # its error report, if it sent one, names the cause
+                self._lost(name, self._cause(name, ref))
+
+    def _cause(self, name: str, ref: Any) -> str:
+        try:
+            result = ray.get(ref)
+        except RayActorError as exc:
+            died = "its node was lost" if "node" in str(exc).lower() and "died" in str(exc).lower() else "died"
+            return self.controller.worker_errors.pop(name, None) or f"Ray actor {died}"
+        return self.controller.worker_errors.pop(name, None) or str(result) or "ended before the run did"
+
+    def _lost(self, name: str, cause: str) -> None:
+        controller, w = self.controller, self.workers[name]
+        w.ref = None
+        if not self._restartable(w.role):
+            controller.fail(f"{name}: {cause}")
+            return
+        if controller.restarts.get(name, 0) >= self.plan.cfg.workers.max_restarts:
+            controller.fail(f"{name}: {cause} (after {self.plan.cfg.workers.max_restarts} restarts)")
+            return
+        node = node_of(self.plan, w.role, w.index)
+        group = self.groups[node]
+        ray.kill(w.handle, no_restart=True)
+        dropped = 0
+        if node in self.waiting or group.pending is not None:
+            self.waiting.setdefault(node, []).append((w.role, w.index, w.incarnation + 1))
+        elif not self._agent_alive(group):
+            self._replace_agent(group)
+            self.waiting.setdefault(node, []).append((w.role, w.index, w.incarnation + 1))
+        else:
+            if w.role == "actor":
+                dropped = int(ray.get(group.agent.recover.remote(self.plan.actor_row(w.index))))
+            self._restart(w.role, w.index, w.incarnation + 1)
+        controller.note_restart(name, cause, dropped)
+
+    def _restartable(self, role: str) -> bool:
+        if self.plan.cfg.workers.max_restarts == 0:
+            return False
+        if role == "trainer":  # data-parallel peers cannot re-form their group mid-run
+            return self.plan.cfg.workers.trainers == 1 and self.run_dir is not None
+        return True
+
+    def _agent_alive(self, group: Group) -> bool:
+        try:
+            ray.get(group.agent.where.remote(), timeout=10.0)
+            return True
+        except (RayActorError, GetTimeoutError):
+            return False
+
+    def _replace_agent(self, group: Group) -> None:
+        """The node group's node is gone: a new agent (Ray re-places the group when a node can take it)."""
+        log.warning("node group %d lost; waiting for Ray to place it again", group.node)
+        ray.kill(group.agent, no_restart=True)
+        self._start_agent(group)
+        self.waiting.setdefault(group.node, [])
+
+    def _start_placed_groups(self) -> None:
+        for node in list(self.waiting):
+            group = self.groups[node]
+            if group.pending is not None:
+                done, _ = ray.wait([group.pending], timeout=0)
+                if not done:
+                    continue
+                try:
+                    group.where = json.loads(ray.get(group.pending))
+                except RayActorError:  # placed on a node that died as well: try again
+                    self._start_agent(group)
+                    continue
+                group.pending = None
+            for role, index, incarnation in sorted(self.waiting.pop(node), key=lambda r: SERVERS_FIRST[r[0]]):
+                self._restart(role, index, incarnation)
+
+    def _restart(self, role: str, index: int, incarnation: int) -> None:
+        extra: dict[str, Any] = {}
+        if role == "trainer":  # from the newest checkpoint, publishing above what readers already hold
+            extra = {"resume": self._newest_checkpoint(),
+                     "min_version": int(self.controller.trainer.get("version", 0)) + 1}
+        self._create(role, index, incarnation, **extra)
+        self._launch(f"{role}{index}")
+        self.write_workers()
+
+    def _newest_checkpoint(self) -> str:
+        found = checkpoints(Path(self.run_dir) / "checkpoints") if self.run_dir is not None else []
+        if not found:
+            raise RuntimeError("trainer0 died before its first checkpoint; nothing to restart it from")
+        return str(found[-1])
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, receiver: ControlReceiver) -> np.ndarray | None:
+        """Ask every worker to finish (final checkpoint, last reports), then read the newest snapshot."""
+        live = [w for w in self.workers.values() if w.ref is not None]
+        for w in live:
+            w.handle.stop.remote()
+        deadline = time.monotonic() + STOP_TIMEOUT
+        pending = [w.ref for w in live]
+        while pending and time.monotonic() < deadline:
+            receiver.drain(0.05)
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+        receiver.drain(0.1)
+        try:
+            packed = ray.get(self.groups[TRAINER_NODE].agent.snapshot.remote(), timeout=30.0)
+        except (RayActorError, GetTimeoutError):
+            return None
+        if not packed:
+            return None
+        msg = wire.decode(wire.unpack(packed), expect_schema="snapshot",
+                          fields={"params": ("float32", (self.plan.param_size,))})
+        return np.array(msg.arrays["params"])
+
+    def release(self) -> None:
+        """Kill every actor, destroy every node's shared memory, free the placement groups (every exit path)."""
+        for w in self.workers.values():
+            ray.kill(w.handle, no_restart=True)
+        for group in self.groups.values():
+            if group.agent is not None:
+                try:
+                    ray.get(group.agent.close.remote(), timeout=10.0)
+                except (RayActorError, GetTimeoutError):
+                    pass
+                ray.kill(group.agent, no_restart=True)
+            remove_placement_group(group.pg)
+
+
+SERVERS_FIRST = {"trainer": 0, "param_root": 1, "relay": 2, "policy": 3, "actor": 4, "eval": 5}
+
+
+def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
+    """Run until the controller says stop; return the newest policy snapshot."""
+    owns_ray = _connect(plan)
+    token = secrets.token_hex(16)
+    receiver = ControlReceiver(f"tcp://{ray.util.get_node_ip_address()}:*", controller.handle, token=token)
+    run = RayRun(plan, controller, run_dir, Endpoints(receiver.address, token))
+    controller.supervised_roles = frozenset(
+        role for role in ("actor", "policy", "param_root", "relay", "eval", "trainer") if run._restartable(role))
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if controller.stop_reason == "interrupted":
+            raise KeyboardInterrupt  # a second signal: stop waiting for workers (they are killed below)
+        controller.stop_reason = controller.stop_reason or "interrupted"
+
+    for sig in previous:
+        signal.signal(sig, on_signal)
+    try:
+        run.place()
+        run.start_all()
+        run.supervise(receiver)
+        return run.stop(receiver)
+    finally:
+        try:
+            run.release()
+        finally:
+            receiver.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if owns_ray:
+                ray.shutdown()
+            sweep_stale()  # segments of node agents that died with their node (same machine only)

@@ -1,0 +1,254 @@
+"""The capacity model (``srl plan``): hand-checked predictions, bottleneck switches, the parameter service
+flat vs hierarchical, layouts that fit, the costs file, and the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from srl.api.config import ConfigError
+from srl.cli.main import main
+from srl.runtime.capacity import (Cluster, Costs, Layout, fan_out_candidates, param_delivery, predict,
+                                  tree_depth)
+from srl.runtime.capacity_plan import recommend, scale_table
+
+# Round numbers, so predictions can be checked by hand: an env step costs 100 us, an update 200 us per sample.
+COSTS = Costs(env_id="Fake-v0", envs_per_slot=8, segment_length=32, samples_per_version=512, max_inference_batch=64,
+              env_seconds_per_step=100e-6, actor_seconds_per_step=0.0, inference_seconds_per_sample=0.0,
+              inference_seconds_per_batch=0.0, request_seconds=0.0, serve_seconds_per_batch=0.0,
+              serve_seconds_per_request=0.0, update_seconds_per_sample=200e-6, trainer_threads=1,
+              segment_send_seconds=0.0, bytes_per_sample=100.0, param_bytes=1_000_000, param_hop_seconds=1e-3,
+              param_bytes_per_second=1e9)
+
+
+def one_node(actors: int, pws: int = 0, trainers: int = 1) -> Layout:
+    return Layout(actor_nodes=1, trainer_nodes=0, actors_per_node=actors, policy_workers_per_node=pws,
+                  trainers=trainers, envs_per_slot=8)
+
+
+def many_nodes(actor_nodes: int, trainer_nodes: int, actors: int = 60, pws: int = 4, trainers: int = 64,
+               **kw: object) -> Layout:
+    return Layout(actor_nodes=actor_nodes, trainer_nodes=trainer_nodes, actors_per_node=actors,
+                  policy_workers_per_node=pws, trainers=trainers, envs_per_slot=8, **kw)  # type: ignore[arg-type]
+
+
+def test_one_node_prediction_by_hand():
+    pred = predict(COSTS, Cluster(nodes=1, cores_per_node=2), one_node(1))
+    assert pred.stages["env"] == pytest.approx(10_000)  # 1 actor / 100 us
+    assert pred.stages["trainer"] == pytest.approx(5_000)  # 1 trainer / 200 us
+    assert pred.stages["cores"] == pytest.approx(2 / 300e-6)  # both processes share 2 cores
+    assert math.isinf(pred.stages["network"]) and math.isinf(pred.stages["params"])  # nothing leaves the node
+    assert pred.bottleneck == "trainer" and pred.steps_per_second == pytest.approx(5_000)
+
+
+def test_more_env_cores_raise_throughput_until_the_trainer_binds():
+    costs = dataclasses.replace(COSTS, env_seconds_per_step=1e-3)  # 1k env steps/s per actor
+    cluster = Cluster(nodes=1, cores_per_node=64)
+    rates, bottlenecks = [], []
+    for actors in range(4, 40, 4):
+        pred = predict(costs, cluster, one_node(actors, trainers=4))  # trainers: 4 / 200 us = 20k
+        rates.append(pred.steps_per_second)
+        bottlenecks.append(pred.bottleneck)
+    assert rates[:2] == pytest.approx([4_000, 8_000]) and bottlenecks[:4] == ["env"] * 4
+    assert all(b >= a for a, b in zip(rates, rates[1:]))
+    assert rates[-1] == pytest.approx(20_000) and bottlenecks[-1] == "trainer"
+
+
+def test_oversubscribed_node_is_bound_by_its_cores():
+    pred = predict(COSTS, Cluster(nodes=1, cores_per_node=2), one_node(4, trainers=4))
+    assert pred.bottleneck == "cores" and pred.steps_per_second == pytest.approx(2 / 300e-6)
+
+
+@pytest.mark.parametrize("change, bottleneck", [
+    ({}, "trainer"),
+    ({"env_seconds_per_step": 10e-3}, "env"),
+    ({"inference_seconds_per_sample": 1e-3}, "inference"),
+    ({"bytes_per_sample": 1e6}, "network"),
+    ({"param_bytes": 10**9, "param_hop_seconds": 1.0}, "params"),
+])
+def test_bottleneck_switches(change, bottleneck):
+    costs = dataclasses.replace(COSTS, **change)
+    pred = predict(costs, Cluster(nodes=8, cores_per_node=64), many_nodes(6, 2, trainers=16))
+    assert pred.bottleneck == bottleneck
+    assert pred.steps_per_second == min(pred.stages.values())
+
+
+def test_gpu_trainers_use_the_speed_up():
+    cluster = Cluster(nodes=2, cores_per_node=64, gpus_per_node=8)
+    layout = many_nodes(1, 1, trainers=8, trainer_device="gpu")
+    with pytest.raises(ConfigError, match="gpu_update_speedup"):
+        predict(COSTS, cluster, layout)
+    pred = predict(dataclasses.replace(COSTS, gpu_update_speedup=10.0), cluster, layout)
+    assert pred.stages["trainer"] == pytest.approx(8 * 10 / 200e-6)
+
+
+def test_tree_depth_and_fan_out_candidates():
+    assert [tree_depth(r, 4) for r in (1, 4, 5, 20, 21, 84, 85)] == [1, 1, 2, 2, 3, 3, 4]
+    for relays in (1, 3, 8, 100, 5000):
+        cands = fan_out_candidates(relays)
+        depths = [tree_depth(relays, f) for f in cands]
+        assert len(set(depths)) == len(depths)  # one fan-out per depth
+        for f, d in zip(cands, depths):
+            assert f == 2 or tree_depth(relays, f - 1) > d  # the smallest fan-out reaching that depth
+
+
+def test_hierarchical_root_egress_grows_with_relays_not_readers():
+    cluster = Cluster(nodes=200, cores_per_node=64)
+    for actor_nodes in (2, 8, 32, 128):
+        few, many = many_nodes(actor_nodes, 1, pws=1), many_nodes(actor_nodes, 1, pws=8)
+        flat_few, flat_many = (param_delivery(COSTS, cluster, lay, "flat") for lay in (few, many))
+        assert flat_many.root_bytes == 8 * flat_few.root_bytes == 8 * actor_nodes * COSTS.param_bytes
+        hier_few, hier_many = (param_delivery(COSTS, cluster, lay, "hierarchical", 8) for lay in (few, many))
+        assert hier_few.root_bytes == hier_many.root_bytes == min(actor_nodes, 8) * COSTS.param_bytes
+        assert hier_many.relays == actor_nodes and hier_many.depth == tree_depth(actor_nodes, 8)
+        assert hier_many.seconds < flat_many.seconds
+
+
+def test_inline_actors_are_readers():
+    delivery = param_delivery(COSTS, Cluster(nodes=3, cores_per_node=64), many_nodes(2, 1, actors=50, pws=0), "flat")
+    assert delivery.readers == 100 and delivery.root_sends == 100
+
+
+@pytest.mark.parametrize("nodes, cores, gpus", [(1, 2, 0), (1, 16, 0), (1, 16, 2), (4, 64, 0), (40, 64, 8),
+                                                 (1563, 64, 0)])
+def test_recommended_layouts_fit_the_cluster(nodes, cores, gpus):
+    costs = dataclasses.replace(COSTS, gpu_update_speedup=10.0, request_seconds=20e-6,
+                                inference_seconds_per_batch=200e-6, inference_seconds_per_sample=1e-6)
+    cluster = Cluster(nodes=nodes, cores_per_node=cores, gpus_per_node=gpus)
+    rec = recommend(costs, cluster)
+    lay = rec.layout
+    assert lay.actor_nodes + lay.trainer_nodes <= nodes
+    assert lay.actor_nodes * lay.actors_per_node >= lay.trainers >= 1
+    per_trainer = 1 if lay.trainer_device == "gpu" else costs.trainer_threads
+    if lay.trainer_nodes == 0:
+        assert lay.actors_per_node + lay.policy_workers_per_node + lay.trainers * per_trainer <= cores
+    else:
+        assert lay.actors_per_node + lay.policy_workers_per_node <= cores
+        assert lay.trainers * per_trainer <= lay.trainer_nodes * (gpus if lay.trainer_device == "gpu" else cores)
+    if lay.trainer_device == "gpu":
+        assert lay.trainers <= gpus * max(1, lay.trainer_nodes)
+    assert rec.prediction.steps_per_second > 0
+    settings = rec.settings()
+    assert settings["params.fan_out"] >= 1 and settings["workers.ring_size"] == 2
+
+
+def test_two_cores_recommend_the_shipped_layout():
+    rec = recommend(COSTS, Cluster(nodes=1, cores_per_node=2))
+    assert rec.settings()["workers.actors"] == 1 and rec.settings()["workers.policy_workers"] == 0
+    assert rec.layout.trainers == 1
+
+
+def test_max_trainers_caps_and_leaves_idle_actor_nodes():
+    free = recommend(COSTS, Cluster(nodes=100, cores_per_node=64))
+    capped = recommend(COSTS, Cluster(nodes=100, cores_per_node=64), max_trainers=8)
+    assert capped.layout.trainers == 8 and free.layout.trainers > 8
+    assert capped.prediction.bottleneck == "trainer"
+    assert capped.prediction.steps_per_second == pytest.approx(8 / 200e-6)
+    assert capped.layout.actor_nodes + capped.layout.trainer_nodes < 100  # more actor nodes would add nothing
+
+
+def test_scale_table_compares_flat_and_hierarchical():
+    rows = scale_table(COSTS, cores_per_node=64)
+    assert [r.cores for r in rows] == [1_000, 10_000, 100_000]
+    assert [r.cluster.nodes for r in rows] == [16, 157, 1563]
+    for r in rows:
+        assert r.hierarchical.root_bytes <= r.flat.root_bytes
+        assert r.hierarchical.relays == r.recommendation.layout.actor_nodes
+    assert rows[-1].flat.root_bytes > 100 * rows[-1].hierarchical.root_bytes
+
+
+def test_costs_json_round_trip_and_errors():
+    data = json.loads(json.dumps({"bench": "costs", **COSTS.to_dict()}))
+    assert Costs.from_dict(data) == COSTS
+    as_ints = {**data, "env_seconds_per_step": 1, "param_bytes_per_second": 1000000000}
+    assert Costs.from_dict(as_ints).env_seconds_per_step == 1.0
+    for bad, message in [({**data, "typo": 1}, "costs.json: typo: unknown field"),
+                         ({k: v for k, v in data.items() if k != "param_bytes"}, "costs.json: param_bytes: missing"),
+                         ({**data, "envs_per_slot": 0}, "costs.json: envs_per_slot: must be an integer >= 1"),
+                         ({**data, "update_seconds_per_sample": -1.0}, "update_seconds_per_sample: must be a number > 0"),
+                         ({**data, "request_seconds": "fast"}, "request_seconds: must be a number >= 0"),
+                         ([1, 2], "costs.json: expected a JSON object")]:
+        with pytest.raises(ConfigError) as info:
+            Costs.from_dict(bad, "costs.json")
+        assert message in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------- command line
+@pytest.fixture
+def costs_file(tmp_path):
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(COSTS.to_dict()))
+    return path
+
+
+def test_plan_json_and_text(costs_file, capsys):
+    assert main(["plan", "--costs", str(costs_file), "--nodes", "4", "--cores-per-node", "64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["bottleneck"] in ("env", "inference", "trainer", "network", "params", "cores")
+    assert out["layout"]["ray.actor_nodes"] + out["trainer_nodes"] <= 4
+    assert [row["cores"] for row in out["scale"]] == [1_000, 10_000, 100_000]
+    assert out["stages"]["params"] is not None and Costs.from_dict(out["costs"]) == COSTS
+    assert main(["plan", "--costs", str(costs_file), "--nodes", "1", "--cores-per-node", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "bottleneck: trainer" in text and "workers.policy_workers" in text and "hier." in text
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--costs", "{missing}"], "missing.json: cannot read costs file"),
+    (["--costs", "{broken}"], "broken.json: invalid JSON at line 1"),
+    (["--costs", "{bad_field}"], "bad_field.json: param_bytes: must be an integer >= 1"),
+    (["--costs", "{good}", "--nodes", "0"], "--nodes: must be >= 1, got 0"),
+    (["--costs", "{good}", "--cores-per-node", "-2"], "--cores-per-node: must be >= 1, got -2"),
+    (["--costs", "{good}", "--link-gbps", "0"], "--link-gbps: must be > 0"),
+    (["--costs", "{good}", "--gpus-per-node", "8"], "--gpu-speedup: needed with --gpus-per-node > 0"),
+    (["--costs", "{good}", "--max-trainers", "0"], "--max-trainers: must be >= 1"),
+    ([], "give --costs FILE or --config CONFIG"),
+])
+def test_plan_bad_input_is_one_line(tmp_path, costs_file, capsys, args, needle):
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "bad_field.json").write_text(json.dumps({**COSTS.to_dict(), "param_bytes": 0}))
+    paths = {"missing": tmp_path / "missing.json", "broken": tmp_path / "broken.json",
+             "bad_field": tmp_path / "bad_field.json", "good": costs_file}
+    args = [a.format(**paths) for a in args]
+    base = {"--nodes": "2", "--cores-per-node": "8"}
+    for flag, value in base.items():
+        if flag not in args:
+            args += [flag, value]
+    assert main(["plan", *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("srl: error: ") and needle in lines[0]
+
+
+def test_plan_exit_code_in_a_fresh_process(tmp_path, costs_file):
+    ok = subprocess.run([sys.executable, "-m", "srl.cli.main", "plan", "--costs", str(costs_file), "--nodes", "16",
+                         "--cores-per-node", "64", "--json"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["scale"][0]["nodes"] == 16
+    bad = subprocess.run([sys.executable, "-m", "srl.cli.main", "plan", "--costs", str(tmp_path / "nope.json"),
+                          "--nodes", "1", "--cores-per-node", "2"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "nope.json" in bad.stderr
+
+
+# ---------------------------------------------------------------------------------------------- cost measurement
+def test_cost_measurements_run_the_real_paths():
+    """Each piece of ``srl bench costs`` except the parameter service (``bench_params`` is tested on its own),
+    very briefly, on CartPole: positive, finite numbers that make a valid Costs."""
+    from srl.api.config import load_config
+    from srl.runtime.bench_costs import actor_overhead, inference_fit, segment_send, stream_costs
+    from srl.runtime.plan import make_plan
+
+    plan = make_plan(load_config("configs/cartpole_ppo.yaml"))
+    measured = {"actor_seconds_per_step": actor_overhead(plan, 0.1, warmup=0.05),
+                **inference_fit(plan, 0.1, rounds=1), **stream_costs(plan, 0.1), **segment_send(plan, 0.05)}
+    assert all(math.isfinite(v) and v >= 0 for v in measured.values())
+    assert measured["request_seconds"] > 0 and measured["segment_send_seconds"] > 0
+    w = plan.cfg.workers
+    segment_bytes = sum(math.prod(f.shape) * np.dtype(f.dtype).itemsize for f in plan.layout.fields.values())
+    assert measured["bytes_per_sample"] == pytest.approx(segment_bytes / (w.segment_length * w.envs_per_slot))
+    costs = dataclasses.replace(COSTS, **measured)
+    assert predict(costs, Cluster(nodes=1, cores_per_node=2), one_node(1)).steps_per_second > 0

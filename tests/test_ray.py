@@ -1,0 +1,133 @@
+"""The Ray runtime on a simulated cluster: a head (trainers) and two worker nodes (actors), all on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+# Before Ray is imported: keep every Ray address on loopback (otherwise Ray resolves 127.0.0.1 to the machine's
+# external interface) and give Ray a private temp folder, apart from any other Ray user on the machine.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="srlray-"))
+
+import pytest  # noqa: E402
+import ray  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from srl.api.config import load_config  # noqa: E402
+from srl.base.shm import list_segments  # noqa: E402
+from srl.runtime.train import train  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"srl_trainer": 1},
+                                                      "node_ip_address": "127.0.0.1"})
+    nodes = [c.add_node(num_cpus=2, resources={"srl_actor": 1}, node_ip_address="127.0.0.1") for _ in range(2)]
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level="WARNING")
+    yield c, nodes
+    ray.shutdown()
+    c.shutdown()
+
+
+def _cfg(c: Cluster, *overrides: str):
+    return load_config(ROOT / "configs" / "cartpole_ppo.yaml", [
+        "runtime=ray", f"ray.address={c.address}", "ray.actor_nodes=2", "ray.actors_per_node=1",
+        "ray.node_resource=srl_actor", "ray.trainer_resource=srl_trainer", "run.max_wall_seconds=240",
+        *overrides])
+
+
+def _wait_for(path: Path, ready: Any, timeout: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            data = json.loads(path.read_text())
+            if ready(data):
+                return data
+        time.sleep(0.2)
+    raise AssertionError(f"{path} not ready in {timeout} s")
+
+
+def _wait_for_steps(run_dir: Path, steps: int, timeout: float = 120.0) -> None:
+    """Until the run's metrics show ``steps`` env steps (the run is training, not starting)."""
+    path, deadline = run_dir / "metrics.jsonl", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if lines and json.loads(lines[-1]).get("env_steps", 0) >= steps:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no {steps} env steps in {timeout} s")
+
+
+def _node_ids(c: Cluster, nodes: list) -> tuple[str, set[str]]:
+    return c.head_node.node_id, {n.node_id for n in nodes}
+
+
+def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
+    c, nodes = cluster
+    summary = train(_cfg(c, "ray.policy_workers_per_node=1"), run_dir=tmp_path / "run", progress=None)
+    assert summary["solved"], summary
+    assert summary["train_return_mean"] >= 475
+    workers = json.loads((tmp_path / "run" / "workers.json").read_text())
+    head, actor_nodes = _node_ids(c, nodes)
+    # trainers, the root server and the eval worker share the head; each actor node hosts one whole group
+    assert workers["trainer0"]["node_id"] == head and workers["param_root0"]["node_id"] == head
+    group = [{workers[f"{r}{g}"]["node_id"] for r in ("actor", "policy", "relay")} for g in range(2)]
+    assert all(len(g) == 1 for g in group) and set().union(*group) == actor_nodes
+    # the root sent each version to the two relays only (hierarchical service across nodes)
+    root = summary["param_service"]["param_root"]
+    assert root["rejected"] == 0 and root["sends"] <= 2 * (summary["policy_version"] + 1)
+    assert not [s for s in list_segments() if s.startswith(f"srl_{os.getpid()}")]
+
+
+def _train_in_thread(cfg, run_dir: Path) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: out.update(train(cfg, run_dir=run_dir, progress=None)))
+    thread.start()
+    return thread, out
+
+
+def test_killed_actor_process_is_restarted(cluster, tmp_path):
+    c, _ = cluster
+    run_dir = tmp_path / "run"
+    thread, summary = _train_in_thread(_cfg(c), run_dir)
+    workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
+    _wait_for_steps(run_dir, 2000)
+    os.kill(workers["actor1"]["pid"], signal.SIGKILL)
+    thread.join(300)
+    assert not thread.is_alive()
+    assert summary["restarts"].get("actor1") == 1, summary
+    assert summary["solved"], summary
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("restarts", 0) >= 1 for r in records)
+
+
+def test_lost_node_leaves_training_going_and_group_returns(cluster, tmp_path):
+    c, nodes = cluster
+    run_dir = tmp_path / "run"
+    thread, summary = _train_in_thread(_cfg(c, "run.target_return=null", "run.total_env_steps=1000000",
+                                           "run.max_wall_seconds=75"), run_dir)
+    workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
+    victim = next(n for n in nodes if n.node_id == workers["actor1"]["node_id"])
+    _wait_for_steps(run_dir, 2000)
+    c.remove_node(victim)  # the node's raylet and every worker on it die
+    time.sleep(10.0)
+    nodes.remove(victim)
+    nodes.append(c.add_node(num_cpus=2, resources={"srl_actor": 1}, node_ip_address="127.0.0.1"))
+    back = _wait_for(run_dir / "workers.json", lambda d: d.get("actor1", {}).get("node_id") == nodes[-1].node_id)
+    assert back["relay1"]["node_id"] == nodes[-1].node_id
+    thread.join(300)
+    assert not thread.is_alive()
+    assert summary["stop_reason"] == "wall_time", summary
+    assert summary["restarts"].get("actor1", 0) >= 1 and summary["restarts"].get("relay1", 0) >= 1, summary
+    steps = [json.loads(line)["env_steps"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] > steps[len(steps) // 2] > 0  # training kept going through the loss
