@@ -23,12 +23,43 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from srl.api.config import load_config  # noqa: E402
 from srl.base.shm import list_segments  # noqa: E402
 from srl.runtime.train import train  # noqa: E402
+from conftest import children_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _descendants(pid: int) -> set[int]:
+    out, todo = set(), [pid]
+    while todo:
+        kids = children_of(todo.pop())
+        out |= kids
+        todo.extend(kids)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Replaces the suite's check: the cluster's processes live for the module (checked when it ends), and Ray's
+    workers, not this process, create the segments: none made by a process of ours may outlive a test."""
+    before = set(list_segments())
+    yield
+    mine = _descendants(os.getpid())
+    left = [s for s in set(list_segments()) - before if s.split("_")[1].isdigit()
+            and (int(s.split("_")[1]) in mine or not _alive(int(s.split("_")[1])))]
+    assert not left, f"leaked shared memory: {sorted(left)}"
+
+
 @pytest.fixture(scope="module")
 def cluster():
+    before = children_of(os.getpid())
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"srl_trainer": 1},
                                                       "node_ip_address": "127.0.0.1"})
     nodes = [c.add_node(num_cpus=2, resources={"srl_actor": 1}, node_ip_address="127.0.0.1") for _ in range(2)]
@@ -37,6 +68,10 @@ def cluster():
     yield c, nodes
     ray.shutdown()
     c.shutdown()
+    deadline = time.monotonic() + 30.0
+    while children_of(os.getpid()) - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not children_of(os.getpid()) - before, "Ray processes outlived the cluster"
 
 
 def _cfg(c: Cluster, *overrides: str):
@@ -86,7 +121,6 @@ def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
     # the root sent each version to the two relays only (hierarchical service across nodes)
     root = summary["param_service"]["param_root"]
     assert root["rejected"] == 0 and root["sends"] <= 2 * (summary["policy_version"] + 1)
-    assert not [s for s in list_segments() if s.startswith(f"srl_{os.getpid()}")]
 
 
 def _train_in_thread(cfg, run_dir: Path) -> tuple[threading.Thread, dict[str, Any]]:
