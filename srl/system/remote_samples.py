@@ -61,7 +61,7 @@ class SampleSender:
 
     def acquire(self) -> int | None:
         """A free buffer now marked FILLING, or None when all are in use or waiting to be sent."""
-        self._flush()
+        self.flush()
         free = np.flatnonzero(self._state == FREE)
         if free.size == 0:
             return None
@@ -73,9 +73,10 @@ class SampleSender:
         """The segment in ``buffer`` is complete: send it (or queue it while the trainer is behind)."""
         self._state[buffer] = READY
         self._unsent.append(buffer)
-        self._flush()
+        self.flush()
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send what ZeroMQ can take now, oldest first; each sent buffer is free again."""
         while self._unsent:
             buf = self._unsent[0]
             frames = wire.encode(SEGMENT, self.pool.segment(self.row, buf), {"token": self.token, "actor": self.actor})

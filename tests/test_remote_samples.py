@@ -1,0 +1,138 @@
+"""The sample stream across nodes (ZeroMQ TCP on loopback) and the run token on every network receiver."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from srl.api.batch import segment_fields
+from srl.base import wire
+from srl.system.control import ControlReceiver, ZmqReporter
+from srl.system.remote_samples import SEGMENT, SampleReceiver, SampleSender
+from srl.system.streams import FREE, READY, PoolLayout, SegmentPool
+
+TOKEN = "a" * 32
+
+
+@pytest.fixture
+def ends():
+    ctx = zmq.Context()
+    fields = segment_fields((4,), np.float32, (), np.int64, 8, 2, with_final_obs=True)
+    pool = SegmentPool.in_process(PoolLayout(actors=2, buffers=3, fields=fields, slots=2))
+    receiver = SampleReceiver(fields, "tcp://127.0.0.1:*", TOKEN, ctx, queue=8)
+    sender = SampleSender(pool, 1, 7, receiver.address, TOKEN, ctx)
+    yield pool, sender, receiver, ctx
+    sender.close()
+    receiver.close()
+    ctx.destroy(linger=0)
+
+
+def _receive(receiver: SampleReceiver, n: int, timeout: float = 5.0) -> np.ndarray:
+    got, deadline = [], time.monotonic() + timeout
+    while sum(len(r) for r in got) < n and time.monotonic() < deadline:
+        got.append(receiver.receive(n, 0.05))
+    return np.concatenate(got) if got else np.zeros((0, 2), np.int32)
+
+
+def test_segments_arrive_intact_and_free_the_senders_buffer(ends):
+    pool, sender, receiver, _ = ends
+    time.sleep(0.3)  # the TCP connection comes up in the background; before that a send would wait its turn
+    for value in (1.0, 2.0):
+        buf = sender.acquire()
+        assert buf is not None
+        for name, arr in pool.segment(1, buf).items():
+            arr[...] = value
+        sender.submit(buf)
+    deadline = time.monotonic() + 5.0
+    while not (pool.state[1] == FREE).all() and time.monotonic() < deadline:
+        sender.flush()  # the actor's next acquire does this
+        time.sleep(0.01)
+    assert (pool.state[1] == FREE).all()  # handed to ZeroMQ (a copy), so the actor may refill them
+    records = _receive(receiver, 2)
+    assert len(records) == 2
+    seen = sorted(float(receiver.segment(*r)["obs"].mean()) for r in records.tolist())
+    assert seen == [1.0, 2.0]
+    assert set(receiver.segment(*records[0].tolist())) == set(pool.layout.fields)
+    for r in records.tolist():
+        receiver.release(*r)
+    assert receiver.received == 2 and receiver.rejected == 0
+    assert (pool.state[0] == FREE).all()  # another actor's row was never touched
+
+
+def test_a_trainer_that_falls_behind_parks_the_sender(tmp_path):
+    ctx = zmq.Context()
+    fields = segment_fields((64,), np.float32, (), np.int64, 32, 8, with_final_obs=True)
+    pool = SegmentPool.in_process(PoolLayout(actors=1, buffers=3, fields=fields, slots=2))
+    sock = ctx.socket(zmq.PULL)  # bound but never read: a trainer busy with its update
+    sock.setsockopt(zmq.RCVHWM, 1)
+    sock.setsockopt(zmq.RCVBUF, 4096)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    sender = SampleSender(pool, 0, 0, f"tcp://127.0.0.1:{port}", TOKEN, ctx)
+    try:
+        submitted = 0
+        for _ in range(50):
+            buf = sender.acquire()
+            if buf is None:
+                break
+            sender.submit(buf)
+            submitted += 1
+            time.sleep(0.02)
+        assert sender.acquire() is None  # every buffer is waiting to be sent: back-pressure, nothing dropped
+        assert (pool.state[0] == READY).any()
+        assert submitted < 50
+    finally:
+        sender.close()
+        sock.close()
+        ctx.destroy(linger=0)
+
+
+def test_sample_messages_without_the_token_or_malformed_are_rejected_and_the_receiver_keeps_going(ends):
+    pool, sender, receiver, ctx = ends
+    intruder = ctx.socket(zmq.PUSH)
+    intruder.setsockopt(zmq.LINGER, 0)
+    intruder.connect(receiver.address)
+    segment = {name: np.zeros(spec.shape, spec.dtype) for name, spec in pool.layout.fields.items()}
+    bad = [
+        wire.encode(SEGMENT, segment, {"actor": 0}),  # no token
+        wire.encode(SEGMENT, segment, {"token": "b" * 32, "actor": 0}),  # another run's token
+        [b"\x00garbage"],  # not a message at all
+        wire.encode(SEGMENT, {**segment, "obs": np.zeros((3, 3), np.float32)}, {"token": TOKEN}),  # wrong shape
+        wire.encode("param_get", {}, {"token": TOKEN}),  # wrong kind
+    ]
+    for frames in bad:
+        intruder.send_multipart(frames)
+    buf = sender.acquire()
+    pool.segment(1, buf)["rewards"][...] = 3.0
+    sender.submit(buf)
+    deadline = time.monotonic() + 5.0
+    good = np.zeros((0, 2), np.int32)
+    while (receiver.rejected < len(bad) or not len(good)) and time.monotonic() < deadline:
+        got = receiver.receive(8, 0.05)
+        good = got if len(got) else good
+    assert receiver.rejected == len(bad)
+    assert len(good) == 1 and float(receiver.segment(*good[0].tolist())["rewards"].mean()) == 3.0
+    intruder.close()
+
+
+def test_reports_without_the_run_token_are_rejected(tmp_path):
+    got = []
+    receiver = ControlReceiver("tcp://127.0.0.1:*", lambda kind, meta, arrays: got.append((kind, dict(meta))),
+                               token=TOKEN)
+    good, intruder = ZmqReporter(receiver.address, token=TOKEN), ZmqReporter(receiver.address)
+    other = ZmqReporter(receiver.address, token="b" * 32)
+    try:
+        intruder.report("error", {"worker": "trainer0", "message": "stop the run"})
+        other.report("actor", {"actor": 0, "env_steps": 10**9})
+        good.report("info", {"worker": "actor0", "message": "hello"})
+        deadline = time.monotonic() + 5.0
+        while (not got or receiver.rejected < 2) and time.monotonic() < deadline:
+            receiver.drain(0.05)
+        assert got == [("info", {"worker": "actor0", "message": "hello"})]  # the token is not passed on
+        assert receiver.rejected == 2
+    finally:
+        for r in (good, intruder, other):
+            r.close()
+        receiver.close()
