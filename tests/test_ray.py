@@ -130,19 +130,24 @@ def _train_in_thread(cfg, run_dir: Path) -> tuple[threading.Thread, dict[str, An
     return thread, out
 
 
-def test_killed_actor_process_is_restarted(cluster, tmp_path):
+def test_killed_actor_and_trainer_processes_are_restarted(cluster, tmp_path):
     c, _ = cluster
     run_dir = tmp_path / "run"
-    thread, summary = _train_in_thread(_cfg(c), run_dir)
+    thread, summary = _train_in_thread(_cfg(c, "run.checkpoint_interval_seconds=1"), run_dir)
     workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
     _wait_for_steps(run_dir, 2000)
     os.kill(workers["actor1"]["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60.0
+    while not list((run_dir / "checkpoints").glob("ckpt_*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(workers["trainer0"]["pid"], signal.SIGKILL)  # restarts from the newest checkpoint
     thread.join(300)
     assert not thread.is_alive()
-    assert summary["restarts"].get("actor1") == 1, summary
+    assert summary["restarts"].get("actor1") == 1 and summary["restarts"].get("trainer0") == 1, summary
     assert summary["solved"], summary
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert any(r.get("restarts", 0) >= 1 for r in records)
+    assert any(r.get("restarts", 0) >= 2 for r in records)
+    assert json.loads((run_dir / "workers.json").read_text())["trainer0"]["pid"] != workers["trainer0"]["pid"]
 
 
 def test_lost_node_leaves_training_going_and_group_returns(cluster, tmp_path):

@@ -25,7 +25,7 @@ from srl.base.seqlock import VersionedBuffer
 from srl.base.shm import ShmArray, new_tag
 from srl.runtime.plan import Plan
 from srl.system.control import DirectReporter, Handler, ZmqReporter
-from srl.system.streams import SampleConsumer, SampleProducer, SegmentPool
+from srl.system.streams import SampleConsumer, SampleProducer, SegmentPool, SegmentSink, SegmentSource
 
 REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH = 5, 2, 2
 
@@ -71,12 +71,12 @@ class Fabric(ABC):
     def stop_flag(self) -> np.ndarray:
         """A one-element int32 array; non-zero asks every worker to finish."""
 
-    def sample_producer(self, actor: int) -> SampleProducer:
+    def sample_producer(self, actor: int) -> SegmentSink:
         """Actor ``actor``'s end of the sample stream (to trainer ``actor % trainers``)."""
         return SampleProducer(self.pool(), self.plan.actor_row(actor),
                               self.samples(actor % self.plan.cfg.workers.trainers))
 
-    def sample_consumer(self, trainer: int) -> SampleConsumer:
+    def sample_consumer(self, trainer: int) -> SegmentSource:
         """Trainer ``trainer``'s end of the sample stream."""
         return SampleConsumer(self.pool(), self.samples(trainer))
 

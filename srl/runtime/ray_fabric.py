@@ -106,12 +106,12 @@ class NodeFabric(SharedFabric):
     def stop_flag(self) -> np.ndarray:
         return self._stop
 
-    def sample_producer(self, actor: int) -> SampleSender:  # type: ignore[override]
+    def sample_producer(self, actor: int) -> SampleSender:
         trainer = f"trainer{actor % self.plan.cfg.workers.trainers}"
         return SampleSender(self.pool(), self.plan.actor_row(actor), actor, self.endpoints.samples[trainer],
                             self.endpoints.token, zmq.Context.instance())
 
-    def sample_consumer(self, trainer: int) -> SampleReceiver:  # type: ignore[override]
+    def sample_consumer(self, trainer: int) -> SampleReceiver:
         address = self.endpoints.samples.get(f"trainer{trainer}", f"tcp://{self.host}:*")
         return SampleReceiver(self.plan.layout.fields, address, self.endpoints.token, zmq.Context.instance(),
                               queue=self.plan.cfg.ppo.batch_segments)

@@ -23,7 +23,7 @@ from srl.api.worker import Reporter, Worker
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
 from srl.system.rewards import RewardTransform
-from srl.system.streams import SampleProducer, SegmentPool
+from srl.system.streams import SegmentPool, SegmentSink
 
 
 class Inference(Protocol):
@@ -46,7 +46,7 @@ class ActorWorker(Worker):
         ring_size: int,
         pool: SegmentPool,
         inference: Inference,
-        producer: SampleProducer,
+        producer: SegmentSink,
         reporter: Reporter,
         seed: int,
         make_reward_transform: Callable[[int], RewardTransform] | None = None,

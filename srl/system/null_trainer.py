@@ -8,13 +8,13 @@ import numpy as np
 from srl.api.worker import Reporter, Worker
 from srl.base.timing import Every
 from srl.system.params import ParamPublisher
-from srl.system.streams import SampleConsumer
+from srl.system.streams import SegmentSource
 
 
 class NullTrainerWorker(Worker):
     """Publishes one snapshot, then releases each segment as soon as it arrives and counts it."""
 
-    def __init__(self, index: int, snapshot: np.ndarray, consumer: SampleConsumer, publisher: ParamPublisher,
+    def __init__(self, index: int, snapshot: np.ndarray, consumer: SegmentSource, publisher: ParamPublisher,
                  reporter: Reporter, wait_timeout: float = 0.05, report_interval: float = 0.5) -> None:
         self.name = f"null_trainer{index}"
         self.index = index

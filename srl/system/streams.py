@@ -103,6 +103,36 @@ class SegmentPool:
         self._handles = []
 
 
+class SegmentSink(Protocol):
+    """Actor side of the sample stream, within a node (:class:`SampleProducer`) or across nodes."""
+
+    def acquire(self) -> int | None:
+        """A free buffer of this actor's pool row, now FILLING; None under back-pressure."""
+
+    def submit(self, buffer: int) -> None:
+        """The segment in ``buffer`` is complete: hand it on to the trainer."""
+
+    def close(self) -> None:
+        """Release what this end holds (not the pool)."""
+
+
+class SegmentSource(Protocol):
+    """Trainer side of the sample stream, within a node (:class:`SampleConsumer`) or across nodes."""
+
+    @property
+    def fields(self) -> Mapping[str, FieldSpec]:
+        """The segment fields."""
+
+    def receive(self, max_segments: int, timeout: float | None) -> np.ndarray:
+        """Up to ``max_segments`` records of received segments."""
+
+    def segment(self, actor: int, buffer: int) -> dict[str, np.ndarray]:
+        """The fields of a received segment."""
+
+    def release(self, actor: int, buffer: int) -> None:
+        """Done with a received segment."""
+
+
 class SampleProducer:
     """Actor side of the sample stream: takes free buffers, hands full ones to a trainer."""
 

@@ -26,7 +26,7 @@ from srl.api.worker import Algorithm, Collective, Reporter, Worker
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
 from srl.system.params import ParamPublisher
-from srl.system.streams import SampleConsumer
+from srl.system.streams import SegmentSource
 
 CHECKPOINT_FORMAT = "srl-checkpoint-v1"
 
@@ -38,7 +38,7 @@ class TrainerWorker(Worker):
         self,
         index: int,
         algorithm: Algorithm,
-        consumer: SampleConsumer,
+        consumer: SegmentSource,
         publisher: ParamPublisher,
         reporter: Reporter,
         batch_segments: int,
