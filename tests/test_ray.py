@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -170,3 +172,19 @@ def test_lost_node_leaves_training_going_and_group_returns(cluster, tmp_path):
     assert summary["restarts"].get("actor1", 0) >= 1 and summary["restarts"].get("relay1", 0) >= 1, summary
     steps = [json.loads(line)["env_steps"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] > steps[len(steps) // 2] > 0  # training kept going through the loss
+
+
+def test_bad_ray_settings_get_one_line_and_a_non_zero_exit(tmp_path):
+    cases = [
+        (["ray.address=127.0.0.1:1"], "ray.address: cannot reach '127.0.0.1:1'"),
+        (["ray.actor_nodes=2", "workers.actors=3"], "workers.actors: 3 actors do not split evenly"),
+        (["ray.actors_per_node=0"], "ray.actors_per_node: must be >= 1"),
+    ]
+    for i, (overrides, message) in enumerate(cases):
+        proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"),
+                               "--run-dir", str(tmp_path / str(i)), "--set", "runtime=ray",
+                               *[a for o in overrides for a in ("--set", o)]],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], proc.stderr

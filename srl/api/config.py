@@ -535,9 +535,10 @@ def resolve_per_node(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(nodes, int) or isinstance(nodes, bool):
         return out  # the typed build reports the bad value
     workers = out.setdefault("workers", {})
-    for key, total in (("actors_per_node", "actors"), ("policy_workers_per_node", "policy_workers")):
+    for key, total, least in (("actors_per_node", "actors", 1), ("policy_workers_per_node", "policy_workers", 0)):
         per_node = ray.get(key)
-        if isinstance(per_node, int) and not isinstance(per_node, bool) and isinstance(workers, dict):
+        valid = isinstance(per_node, int) and not isinstance(per_node, bool) and per_node >= least
+        if valid and isinstance(workers, dict):  # an invalid value is left for RayConfig to name
             workers[total] = nodes * per_node
     params = out.setdefault("params", {})
     if isinstance(params, dict) and params.get("mode", "hierarchical") == "hierarchical":

@@ -27,6 +27,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -126,11 +127,23 @@ def _connect(plan: Plan) -> bool:
         ray.init(num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))), include_dashboard=False,
                  _node_ip_address="127.0.0.1", logging_level=logging.WARNING, log_to_driver=True)
     else:
+        _probe(r.address)
         try:
             ray.init(address=r.address, logging_level=logging.WARNING)
         except ConnectionError as exc:
             raise ConfigError(f"ray.address: cannot connect to {r.address!r}: {exc}") from None
     return True
+
+
+def _probe(address: str) -> None:
+    """Fail fast with one line when nothing listens at ``ray.address`` (``ray.init`` would retry for minutes)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5.0).close()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"ray.address: cannot reach {address!r} ({exc})") from None
 
 
 class RayRun:
