@@ -63,6 +63,10 @@ SERVER_READY_TIMEOUT = 120.0
 SERVERS = ("trainer", "param_root", "relay")
 
 
+class StartError(RuntimeError):
+    """The cluster could not place or start part of the run; the message names what."""
+
+
 @dataclass
 class Group:
     """One node group: its placement group, its agent and where the agent put the shared memory."""
@@ -166,7 +170,7 @@ class RayRun:
             try:
                 ray.get(group.pg.ready(), timeout=timeout)
             except GetTimeoutError:
-                raise RuntimeError(f"ray: node group {node} needs {_bundle(self.plan, node)}, which the cluster did "
+                raise StartError(f"ray: node group {node} needs {_bundle(self.plan, node)}, which the cluster did "
                                    f"not offer within {timeout:.0f} s (ray.start_timeout_seconds)") from None
         for group in self.groups.values():
             self._start_agent(group)
@@ -174,9 +178,9 @@ class RayRun:
             group.where = json.loads(ray.get(group.pending, timeout=timeout))
             group.pending = None
 
-    def _options(self, node: int, cpus: float) -> dict[str, Any]:
+    def _options(self, node: int, cpus: float, gpus: float = 0.0) -> dict[str, Any]:
         group = self.groups[node]
-        return {"num_cpus": cpus, "max_restarts": 0,
+        return {"num_cpus": cpus, "num_gpus": gpus, "max_restarts": 0,
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(group.pg, placement_group_bundle_index=0)}
 
     def _start_agent(self, group: Group) -> None:
@@ -221,7 +225,8 @@ class RayRun:
         node = node_of(self.plan, role, index)
         spec = {**self._common(), "node": node, "fabric": self.groups[node].where, "role": role, "index": index,
                 "incarnation": incarnation, **extra}
-        handle = WorkerActor.options(**self._options(node, _cpus(self.plan, role))).remote(json.dumps(spec))
+        gpus = self.plan.cfg.ray.trainer_gpus if role == "trainer" else 0.0  # Ray sets CUDA_VISIBLE_DEVICES
+        handle = WorkerActor.options(**self._options(node, _cpus(self.plan, role), gpus)).remote(json.dumps(spec))
         self.workers[f"{role}{index}"] = Running(role, index, handle, None, incarnation)
 
     def _launch(self, name: str) -> None:
@@ -231,7 +236,7 @@ class RayRun:
         if w.role in SERVERS:
             bound = json.loads(ray.get(w.handle.prepare.remote(endpoints), timeout=SERVER_READY_TIMEOUT))
             if "error" in bound:
-                raise RuntimeError(f"{name}: {bound['error']}")
+                raise StartError(f"{name}: {bound['error']}")
             if "samples" in bound:
                 self.endpoints.samples[name] = bound["samples"]
             if "params" in bound:
@@ -282,7 +287,11 @@ class RayRun:
         else:
             if w.role == "actor":
                 dropped = int(ray.get(group.agent.recover.remote(self.plan.actor_row(w.index))))
-            self._restart(w.role, w.index, w.incarnation + 1)
+            try:
+                self._restart(w.role, w.index, w.incarnation + 1)
+            except StartError as exc:
+                controller.fail(f"{name}: {cause}; not restarted: {exc}")
+                return
         controller.note_restart(name, cause, dropped)
 
     def _restartable(self, role: str) -> bool:
@@ -320,7 +329,11 @@ class RayRun:
                     continue
                 group.pending = None
             for role, index, incarnation in sorted(self.waiting.pop(node), key=lambda r: SERVERS_FIRST[r[0]]):
-                self._restart(role, index, incarnation)
+                try:
+                    self._restart(role, index, incarnation)
+                except StartError as exc:
+                    self.controller.fail(f"node group {node} placed again, but {role}{index} did not start: {exc}")
+                    return
 
     def _restart(self, role: str, index: int, incarnation: int) -> None:
         extra: dict[str, Any] = {}
@@ -334,7 +347,7 @@ class RayRun:
     def _newest_checkpoint(self) -> str:
         found = checkpoints(Path(self.run_dir) / "checkpoints") if self.run_dir is not None else []
         if not found:
-            raise RuntimeError("trainer0 died before its first checkpoint; nothing to restart it from")
+            raise StartError("trainer0 died before its first checkpoint; nothing to restart it from")
         return str(found[-1])
 
     # ------------------------------------------------------------------ stop
@@ -395,8 +408,12 @@ def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndar
     for sig in previous:
         signal.signal(sig, on_signal)
     try:
-        run.place()
-        run.start_all()
+        try:
+            run.place()
+            run.start_all()
+        except StartError as exc:
+            controller.fail(str(exc))
+            return None
         run.supervise(receiver)
         return run.stop(receiver)
     finally:
