@@ -111,13 +111,14 @@ def _node_ids(c: Cluster, nodes: list) -> tuple[str, set[str]]:
 
 def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
     c, nodes = cluster
-    summary = train(_cfg(c, "ray.policy_workers_per_node=1"), run_dir=tmp_path / "run", progress=None)
+    summary = train(_cfg(c, "ray.policy_workers_per_node=1", "workers.trainers=2"), run_dir=tmp_path / "run",
+                    progress=None)
     assert summary["solved"], summary
     assert summary["train_return_mean"] >= 475
     workers = json.loads((tmp_path / "run" / "workers.json").read_text())
     head, actor_nodes = _node_ids(c, nodes)
     # trainers, the root server and the eval worker share the head; each actor node hosts one whole group
-    assert workers["trainer0"]["node_id"] == head and workers["param_root0"]["node_id"] == head
+    assert {workers[n]["node_id"] for n in ("trainer0", "trainer1", "param_root0")} == {head}
     group = [{workers[f"{r}{g}"]["node_id"] for r in ("actor", "policy", "relay")} for g in range(2)]
     assert all(len(g) == 1 for g in group) and set().union(*group) == actor_nodes
     # the root sent each version to the two relays only (hierarchical service across nodes)

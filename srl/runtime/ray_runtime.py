@@ -195,17 +195,17 @@ class RayRun:
                 "run_dir": None if self.run_dir is None else str(self.run_dir)}
 
     def start_all(self) -> None:
-        """Create every worker at once (their processes start in parallel), bind the servers in order (their
-        endpoints go to everyone else), then let the rest run."""
+        """Create every worker at once (their processes start in parallel), bind the servers (their endpoints go
+        to everyone else), then let the rest run. Trainers bind together: data-parallel peers meet in their setup;
+        the root and then the relays bind in tree order, each connecting to a parent that is already bound."""
         roles = worker_roles(self.plan)
         for role, index in roles:
             self._create(role, index, 0)
+        self._launch([f"trainer{i}" for i in range(self.plan.cfg.workers.trainers)])
         for role, index in roles:
-            if role in SERVERS:
-                self._launch(f"{role}{index}")
-        for role, index in roles:
-            if role not in SERVERS:
-                self._launch(f"{role}{index}")
+            if role in SERVERS and role != "trainer":
+                self._launch([f"{role}{index}"])
+        self._launch([f"{role}{index}" for role, index in roles if role not in SERVERS])
         self.write_workers()
 
     def write_workers(self) -> None:
@@ -229,19 +229,28 @@ class RayRun:
         handle = WorkerActor.options(**self._options(node, _cpus(self.plan, role), gpus)).remote(json.dumps(spec))
         self.workers[f"{role}{index}"] = Running(role, index, handle, None, incarnation)
 
-    def _launch(self, name: str) -> None:
-        """Start worker ``name``'s loop; a server first binds and its endpoint is recorded."""
-        w = self.workers[name]
+    def _launch(self, names: list[str]) -> None:
+        """Start these workers' loops; servers among them first bind (all at once), and their endpoints are
+        recorded before anyone runs."""
         endpoints = json.dumps(self.endpoints.to_json())
-        if w.role in SERVERS:
-            bound = json.loads(ray.get(w.handle.prepare.remote(endpoints), timeout=SERVER_READY_TIMEOUT))
+        servers = [name for name in names if self.workers[name].role in SERVERS]
+        bound_refs = {name: self.workers[name].handle.prepare.remote(endpoints) for name in servers}
+        for name, ref in bound_refs.items():
+            try:
+                bound = json.loads(ray.get(ref, timeout=SERVER_READY_TIMEOUT))
+            except GetTimeoutError:
+                raise StartError(f"{name}: not ready within {SERVER_READY_TIMEOUT:.0f} s") from None
+            except RayActorError as exc:
+                raise StartError(f"{name}: died while starting ({type(exc).__name__})") from None
             if "error" in bound:
                 raise StartError(f"{name}: {bound['error']}")
             if "samples" in bound:
                 self.endpoints.samples[name] = bound["samples"]
             if "params" in bound:
-                self.endpoints.params["root" if w.role == "param_root" else name] = bound["params"]
-        w.ref = w.handle.run.remote(endpoints)
+                self.endpoints.params["root" if self.workers[name].role == "param_root" else name] = bound["params"]
+        endpoints = json.dumps(self.endpoints.to_json())
+        for name in names:
+            self.workers[name].ref = self.workers[name].handle.run.remote(endpoints)
 
     # ------------------------------------------------------------------ supervise
     def supervise(self, receiver: ControlReceiver) -> None:
@@ -341,7 +350,7 @@ class RayRun:
             extra = {"resume": self._newest_checkpoint(),
                      "min_version": int(self.controller.trainer.get("version", 0)) + 1}
         self._create(role, index, incarnation, **extra)
-        self._launch(f"{role}{index}")
+        self._launch([f"{role}{index}"])
         self.write_workers()
 
     def _newest_checkpoint(self) -> str:
