@@ -28,7 +28,8 @@ import zmq
 
 from srl.api.batch import FieldSpec
 from srl.base import wire
-from srl.system.streams import FILLING, FREE, READY, SegmentPool
+from srl.base.channel import InProcChannel
+from srl.system.streams import FREE, READY, SampleProducer, SegmentPool
 
 log = logging.getLogger(__name__)
 
@@ -42,32 +43,27 @@ def segment_bytes(fields: Mapping[str, FieldSpec]) -> int:
     return sum(int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize for spec in fields.values())
 
 
-class SampleSender:
+class SampleSender(SampleProducer):
     """Actor side: sends each finished segment of pool row ``row`` to a trainer on another node."""
 
     def __init__(self, pool: SegmentPool, row: int, actor: int, address: str, token: str, ctx: zmq.Context,
                  queue: int = 1) -> None:
         """``queue``: segments ZeroMQ may hold for this sender before it applies back-pressure. Kernel socket
         buffers are sized to one segment too: every segment queued on the way is one more version of lag."""
-        self.pool, self.row, self.actor, self.token = pool, row, actor, token
-        self._state = pool.state[row]
-        self._sock = ctx.socket(zmq.PUSH)
-        self._sock.setsockopt(zmq.SNDHWM, queue)
-        self._sock.setsockopt(zmq.SNDBUF, segment_bytes(pool.layout.fields))
-        self._sock.setsockopt(zmq.LINGER, 2000)  # a stopping actor still delivers what it queued
-        self._sock.connect(address)
+        sock = ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.SNDHWM, queue)
+        sock.setsockopt(zmq.SNDBUF, segment_bytes(pool.layout.fields))
+        sock.setsockopt(zmq.LINGER, 2000)  # a stopping actor still delivers what it queued
+        sock.connect(address)
+        super().__init__(pool, row, InProcChannel(2))  # the channel is unused: segments go out on the socket
+        self.row, self.actor, self.token, self._sock = row, actor, token, sock
         self._unsent: deque[int] = deque()
         self.sent = 0
 
     def acquire(self) -> int | None:
         """A free buffer now marked FILLING, or None when all are in use or waiting to be sent."""
         self.flush()
-        free = np.flatnonzero(self._state == FREE)
-        if free.size == 0:
-            return None
-        buf = int(free[0])
-        self._state[buf] = FILLING
-        return buf
+        return super().acquire()
 
     def submit(self, buffer: int) -> None:
         """The segment in ``buffer`` is complete: send it (or queue it while the trainer is behind)."""
