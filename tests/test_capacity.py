@@ -171,7 +171,8 @@ def test_costs_json_round_trip_and_errors():
     for bad, message in [({**data, "typo": 1}, "costs.json: typo: unknown field"),
                          ({k: v for k, v in data.items() if k != "param_bytes"}, "costs.json: param_bytes: missing"),
                          ({**data, "envs_per_slot": 0}, "costs.json: envs_per_slot: must be an integer >= 1"),
-                         ({**data, "update_seconds_per_sample": -1.0}, "update_seconds_per_sample: must be a number > 0"),
+                         ({**data, "update_seconds_per_sample": -1.0},
+                          "update_seconds_per_sample: must be a number > 0"),
                          ({**data, "request_seconds": "fast"}, "request_seconds: must be a number >= 0"),
                          ([1, 2], "costs.json: expected a JSON object")]:
         with pytest.raises(ConfigError) as info:

@@ -17,6 +17,7 @@ from typing import Any
 # external interface) and give Ray a private temp folder, apart from any other Ray user on the machine.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="srlray-"))
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 import pytest  # noqa: E402
 import ray  # noqa: E402

@@ -82,7 +82,8 @@ def median_costs(runs: list[Costs]) -> Costs:
         elif len(set(values)) == 1:
             fields[f.name] = values[0]
         else:
-            raise ConfigError(f"{f.name}: differs between the runs ({sorted(set(map(str, values)))}): one config per file")
+            raise ConfigError(f"{f.name}: differs between the runs ({sorted(set(map(str, values)))}): "
+                              "one config per file")
     return Costs(**fields)
 
 
@@ -229,7 +230,8 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
         "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES) + "   (env steps/s each)",
         "",
         "recommended layout" + (f" ({lay.trainer_nodes} trainer node(s), {lay.actor_nodes} actor node(s)"
-                                f"{_idle(cluster, lay)})" if lay.trainer_nodes else " (one node: the local runtime's keys)"),
+                                f"{_idle(cluster, lay)})" if lay.trainer_nodes
+                                else " (one node: the local runtime's keys)"),
         *[f"  {k:<30} {v}" for k, v in rec.settings().items()],
     ]
     if lay.envs_per_slot != costs.envs_per_slot:

@@ -59,6 +59,12 @@ class _CannedPolicy:
         self.i = (self.i + 1) % len(self.actions)
         return self.actions[self.i], self.logp[self.i]
 
+    def load_flat(self, flat: np.ndarray) -> None:
+        """Never called: the stand-in version source never has a newer snapshot."""
+
+    def flat_size(self) -> int:
+        return 0
+
 
 class _FixedVersion:
     """A parameter source that never changes: no snapshot traffic inside the actor measurement."""

@@ -127,7 +127,7 @@ class Costs:
         missing = sorted(n for n in names - set(data) if n != "gpu_update_speedup")
         if missing:
             raise ConfigError(f"{source}: {missing[0]}: missing")
-        values = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) and k in _FLOATS else v
+        values: dict[str, Any] = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) and k in _FLOATS else v
                   for k, v in data.items()}
         try:
             return cls(**values)
@@ -369,7 +369,8 @@ def _cores(costs: Costs, cluster: Cluster, layout: Layout, acting_s: float, t_s:
 
 def check_layout(cluster: Cluster, layout: Layout) -> None:
     """A layout must fit the cluster's nodes and GPUs and give every trainer an actor."""
-    _require(layout.actor_nodes >= 1 and layout.actors_per_node >= 1, "actors_per_node", "needs >= 1 actor node and actor")
+    _require(layout.actor_nodes >= 1 and layout.actors_per_node >= 1, "actors_per_node",
+             "needs at least one actor node and one actor per node")
     _require(layout.trainers >= 1, "trainers", f"must be >= 1, got {layout.trainers}")
     _require(layout.policy_workers_per_node >= 0, "policy_workers_per_node", "must be >= 0")
     _require(layout.actor_nodes + layout.trainer_nodes <= cluster.nodes, "actor_nodes",

@@ -21,12 +21,14 @@ from srl.runtime.capacity import (Cluster, Costs, Layout, ParamDelivery, Predict
 SCALES = (1_000, 10_000, 100_000)
 """Core counts of the scale table."""
 MAX_ENVS_PER_SLOT = 64
-REQUEST_SHARE = 0.1
-"""``envs_per_slot`` is raised until fixed per-request costs are at most this share of a slot step."""
+GOOD_ENOUGH = 0.95
+"""The recommended ``envs_per_slot`` is the smallest whose layout reaches this share of the fastest one."""
 
 
 @dataclass(frozen=True)
 class Recommendation:
+    """A layout and what the model predicts for it."""
+
     layout: Layout
     prediction: Prediction
 
@@ -44,41 +46,44 @@ class Recommendation:
                 "params.mode": lay.params_mode, "params.fan_out": lay.fan_out}
 
 
-def recommended_envs_per_slot(costs: Costs) -> int:
-    """The measured ``envs_per_slot``, doubled while the fixed costs of a request (the round trip, or the
-    per-call cost of an inline forward pass) exceed ``REQUEST_SHARE`` of stepping the slot. Env cost per step
-    is taken as independent of the slot size, which overstates it for larger slots (a conservative error)."""
-    per_request = max(costs.request_seconds, costs.inference_seconds_per_batch)
-    per_step = costs.env_seconds_per_step + costs.actor_seconds_per_step
-    B = costs.envs_per_slot
-    while B < MAX_ENVS_PER_SLOT and per_request > REQUEST_SHARE * B * per_step:
-        B *= 2
-    return min(B, max(MAX_ENVS_PER_SLOT, costs.envs_per_slot))
+def envs_per_slot_candidates(costs: Costs) -> list[int]:
+    """The measured ``envs_per_slot`` and its doublings up to ``MAX_ENVS_PER_SLOT``. Larger slots amortise the
+    fixed cost of each request (round trip, inline forward pass); per-step env cost is taken as independent of
+    the slot size, which overstates it for larger slots (a conservative error)."""
+    out = [costs.envs_per_slot]
+    while out[-1] * 2 <= MAX_ENVS_PER_SLOT:
+        out.append(out[-1] * 2)
+    return out
 
 
 def recommend(costs: Costs, cluster: Cluster, max_trainers: int | None = None) -> Recommendation:
-    """The layout with the highest predicted throughput, using every node and no more processes than cores.
+    """The layout with the highest predicted throughput, using no more processes than cores.
 
     One node: trainers, policy workers and actors split its cores. Several nodes: trainer nodes run one
     trainer per GPU (or per ``trainer_threads`` cores), actor nodes the best actor / policy worker split, and the
     number of trainer nodes balances the two. With GPUs, CPU trainers are tried too (a small network gains
-    little from a GPU) and the faster layout wins. ``max_trainers`` caps the data-parallel trainers: the model
-    does not charge for their all-reduce, so a cap is how to ask what a realistic trainer count gives."""
+    little from a GPU). ``envs_per_slot`` is the smallest candidate within ``GOOD_ENOUGH`` of the fastest: a
+    larger slot also grows the PPO batch. ``max_trainers`` caps the data-parallel trainers: the model does not
+    charge for their all-reduce, so a cap is how to ask what a realistic trainer count gives."""
     if cluster.gpus_per_node and costs.gpu_update_speedup is None:
         raise ConfigError("gpu_update_speedup: needed with GPUs (give --gpu-speedup; nothing here measures it)")
     if max_trainers is not None and max_trainers < 1:
         raise ConfigError(f"max_trainers: must be >= 1, got {max_trainers}")
-    B = recommended_envs_per_slot(costs)
     search = _best_one_node if cluster.nodes == 1 else _best_many_nodes
     devices: list[Literal["cpu", "gpu"]] = ["gpu", "cpu"] if cluster.gpus_per_node else ["cpu"]
-    best = None
-    for device in devices:
-        rec = search(costs, cluster, device, B, max_trainers or 10**9)
-        if rec is not None and _better(rec, best):
-            best = rec
-    if best is None:
+    per_slot_size = []
+    for B in envs_per_slot_candidates(costs):
+        best = None
+        for device in devices:
+            rec = search(costs, cluster, device, B, max_trainers or 10**9)
+            if rec is not None and _better(rec, best):
+                best = rec
+        if best is not None:
+            per_slot_size.append(best)
+    if not per_slot_size:
         raise ConfigError(f"cores_per_node: {cluster.cores_per_node} cores leave no room for an actor")
-    return best
+    fastest = max(rec.prediction.steps_per_second for rec in per_slot_size)
+    return next(rec for rec in per_slot_size if rec.prediction.steps_per_second >= GOOD_ENOUGH * fastest)
 
 
 def _better(candidate: Recommendation, best: Recommendation | None) -> bool:
@@ -88,6 +93,7 @@ def _better(candidate: Recommendation, best: Recommendation | None) -> bool:
 
 def _best_one_node(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu"], B: int,
                    max_trainers: int) -> Recommendation | None:
+    """Every split of one node's cores into trainers, policy workers and actors (a few thousand at 64 cores)."""
     C = cluster.cores_per_node
     per_trainer = 1 if device == "gpu" else costs.trainer_threads
     most = min(max_trainers, cluster.gpus_per_node if device == "gpu" else C // per_trainer)
@@ -126,7 +132,7 @@ def _best_many_nodes(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu
     """Scan the number of trainer nodes: on a coarse grid first, then around the best point. Throughput is the
     minimum of stages that fall (actor side) and rise (trainer side) with it, so it has one peak."""
     C, N = cluster.cores_per_node, cluster.nodes
-    per_node = cluster.gpus_per_node if device == "gpu" else C // costs.trainer_threads
+    per_node = cluster.gpus_per_node if device == "gpu" else max(1, C // costs.trainer_threads)
     pws = _best_actor_split(costs, cluster, B)
 
     def evaluate(trainer_nodes: int) -> Recommendation | None:
@@ -156,7 +162,8 @@ def _fewest_actor_nodes(costs: Costs, cluster: Cluster, rec: Recommendation) -> 
     while lo < hi:
         mid = (lo + hi) // 2
         layout = dataclasses.replace(rec.layout, actor_nodes=mid)
-        if layout.actors_per_node * mid >= layout.trainers and predict(costs, cluster, layout).steps_per_second >= target:
+        enough = layout.actors_per_node * mid >= layout.trainers
+        if enough and predict(costs, cluster, layout).steps_per_second >= target:
             hi = mid
         else:
             lo = mid + 1
@@ -170,6 +177,7 @@ def _fewest_actor_nodes(costs: Costs, cluster: Cluster, rec: Recommendation) -> 
 
 def _best_of(evaluate: Callable[[int], Recommendation | None], grid: range, best: Recommendation | None,
              best_at: int) -> tuple[Recommendation | None, int]:
+    """The fastest of ``best`` and the layouts ``evaluate`` gives along ``grid``, and where it was found."""
     for n in grid:
         rec = evaluate(n)
         if rec is not None and _better(rec, best):

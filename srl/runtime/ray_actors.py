@@ -27,6 +27,16 @@ from srl.runtime.ray_fabric import Endpoints, NodeFabric
 log = logging.getLogger(__name__)
 
 
+def _normal_priority() -> None:
+    """Ray starts workers at niceness 15 (``RAY_worker_niceness``), so they lose the CPU to any other process;
+    here they are the run's hot path. Undo it where allowed (root, or CAP_SYS_NICE); otherwise leave it."""
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) > 0:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except (AttributeError, PermissionError, OSError):
+        pass
+
+
 def _fabric(spec: dict[str, Any], plan: Plan, host: str) -> NodeFabric:
     where = spec.get("fabric")
     return NodeFabric(plan, int(spec["node"]), Endpoints.from_json(spec["endpoints"]), host,
@@ -70,6 +80,7 @@ class WorkerActor:
     """One worker. Servers are built and bound by :meth:`prepare` first; :meth:`run` loops until :meth:`stop`."""
 
     def __init__(self, spec_json: str) -> None:
+        _normal_priority()
         self.spec = json.loads(spec_json)
         self.role, self.index = str(self.spec["role"]), int(self.spec["index"])
         self.name = f"{self.role}{self.index}"

@@ -127,6 +127,7 @@ def _connect(plan: Plan) -> bool:
         return False
     r = plan.cfg.ray
     if r.address is None:  # a private instance on this machine, on loopback, sized to hold the whole layout
+        os.environ.setdefault("RAY_worker_niceness", "0")  # our workers are the hot path, not background work
         need = sum(_bundle(plan, n)["CPU"] for n in [TRAINER_NODE, *range(plan.nodes)])
         ray.init(num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))), include_dashboard=False,
                  _node_ip_address="127.0.0.1", logging_level=logging.WARNING, log_to_driver=True)
