@@ -123,6 +123,7 @@ def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
     group = [{workers[f"{r}{g}"]["node_id"] for r in ("actor", "policy", "relay")} for g in range(2)]
     assert all(len(g) == 1 for g in group) and set().union(*group) == actor_nodes
     # the root sent each version to the two relays only (hierarchical service across nodes)
+    assert summary["rejected_segment_messages"] == 0
     root = summary["param_service"]["param_root"]
     assert root["rejected"] == 0 and root["sends"] <= 2 * (summary["policy_version"] + 1)
 

@@ -247,6 +247,8 @@ class Controller:
             "train_return_mean": self.return_mean,
             "policy_version": int(self.trainer.get("version", 0)),
             "dropped_segments": self.dropped_segments,
+            "rejected_segment_messages": sum(int(t.get("rejected_segment_messages", 0))
+                                             for t in self.trainers.values()),
             "nonfinite_steps": sum(self.actor_nonfinite.values()),
             **self._eval_summary(),
             "warnings": self.warnings[-20:],

@@ -167,6 +167,8 @@ class TrainerWorker(Worker):
         meta: dict[str, Any] = {
             "trainer": self.index, "version": self.version, "samples": self.samples,
             "dropped_segments": self.dropped, "update_seconds": time.perf_counter() - t0,
+            # messages refused by a network sample stream (no run token, malformed); 0 within a node
+            "rejected_segment_messages": int(getattr(self.consumer, "rejected", 0)),
             "lag_mean": float(lags.mean()), "lag_max": int(lags.max()),
             "bytes_published": self.publisher.bytes_published,
             "t_total": time.perf_counter() - self._t_start, "t_wait": self.t_wait, "t_copy": self.t_copy,
