@@ -16,7 +16,7 @@ from srl.api.config import ConfigError
 from srl.cli.main import main
 from srl.runtime.capacity import (Cluster, Costs, Layout, fan_out_candidates, param_delivery, predict,
                                   tree_depth)
-from srl.runtime.capacity_plan import recommend, scale_table
+from srl.runtime.capacity_plan import Limits, recommend, scale_table
 
 # Round numbers, so predictions can be checked by hand: an env step costs 100 us, an update 200 us per sample.
 COSTS = Costs(env_id="Fake-v0", envs_per_slot=8, segment_length=32, samples_per_version=512, max_inference_batch=64,
@@ -146,11 +146,22 @@ def test_two_cores_recommend_the_shipped_layout():
 
 def test_max_trainers_caps_and_leaves_idle_actor_nodes():
     free = recommend(COSTS, Cluster(nodes=100, cores_per_node=64))
-    capped = recommend(COSTS, Cluster(nodes=100, cores_per_node=64), max_trainers=8)
+    capped = recommend(COSTS, Cluster(nodes=100, cores_per_node=64), Limits(max_trainers=8))
     assert capped.layout.trainers == 8 and free.layout.trainers > 8
     assert capped.prediction.bottleneck == "trainer"
     assert capped.prediction.steps_per_second == pytest.approx(8 / 200e-6)
     assert capped.layout.actor_nodes + capped.layout.trainer_nodes < 100  # more actor nodes would add nothing
+
+
+def test_one_trainer_node_as_the_ray_runtime_places_them():
+    costs = dataclasses.replace(COSTS, gpu_update_speedup=10.0)
+    cluster = Cluster(nodes=40, cores_per_node=64, gpus_per_node=8)
+    free, one = recommend(costs, cluster), recommend(costs, cluster, Limits(max_trainer_nodes=1))
+    assert free.layout.trainer_nodes > 1 and one.layout.trainer_nodes == 1
+    assert one.layout.trainers == 8 and one.settings()["ray.trainer_gpus"] == 1
+    assert one.prediction.steps_per_second == pytest.approx(8 * 10 / 200e-6)
+    with pytest.raises(ConfigError, match="max_trainer_nodes: must be >= 1"):
+        Limits(max_trainer_nodes=0)
 
 
 def test_scale_table_compares_flat_and_hierarchical():
@@ -195,6 +206,10 @@ def test_plan_json_and_text(costs_file, capsys):
     assert out["layout"]["ray.actor_nodes"] + out["trainer_nodes"] <= 4
     assert [row["cores"] for row in out["scale"]] == [1_000, 10_000, 100_000]
     assert out["stages"]["params"] is not None and Costs.from_dict(out["costs"]) == COSTS
+    assert main(["plan", "--costs", str(costs_file), "--nodes", "1", "--cores-per-node", "2", "--json",
+                 "--layout", "actors_per_node=4", "--layout", "trainers=4"]) == 0
+    given = json.loads(capsys.readouterr().out)["given"]
+    assert given["bottleneck"] == "cores" and given["env_steps_per_second"] == pytest.approx(2 / 300e-6, rel=1e-4)
     assert main(["plan", "--costs", str(costs_file), "--nodes", "1", "--cores-per-node", "2"]) == 0
     text = capsys.readouterr().out
     assert "bottleneck: trainer" in text and "workers.policy_workers" in text and "hier." in text
@@ -209,6 +224,9 @@ def test_plan_json_and_text(costs_file, capsys):
     (["--costs", "{good}", "--link-gbps", "0"], "--link-gbps: must be > 0"),
     (["--costs", "{good}", "--gpus-per-node", "8"], "--gpu-speedup: needed with --gpus-per-node > 0"),
     (["--costs", "{good}", "--max-trainers", "0"], "--max-trainers: must be >= 1"),
+    (["--costs", "{good}", "--max-trainer-nodes", "0"], "--max-trainer-nodes: must be >= 1"),
+    (["--costs", "{good}", "--layout", "actors=2"], "--layout 'actors=2': expected KEY=VALUE"),
+    (["--costs", "{good}", "--layout", "trainers=two"], "--layout trainers: expected an integer"),
     ([], "give --costs FILE or --config CONFIG"),
 ])
 def test_plan_bad_input_is_one_line(tmp_path, costs_file, capsys, args, needle):

@@ -19,7 +19,7 @@ from typing import Any
 
 from srl.api.config import ConfigError
 from srl.runtime.capacity import STAGES, Cluster, Costs, Layout, ParamDelivery, Prediction, predict
-from srl.runtime.capacity_plan import SCALES, Recommendation, ScaleRow, recommend, scale_table
+from srl.runtime.capacity_plan import SCALES, Limits, Recommendation, ScaleRow, recommend, scale_table
 
 
 def add_parser(sub: Any) -> None:
@@ -37,6 +37,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--link-gbps", type=float, default=10.0, help="network link per node, Gbit/s (default 10)")
     p.add_argument("--max-trainers", type=int, default=None,
                    help="cap on data-parallel trainers (their all-reduce is not modelled)")
+    p.add_argument("--max-trainer-nodes", type=int, default=None,
+                   help="cap on trainer nodes (the Ray runtime today puts every trainer on one node: give 1)")
     p.add_argument("--layout", action="append", default=[], metavar="KEY=VALUE",
                    help="also predict this layout: the recommended one with KEY changed (a Layout field, e.g. "
                         "actors_per_node=2, policy_workers_per_node=0, trainers, envs_per_slot; repeatable)")
@@ -119,8 +121,9 @@ def _check_args(args: argparse.Namespace) -> None:
                         ("--seconds", args.seconds)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag}: must be > 0, got {value}")
-    if args.max_trainers is not None and args.max_trainers < 1:
-        raise ConfigError(f"--max-trainers: must be >= 1, got {args.max_trainers}")
+    for flag, value in (("--max-trainers", args.max_trainers), ("--max-trainer-nodes", args.max_trainer_nodes)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag}: must be >= 1, got {value}")
     if args.gpus_per_node and args.gpu_speedup is None and args.config is not None:
         raise ConfigError("--gpu-speedup: needed with --gpus-per-node > 0 (no GPU here to measure it)")
 
@@ -145,12 +148,13 @@ def run_plan(args: argparse.Namespace) -> int:
     costs = _costs(args)
     cluster = Cluster(nodes=args.nodes, cores_per_node=args.cores_per_node, gpus_per_node=args.gpus_per_node,
                       link_gbps=args.link_gbps)
-    rec = recommend(costs, cluster, args.max_trainers)
+    limits = Limits(max_trainers=args.max_trainers, max_trainer_nodes=args.max_trainer_nodes)
+    rec = recommend(costs, cluster, limits)
     given = None
     if args.layout:
         layout = parse_layout(args.layout, rec.layout)
         given = Recommendation(layout, predict(costs, cluster, layout))
-    rows = scale_table(costs, args.cores_per_node, args.gpus_per_node, args.link_gbps, SCALES, args.max_trainers)
+    rows = scale_table(costs, args.cores_per_node, args.gpus_per_node, args.link_gbps, SCALES, limits)
     if args.json:
         out = plan_json(costs, cluster, rec, rows)
         if given is not None:
@@ -212,7 +216,7 @@ def _secs(s: float) -> str:
 
 
 def _us(s: float) -> str:
-    return f"{s * 1e6:.3g} us"
+    return f"{s * 1e6:.3g} us" if s < 1e-3 else _secs(s)
 
 
 def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[ScaleRow]) -> str:
@@ -234,6 +238,9 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
                                 else " (one node: the local runtime's keys)"),
         *[f"  {k:<30} {v}" for k, v in rec.settings().items()],
     ]
+    if lay.trainer_nodes > 1:
+        lines.append(f"  note: {lay.trainer_nodes} trainer nodes; the Ray runtime today puts every trainer on one "
+                     "node (--max-trainer-nodes 1 plans for that)")
     if lay.envs_per_slot != costs.envs_per_slot:
         lines.append(f"  note: envs_per_slot {costs.envs_per_slot} -> {lay.envs_per_slot} also grows the PPO batch "
                      f"(batch_segments x segment_length x envs_per_slot); lower batch_segments to keep it")

@@ -26,6 +26,22 @@ GOOD_ENOUGH = 0.95
 
 
 @dataclass(frozen=True)
+class Limits:
+    """Caps on the search, for what the model does not charge for or the runtime cannot place."""
+
+    max_trainers: int | None = None
+    """Data-parallel trainers: their all-reduce is not modelled, so a cap asks what a realistic count gives."""
+    max_trainer_nodes: int | None = None
+    """Nodes for trainers (the Ray runtime today puts every trainer on one node: 1 plans for that)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_trainers", "max_trainer_nodes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {value}")
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """A layout and what the model predicts for it."""
 
@@ -40,6 +56,8 @@ class Recommendation:
                      "ray.policy_workers_per_node": lay.policy_workers_per_node}
         else:
             where = {"workers.actors": lay.actors_per_node, "workers.policy_workers": lay.policy_workers_per_node}
+        if lay.trainer_nodes and lay.trainer_device == "gpu":
+            where["ray.trainer_gpus"] = 1
         return {**where, "workers.trainers": lay.trainers,
                 "workers.trainer_device": "cuda" if lay.trainer_device == "gpu" else "cpu",
                 "workers.ring_size": lay.ring_size, "workers.envs_per_slot": lay.envs_per_slot,
@@ -56,26 +74,23 @@ def envs_per_slot_candidates(costs: Costs) -> list[int]:
     return out
 
 
-def recommend(costs: Costs, cluster: Cluster, max_trainers: int | None = None) -> Recommendation:
+def recommend(costs: Costs, cluster: Cluster, limits: Limits = Limits()) -> Recommendation:
     """The layout with the highest predicted throughput, using no more processes than cores.
 
     One node: trainers, policy workers and actors split its cores. Several nodes: trainer nodes run one
     trainer per GPU (or per ``trainer_threads`` cores), actor nodes the best actor / policy worker split, and the
     number of trainer nodes balances the two. With GPUs, CPU trainers are tried too (a small network gains
     little from a GPU). ``envs_per_slot`` is the smallest candidate within ``GOOD_ENOUGH`` of the fastest: a
-    larger slot also grows the PPO batch. ``max_trainers`` caps the data-parallel trainers: the model does not
-    charge for their all-reduce, so a cap is how to ask what a realistic trainer count gives."""
+    larger slot also grows the PPO batch. ``limits`` caps trainers and trainer nodes."""
     if cluster.gpus_per_node and costs.gpu_update_speedup is None:
         raise ConfigError("gpu_update_speedup: needed with GPUs (give --gpu-speedup; nothing here measures it)")
-    if max_trainers is not None and max_trainers < 1:
-        raise ConfigError(f"max_trainers: must be >= 1, got {max_trainers}")
     search = _best_one_node if cluster.nodes == 1 else _best_many_nodes
     devices: list[Literal["cpu", "gpu"]] = ["gpu", "cpu"] if cluster.gpus_per_node else ["cpu"]
     per_slot_size = []
     for B in envs_per_slot_candidates(costs):
         best = None
         for device in devices:
-            rec = search(costs, cluster, device, B, max_trainers or 10**9)
+            rec = search(costs, cluster, device, B, limits)
             if rec is not None and _better(rec, best):
                 best = rec
         if best is not None:
@@ -92,11 +107,11 @@ def _better(candidate: Recommendation, best: Recommendation | None) -> bool:
 
 
 def _best_one_node(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu"], B: int,
-                   max_trainers: int) -> Recommendation | None:
+                   limits: Limits) -> Recommendation | None:
     """Every split of one node's cores into trainers, policy workers and actors (a few thousand at 64 cores)."""
     C = cluster.cores_per_node
     per_trainer = 1 if device == "gpu" else costs.trainer_threads
-    most = min(max_trainers, cluster.gpus_per_node if device == "gpu" else C // per_trainer)
+    most = min(limits.max_trainers or C, cluster.gpus_per_node if device == "gpu" else C // per_trainer)
     best = None
     for trainers in range(1, most + 1):
         free = C - trainers * per_trainer
@@ -128,12 +143,13 @@ def _best_actor_split(costs: Costs, cluster: Cluster, B: int) -> int:
 
 
 def _best_many_nodes(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu"], B: int,
-                     max_trainers: int) -> Recommendation | None:
+                     limits: Limits) -> Recommendation | None:
     """Scan the number of trainer nodes: on a coarse grid first, then around the best point. Throughput is the
     minimum of stages that fall (actor side) and rise (trainer side) with it, so it has one peak."""
     C, N = cluster.cores_per_node, cluster.nodes
     per_node = cluster.gpus_per_node if device == "gpu" else max(1, C // costs.trainer_threads)
     pws = _best_actor_split(costs, cluster, B)
+    max_trainers = limits.max_trainers or N * per_node
 
     def evaluate(trainer_nodes: int) -> Recommendation | None:
         layout = Layout(actor_nodes=N - trainer_nodes, trainer_nodes=trainer_nodes, actors_per_node=C - pws,
@@ -145,7 +161,7 @@ def _best_many_nodes(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu
         layout = dataclasses.replace(layout, params_mode=params.mode, fan_out=params.fan_out)  # type: ignore[arg-type]
         return Recommendation(layout, predict(costs, cluster, layout))
 
-    hi = min(N - 1, math.ceil(max_trainers / per_node))
+    hi = min(N - 1, math.ceil(max_trainers / per_node), limits.max_trainer_nodes or N)
     step = max(1, hi // 128)
     best, best_tn = _best_of(evaluate, range(1, hi + 1, step), None, 1)
     if step > 1:  # refine between the coarse neighbours of the best point
@@ -200,13 +216,13 @@ class ScaleRow:
 
 
 def scale_table(costs: Costs, cores_per_node: int, gpus_per_node: int = 0, link_gbps: float = 10.0,
-                scales: tuple[int, ...] = SCALES, max_trainers: int | None = None) -> list[ScaleRow]:
+                scales: tuple[int, ...] = SCALES, limits: Limits = Limits()) -> list[ScaleRow]:
     """At each core count: nodes of ``cores_per_node``, the recommended layout, and both parameter services."""
     rows = []
     for cores in scales:
         cluster = Cluster(nodes=max(1, math.ceil(cores / cores_per_node)), cores_per_node=cores_per_node,
                           gpus_per_node=gpus_per_node, link_gbps=link_gbps)
-        rec = recommend(costs, cluster, max_trainers)
+        rec = recommend(costs, cluster, limits)
         lay = rec.layout
         interval = samples_per_version(costs, lay) / rec.prediction.steps_per_second
         rows.append(ScaleRow(cores, cluster, rec, interval, param_delivery(costs, cluster, lay, "flat"),
