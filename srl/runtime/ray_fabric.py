@@ -28,7 +28,7 @@ from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, SharedFabric
 from srl.runtime.plan import Plan
 from srl.system.control import ZmqReporter
 from srl.system.remote_samples import SampleReceiver, SampleSender
-from srl.system.streams import SegmentPool
+from srl.system.streams import FREE, SegmentPool
 
 TRAINER_NODE = -1
 """Node-group index of the trainers' node (actor nodes are 0, 1, ...)."""
@@ -86,8 +86,8 @@ class NodeFabric(SharedFabric):
     def recover(self, row: int) -> int:
         """Before restarting the actor in pool row ``row``: free its unfinished and its unsent buffers; count them."""
         state = self.pool().state[row]
-        lost = state != 0  # FILLING, or READY but still waiting to be sent: either way its segment is gone
-        state[lost] = 0
+        lost = state != FREE  # FILLING, or READY but still waiting to be sent: either way its segment is gone
+        state[lost] = FREE
         return int(lost.sum())
 
     def param_address(self, server: str) -> str:
