@@ -1,8 +1,9 @@
 """Wiring: build any worker of an experiment from its plan and a fabric.
 
 Every runtime uses this one function, so the workers are the same objects
-whatever their placement. Actor ``a`` is served by policy worker
-``a % policy_workers`` (or runs the policy itself when there are none).
+whatever their placement. Actor ``a`` is served by a policy worker of its own
+node group (``a % policy_workers`` on one machine; see ``Plan.policy_of``), or
+runs the policy itself when there are none, and feeds trainer ``a % trainers``.
 """
 
 from __future__ import annotations
