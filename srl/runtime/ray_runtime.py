@@ -175,8 +175,11 @@ class RayRun:
                                    f"not offer within {timeout:.0f} s (ray.start_timeout_seconds)") from None
         for group in self.groups.values():
             self._start_agent(group)
-        for group in self.groups.values():
-            group.where = json.loads(ray.get(group.pending, timeout=timeout))
+        for node, group in self.groups.items():
+            try:
+                group.where = json.loads(ray.get(group.pending, timeout=timeout))
+            except (GetTimeoutError, RayActorError) as exc:
+                raise StartError(f"ray: the agent of node group {node} did not start ({type(exc).__name__})") from None
             group.pending = None
 
     def _options(self, node: int, cpus: float, gpus: float = 0.0) -> dict[str, Any]:
