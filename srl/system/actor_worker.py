@@ -194,8 +194,8 @@ class ActorWorker(Worker):
         try:
             step = self.slots[slot].step(arrays["actions"][a, buf, t])
         except Exception as exc:  # name the env and where, keep its own message
-            raise RuntimeError(f"{self.env_name}: step failed at actor {self.index} slot {slot} after {self.env_steps} env "
-                               f"steps: {type(exc).__name__}: {exc}") from exc
+            raise RuntimeError(f"{self.env_name}: step failed at actor {self.index} slot {slot} after "
+                               f"{self.env_steps} env steps: {type(exc).__name__}: {exc}") from exc
         self.t_env += time.perf_counter() - t0
         if not self._finite(step):
             step = self._sanitize(step, slot)
