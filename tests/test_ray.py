@@ -184,10 +184,9 @@ def test_bad_ray_settings_get_one_line_and_a_non_zero_exit(tmp_path):
         (["ray.actors_per_node=0"], "ray.actors_per_node: must be >= 1"),
     ]
     for i, (overrides, message) in enumerate(cases):
-        proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"),
-                               "--run-dir", str(tmp_path / str(i)), "--set", "runtime=ray",
-                               *[a for o in overrides for a in ("--set", o)]],
-                              capture_output=True, text=True, timeout=120)
+        cmd = [sys.executable, "-m", "srl.cli.main", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"),
+               "--run-dir", str(tmp_path / str(i)), "--set", "runtime=ray", *[a for o in overrides for a in ("--set", o)]]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], proc.stderr
