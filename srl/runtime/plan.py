@@ -57,9 +57,18 @@ class Plan:
         """Actor ``actor``'s row in its node's pool."""
         return actor % self.layout.actors
 
+    @property
+    def policy_workers_per_node(self) -> int:
+        """Policy workers of one node group."""
+        return self.cfg.workers.policy_workers // self.nodes
+
+    def policy_node(self, policy_worker: int) -> int:
+        """The node group policy worker ``policy_worker`` lives in."""
+        return policy_worker // self.policy_workers_per_node
+
     def policy_of(self, actor: int) -> int:
         """The policy worker that serves actor ``actor``: one of its own node's, spread by row."""
-        per_node = self.cfg.workers.policy_workers // self.nodes
+        per_node = self.policy_workers_per_node
         return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
 
     def served_actors(self, policy_worker: int) -> list[int]:
@@ -73,7 +82,7 @@ class Plan:
         if self.cfg.runtime != "ray":
             return index % self.relay_groups
         if role == "policy":
-            return index // (self.cfg.workers.policy_workers // self.nodes)
+            return self.policy_node(index)
         return self.actor_node(index) if role == "actor" else None  # the eval worker shares the trainers' node
 
 

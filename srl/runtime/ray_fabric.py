@@ -74,7 +74,7 @@ class NodeFabric(SharedFabric):
             if plan.relay_groups:
                 key = f"params{self.node}"
                 opened[key] = VersionedBuffer.create_shared(f"{self.tag}_{key}", plan.param_size, np.float32)
-            per_node = plan.cfg.workers.policy_workers // plan.nodes
+            per_node = plan.policy_workers_per_node
             for p in range(self.node * per_node, (self.node + 1) * per_node):
                 opened[f"req{p}"] = FifoChannel.create(str(self.dir / f"req{p}"), REQUEST_WIDTH)
             for row in range(plan.layout.actors):

@@ -95,7 +95,7 @@ def node_of(plan: Plan, role: str, index: int) -> int:
     if role == "actor":
         return plan.actor_node(index)
     if role == "policy":
-        return index // (plan.cfg.workers.policy_workers // plan.nodes)
+        return plan.policy_node(index)
     if role == "relay":
         return index
     return TRAINER_NODE
