@@ -45,7 +45,7 @@ from srl.api.config import ConfigError, to_dict
 from srl.base import wire
 from srl.base.fileio import atomic_write_text
 from srl.base.shm import sweep_stale
-from srl.runtime.build import worker_roles
+from srl.runtime.build import ROLES, worker_roles
 from srl.runtime.plan import Plan
 from srl.runtime.ray_actors import NodeAgent, WorkerActor
 from srl.runtime.ray_fabric import TRAINER_NODE, Endpoints
@@ -282,7 +282,7 @@ class RayRun:
     def _lost(self, name: str, cause: str) -> None:
         controller, w = self.controller, self.workers[name]
         w.ref = None
-        if not self._restartable(w.role):
+        if not self.restartable(w.role):
             controller.fail(f"{name}: {cause}")
             return
         if controller.restarts.get(name, 0) >= self.plan.cfg.workers.max_restarts:
@@ -307,7 +307,7 @@ class RayRun:
                 return
         controller.note_restart(name, cause, dropped)
 
-    def _restartable(self, role: str) -> bool:
+    def restartable(self, role: str) -> bool:
         if self.plan.cfg.workers.max_restarts == 0:
             return False
         if role == "trainer":  # data-parallel peers cannot re-form their group mid-run
@@ -341,7 +341,8 @@ class RayRun:
                     self._start_agent(group)
                     continue
                 group.pending = None
-            for role, index, incarnation in sorted(self.waiting.pop(node), key=lambda r: SERVERS_FIRST[r[0]]):
+            start_order = {ri: k for k, ri in enumerate(worker_roles(self.plan))}  # servers before their readers
+            for role, index, incarnation in sorted(self.waiting.pop(node), key=lambda r: start_order[r[:2]]):
                 try:
                     self._restart(role, index, incarnation)
                 except StartError as exc:
@@ -399,9 +400,6 @@ class RayRun:
             remove_placement_group(group.pg)
 
 
-SERVERS_FIRST = {"trainer": 0, "param_root": 1, "relay": 2, "policy": 3, "actor": 4, "eval": 5}
-
-
 def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
     """Run until the controller says stop; return the newest policy snapshot."""
     owns_ray = _connect(plan)
@@ -409,7 +407,7 @@ def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndar
     receiver = ControlReceiver(f"tcp://{ray.util.get_node_ip_address()}:*", controller.handle, token=token)
     run = RayRun(plan, controller, run_dir, Endpoints(receiver.address, token))
     controller.supervised_roles = frozenset(
-        role for role in ("actor", "policy", "param_root", "relay", "eval", "trainer") if run._restartable(role))
+        role for role in ROLES if run.restartable(role))
     main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
 
