@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -91,12 +90,16 @@ def test_checkpoint_write_is_atomic(tmp_path):
     load_checkpoint(ckpt_dir / sorted(before)[-1])
 
 
-def _start_endless_training(run: Path, *overrides: str) -> subprocess.Popen:
-    """``srl train`` on CartPole with no target and an unreachable step budget: it runs until signalled."""
+def _start_endless_training(run: Path, *overrides: str, tmp: Path | None = None) -> subprocess.Popen:
+    """``srl train`` on CartPole with no target and an unreachable step budget: it runs until signalled.
+
+    ``tmp`` becomes the run's temporary folder (``TMPDIR``), where its named pipes live.
+    """
     sets = ["run.total_env_steps=100000000", "run.target_return=null", "run.log_interval_seconds=0.2", *overrides]
+    env = dict(os.environ, TMPDIR=str(tmp)) if tmp is not None else None
     return subprocess.Popen([sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run),
                              *[a for o in sets for a in ("--set", o)]],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _wait_for_updates(run: Path, versions: int = 2, timeout: float = 60.0) -> None:
@@ -114,15 +117,16 @@ def _wait_for_updates(run: Path, versions: int = 2, timeout: float = 60.0) -> No
 @pytest.mark.parametrize("runtime, sig", [("local", signal.SIGINT), ("local", signal.SIGTERM),
                                           ("inline", signal.SIGTERM)])
 def test_signal_stops_cleanly(tmp_path, runtime, sig):
-    run = tmp_path / "run"
-    pipe_dirs_before = set(Path(tempfile.gettempdir()).glob("srl-*"))
-    proc = _start_endless_training(run, f"runtime={runtime}")
+    run, private_tmp = tmp_path / "run", tmp_path / "tmp"
+    private_tmp.mkdir()  # the run's own temporary folder: other runs on the machine cannot disturb the check
+    proc = _start_endless_training(run, f"runtime={runtime}", tmp=private_tmp)
     children: set[int] = set()
     try:
         _wait_for_updates(run)
         if runtime == "local":
             children = children_of(proc.pid)
             assert len(children) >= 2  # actor and trainer processes
+            assert list(private_tmp.glob("srl-*"))  # the named pipes' folder
             assert [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
@@ -137,7 +141,7 @@ def test_signal_stops_cleanly(tmp_path, runtime, sig):
     assert list((run / "checkpoints").glob("ckpt_*.pt"))
     assert not [c for c in children if Path(f"/proc/{c}").exists()]
     assert not [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
-    assert set(Path(tempfile.gettempdir()).glob("srl-*")) <= pipe_dirs_before  # the run's named pipes are gone
+    assert not list(private_tmp.iterdir())  # the run's named pipes are gone
 
 
 def test_local_runtime_with_several_policy_workers_serves_every_actor(tmp_path):
