@@ -271,3 +271,23 @@ def test_cost_measurements_run_the_real_paths():
     assert measured["bytes_per_sample"] == pytest.approx(segment_bytes / (w.segment_length * w.envs_per_slot))
     costs = dataclasses.replace(COSTS, **measured)
     assert predict(costs, Cluster(nodes=1, cores_per_node=2), one_node(1)).steps_per_second > 0
+
+
+def test_segment_send_counts_the_bytes_the_stream_sends():
+    """MuJoCo observations are float64 in the env but float32 in segments: the benchmark's segment has the
+    stream's dtypes, goes through the real sender and receiver, and its bytes are those of the float32 layout."""
+    from srl.api.config import load_config
+    from srl.runtime.bench import _random_batch
+    from srl.runtime.bench_costs import segment_send
+    from srl.runtime.plan import make_plan
+
+    plan = make_plan(load_config("configs/halfcheetah_ppo.yaml"))
+    assert plan.obs_space.dtype == np.float64
+    w = plan.cfg.workers
+    batch = _random_batch(plan, np.random.default_rng(0), w.envs_per_slot)
+    assert {n: a.dtype.name for n, a in batch.items()} == {n: f.dtype for n, f in plan.layout.fields.items()}
+    measured = segment_send(plan, 0.05)
+    assert measured["segment_send_seconds"] > 0
+    float64_obs = sum(math.prod(f.shape) * (8 if n in ("obs", "final_obs") else np.dtype(f.dtype).itemsize)
+                      for n, f in plan.layout.fields.items()) / (w.segment_length * w.envs_per_slot)
+    assert measured["bytes_per_sample"] < 0.7 * float64_obs

@@ -205,8 +205,8 @@ def _random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.
     out = {}
     for name, spec in plan.layout.fields.items():
         shape = (spec.shape[0], n, *spec.shape[2:])
-        if name in ("obs", "final_obs"):
-            out[name] = _random_obs(plan, rng, shape[:2])
+        if name in ("obs", "final_obs"):  # in the segment's dtype (float64 spaces are stored as float32)
+            out[name] = _random_obs(plan, rng, shape[:2]).astype(spec.dtype, copy=False)
         elif name == "actions" and spec.dtype == "int64":
             out[name] = rng.integers(0, plan.action_space.n, shape)
         elif spec.dtype == "bool":

@@ -13,7 +13,7 @@ model (``runtime/capacity.py``) can recombine them for a cluster:
 - inference stream: the real ``InferenceClient`` and ``InferenceServer`` over
   named pipes in one process (no context switches, no forward pass), with
   batches of one slot and of several;
-- segment send: one segment in the wire format through ZeroMQ TCP on loopback;
+- segment send: the real ``SampleSender`` -> ``SampleReceiver`` over ZeroMQ TCP on loopback;
 - parameter transfer: ``bench_params.measure`` (a root server and one reader
   process) at two snapshot sizes, fitted as a fixed hop time plus a byte rate.
 """
@@ -31,7 +31,7 @@ import zmq
 
 from srl.algorithms.ppo import make_acting_policy
 from srl.api.config import ExperimentConfig
-from srl.base import wire
+from srl.base.shm import new_tag
 from srl.base.channel import FifoChannel
 from srl.runtime.bench import _random_batch, _random_obs, _timed_rate, bench_compute, bench_env
 from srl.runtime.bench_params import measure as measure_params
@@ -39,6 +39,7 @@ from srl.runtime.build import build_worker
 from srl.runtime.capacity import Costs
 from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, InlineFabric
 from srl.runtime.plan import Plan, make_plan
+from srl.system.remote_samples import SampleReceiver, SampleSender, segment_bytes
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SegmentPool
 
 ACTION_SETS = 64
@@ -182,31 +183,38 @@ def stream_costs(plan: Plan, seconds: float) -> dict[str, float]:
 
 
 def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
-    """One segment, in the wire format, through a ZeroMQ PUSH/PULL pair over TCP on loopback, and its bytes."""
+    """One segment through the real cross-node sample stream, both ends in this process: ``SampleSender``
+    (encode, send) -> ZeroMQ TCP on loopback -> ``SampleReceiver`` (receive, check the token, decode).
+    Also the segment's bytes per sample, as stored and sent."""
     cfg = plan.cfg
-    segment = _random_batch(plan, np.random.default_rng(cfg.seed), cfg.workers.envs_per_slot)
-    fields = {name: (a.dtype.name, a.shape) for name, a in segment.items()}
+    layout = dataclasses.replace(plan.layout, actors=1, buffers=1)
+    pool = SegmentPool.in_process(layout)
+    for name, values in _random_batch(plan, np.random.default_rng(cfg.seed), cfg.workers.envs_per_slot).items():
+        pool.arrays[name][0, 0] = values
     ctx = zmq.Context()
-    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    token = new_tag()
+    receiver = SampleReceiver(layout.fields, "tcp://127.0.0.1:*", token, ctx)
+    sender = SampleSender(pool, 0, 0, receiver.address, token, ctx)
     try:
-        for sock in (pull, push):
-            sock.setsockopt(zmq.LINGER, 0)
-        port = pull.bind_to_random_port("tcp://127.0.0.1")
-        push.connect(f"tcp://127.0.0.1:{port}")
-
         def one(i: int) -> None:
-            push.send_multipart(wire.encode("segment", segment, {"version": i}), copy=False)
-            frames = pull.recv_multipart(copy=False)
-            wire.decode([f.buffer for f in frames], expect_schema="segment", fields=fields)
+            buffer = sender.acquire()
+            assert buffer is not None, "the previous segment was received, so its buffer is free"
+            sender.submit(buffer)
+            while not len(records := receiver.receive(1, 0.01)):  # returns as soon as the segment arrives
+                sender.flush()  # the first send may find the connection not yet up
+            (handle, buf), = records.tolist()
+            receiver.segment(handle, buf)
+            receiver.release(handle, buf)
 
         per_segment = 1.0 / _timed_rate(one, 1, seconds)
     finally:
-        pull.close()
-        push.close()
+        sender.close()
+        receiver.close()
         ctx.term()
+    if receiver.rejected:
+        raise RuntimeError(f"segment_send: {receiver.rejected} segments rejected by the receiver")
     samples = cfg.workers.segment_length * cfg.workers.envs_per_slot
-    return {"segment_send_seconds": per_segment,
-            "bytes_per_sample": sum(a.nbytes for a in segment.values()) / samples}
+    return {"segment_send_seconds": per_segment, "bytes_per_sample": segment_bytes(layout.fields) / samples}
 
 
 def param_transfer(floats: int, dtype: str, versions: int = 6, interval: float = 0.15) -> dict[str, float]:
