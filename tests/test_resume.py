@@ -33,6 +33,8 @@ def test_resume_continues_counters_statistics_and_metrics(tmp_path, runtime, sta
     assert lines_after[: len(lines_before)] == lines_before  # appended, not rewritten
     resumed_steps = [json.loads(line)["env_steps"] for line in lines_after[len(lines_before):]]
     assert min(resumed_steps) >= int(state["trained_samples"])  # counts on from the checkpoint
+    # per-version rates divide this process's bytes by this process's snapshots: one snapshot's size either way
+    assert second["bytes_published_per_version"] == first["bytes_published_per_version"] > 0
 
     end = load_checkpoint(checkpoints(run / "checkpoints")[-1])
     updates = int(end["version"]) - int(ckpt["version"])

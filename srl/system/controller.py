@@ -222,12 +222,12 @@ class Controller:
 
     def _bytes_per_version(self) -> dict[str, float]:
         """Parameter bytes published per snapshot and gradient bytes all-reduced per update (per trainer)."""
-        t, versions = self.trainer, int(self.trainer.get("version", 0))
+        t = self.trainer  # counters of the reporting trainer process (from 0 again after a resume or restart)
         out = {}
-        if versions > 0 and "bytes_published" in t:
-            out["bytes_published_per_version"] = float(t["bytes_published"]) / (versions + 1)  # + the initial one
-        if versions > 0 and "bytes_reduced" in t:
-            out["bytes_reduced_per_update"] = float(t["bytes_reduced"]) / versions
+        if int(t.get("snapshots_published", 0)) > 0:
+            out["bytes_published_per_version"] = float(t["bytes_published"]) / int(t["snapshots_published"])
+        if int(t.get("updates", 0)) > 0 and "bytes_reduced" in t:
+            out["bytes_reduced_per_update"] = float(t["bytes_reduced"]) / int(t["updates"])
         return out
 
     def summary(self, final_eval: Mapping[str, float] | None) -> dict[str, Any]:

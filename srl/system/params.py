@@ -35,10 +35,13 @@ class ParamPublisher:
     def __init__(self, buffer: VersionedBuffer) -> None:
         self.buffer = buffer
         self.bytes_published = 0
+        self.published = 0
+        """Snapshots this publisher wrote (a resumed or restarted trainer counts from 0 again)."""
 
     def publish(self, version: int, flat: np.ndarray) -> None:
         self.buffer.write(version, flat)
         self.bytes_published += flat.nbytes
+        self.published += 1
 
 
 class ParamSubscriber:

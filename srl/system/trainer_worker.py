@@ -70,6 +70,7 @@ class TrainerWorker(Worker):
         self._connected = False
         self.version = 0
         self.samples = 0
+        self.updates = 0  # by this process (a resumed trainer starts at a checkpoint's version, not at 0)
         self.dropped = 0
         self.t_wait = self.t_copy = self.t_train = 0.0  # seconds waiting for segments, copying them, training
 
@@ -160,6 +161,7 @@ class TrainerWorker(Worker):
         n = int(self.batch["rewards"].size)
         self.samples += n
         self.version += 1
+        self.updates += 1
         if self.leader:
             self.publisher.publish(self.version, self.algorithm.policy_state())
         lags = np.concatenate(self._lags)
@@ -170,7 +172,8 @@ class TrainerWorker(Worker):
             # messages refused by a network sample stream (no run token, malformed); 0 within a node
             "rejected_segment_messages": int(getattr(self.consumer, "rejected", 0)),
             "lag_mean": float(lags.mean()), "lag_max": int(lags.max()),
-            "bytes_published": self.publisher.bytes_published,
+            "bytes_published": self.publisher.bytes_published, "snapshots_published": self.publisher.published,
+            "updates": self.updates,
             "t_total": time.perf_counter() - self._t_start, "t_wait": self.t_wait, "t_copy": self.t_copy,
             "t_train": self.t_train,
         }
