@@ -153,12 +153,15 @@ def test_max_trainers_caps_and_leaves_idle_actor_nodes():
     assert capped.layout.actor_nodes + capped.layout.trainer_nodes < 100  # more actor nodes would add nothing
 
 
-def test_one_trainer_node_as_the_ray_runtime_places_them():
+def test_max_trainer_nodes_caps_the_trainer_nodes_and_trainers_split_evenly_over_them():
     costs = dataclasses.replace(COSTS, gpu_update_speedup=10.0)
     cluster = Cluster(nodes=40, cores_per_node=64, gpus_per_node=8)
     free, one = recommend(costs, cluster), recommend(costs, cluster, Limits(max_trainer_nodes=1))
     assert free.layout.trainer_nodes > 1 and one.layout.trainer_nodes == 1
+    assert free.settings()["ray.trainer_nodes"] == free.layout.trainer_nodes and one.settings()["ray.trainer_nodes"] == 1
     assert one.layout.trainers == 8 and one.settings()["ray.trainer_gpus"] == 1
+    odd = recommend(costs, cluster, Limits(max_trainers=13))  # 2 trainer nodes: 12 trainers, 6 on each
+    assert (odd.layout.trainer_nodes, odd.layout.trainers) == (2, 12)
     assert one.prediction.steps_per_second == pytest.approx(8 * 10 / 200e-6)
     with pytest.raises(ConfigError, match="max_trainer_nodes: must be >= 1"):
         Limits(max_trainer_nodes=0)

@@ -111,15 +111,23 @@ def _node_ids(c: Cluster, nodes: list) -> tuple[str, set[str]]:
 
 
 def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
+    """Two actor nodes and two trainer nodes (a third worker node joins as the second trainer node): each group
+    whole on its own node, the data-parallel trainers meeting over TCP across nodes."""
     c, nodes = cluster
-    summary = train(_cfg(c, "ray.policy_workers_per_node=1", "workers.trainers=2"), run_dir=tmp_path / "run",
-                    progress=None)
+    second = c.add_node(num_cpus=2, resources={"srl_trainer": 1}, node_ip_address="127.0.0.1")
+    try:
+        c.wait_for_nodes()
+        summary = train(_cfg(c, "ray.policy_workers_per_node=1", "workers.trainers=2", "ray.trainer_nodes=2"),
+                        run_dir=tmp_path / "run", progress=None)
+    finally:
+        c.remove_node(second)
     assert summary["solved"], summary
     assert summary["train_return_mean"] >= 475
     workers = json.loads((tmp_path / "run" / "workers.json").read_text())
     head, actor_nodes = _node_ids(c, nodes)
-    # trainers, the root server and the eval worker share the head; each actor node hosts one whole group
-    assert {workers[n]["node_id"] for n in ("trainer0", "trainer1", "param_root0")} == {head}
+    # one trainer on each trainer node; the root server with the lead trainer
+    assert {workers["trainer0"]["node_id"], workers["trainer1"]["node_id"]} == {head, second.node_id}
+    assert workers["param_root0"]["node_id"] == workers["trainer0"]["node_id"]
     group = [{workers[f"{r}{g}"]["node_id"] for r in ("actor", "policy", "relay")} for g in range(2)]
     assert all(len(g) == 1 for g in group) and set().union(*group) == actor_nodes
     # the root sent each version to the two relays only (hierarchical service across nodes)
@@ -156,25 +164,51 @@ def test_killed_actor_and_trainer_processes_are_restarted(cluster, tmp_path):
 
 
 def test_lost_node_leaves_training_going_and_group_returns(cluster, tmp_path):
+    """Group 0's node dies. Its relay also serves relay 1 (fan-out 1), so when the group lands on a new node and
+    the relay binds there, relay 1 (on the surviving node) must follow it to its new address."""
     c, nodes = cluster
     run_dir = tmp_path / "run"
     thread, summary = _train_in_thread(_cfg(c, "run.target_return=null", "run.total_env_steps=1000000",
-                                           "run.max_wall_seconds=75"), run_dir)
+                                           "run.max_wall_seconds=90", "params.fan_out=1"), run_dir)
     workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
-    victim = next(n for n in nodes if n.node_id == workers["actor1"]["node_id"])
+    victim = next(n for n in nodes if n.node_id == workers["actor0"]["node_id"])
     _wait_for_steps(run_dir, 2000)
     c.remove_node(victim)  # the node's raylet and every worker on it die
     time.sleep(10.0)
     nodes.remove(victim)
     nodes.append(c.add_node(num_cpus=2, resources={"srl_actor": 1}, node_ip_address="127.0.0.1"))
-    back = _wait_for(run_dir / "workers.json", lambda d: d.get("actor1", {}).get("node_id") == nodes[-1].node_id)
-    assert back["relay1"]["node_id"] == nodes[-1].node_id
+    back = _wait_for(run_dir / "workers.json", lambda d: d.get("actor0", {}).get("node_id") == nodes[-1].node_id)
+    assert back["relay0"]["node_id"] == nodes[-1].node_id
+    assert back["relay1"]["node_id"] == workers["relay1"]["node_id"] != nodes[-1].node_id
     thread.join(300)
     assert not thread.is_alive()
     assert summary["stop_reason"] == "wall_time", summary
-    assert summary["restarts"].get("actor1", 0) >= 1 and summary["restarts"].get("relay1", 0) >= 1, summary
+    restarts = summary["restarts"]
+    assert restarts.get("actor0", 0) >= 1 and restarts.get("relay0", 0) >= 1, summary
+    assert restarts.get("relay1", 0) >= 1 and restarts.get("actor1", 0) == 0, summary  # only the relay followed
+    assert summary["param_service"]["relay1"]["version"] >= summary["policy_version"] - 3  # and it is fed again
     steps = [json.loads(line)["env_steps"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] > steps[len(steps) // 2] > 0  # training kept going through the loss
+
+
+def test_clients_of_each_server_are_the_workers_that_connect_to_it():
+    """Who must follow a server that comes back at another address (after its node was lost)."""
+    from srl.runtime.plan import make_plan
+
+    def plan(*overrides: str):
+        return make_plan(load_config(ROOT / "configs" / "cartpole_ppo.yaml", [
+            "runtime=ray", "ray.actor_nodes=4", "ray.actors_per_node=2", *overrides]))
+
+    tree = plan("ray.policy_workers_per_node=1", "workers.trainers=2", "params.fan_out=2")
+    assert tree.clients_of("trainer0") == [("actor", a) for a in (0, 2, 4, 6)]
+    assert tree.clients_of("trainer1") == [("actor", a) for a in (1, 3, 5, 7)]
+    assert tree.clients_of("root") == [("relay", 0), ("relay", 1)]  # fan-out 2: relays 2 and 3 hang below
+    assert tree.clients_of("relay0") == [("relay", 2), ("relay", 3)]
+    assert tree.clients_of("relay1") == [] and tree.clients_of("relay3") == []
+    flat = plan("ray.policy_workers_per_node=1", "params.mode=flat", "run.eval_every_versions=5")
+    assert flat.clients_of("root") == [("policy", i) for i in range(4)] + [("eval", 0)]
+    inline = plan("ray.policy_workers_per_node=0", "params.mode=flat", "run.eval_every_versions=0")
+    assert inline.clients_of("root") == [("actor", a) for a in range(8)]
 
 
 def test_bad_ray_settings_get_one_line_and_a_non_zero_exit(tmp_path):
@@ -182,6 +216,8 @@ def test_bad_ray_settings_get_one_line_and_a_non_zero_exit(tmp_path):
         (["ray.address=127.0.0.1:1"], "ray.address: cannot reach '127.0.0.1:1'"),
         (["ray.actor_nodes=2", "workers.actors=3"], "workers.actors: 3 actors do not split evenly"),
         (["ray.actors_per_node=0"], "ray.actors_per_node: must be >= 1"),
+        (["ray.trainer_nodes=2", "workers.trainers=3", "workers.actors=3"],
+         "workers.trainers: 3 trainers do not split evenly over ray.trainer_nodes=2"),
     ]
     for i, (overrides, message) in enumerate(cases):
         cmd = [sys.executable, "-m", "srl.cli.main", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"),

@@ -297,7 +297,8 @@ class RayConfig:
     """Placement on a Ray cluster (``runtime: ray``). Workers are grouped by node; nothing else changes.
 
     Each *actor node* hosts its actors, its policy workers and one parameter relay, joined by that node's
-    shared memory; the trainers (with the root parameter server and the eval worker) share one more node.
+    shared memory; the trainers fill ``trainer_nodes`` more nodes (the first also hosts the root parameter
+    server and the eval worker).
     Segments travel from actor nodes to trainers over ZeroMQ TCP, authenticated by a per-run token.
     """
 
@@ -313,8 +314,13 @@ class RayConfig:
     node_resource: str | None = None
     """A custom resource that marks nodes for actors; each actor node group claims one unit of it, so groups land
     on distinct nodes (``ray start --resources '{"srl_actor": 1}'``). Null: Ray places groups where CPUs are free."""
+    trainer_nodes: int = 1
+    """Node groups that host the trainers; ``workers.trainers`` is split evenly over them. With more than one,
+    the data-parallel trainers meet through a TCP store on the first trainer node and gloo connects them over
+    the nodes' own interfaces (on one node: a file store and loopback)."""
     trainer_resource: str | None = None
-    """A custom resource that marks the trainers' node (one unit is claimed). Null: wherever CPUs (GPUs) are free."""
+    """A custom resource that marks trainer nodes; each trainer node group claims one unit, so groups land on
+    distinct nodes. Null: wherever CPUs (GPUs) are free."""
     trainer_gpus: float = 0.0
     """GPUs each trainer claims (use with ``workers.trainer_device: cuda``)."""
     cpus_per_actor: float = 1.0
@@ -328,6 +334,7 @@ class RayConfig:
 
     def __post_init__(self) -> None:
         _check(self.actor_nodes >= 1, "actor_nodes", f"must be >= 1, got {self.actor_nodes}")
+        _check(self.trainer_nodes >= 1, "trainer_nodes", f"must be >= 1, got {self.trainer_nodes}")
         for name in ("actors_per_node", "policy_workers_per_node"):
             value = getattr(self, name)
             _check(value is None or value >= (1 if name == "actors_per_node" else 0), name,
@@ -375,6 +382,8 @@ class ExperimentConfig:
                    f"{w.actors} actors do not split evenly over ray.actor_nodes={nodes}")
             _check(w.policy_workers % nodes == 0, "workers.policy_workers",
                    f"{w.policy_workers} policy workers do not split evenly over ray.actor_nodes={nodes}")
+            _check(w.trainers % self.ray.trainer_nodes == 0, "workers.trainers",
+                   f"{w.trainers} trainers do not split evenly over ray.trainer_nodes={self.ray.trainer_nodes}")
             _check(self.params.mode == "flat" or self.params.groups == nodes, "params.groups",
                    f"under runtime: ray there is one relay per actor node: must be {nodes}")
             _check(self.workers.start_method == "auto", "workers.start_method", "Ray starts the worker processes")

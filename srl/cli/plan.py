@@ -38,7 +38,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-trainers", type=int, default=None,
                    help="cap on data-parallel trainers (their all-reduce is not modelled)")
     p.add_argument("--max-trainer-nodes", type=int, default=None,
-                   help="cap on trainer nodes (the Ray runtime today puts every trainer on one node: give 1)")
+                   help="cap on trainer nodes (ray.trainer_nodes; the model does not charge their all-reduce)")
     p.add_argument("--layout", action="append", default=[], metavar="KEY=VALUE",
                    help="also predict this layout: the recommended one with KEY changed (a Layout field, e.g. "
                         "actors_per_node=2, policy_workers_per_node=0, trainers, envs_per_slot; repeatable)")
@@ -239,8 +239,8 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
         *[f"  {k:<30} {v}" for k, v in rec.settings().items()],
     ]
     if lay.trainer_nodes > 1:
-        lines.append(f"  note: {lay.trainer_nodes} trainer nodes; the Ray runtime today puts every trainer on one "
-                     "node (--max-trainer-nodes 1 plans for that)")
+        lines.append(f"  note: {lay.trainer_nodes} trainer nodes all-reduce every minibatch across the network, "
+                     "which the model does not charge (--max-trainer-nodes caps them)")
     if lay.envs_per_slot != costs.envs_per_slot:
         lines.append(f"  note: envs_per_slot {costs.envs_per_slot} -> {lay.envs_per_slot} also grows the PPO batch "
                      f"(batch_segments x segment_length x envs_per_slot); lower batch_segments to keep it")

@@ -32,7 +32,7 @@ class Limits:
     max_trainers: int | None = None
     """Data-parallel trainers: their all-reduce is not modelled, so a cap asks what a realistic count gives."""
     max_trainer_nodes: int | None = None
-    """Nodes for trainers (the Ray runtime today puts every trainer on one node: 1 plans for that)."""
+    """Nodes for trainers (``ray.trainer_nodes``); each adds an all-reduce hop the model does not charge."""
 
     def __post_init__(self) -> None:
         for name in ("max_trainers", "max_trainer_nodes"):
@@ -53,7 +53,7 @@ class Recommendation:
         lay = self.layout
         if lay.trainer_nodes:
             where = {"ray.actor_nodes": lay.actor_nodes, "ray.actors_per_node": lay.actors_per_node,
-                     "ray.policy_workers_per_node": lay.policy_workers_per_node}
+                     "ray.policy_workers_per_node": lay.policy_workers_per_node, "ray.trainer_nodes": lay.trainer_nodes}
         else:
             where = {"workers.actors": lay.actors_per_node, "workers.policy_workers": lay.policy_workers_per_node}
         if lay.trainer_nodes and lay.trainer_device == "gpu":
@@ -152,9 +152,10 @@ def _best_many_nodes(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu
     max_trainers = limits.max_trainers or N * per_node
 
     def evaluate(trainer_nodes: int) -> Recommendation | None:
+        trainers = min(max_trainers, trainer_nodes * per_node)
+        trainers -= trainers % trainer_nodes  # the Ray runtime splits trainers evenly over their nodes
         layout = Layout(actor_nodes=N - trainer_nodes, trainer_nodes=trainer_nodes, actors_per_node=C - pws,
-                        policy_workers_per_node=pws, trainers=min(max_trainers, trainer_nodes * per_node),
-                        trainer_device=device, envs_per_slot=B)
+                        policy_workers_per_node=pws, trainers=trainers, trainer_device=device, envs_per_slot=B)
         if layout.actor_nodes * layout.actors_per_node < layout.trainers:
             return None
         params = best_params(costs, cluster, layout)

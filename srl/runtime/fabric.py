@@ -67,6 +67,11 @@ class Fabric(ABC):
     def dist_init_method(self) -> str:
         """Rendezvous address of the run's data-parallel trainers (``torch.distributed`` init method)."""
 
+    def dist_interface(self) -> str | None:
+        """The network interface gloo listens on (``GLOO_SOCKET_IFNAME``; a user's setting wins): loopback,
+        unless the trainers span several nodes. None leaves the choice to gloo."""
+        return "lo"
+
     @abstractmethod
     def stop_flag(self) -> np.ndarray:
         """A one-element int32 array; non-zero asks every worker to finish."""

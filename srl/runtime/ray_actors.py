@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import traceback
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from srl.base import wire
 from srl.base.shm import sweep_stale
 from srl.runtime.build import build_worker
 from srl.runtime.plan import Plan, plan_from_spec
-from srl.runtime.ray_fabric import Endpoints, NodeFabric
+from srl.runtime.ray_fabric import TRAINER_NODE, Endpoints, NodeFabric
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,13 @@ def _normal_priority() -> None:
             os.setpriority(os.PRIO_PROCESS, 0, 0)
     except (AttributeError, PermissionError, OSError):
         pass
+
+
+def _free_port(host: str) -> int:
+    """A TCP port free on ``host`` now (the lead trainer binds it moments later, when the trainers meet)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def _fabric(spec: dict[str, Any], plan: Plan, host: str) -> NodeFabric:
@@ -54,10 +62,14 @@ class NodeAgent:
         sweep_stale()  # segments of an earlier agent on this node that died with its process
         self.fabric = _fabric(spec, self.plan, ray.util.get_node_ip_address())
         self.fabric.create()
+        self.dist: str | None = None
+        if self.fabric.node == TRAINER_NODE and self.plan.trainer_nodes > 1:  # the lead trainer will host the store
+            self.dist = f"tcp://{self.fabric.host}:{_free_port(self.fabric.host)}"
 
     def where(self) -> str:
-        """The names workers open (JSON)."""
-        return json.dumps({"tag": self.fabric.tag, "dir": str(self.fabric.dir), "host": self.fabric.host})
+        """The names workers open, and the trainers' TCP store when this group hosts it (JSON)."""
+        return json.dumps({"tag": self.fabric.tag, "dir": str(self.fabric.dir), "host": self.fabric.host,
+                           "dist": self.dist})
 
     def recover(self, row: int) -> int:
         """Free the buffers of the dead actor in pool row ``row``; how many segments were lost."""

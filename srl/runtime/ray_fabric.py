@@ -14,6 +14,9 @@ hands out, so no shared filesystem is needed.
 
 from __future__ import annotations
 
+import fcntl
+import socket
+import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,26 @@ from srl.system.remote_samples import SampleReceiver, SampleSender
 from srl.system.streams import FREE, SegmentPool
 
 TRAINER_NODE = -1
-"""Node-group index of the trainers' node (actor nodes are 0, 1, ...)."""
+"""Node-group index of the first trainer node: the lead trainer, the root parameter server, the eval worker.
+Trainer node ``k`` is :func:`trainer_group` ``(k)``; actor nodes are 0, 1, ..."""
+
+
+def trainer_group(k: int) -> int:
+    """Node-group index of trainer node ``k`` (``TRAINER_NODE``, -2, -3, ...)."""
+    return TRAINER_NODE - k
+
+
+def interface_of(address: str) -> str | None:
+    """The network interface that holds IPv4 ``address`` (gloo must listen there), or None when none does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:  # SIOCGIFADDR: the interface's IPv4 address
+                packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+            except OSError:  # no IPv4 address on this interface
+                continue
+            if socket.inet_ntoa(packed[20:24]) == address:
+                return name
+    return None
 
 
 @dataclass
@@ -44,13 +66,17 @@ class Endpoints:
     """``trainer<i>`` -> its sample receiver."""
     params: dict[str, str] = field(default_factory=dict)
     """``root`` / ``relay<g>`` -> that parameter server."""
+    dist: str | None = None
+    """The data-parallel trainers' TCP store (``tcp://HOST:PORT``) when they span several nodes."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Endpoints:
-        return cls(str(data["control"]), str(data["token"]), dict(data["samples"]), dict(data["params"]))
+        dist = data.get("dist")
+        return cls(str(data["control"]), str(data["token"]), dict(data["samples"]), dict(data["params"]),
+                   None if dist is None else str(dist))
 
 
 class NodeFabric(SharedFabric):
@@ -58,7 +84,8 @@ class NodeFabric(SharedFabric):
 
     def __init__(self, plan: Plan, node: int, endpoints: Endpoints, host: str, tag: str | None = None,
                  directory: Path | None = None) -> None:
-        """``node``: an actor node group, or :data:`TRAINER_NODE`; ``host``: this node's address (servers bind it)."""
+        """``node``: an actor node group, or a trainer node group (:func:`trainer_group`); ``host``: this node's
+        address (servers bind it)."""
         super().__init__(plan, tag, directory)
         self.node, self.endpoints, self.host = node, endpoints, host
         self._stop = np.zeros(1, np.int32)  # Ray workers are stopped by a call, not by a shared flag
@@ -67,7 +94,7 @@ class NodeFabric(SharedFabric):
         """Create this node group's segments and pipes (its node agent)."""
         plan, opened = self.plan, self._opened
         try:
-            if self.node == TRAINER_NODE:
+            if self.node <= TRAINER_NODE:  # every trainer opens its node's buffer; the lead's is the one served
                 opened["params"] = VersionedBuffer.create_shared(f"{self.tag}_params", plan.param_size, np.float32)
                 return
             opened["pool"] = SegmentPool.shared(plan.layout, self.tag, create=True)
@@ -101,7 +128,11 @@ class NodeFabric(SharedFabric):
         return self._get("reporter", lambda: ZmqReporter(self.endpoints.control, token=self.endpoints.token))
 
     def dist_init_method(self) -> str:
-        return f"file://{self.dir}/trainers.store"  # the trainers share one node (one placement bundle)
+        # several trainer nodes meet at the lead trainer node's TCP store; on one node, a file in its directory
+        return self.endpoints.dist or f"file://{self.dir}/trainers.store"
+
+    def dist_interface(self) -> str | None:
+        return interface_of(self.host) if self.endpoints.dist else "lo"
 
     def stop_flag(self) -> np.ndarray:
         return self._stop

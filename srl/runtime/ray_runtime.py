@@ -3,8 +3,9 @@
 Ray places and supervises; it never carries per-step data. Each actor node
 group is one placement group (one bundle, so one node) holding a node agent
 (it owns the group's shared memory), the group's actors, its policy workers
-and its parameter relay. The trainers, the root parameter server and the eval
-worker share one more placement group. Within a node, workers talk through
+and its parameter relay. The trainers fill ``ray.trainer_nodes`` more placement
+groups; the first also holds the root parameter server and the eval worker.
+Within a node, workers talk through
 shared memory exactly as under the local runtime; across nodes, through
 ZeroMQ TCP with a per-run token (see :mod:`srl.runtime.ray_fabric`).
 
@@ -16,7 +17,9 @@ Supervision: when a worker's actor dies (its process, or its whole node), the
 controller is told, counts the restart, and starts a fresh one in the same
 placement group (Ray re-places a group whose node is gone once a node with its
 resources joins). A lost node group comes back whole: a new agent, then its
-relay, policy workers and actors. A lone trainer restarts from the newest
+relay, policy workers and actors; workers in other groups that connect to
+its servers (child relays, actors sending to its trainer) restart to follow
+them to their new addresses. A lone trainer restarts from the newest
 checkpoint. Restarts are bounded by ``workers.max_restarts`` per worker.
 """
 
@@ -48,7 +51,7 @@ from srl.base.shm import sweep_stale
 from srl.runtime.build import ROLES, worker_roles
 from srl.runtime.plan import Plan
 from srl.runtime.ray_actors import NodeAgent, WorkerActor
-from srl.runtime.ray_fabric import TRAINER_NODE, Endpoints
+from srl.runtime.ray_fabric import TRAINER_NODE, Endpoints, trainer_group
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller
 from srl.system.param_service import relay_parent
@@ -77,6 +80,8 @@ class Group:
     where: dict[str, str] = field(default_factory=dict)
     pending: Any = None
     """The agent's ``where()`` while the group is being (re)placed."""
+    moved: dict[str, str] = field(default_factory=dict)
+    """After its node was lost: the addresses its servers had (they bind afresh wherever the group lands)."""
 
 
 @dataclass
@@ -98,7 +103,14 @@ def node_of(plan: Plan, role: str, index: int) -> int:
         return plan.policy_node(index)
     if role == "relay":
         return index
-    return TRAINER_NODE
+    if role == "trainer":
+        return trainer_group(plan.trainer_node(index))
+    return TRAINER_NODE  # the root server and the eval worker live with the lead trainer
+
+
+def all_groups(plan: Plan) -> list[int]:
+    """Every node group of the run: the trainer nodes', then the actor nodes'."""
+    return [*(trainer_group(k) for k in range(plan.trainer_nodes)), *range(plan.nodes)]
 
 
 def _cpus(plan: Plan, role: str) -> float:
@@ -111,9 +123,9 @@ def _bundle(plan: Plan, node: int) -> dict[str, float]:
     r = plan.cfg.ray
     roles = [ri for ri in worker_roles(plan) if node_of(plan, *ri) == node]
     bundle: dict[str, float] = {"CPU": max(0.01, sum(_cpus(plan, role) for role, _ in roles))}
-    if node == TRAINER_NODE:
+    if node <= TRAINER_NODE:
         if r.trainer_gpus:
-            bundle["GPU"] = r.trainer_gpus * plan.cfg.workers.trainers
+            bundle["GPU"] = r.trainer_gpus * sum(role == "trainer" for role, _ in roles)
         if r.trainer_resource:
             bundle[r.trainer_resource] = 1.0
     elif r.node_resource:
@@ -128,7 +140,7 @@ def _connect(plan: Plan) -> bool:
     r = plan.cfg.ray
     if r.address is None:  # a private instance on this machine, on loopback, sized to hold the whole layout
         os.environ.setdefault("RAY_worker_niceness", "0")  # our workers are the hot path, not background work
-        need = sum(_bundle(plan, n)["CPU"] for n in [TRAINER_NODE, *range(plan.nodes)])
+        need = sum(_bundle(plan, n)["CPU"] for n in all_groups(plan))
         ray.init(num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))), include_dashboard=False,
                  _node_ip_address="127.0.0.1", logging_level=logging.WARNING, log_to_driver=True)
     else:
@@ -163,7 +175,7 @@ class RayRun:
     # ------------------------------------------------------------------ start
     def place(self) -> None:
         """Claim one placement group per node group and wait until the cluster has placed them all."""
-        for node in [TRAINER_NODE, *range(self.plan.nodes)]:
+        for node in all_groups(self.plan):
             self.groups[node] = Group(node, placement_group([_bundle(self.plan, node)], strategy="STRICT_PACK",
                                                             name=f"srl-{self.endpoints.token[:8]}-{node}"))
         timeout = self.plan.cfg.ray.start_timeout_seconds
@@ -181,6 +193,7 @@ class RayRun:
             except (GetTimeoutError, RayActorError) as exc:
                 raise StartError(f"ray: the agent of node group {node} did not start ({type(exc).__name__})") from None
             group.pending = None
+        self.endpoints.dist = self.groups[TRAINER_NODE].where.get("dist")
 
     def _options(self, node: int, cpus: float, gpus: float = 0.0) -> dict[str, Any]:
         group = self.groups[node]
@@ -301,7 +314,7 @@ class RayRun:
             if w.role == "actor":
                 dropped = int(ray.get(group.agent.recover.remote(self.plan.actor_row(w.index))))
             try:
-                self._restart(w.role, w.index, w.incarnation + 1)
+                self._restart([(w.role, w.index, w.incarnation + 1)])
             except StartError as exc:
                 controller.fail(f"{name}: {cause}; not restarted: {exc}")
                 return
@@ -327,6 +340,15 @@ class RayRun:
         ray.kill(group.agent, no_restart=True)
         self._start_agent(group)
         self.waiting.setdefault(group.node, [])
+        # Its servers cannot keep their addresses on another node: they bind afresh, and their clients follow.
+        if group.node > TRAINER_NODE:  # an actor node: its relay
+            servers = [f"relay{group.node}"]
+        else:  # a trainer node: its trainers' sample receivers, and on the lead one the root server
+            servers = [f"trainer{i}" for i in range(self.plan.cfg.workers.trainers)
+                       if node_of(self.plan, "trainer", i) == group.node]
+            servers += ["root"] if group.node == TRAINER_NODE else []
+        for table in (self.endpoints.params, self.endpoints.samples):
+            group.moved.update({name: table.pop(name) for name in servers if name in table})
 
     def _start_placed_groups(self) -> None:
         for node in list(self.waiting):
@@ -342,20 +364,58 @@ class RayRun:
                     continue
                 group.pending = None
             start_order = {ri: k for k, ri in enumerate(worker_roles(self.plan))}  # servers before their readers
-            for role, index, incarnation in sorted(self.waiting.pop(node), key=lambda r: start_order[r[:2]]):
-                try:
-                    self._restart(role, index, incarnation)
-                except StartError as exc:
-                    self.controller.fail(f"node group {node} placed again, but {role}{index} did not start: {exc}")
+            try:
+                self._restart(sorted(self.waiting.pop(node), key=lambda r: start_order[r[:2]]))
+            except StartError as exc:
+                self.controller.fail(f"node group {node} placed again, but it did not start: {exc}")
+                return
+            moved, group.moved = group.moved, {}
+            for server, old in moved.items():
+                new = self.endpoints.params.get(server) or self.endpoints.samples.get(server)
+                if new != old and not self._follow(server, new, node):
                     return
 
-    def _restart(self, role: str, index: int, incarnation: int) -> None:
-        extra: dict[str, Any] = {}
-        if role == "trainer":  # from the newest checkpoint, publishing above what readers already hold
-            extra = {"resume": self._newest_checkpoint(),
-                     "min_version": int(self.controller.trainer.get("version", 0)) + 1}
-        self._create(role, index, incarnation, **extra)
-        self._launch([f"{role}{index}"])
+    def _follow(self, server: str, address: str | None, moved_node: int) -> bool:
+        """``server`` came back at ``address``: restart its running clients in other groups so they connect there
+        (its own group has just started with the new address, as will clients not running now). False when the
+        run failed."""
+        again: list[tuple[str, int, int]] = []
+        dropped: dict[str, int] = {}
+        for role, index in self.plan.clients_of(server):
+            name, node = f"{role}{index}", node_of(self.plan, role, index)
+            w = self.workers.get(name)
+            if node == moved_node or node in self.waiting or w is None or w.ref is None:
+                continue
+            ray.kill(w.handle, no_restart=True)
+            w.ref = None
+            dropped[name] = int(ray.get(self.groups[node].agent.recover.remote(self.plan.actor_row(index)))) \
+                if role == "actor" else 0
+            again.append((role, index, w.incarnation + 1))
+        try:
+            self._restart(again)
+        except StartError as exc:
+            self.controller.fail(f"could not follow {server} to {address}: {exc}")
+            return False
+        for name, lost in dropped.items():
+            self.controller.note_restart(name, f"{server} moved to {address}", lost)
+        return True
+
+    def _restart(self, items: list[tuple[str, int, int]]) -> None:
+        """Start workers ``(role, index, incarnation)`` again, given in start order: their processes are created
+        at once (they start in parallel), servers bind one at a time in that order, then the rest run."""
+        if not items:
+            return
+        for role, index, incarnation in items:
+            extra: dict[str, Any] = {}
+            if role == "trainer":  # from the newest checkpoint, publishing above what readers already hold
+                extra = {"resume": self._newest_checkpoint(),
+                         "min_version": int(self.controller.trainer.get("version", 0)) + 1}
+            self._create(role, index, incarnation, **extra)
+        names = [f"{role}{index}" for role, index, _ in items]
+        for name in names:
+            if self.workers[name].role in SERVERS:
+                self._launch([name])
+        self._launch([name for name in names if self.workers[name].role not in SERVERS])
         self.write_workers()
 
     def _newest_checkpoint(self) -> str:

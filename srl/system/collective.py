@@ -3,7 +3,8 @@
 Each trainer process of a policy joins one process group. Rendezvous goes
 through a file store in the run's private directory (local runtime) or a
 TCP store address handed out by the runtime; gloo's own connections bind to
-the loopback interface unless ``GLOO_SOCKET_IFNAME`` says otherwise.
+the loopback interface unless the trainers span several nodes (then the
+interface of the node's address) or ``GLOO_SOCKET_IFNAME`` says otherwise.
 
 Every reduction packs its tensors into one preallocated flat buffer, so a
 minibatch costs one all-reduce whatever the number of parameter tensors.
@@ -22,11 +23,13 @@ from torch import Tensor
 class TorchCollective:
     """A gloo process group of ``world_size`` trainers; this process is ``rank``."""
 
-    def __init__(self, rank: int, world_size: int, init_method: str, timeout: float = 1800.0) -> None:
+    def __init__(self, rank: int, world_size: int, init_method: str, timeout: float = 1800.0,
+                 interface: str | None = "lo") -> None:
         """``timeout`` bounds every collective. It is long on purpose: a trainer waits in the pre-update
         agreement until its slowest peer has a full batch. A peer that dies closes its connections, which
-        fails the others at once; a hung one is the controller's to stop."""
-        self.rank, self.world_size, self.init_method = rank, world_size, init_method
+        fails the others at once; a hung one is the controller's to stop. ``interface``: where gloo listens
+        unless ``GLOO_SOCKET_IFNAME`` is set (None: gloo's own choice)."""
+        self.rank, self.world_size, self.init_method, self.interface = rank, world_size, init_method, interface
         self.timeout = timeout
         self.bytes_reduced = 0
         self._group: object | None = None
@@ -36,7 +39,8 @@ class TorchCollective:
         """Join the group (blocks until every trainer has joined, or ``timeout``)."""
         import torch.distributed as dist
 
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # never listen beyond this machine unless told to
+        if self.interface is not None:  # never listen beyond this machine unless told to
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", self.interface)
         store_timeout = timedelta(seconds=self.timeout)
         dist.init_process_group("gloo", init_method=self.init_method, rank=self.rank,
                                 world_size=self.world_size, timeout=store_timeout)
