@@ -216,6 +216,15 @@ def test_plan_json_and_text(costs_file, capsys):
     assert main(["plan", "--costs", str(costs_file), "--nodes", "1", "--cores-per-node", "2"]) == 0
     text = capsys.readouterr().out
     assert "bottleneck: trainer" in text and "workers.policy_workers" in text and "hier." in text
+    assert main(["plan", "--costs", str(costs_file), "--nodes", "4", "--cores-per-node", "64", "--markdown"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 5 and rows[1] == ["|---" * 9 + "|"]  # header, rule, one row per scale
+    assert all(len(r) == 9 for r in rows[:1] + rows[2:])
+    assert [r[0] for r in rows[2:]] == ["| 1,000", "| 10,000", "| 100,000"]
+    for r, scale in zip(rows[2:], out["scale"]):  # the same numbers as the JSON
+        used = scale["actor_nodes"] + scale["trainer_nodes"]
+        assert r[1] == f"{used:,} ({scale['actor_nodes']:,} + {scale['trainer_nodes']:,})"
+        assert r[5] == scale["bottleneck"]
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -43,6 +43,8 @@ def add_parser(sub: Any) -> None:
                    help="also predict this layout: the recommended one with KEY changed (a Layout field, e.g. "
                         "actors_per_node=2, policy_workers_per_node=0, trainers, envs_per_slot; repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--markdown", action="store_true",
+                   help="print only the 1k/10k/100k-core table, as a Markdown table (as in docs/scaling.md)")
 
 
 def read_costs(path: Path) -> Costs:
@@ -155,7 +157,9 @@ def run_plan(args: argparse.Namespace) -> int:
         layout = parse_layout(args.layout, rec.layout)
         given = Recommendation(layout, predict(costs, cluster, layout))
     rows = scale_table(costs, args.cores_per_node, args.gpus_per_node, args.link_gbps, SCALES, limits)
-    if args.json:
+    if args.markdown:
+        print(scale_markdown(rows))
+    elif args.json:
         out = plan_json(costs, cluster, rec, rows)
         if given is not None:
             out["given"] = {"layout": dataclasses.asdict(given.layout), **_prediction_json(given.prediction)}
@@ -261,6 +265,28 @@ def given_text(given: Recommendation) -> str:
 def _idle(cluster: Cluster, lay: Layout) -> str:
     idle = cluster.nodes - lay.actor_nodes - lay.trainer_nodes
     return f"; {idle} node(s) would add nothing" if idle else ""
+
+
+def scale_markdown(rows: list[ScaleRow]) -> str:
+    """The scale table as Markdown: per row the nodes used, each actor node's split, trainers, the prediction,
+    and the parameter service flat vs hierarchical (readers or relays, root egress per version, delivery, and
+    in brackets the lag that delivery causes, in versions)."""
+    lines = ["| cores | nodes (actor + trainer) | per actor node | trainers | env steps/s | bottleneck | version every "
+             "| flat: readers, root egress / version, delivery (lag) "
+             "| hierarchical: relays, fan-out (depth), root egress / version, delivery (lag) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lay, pred, f, h = r.recommendation.layout, r.recommendation.prediction, r.flat, r.hierarchical
+        used = lay.actor_nodes + lay.trainer_nodes
+        lines.append(
+            f"| {r.cores:,} | {used:,} ({lay.actor_nodes:,} + {lay.trainer_nodes:,}) "
+            f"| {lay.actors_per_node} actors, {lay.policy_workers_per_node} PW, {lay.envs_per_slot} envs/slot "
+            f"| {lay.trainers:,} {lay.trainer_device.upper()} | {_si(pred.steps_per_second)} | {pred.bottleneck} "
+            f"| {_secs(r.version_seconds)} "
+            f"| {f.readers:,}, {_bytes(f.root_bytes)}, {_secs(f.seconds)} ({f.seconds / r.version_seconds:.2f}) "
+            f"| {h.relays:,}, {h.fan_out} ({h.depth}), {_bytes(h.root_bytes)}, {_secs(h.seconds)} "
+            f"({h.seconds / r.version_seconds:.2f}) |")
+    return "\n".join(lines)
 
 
 def _scale_header() -> str:
