@@ -42,8 +42,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--layout", action="append", default=[], metavar="KEY=VALUE",
                    help="also predict this layout: the recommended one with KEY changed (a Layout field, e.g. "
                         "actors_per_node=2, policy_workers_per_node=0, trainers, envs_per_slot; repeatable)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--markdown", action="store_true",
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument("--markdown", action="store_true",
                    help="print only the 1k/10k/100k-core table, as a Markdown table (as in docs/scaling.md)")
 
 
