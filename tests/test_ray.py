@@ -144,9 +144,11 @@ def _train_in_thread(cfg, run_dir: Path) -> tuple[threading.Thread, dict[str, An
 
 
 def test_killed_actor_and_trainer_processes_are_restarted(cluster, tmp_path):
+    """kill -9 of an actor, then of the lead of two data-parallel trainers: the actor restarts alone, both
+    trainers restart together from the newest checkpoint, and the run solves."""
     c, _ = cluster
     run_dir = tmp_path / "run"
-    thread, summary = _train_in_thread(_cfg(c, "run.checkpoint_interval_seconds=1"), run_dir)
+    thread, summary = _train_in_thread(_cfg(c, "run.checkpoint_interval_seconds=1", "workers.trainers=2"), run_dir)
     workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
     _wait_for_steps(run_dir, 2000)
     os.kill(workers["actor1"]["pid"], signal.SIGKILL)
@@ -156,11 +158,14 @@ def test_killed_actor_and_trainer_processes_are_restarted(cluster, tmp_path):
     os.kill(workers["trainer0"]["pid"], signal.SIGKILL)  # restarts from the newest checkpoint
     thread.join(300)
     assert not thread.is_alive()
-    assert summary["restarts"].get("actor1") == 1 and summary["restarts"].get("trainer0") == 1, summary
+    restarts = summary["restarts"]
+    assert restarts.get("actor1") == 1 and restarts.get("trainer0") == 1 and restarts.get("trainer1") == 1, summary
+    assert restarts.get("actor0", 0) == 0, summary
     assert summary["solved"], summary
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert any(r.get("restarts", 0) >= 2 for r in records)
-    assert json.loads((run_dir / "workers.json").read_text())["trainer0"]["pid"] != workers["trainer0"]["pid"]
+    assert any(r.get("restarts", 0) >= 3 for r in records)
+    after = json.loads((run_dir / "workers.json").read_text())
+    assert all(after[t]["pid"] != workers[t]["pid"] for t in ("trainer0", "trainer1"))
 
 
 def test_lost_node_leaves_training_going_and_group_returns(cluster, tmp_path):

@@ -62,6 +62,21 @@ def test_segments_arrive_intact_and_free_the_senders_buffer(ends):
     assert (pool.state[0] == FREE).all()  # another actor's row was never touched
 
 
+def test_a_segment_goes_out_as_soon_as_the_trainer_has_taken_the_previous_one(ends):
+    """Once the trainer has received a segment, the sender's queue has room again: the next submit sends at
+    once instead of leaving the segment in its buffer until the actor's next acquire (a whole segment later)."""
+    pool, sender, receiver, _ = ends
+    time.sleep(0.3)  # the TCP connection comes up in the background
+    for i in range(20):
+        buf = sender.acquire()
+        assert buf is not None
+        sender.submit(buf)
+        assert sender.sent == i + 1 and pool.state[1, buf] == FREE, f"segment {i} was held back"
+        records = _receive(receiver, 1)
+        assert len(records) == 1
+        receiver.release(*records[0].tolist())
+
+
 def test_a_trainer_that_falls_behind_parks_the_sender(tmp_path):
     ctx = zmq.Context()
     fields = segment_fields((64,), np.float32, (), np.int64, 32, 8, with_final_obs=True)

@@ -117,7 +117,7 @@ def build_worker(plan: Plan, fabric: Fabric, role: str, index: int, run_dir: Pat
     if role == "trainer":
         collective = None
         if cfg.workers.trainers > 1:
-            collective = TorchCollective(index, cfg.workers.trainers, fabric.dist_init_method(),
+            collective = TorchCollective(index, cfg.workers.trainers, fabric.dist_init_method(incarnation),
                                          interface=fabric.dist_interface())
         algo = PPO(plan.obs_space, plan.action_space, cfg.model, cfg.ppo, seed=cfg.seed, collective=collective,
                    device=cfg.workers.trainer_device)

@@ -64,8 +64,9 @@ class Fabric(ABC):
     def reporter(self) -> Reporter: ...
 
     @abstractmethod
-    def dist_init_method(self) -> str:
-        """Rendezvous address of the run's data-parallel trainers (``torch.distributed`` init method)."""
+    def dist_init_method(self, epoch: int = 0) -> str:
+        """Rendezvous address of the run's data-parallel trainers (``torch.distributed`` init method); trainers
+        that start again together meet at the one of their new ``epoch``."""
 
     def dist_interface(self) -> str | None:
         """The network interface gloo listens on (``GLOO_SOCKET_IFNAME``; a user's setting wins): loopback,
@@ -126,7 +127,7 @@ class InlineFabric(Fabric):
     def reporter(self) -> Reporter:
         return self._reporter
 
-    def dist_init_method(self) -> str:
+    def dist_init_method(self, epoch: int = 0) -> str:
         raise ValueError("the inline runtime runs one trainer; several need runtime: local")
 
     def stop_flag(self) -> np.ndarray:
@@ -233,7 +234,7 @@ class SharedFabric(Fabric):
     def reporter(self) -> Reporter:
         return self._get("reporter", lambda: ZmqReporter(self.control_address))
 
-    def dist_init_method(self) -> str:
+    def dist_init_method(self, epoch: int = 0) -> str:
         return f"file://{self.dir}/trainers.store"  # inside the run's private directory, removed with it
 
     def stop_flag(self) -> np.ndarray:

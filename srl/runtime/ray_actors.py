@@ -66,6 +66,11 @@ class NodeAgent:
         if self.fabric.node == TRAINER_NODE and self.plan.trainer_nodes > 1:  # the lead trainer will host the store
             self.dist = f"tcp://{self.fabric.host}:{_free_port(self.fabric.host)}"
 
+    def fresh_dist(self) -> str:
+        """A new address for the trainers' TCP store (restarted trainers meet afresh)."""
+        self.dist = f"tcp://{self.fabric.host}:{_free_port(self.fabric.host)}"
+        return self.dist
+
     def where(self) -> str:
         """The names workers open, and the trainers' TCP store when this group hosts it (JSON)."""
         return json.dumps({"tag": self.fabric.tag, "dir": str(self.fabric.dir), "host": self.fabric.host,

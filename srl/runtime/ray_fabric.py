@@ -127,9 +127,10 @@ class NodeFabric(SharedFabric):
     def reporter(self) -> Reporter:
         return self._get("reporter", lambda: ZmqReporter(self.endpoints.control, token=self.endpoints.token))
 
-    def dist_init_method(self) -> str:
-        # several trainer nodes meet at the lead trainer node's TCP store; on one node, a file in its directory
-        return self.endpoints.dist or f"file://{self.dir}/trainers.store"
+    def dist_init_method(self, epoch: int = 0) -> str:
+        # several trainer nodes meet at the lead trainer node's TCP store (a new one per epoch, from the driver);
+        # on one node, at a file in its directory
+        return self.endpoints.dist or f"file://{self.dir}/trainers{epoch}.store"
 
     def dist_interface(self) -> str | None:
         return interface_of(self.host) if self.endpoints.dist else "lo"

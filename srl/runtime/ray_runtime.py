@@ -19,8 +19,9 @@ placement group (Ray re-places a group whose node is gone once a node with its
 resources joins). A lost node group comes back whole: a new agent, then its
 relay, policy workers and actors; workers in other groups that connect to
 its servers (child relays, actors sending to its trainer) restart to follow
-them to their new addresses. A lone trainer restarts from the newest
-checkpoint. Restarts are bounded by ``workers.max_restarts`` per worker.
+them to their new addresses. Trainers restart from the newest checkpoint;
+data-parallel trainers all together, at a fresh rendezvous. Restarts are
+bounded by ``workers.max_restarts`` per worker.
 """
 
 from __future__ import annotations
@@ -281,6 +282,8 @@ class RayRun:
             done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
             for ref in done:
                 name = refs[ref]
+                if self.workers[name].ref is not ref:  # already started again (with a data-parallel peer)
+                    continue
                 receiver.drain(0.2)  # its error report, if it sent one, names the cause
                 self._lost(name, self._cause(name, ref))
 
@@ -301,6 +304,9 @@ class RayRun:
         if controller.restarts.get(name, 0) >= self.plan.cfg.workers.max_restarts:
             controller.fail(f"{name}: {cause} (after {self.plan.cfg.workers.max_restarts} restarts)")
             return
+        if w.role == "trainer" and self.plan.cfg.workers.trainers > 1:
+            self._restart_trainers(name, cause)
+            return
         node = node_of(self.plan, w.role, w.index)
         group = self.groups[node]
         ray.kill(w.handle, no_restart=True)
@@ -320,11 +326,38 @@ class RayRun:
                 return
         controller.note_restart(name, cause, dropped)
 
+    def _restart_trainers(self, name: str, cause: str) -> None:
+        """Data-parallel trainer ``name`` is gone. Its peers cannot go on without it (their gloo group is broken),
+        so all of them start again together from the newest checkpoint and meet at a fresh rendezvous; actors
+        keep sending to the same addresses. Only on the nodes they had: a lost trainer node ends the run."""
+        n = self.plan.cfg.workers.trainers
+        trainers = [self.workers[f"trainer{i}"] for i in range(n)]
+        for peer in trainers:
+            ray.kill(peer.handle, no_restart=True)
+            peer.ref = None
+        nodes = {node_of(self.plan, "trainer", i) for i in range(n)}
+        if any(node in self.waiting or not self._agent_alive(self.groups[node]) for node in nodes):
+            self.controller.fail(f"{name}: {cause}; a trainer node was lost, and data-parallel trainers restart "
+                                 "only on the nodes they had")
+            return
+        epoch = max(peer.incarnation for peer in trainers) + 1  # names the fresh rendezvous
+        if self.endpoints.dist is not None:  # trainers on several nodes: a new TCP store
+            self.endpoints.dist = str(ray.get(self.groups[TRAINER_NODE].agent.fresh_dist.remote(), timeout=30.0))
+        try:
+            self._restart([("trainer", i, epoch) for i in range(n)])
+        except StartError as exc:
+            self.controller.fail(f"{name}: {cause}; not restarted: {exc}")
+            return
+        for i in range(n):
+            peer = f"trainer{i}"
+            self.controller.worker_errors.pop(peer, None)  # a peer's own error was the broken group's echo
+            self.controller.note_restart(peer, cause if peer == name else f"{name} failed ({cause})", 0)
+
     def restartable(self, role: str) -> bool:
         if self.plan.cfg.workers.max_restarts == 0:
             return False
-        if role == "trainer":  # data-parallel peers cannot re-form their group mid-run
-            return self.plan.cfg.workers.trainers == 1 and self.run_dir is not None
+        if role == "trainer":  # from the newest checkpoint, which lives in the run directory
+            return self.run_dir is not None
         return True
 
     def _agent_alive(self, group: Group) -> bool:
@@ -402,7 +435,8 @@ class RayRun:
 
     def _restart(self, items: list[tuple[str, int, int]]) -> None:
         """Start workers ``(role, index, incarnation)`` again, given in start order: their processes are created
-        at once (they start in parallel), servers bind one at a time in that order, then the rest run."""
+        at once (they start in parallel), trainers bind together (data-parallel peers meet in their setup), the
+        other servers one at a time in that order, then the rest run."""
         if not items:
             return
         for role, index, incarnation in items:
@@ -412,8 +446,9 @@ class RayRun:
                          "min_version": int(self.controller.trainer.get("version", 0)) + 1}
             self._create(role, index, incarnation, **extra)
         names = [f"{role}{index}" for role, index, _ in items]
+        self._launch([name for name in names if self.workers[name].role == "trainer"])
         for name in names:
-            if self.workers[name].role in SERVERS:
+            if self.workers[name].role in SERVERS and self.workers[name].role != "trainer":
                 self._launch([name])
         self._launch([name for name in names if self.workers[name].role not in SERVERS])
         self.write_workers()
