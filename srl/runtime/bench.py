@@ -224,9 +224,12 @@ def bench_train(config: str, seconds: float, overrides: list[str]) -> dict[str, 
     """End-to-end training throughput: ``srl train`` for ``seconds`` in a fresh process; FPS and time shares."""
     summary, _ = train_in_fresh_process(config, ["run.target_return=null", "run.eval_episodes=0",
                                                   f"run.max_wall_seconds={seconds}", *overrides])
+    lags = np.asarray(summary["lag_histogram"], np.float64)  # trained samples by policy lag (versions)
+    lag_mean = float(lags @ np.arange(len(lags)) / lags.sum()) if lags.sum() else None
     return {"bench": "train", "config": config, "overrides": overrides, "seconds": seconds,
             "env_steps": summary["env_steps"], "train_fps": round(summary["train_fps"], 1),
             "policy_version": summary["policy_version"],
+            "lag_mean": None if lag_mean is None else round(lag_mean, 3),
             "time_fractions": {k: round(v, 3) for k, v in summary["time_fractions"].items()}}
 
 
