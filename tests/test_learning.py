@@ -35,6 +35,17 @@ def test_bench_sampling_reports_both_paths_and_their_ratio():
     assert result["mean_inference_batch"] >= 16  # at least one slot of 16 envs per forward pass
 
 
+def test_bench_train_reports_throughput_lag_and_time_shares():
+    proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "bench", "train", "--config", "configs/cartpole_ppo.yaml",
+                           "--seconds", "6", "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["bench"] == "train" and result["env_steps"] > 0 and result["train_fps"] > 0
+    assert result["policy_version"] >= 1
+    assert 0 <= result["lag_mean"] <= 16  # ppo.max_policy_lag: older segments are dropped, not trained
+    assert 0 < result["time_fractions"]["trainer0/train"] <= 1
+
+
 def test_continuous_actions_learn_pendulum(tmp_path):
     cfg = load_config("configs/pendulum_ppo.yaml", ["runtime=inline", "run.max_wall_seconds=240"])
     summary = train(cfg, tmp_path / "run", progress=None)
