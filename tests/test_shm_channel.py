@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from srl.base import shm
-from srl.base.channel import FifoChannel, InProcChannel, wait_any
+from srl.base.channel import FifoChannel, InProcChannel, make_pipe_dir, sweep_stale_pipe_dirs, wait_any
 from srl.base.shm import ShmArray
 
 FORK = mp.get_context("fork")
@@ -121,6 +122,23 @@ def test_sweep_stale_removes_only_dead_creators(tag: str) -> None:
     finally:
         for name in (dead, odd):
             shm.segment_path(name).unlink(missing_ok=True)
+
+
+def test_sweep_stale_pipe_dirs_removes_only_dead_creators_pipe_folders(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a private temp folder for this test
+    proc = FORK.Process(target=os._exit, args=(0,))
+    proc.start()
+    proc.join()
+    dead, live = tmp_path / f"srl-{proc.pid}-abc", make_pipe_dir()  # ours: this process is alive
+    not_only_pipes, not_ours = tmp_path / f"srl-{proc.pid}-def", tmp_path / "srl-bench-xyz"
+    for folder in (dead, not_only_pipes, not_ours):
+        folder.mkdir()
+    for folder in (dead, live, not_only_pipes):
+        FifoChannel.create(str(folder / "req0"), 4).close()
+    (not_only_pipes / "notes.txt").write_text("a user's file")
+    assert live.name.startswith(f"srl-{os.getpid()}-")
+    assert sweep_stale_pipe_dirs() == 1
+    assert not dead.exists() and live.exists() and not_only_pipes.exists() and not_ours.exists()
 
 
 # ----------------------------------------------------------------- channel

@@ -18,8 +18,10 @@ from __future__ import annotations
 import fcntl
 import os
 import select
+import shutil
 import stat
 import struct
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections import deque
@@ -28,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Channel", "FifoChannel", "InProcChannel", "wait_any"]
+from srl.base.shm import pid_alive
+
+__all__ = ["Channel", "FifoChannel", "InProcChannel", "make_pipe_dir", "sweep_stale_pipe_dirs", "wait_any"]
 
 _WORD = np.dtype("<i4")
 _SEND_DEADLINE_S = 10.0
@@ -286,3 +290,34 @@ def wait_any(channels: Sequence[Channel], timeout: float | None) -> list[int]:
         for fd, _ in poller.poll(_to_ms(wait)):
             ready.update(by_fd.get(fd, []))
     return sorted(ready)
+
+
+# --------------------------------------------------------------------------- pipe folders
+PIPE_DIR_PREFIX = "srl-"
+
+
+def make_pipe_dir() -> Path:
+    """A new private folder for a run's named pipes, ``srl-<pid>-<random>`` in the temp folder: the pid lets
+    :func:`sweep_stale_pipe_dirs` find the folders of processes that died without removing them."""
+    return Path(tempfile.mkdtemp(prefix=f"{PIPE_DIR_PREFIX}{os.getpid()}-"))
+
+
+def sweep_stale_pipe_dirs() -> int:
+    """Remove pipe folders whose creating process is dead (killed with SIGKILL, or a node agent lost with its
+    node on a machine that simulates several); returns how many. Only folders of this user that hold nothing
+    but FIFOs and sockets are touched."""
+    removed = 0
+    for folder in Path(tempfile.gettempdir()).glob(f"{PIPE_DIR_PREFIX}*-*"):
+        pid = folder.name[len(PIPE_DIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or pid_alive(int(pid)):
+            continue
+        try:
+            if folder.stat().st_uid != os.getuid() or not all(
+                    stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in (e.lstat().st_mode for e in folder.iterdir())):
+                continue
+        except OSError:  # gone meanwhile, or not a folder
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed += 1
+    return removed
+

@@ -34,6 +34,7 @@ __all__ = [
     "new_tag",
     "segment_path",
     "shm_dir",
+    "pid_alive",
     "sweep_stale",
     "unlink_all",
 ]
@@ -229,7 +230,7 @@ def _creator_pid(name: str) -> int | None:
     return pid if pid > 0 else None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """True unless the pid certainly does not exist (EPERM means it does)."""
     try:
         os.kill(pid, 0)
@@ -251,7 +252,7 @@ def sweep_stale() -> int:
     uid = os.getuid()
     for name in list_segments():
         pid = _creator_pid(name)
-        if pid is None or _pid_alive(pid):
+        if pid is None or pid_alive(pid):
             continue
         try:
             if (shm_dir() / name).stat().st_uid != uid:  # another user's leftovers are theirs to sweep

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from srl.api.worker import Reporter
-from srl.base.channel import Channel, FifoChannel, InProcChannel
+from srl.base.channel import Channel, FifoChannel, InProcChannel, make_pipe_dir
 from srl.base.seqlock import VersionedBuffer
 from srl.base.shm import ShmArray, new_tag
 from srl.runtime.plan import Plan
@@ -145,7 +144,7 @@ class SharedFabric(Fabric):
         """A new fabric (controller), or with ``tag`` and ``directory`` the names of an existing one (worker)."""
         super().__init__(plan)
         self.tag = tag or f"srl_{new_tag()}"
-        self.dir = directory or Path(tempfile.mkdtemp(prefix="srl-"))
+        self.dir = directory or make_pipe_dir()
         self.control_address = f"ipc://{self.dir}/control"
         self._opened: dict[str, Any] = {}
         self._token: str | None = None

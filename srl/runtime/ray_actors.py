@@ -20,6 +20,7 @@ import torch
 
 from srl.api.worker import Worker
 from srl.base import wire
+from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
 from srl.runtime.build import build_worker
 from srl.runtime.plan import Plan, plan_from_spec
@@ -60,6 +61,7 @@ class NodeAgent:
         spec = json.loads(spec_json)
         self.plan = plan_from_spec(spec)
         sweep_stale()  # segments of an earlier agent on this node that died with its process
+        sweep_stale_pipe_dirs()  # and its pipe folder
         self.fabric = _fabric(spec, self.plan, ray.util.get_node_ip_address())
         self.fabric.create()
         self.dist: str | None = None

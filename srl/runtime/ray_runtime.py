@@ -48,6 +48,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from srl.api.config import ConfigError, to_dict
 from srl.base import wire
 from srl.base.fileio import atomic_write_text
+from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
 from srl.runtime.build import ROLES, worker_roles
 from srl.runtime.plan import Plan
@@ -532,3 +533,4 @@ def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndar
             if owns_ray:
                 ray.shutdown()
             sweep_stale()  # segments of node agents that died with their node (same machine only)
+            sweep_stale_pipe_dirs()  # and their pipe folders

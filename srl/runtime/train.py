@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, TextIO
 
 from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
+from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
 from srl.runtime.evaluate import eval_seed, evaluate
 from srl.runtime.plan import make_plan
@@ -61,6 +62,7 @@ def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float 
     """
     start_time = time.time() if start_time is None else start_time
     sweep_stale()  # segments left by runs that were killed with SIGKILL
+    sweep_stale_pipe_dirs()  # and their named pipes' folders
     plan = make_plan(cfg)
     offset = 0
     if resume is not None:
