@@ -66,7 +66,7 @@ class NodeAgent:
         self.fabric.create()
         self.dist: str | None = None
         if self.fabric.node == TRAINER_NODE and self.plan.trainer_nodes > 1:  # the lead trainer will host the store
-            self.dist = f"tcp://{self.fabric.host}:{_free_port(self.fabric.host)}"
+            self.fresh_dist()
 
     def fresh_dist(self) -> str:
         """A new address for the trainers' TCP store (restarted trainers meet afresh)."""

@@ -56,7 +56,6 @@ from srl.runtime.ray_actors import NodeAgent, WorkerActor
 from srl.runtime.ray_fabric import TRAINER_NODE, Endpoints, trainer_group
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller
-from srl.system.param_service import relay_parent
 from srl.system.trainer_worker import checkpoints
 
 log = logging.getLogger(__name__)
@@ -108,6 +107,11 @@ def node_of(plan: Plan, role: str, index: int) -> int:
     if role == "trainer":
         return trainer_group(plan.trainer_node(index))
     return TRAINER_NODE  # the root server and the eval worker live with the lead trainer
+
+
+def endpoint_name(role: str, index: int) -> str:
+    """The name a server's endpoint goes by in :class:`Endpoints` (and in ``Plan.clients_of``)."""
+    return "root" if role == "param_root" else f"{role}{index}"
 
 
 def all_groups(plan: Plan) -> list[int]:
@@ -214,18 +218,8 @@ class RayRun:
                 "run_dir": None if self.run_dir is None else str(self.run_dir)}
 
     def start_all(self) -> None:
-        """Create every worker at once (their processes start in parallel), bind the servers (their endpoints go
-        to everyone else), then let the rest run. Trainers bind together: data-parallel peers meet in their setup;
-        the root and then the relays bind in tree order, each connecting to a parent that is already bound."""
-        roles = worker_roles(self.plan)
-        for role, index in roles:
-            self._create(role, index, 0)
-        self._launch([f"trainer{i}" for i in range(self.plan.cfg.workers.trainers)])
-        for role, index in roles:
-            if role in SERVERS and role != "trainer":
-                self._launch([f"{role}{index}"])
-        self._launch([f"{role}{index}" for role, index in roles if role not in SERVERS])
-        self.write_workers()
+        """Start every worker; servers bind first and their endpoints go to everyone else (:meth:`_start`)."""
+        self._start([(role, index, 0) for role, index in worker_roles(self.plan)])
 
     def write_workers(self) -> None:
         """``workers.json``: where each worker runs (pid, Ray node), for operators and fault-injection tests."""
@@ -266,7 +260,8 @@ class RayRun:
             if "samples" in bound:
                 self.endpoints.samples[name] = bound["samples"]
             if "params" in bound:
-                self.endpoints.params["root" if self.workers[name].role == "param_root" else name] = bound["params"]
+                self.endpoints.params[endpoint_name(self.workers[name].role, self.workers[name].index)] = \
+                    bound["params"]
         endpoints = json.dumps(self.endpoints.to_json())
         for name in names:
             self.workers[name].ref = self.workers[name].handle.run.remote(endpoints)
@@ -375,12 +370,8 @@ class RayRun:
         self._start_agent(group)
         self.waiting.setdefault(group.node, [])
         # Its servers cannot keep their addresses on another node: they bind afresh, and their clients follow.
-        if group.node > TRAINER_NODE:  # an actor node: its relay
-            servers = [f"relay{group.node}"]
-        else:  # a trainer node: its trainers' sample receivers, and on the lead one the root server
-            servers = [f"trainer{i}" for i in range(self.plan.cfg.workers.trainers)
-                       if node_of(self.plan, "trainer", i) == group.node]
-            servers += ["root"] if group.node == TRAINER_NODE else []
+        servers = [endpoint_name(role, index) for role, index in worker_roles(self.plan)
+                   if role in SERVERS and node_of(self.plan, role, index) == group.node]
         for table in (self.endpoints.params, self.endpoints.samples):
             group.moved.update({name: table.pop(name) for name in servers if name in table})
 
@@ -435,16 +426,23 @@ class RayRun:
         return True
 
     def _restart(self, items: list[tuple[str, int, int]]) -> None:
-        """Start workers ``(role, index, incarnation)`` again, given in start order: their processes are created
-        at once (they start in parallel), trainers bind together (data-parallel peers meet in their setup), the
-        other servers one at a time in that order, then the rest run."""
+        """Start workers ``(role, index, incarnation)`` again (see :meth:`_start`); trainers continue from the
+        newest checkpoint and publish above every version readers already hold."""
         if not items:
             return
+        resume = None
+        if any(role == "trainer" for role, _, _ in items):
+            resume = {"resume": self._newest_checkpoint(),
+                      "min_version": int(self.controller.trainer.get("version", 0)) + 1}
+        self._start(items, resume)
+
+    def _start(self, items: list[tuple[str, int, int]], trainer_spec: dict[str, Any] | None = None) -> None:
+        """Start workers ``(role, index, incarnation)``, given in start order: their processes are created at once
+        (they start in parallel), trainers bind together (data-parallel peers meet in their setup), the other
+        servers one at a time in that order (each relay connects to a parent already bound), then the rest run.
+        ``trainer_spec``: extra spec entries for trainers (a restart's checkpoint and version floor)."""
         for role, index, incarnation in items:
-            extra: dict[str, Any] = {}
-            if role == "trainer":  # from the newest checkpoint, publishing above what readers already hold
-                extra = {"resume": self._newest_checkpoint(),
-                         "min_version": int(self.controller.trainer.get("version", 0)) + 1}
+            extra = trainer_spec if role == "trainer" and trainer_spec else {}
             self._create(role, index, incarnation, **extra)
         names = [f"{role}{index}" for role, index, _ in items]
         self._launch([name for name in names if self.workers[name].role == "trainer"])
