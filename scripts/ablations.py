@@ -33,8 +33,12 @@ ABLATIONS: dict[str, dict[str, list[str]]] = {
         "stride 8, compensated": [*KEEP_ALL, "workers.param_version_stride=8", "ppo.td_compensation=true"],
         "stride 16, plain": [*KEEP_ALL, "workers.param_version_stride=16"],
         "stride 16, compensated": [*KEEP_ALL, "workers.param_version_stride=16", "ppo.td_compensation=true"],
-        "stride 16, compensated + V-trace targets": [*KEEP_ALL, "workers.param_version_stride=16",
-                                                     "ppo.td_compensation=true", "ppo.vtrace_targets=true"],
+        "stride 16, compensated + V-trace targets": [
+            *KEEP_ALL,
+            "workers.param_version_stride=16",
+            "ppo.td_compensation=true",
+            "ppo.vtrace_targets=true",
+        ],
         "stride 32, plain": [*KEEP_ALL, "workers.param_version_stride=32"],
         "stride 32, compensated": [*KEEP_ALL, "workers.param_version_stride=32", "ppo.td_compensation=true"],
     },
@@ -43,12 +47,32 @@ ABLATIONS: dict[str, dict[str, list[str]]] = {
         "variance reduction": ["ppo.grad_clip=adaptive", "model.layer_norm=true", "ppo.normalize_values=true"],
     },
 }
-TRACE_KEYS = ("env_steps", "wall_seconds", "return_mean", "grad_norm_actor", "grad_norm_actor_applied",
-              "clip_threshold_actor",
-              "grad_norm_critic", "lag_mean", "is_weight_mean", "is_weight_truncated")
-SUMMARY_KEYS = ("env_steps", "wall_seconds", "solved", "solved_wall_seconds", "solved_env_steps",
-                "final_eval_return_mean", "train_return_mean", "policy_version", "dropped_segments", "lag_histogram",
-                "bytes_published_per_version", "bytes_reduced_per_update")
+TRACE_KEYS = (
+    "env_steps",
+    "wall_seconds",
+    "return_mean",
+    "grad_norm_actor",
+    "grad_norm_actor_applied",
+    "clip_threshold_actor",
+    "grad_norm_critic",
+    "lag_mean",
+    "is_weight_mean",
+    "is_weight_truncated",
+)
+SUMMARY_KEYS = (
+    "env_steps",
+    "wall_seconds",
+    "solved",
+    "solved_wall_seconds",
+    "solved_env_steps",
+    "final_eval_return_mean",
+    "train_return_mean",
+    "policy_version",
+    "dropped_segments",
+    "lag_histogram",
+    "bytes_published_per_version",
+    "bytes_reduced_per_update",
+)
 
 
 def run_one(config: str, overrides: list[str]) -> dict:
@@ -77,13 +101,22 @@ def main() -> None:
         for name in chosen:
             overrides = [*variants[name], *args.extra, f"seed={seed}"]
             result = run_one(args.config, overrides)
-            row = {"ablation": args.ablation, "config": args.config, "variant": name, "seed": seed,
-                   "overrides": overrides, **result}
+            row = {
+                "ablation": args.ablation,
+                "config": args.config,
+                "variant": name,
+                "seed": seed,
+                "overrides": overrides,
+                **result,
+            }
             with args.out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(f"{args.ablation} / {name} / seed {seed}: solved={row['solved']} "
-                  f"at {row['solved_wall_seconds']} s, {row['solved_env_steps']} steps; "
-                  f"eval {row['final_eval_return_mean']}", flush=True)
+            print(
+                f"{args.ablation} / {name} / seed {seed}: solved={row['solved']} "
+                f"at {row['solved_wall_seconds']} s, {row['solved_env_steps']} steps; "
+                f"eval {row['final_eval_return_mean']}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

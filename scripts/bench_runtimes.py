@@ -36,12 +36,20 @@ def main() -> None:
                 fps[runtime].append(result["train_fps"])
                 with args.out.open("a") as f:
                     f.write(json.dumps(result) + "\n")
-                print(json.dumps({"config": config, "runtime": runtime, "train_fps": result["train_fps"]}),
-                      flush=True)
+                print(json.dumps({"config": config, "runtime": runtime, "train_fps": result["train_fps"]}), flush=True)
         local, ray = statistics.median(fps["local"]), statistics.median(fps["ray"])
         ratios = [r / loc for loc, r in zip(fps["local"], fps["ray"])]
-        print(json.dumps({"config": config, "median_local": local, "median_ray": ray,
-                          "ray_over_local_median_of_pairs": round(statistics.median(ratios), 3)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "config": config,
+                    "median_local": local,
+                    "median_ray": ray,
+                    "ray_over_local_median_of_pairs": round(statistics.median(ratios), 3),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -38,14 +38,26 @@ def plot_params(rows: list[dict], out: Path) -> Path:
     """Root egress per version against readers, flat vs hierarchical (``srl bench params`` lines)."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for mode in ("flat", "hierarchical"):
-        pts = sorted((r["readers"], r["root_bytes_per_version"] / 1e6, r["last_reader_latency_ms_median"])
-                     for r in rows if r["mode"] == mode)
+        pts = sorted(
+            (r["readers"], r["root_bytes_per_version"] / 1e6, r["last_reader_latency_ms_median"])
+            for r in rows
+            if r["mode"] == mode
+        )
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
         ax2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=mode)
-    ax1.set(xscale="log", yscale="log", xlabel="readers (policy workers)", ylabel="root egress per version (MB)",
-            title=f"parameter service, fan-out {rows[0]['fan_out']}, {rows[0]['snapshot_bytes'] / 1e6:.1f} MB snapshot")
-    ax2.set(xscale="log", xlabel="readers (policy workers)", ylabel="ms until the last reader holds it (median)",
-            title="delivery latency (one machine, ipc)")
+    ax1.set(
+        xscale="log",
+        yscale="log",
+        xlabel="readers (policy workers)",
+        ylabel="root egress per version (MB)",
+        title=f"parameter service, fan-out {rows[0]['fan_out']}, {rows[0]['snapshot_bytes'] / 1e6:.1f} MB snapshot",
+    )
+    ax2.set(
+        xscale="log",
+        xlabel="readers (policy workers)",
+        ylabel="ms until the last reader holds it (median)",
+        title="delivery latency (one machine, ipc)",
+    )
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
         ax.legend()
@@ -71,20 +83,31 @@ def plot_file(path: Path, out_dir: Path) -> Path:
     grid = np.linspace(0, top, 200)
     for variant, group in by_variant.items():
         curves = np.stack([_curve(r, grid) for r in group])
-        line, = axes[0][0].plot(grid, np.nanmean(curves, axis=0), label=f"{variant} ({len(group)} seeds)")
-        axes[0][0].fill_between(grid, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.15,
-                                color=line.get_color())
+        (line,) = axes[0][0].plot(grid, np.nanmean(curves, axis=0), label=f"{variant} ({len(group)} seeds)")
+        axes[0][0].fill_between(
+            grid, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.15, color=line.get_color()
+        )
         if with_grads:
             for i, r in enumerate(group):
                 t = r["trace"]
-                axes[0][1].plot(t["env_steps"], t["grad_norm_actor_applied"], color=line.get_color(), alpha=0.6,
-                                lw=0.8, label=variant if i == 0 else None)
+                axes[0][1].plot(
+                    t["env_steps"],
+                    t["grad_norm_actor_applied"],
+                    color=line.get_color(),
+                    alpha=0.6,
+                    lw=0.8,
+                    label=variant if i == 0 else None,
+                )
     axes[0][0].set(xlabel="env steps", ylabel="mean return (last 20 episodes)", title=f"{name} ablation: {env}")
     axes[0][0].legend(fontsize=8)
     axes[0][0].grid(alpha=0.3)
     if with_grads:
-        axes[0][1].set(xlabel="env steps", ylabel="actor gradient norm applied (after clipping)", yscale="log",
-                       title="gradient norms, every seed")
+        axes[0][1].set(
+            xlabel="env steps",
+            ylabel="actor gradient norm applied (after clipping)",
+            yscale="log",
+            title="gradient norms, every seed",
+        )
         axes[0][1].legend(fontsize=8)
         axes[0][1].grid(alpha=0.3)
     fig.tight_layout()
@@ -110,9 +133,11 @@ def _row(variant: str, group: list[dict]) -> str:
     solved = sum(bool(r.get("solved")) for r in group)
     finals = [r["train_return_mean"] for r in group if r.get("train_return_mean") is not None]
     grads = [_cv([g for g in r["trace"].get("grad_norm_actor_applied", []) if g is not None]) for r in group]
-    return (f"| {variant} | {solved}/{len(group)} | {med('solved_wall_seconds')} | {med('solved_env_steps')} | "
-            f"{med('final_eval_return_mean')} | {np.std(finals):.1f} | {statistics.median(grads):.3g} | "
-            f"{med('bytes_published_per_version')} | {med('bytes_reduced_per_update')} |")
+    return (
+        f"| {variant} | {solved}/{len(group)} | {med('solved_wall_seconds')} | {med('solved_env_steps')} | "
+        f"{med('final_eval_return_mean')} | {np.std(finals):.1f} | {statistics.median(grads):.3g} | "
+        f"{med('bytes_published_per_version')} | {med('bytes_reduced_per_update')} |"
+    )
 
 
 def main() -> None:
@@ -121,9 +146,11 @@ def main() -> None:
     p.add_argument("--out-dir", type=Path, default=Path("docs/img"))
     args = p.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    print("| variant | solved | solve s (median) | solve steps (median) | eval return (median) | "
-          "train return std over seeds | applied actor grad-norm CV (median) | bytes published / version | "
-          "bytes all-reduced / update |")
+    print(
+        "| variant | solved | solve s (median) | solve steps (median) | eval return (median) | "
+        "train return std over seeds | applied actor grad-norm CV (median) | bytes published / version | "
+        "bytes all-reduced / update |"
+    )
     for path in args.files:
         plot_file(path, args.out_dir)
 

@@ -27,16 +27,35 @@ def main() -> None:
     args = p.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for actors, ring in itertools.product(map(int, args.actors.split(",")), map(int, args.rings.split(","))):
-        cmd = [sys.executable, "-m", "srl.cli.main", "bench", "sampling", "--env", args.env, "--json",
-               "--seconds", str(args.seconds), "--set", f"workers.actors={actors}", "--set", f"workers.ring_size={ring}",
-               "--set", f"workers.envs_per_slot={args.envs_per_slot}",
-               "--set", f"workers.policy_workers={args.policy_workers}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "bench",
+            "sampling",
+            "--env",
+            args.env,
+            "--json",
+            "--seconds",
+            str(args.seconds),
+            "--set",
+            f"workers.actors={actors}",
+            "--set",
+            f"workers.ring_size={ring}",
+            "--set",
+            f"workers.envs_per_slot={args.envs_per_slot}",
+            "--set",
+            f"workers.policy_workers={args.policy_workers}",
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         with args.out.open("a") as f:
             f.write(out + "\n")
         r = json.loads(out)
-        print(f"actors={actors} ring={ring}: full {r['full_path_steps_per_second']:,.0f} "
-              f"plain {r['plain_loop_steps_per_second']:,.0f} ratio {r['ratio']}", flush=True)
+        print(
+            f"actors={actors} ring={ring}: full {r['full_path_steps_per_second']:,.0f} "
+            f"plain {r['plain_loop_steps_per_second']:,.0f} ratio {r['ratio']}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

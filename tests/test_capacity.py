@@ -14,28 +14,56 @@ import pytest
 
 from srl.api.config import ConfigError
 from srl.cli.main import main
-from srl.runtime.capacity import (Cluster, Costs, Layout, fan_out_candidates, param_delivery, predict,
-                                  tree_depth)
+from srl.runtime.capacity import Cluster, Costs, Layout, fan_out_candidates, param_delivery, predict, tree_depth
 from srl.runtime.capacity_plan import Limits, recommend, scale_table
 
 # Round numbers, so predictions can be checked by hand: an env step costs 100 us, an update 200 us per sample.
-COSTS = Costs(env_id="Fake-v0", envs_per_slot=8, segment_length=32, samples_per_version=512, max_inference_batch=64,
-              env_seconds_per_step=100e-6, actor_seconds_per_step=0.0, inference_seconds_per_sample=0.0,
-              inference_seconds_per_batch=0.0, request_seconds=0.0, serve_seconds_per_batch=0.0,
-              serve_seconds_per_request=0.0, update_seconds_per_sample=200e-6, trainer_threads=1,
-              segment_send_seconds=0.0, bytes_per_sample=100.0, param_bytes=1_000_000, param_hop_seconds=1e-3,
-              param_bytes_per_second=1e9)
+COSTS = Costs(
+    env_id="Fake-v0",
+    envs_per_slot=8,
+    segment_length=32,
+    samples_per_version=512,
+    max_inference_batch=64,
+    env_seconds_per_step=100e-6,
+    actor_seconds_per_step=0.0,
+    inference_seconds_per_sample=0.0,
+    inference_seconds_per_batch=0.0,
+    request_seconds=0.0,
+    serve_seconds_per_batch=0.0,
+    serve_seconds_per_request=0.0,
+    update_seconds_per_sample=200e-6,
+    trainer_threads=1,
+    segment_send_seconds=0.0,
+    bytes_per_sample=100.0,
+    param_bytes=1_000_000,
+    param_hop_seconds=1e-3,
+    param_bytes_per_second=1e9,
+)
 
 
 def one_node(actors: int, pws: int = 0, trainers: int = 1) -> Layout:
-    return Layout(actor_nodes=1, trainer_nodes=0, actors_per_node=actors, policy_workers_per_node=pws,
-                  trainers=trainers, envs_per_slot=8)
+    return Layout(
+        actor_nodes=1,
+        trainer_nodes=0,
+        actors_per_node=actors,
+        policy_workers_per_node=pws,
+        trainers=trainers,
+        envs_per_slot=8,
+    )
 
 
-def many_nodes(actor_nodes: int, trainer_nodes: int, actors: int = 60, pws: int = 4, trainers: int = 64,
-               **kw: object) -> Layout:
-    return Layout(actor_nodes=actor_nodes, trainer_nodes=trainer_nodes, actors_per_node=actors,
-                  policy_workers_per_node=pws, trainers=trainers, envs_per_slot=8, **kw)  # type: ignore[arg-type]
+def many_nodes(
+    actor_nodes: int, trainer_nodes: int, actors: int = 60, pws: int = 4, trainers: int = 64, **kw: object
+) -> Layout:
+    return Layout(
+        actor_nodes=actor_nodes,
+        trainer_nodes=trainer_nodes,
+        actors_per_node=actors,
+        policy_workers_per_node=pws,
+        trainers=trainers,
+        envs_per_slot=8,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_one_node_prediction_by_hand():
@@ -65,13 +93,16 @@ def test_oversubscribed_node_is_bound_by_its_cores():
     assert pred.bottleneck == "cores" and pred.steps_per_second == pytest.approx(2 / 300e-6)
 
 
-@pytest.mark.parametrize("change, bottleneck", [
-    ({}, "trainer"),
-    ({"env_seconds_per_step": 10e-3}, "env"),
-    ({"inference_seconds_per_sample": 1e-3}, "inference"),
-    ({"bytes_per_sample": 1e6}, "network"),
-    ({"param_bytes": 10**9, "param_hop_seconds": 1.0}, "params"),
-])
+@pytest.mark.parametrize(
+    "change, bottleneck",
+    [
+        ({}, "trainer"),
+        ({"env_seconds_per_step": 10e-3}, "env"),
+        ({"inference_seconds_per_sample": 1e-3}, "inference"),
+        ({"bytes_per_sample": 1e6}, "network"),
+        ({"param_bytes": 10**9, "param_hop_seconds": 1.0}, "params"),
+    ],
+)
 def test_bottleneck_switches(change, bottleneck):
     costs = dataclasses.replace(COSTS, **change)
     pred = predict(costs, Cluster(nodes=8, cores_per_node=64), many_nodes(6, 2, trainers=16))
@@ -115,11 +146,17 @@ def test_inline_actors_are_readers():
     assert delivery.readers == 100 and delivery.root_sends == 100
 
 
-@pytest.mark.parametrize("nodes, cores, gpus", [(1, 2, 0), (1, 16, 0), (1, 16, 2), (4, 64, 0), (40, 64, 8),
-                                                 (1563, 64, 0)])
+@pytest.mark.parametrize(
+    "nodes, cores, gpus", [(1, 2, 0), (1, 16, 0), (1, 16, 2), (4, 64, 0), (40, 64, 8), (1563, 64, 0)]
+)
 def test_recommended_layouts_fit_the_cluster(nodes, cores, gpus):
-    costs = dataclasses.replace(COSTS, gpu_update_speedup=10.0, request_seconds=20e-6,
-                                inference_seconds_per_batch=200e-6, inference_seconds_per_sample=1e-6)
+    costs = dataclasses.replace(
+        COSTS,
+        gpu_update_speedup=10.0,
+        request_seconds=20e-6,
+        inference_seconds_per_batch=200e-6,
+        inference_seconds_per_sample=1e-6,
+    )
     cluster = Cluster(nodes=nodes, cores_per_node=cores, gpus_per_node=gpus)
     rec = recommend(costs, cluster)
     lay = rec.layout
@@ -158,7 +195,9 @@ def test_max_trainer_nodes_caps_the_trainer_nodes_and_trainers_split_evenly_over
     cluster = Cluster(nodes=40, cores_per_node=64, gpus_per_node=8)
     free, one = recommend(costs, cluster), recommend(costs, cluster, Limits(max_trainer_nodes=1))
     assert free.layout.trainer_nodes > 1 and one.layout.trainer_nodes == 1
-    assert free.settings()["ray.trainer_nodes"] == free.layout.trainer_nodes and one.settings()["ray.trainer_nodes"] == 1
+    assert (
+        free.settings()["ray.trainer_nodes"] == free.layout.trainer_nodes and one.settings()["ray.trainer_nodes"] == 1
+    )
     assert one.layout.trainers == 8 and one.settings()["ray.trainer_gpus"] == 1
     odd = recommend(costs, cluster, Limits(max_trainers=13))  # 2 trainer nodes: 12 trainers, 6 on each
     assert (odd.layout.trainer_nodes, odd.layout.trainers) == (2, 12)
@@ -182,13 +221,14 @@ def test_costs_json_round_trip_and_errors():
     assert Costs.from_dict(data) == COSTS
     as_ints = {**data, "env_seconds_per_step": 1, "param_bytes_per_second": 1000000000}
     assert Costs.from_dict(as_ints).env_seconds_per_step == 1.0
-    for bad, message in [({**data, "typo": 1}, "costs.json: typo: unknown field"),
-                         ({k: v for k, v in data.items() if k != "param_bytes"}, "costs.json: param_bytes: missing"),
-                         ({**data, "envs_per_slot": 0}, "costs.json: envs_per_slot: must be an integer >= 1"),
-                         ({**data, "update_seconds_per_sample": -1.0},
-                          "update_seconds_per_sample: must be a number > 0"),
-                         ({**data, "request_seconds": "fast"}, "request_seconds: must be a number >= 0"),
-                         ([1, 2], "costs.json: expected a JSON object")]:
+    for bad, message in [
+        ({**data, "typo": 1}, "costs.json: typo: unknown field"),
+        ({k: v for k, v in data.items() if k != "param_bytes"}, "costs.json: param_bytes: missing"),
+        ({**data, "envs_per_slot": 0}, "costs.json: envs_per_slot: must be an integer >= 1"),
+        ({**data, "update_seconds_per_sample": -1.0}, "update_seconds_per_sample: must be a number > 0"),
+        ({**data, "request_seconds": "fast"}, "request_seconds: must be a number >= 0"),
+        ([1, 2], "costs.json: expected a JSON object"),
+    ]:
         with pytest.raises(ConfigError) as info:
             Costs.from_dict(bad, "costs.json")
         assert message in str(info.value)
@@ -209,8 +249,25 @@ def test_plan_json_and_text(costs_file, capsys):
     assert out["layout"]["ray.actor_nodes"] + out["trainer_nodes"] <= 4
     assert [row["cores"] for row in out["scale"]] == [1_000, 10_000, 100_000]
     assert out["stages"]["params"] is not None and Costs.from_dict(out["costs"]) == COSTS
-    assert main(["plan", "--costs", str(costs_file), "--nodes", "1", "--cores-per-node", "2", "--json",
-                 "--layout", "actors_per_node=4", "--layout", "trainers=4"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--costs",
+                str(costs_file),
+                "--nodes",
+                "1",
+                "--cores-per-node",
+                "2",
+                "--json",
+                "--layout",
+                "actors_per_node=4",
+                "--layout",
+                "trainers=4",
+            ]
+        )
+        == 0
+    )
     given = json.loads(capsys.readouterr().out)["given"]
     assert given["bottleneck"] == "cores" and given["env_steps_per_second"] == pytest.approx(2 / 300e-6, rel=1e-4)
     assert main(["plan", "--costs", str(costs_file), "--nodes", "1", "--cores-per-node", "2"]) == 0
@@ -227,25 +284,32 @@ def test_plan_json_and_text(costs_file, capsys):
         assert r[5] == scale["bottleneck"]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--costs", "{missing}"], "missing.json: cannot read costs file"),
-    (["--costs", "{broken}"], "broken.json: invalid JSON at line 1"),
-    (["--costs", "{bad_field}"], "bad_field.json: param_bytes: must be an integer >= 1"),
-    (["--costs", "{good}", "--nodes", "0"], "--nodes: must be >= 1, got 0"),
-    (["--costs", "{good}", "--cores-per-node", "-2"], "--cores-per-node: must be >= 1, got -2"),
-    (["--costs", "{good}", "--link-gbps", "0"], "--link-gbps: must be > 0"),
-    (["--costs", "{good}", "--gpus-per-node", "8"], "--gpu-speedup: needed with --gpus-per-node > 0"),
-    (["--costs", "{good}", "--max-trainers", "0"], "--max-trainers: must be >= 1"),
-    (["--costs", "{good}", "--max-trainer-nodes", "0"], "--max-trainer-nodes: must be >= 1"),
-    (["--costs", "{good}", "--layout", "actors=2"], "--layout 'actors=2': expected KEY=VALUE"),
-    (["--costs", "{good}", "--layout", "trainers=two"], "--layout trainers: expected an integer"),
-    ([], "give --costs FILE or --config CONFIG"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--costs", "{missing}"], "missing.json: cannot read costs file"),
+        (["--costs", "{broken}"], "broken.json: invalid JSON at line 1"),
+        (["--costs", "{bad_field}"], "bad_field.json: param_bytes: must be an integer >= 1"),
+        (["--costs", "{good}", "--nodes", "0"], "--nodes: must be >= 1, got 0"),
+        (["--costs", "{good}", "--cores-per-node", "-2"], "--cores-per-node: must be >= 1, got -2"),
+        (["--costs", "{good}", "--link-gbps", "0"], "--link-gbps: must be > 0"),
+        (["--costs", "{good}", "--gpus-per-node", "8"], "--gpu-speedup: needed with --gpus-per-node > 0"),
+        (["--costs", "{good}", "--max-trainers", "0"], "--max-trainers: must be >= 1"),
+        (["--costs", "{good}", "--max-trainer-nodes", "0"], "--max-trainer-nodes: must be >= 1"),
+        (["--costs", "{good}", "--layout", "actors=2"], "--layout 'actors=2': expected KEY=VALUE"),
+        (["--costs", "{good}", "--layout", "trainers=two"], "--layout trainers: expected an integer"),
+        ([], "give --costs FILE or --config CONFIG"),
+    ],
+)
 def test_plan_bad_input_is_one_line(tmp_path, costs_file, capsys, args, needle):
     (tmp_path / "broken.json").write_text("{not json")
     (tmp_path / "bad_field.json").write_text(json.dumps({**COSTS.to_dict(), "param_bytes": 0}))
-    paths = {"missing": tmp_path / "missing.json", "broken": tmp_path / "broken.json",
-             "bad_field": tmp_path / "bad_field.json", "good": costs_file}
+    paths = {
+        "missing": tmp_path / "missing.json",
+        "broken": tmp_path / "broken.json",
+        "bad_field": tmp_path / "bad_field.json",
+        "good": costs_file,
+    }
     args = [a.format(**paths) for a in args]
     base = {"--nodes": "2", "--cores-per-node": "8"}
     for flag, value in base.items():
@@ -257,11 +321,42 @@ def test_plan_bad_input_is_one_line(tmp_path, costs_file, capsys, args, needle):
 
 
 def test_plan_exit_code_in_a_fresh_process(tmp_path, costs_file):
-    ok = subprocess.run([sys.executable, "-m", "srl.cli.main", "plan", "--costs", str(costs_file), "--nodes", "16",
-                         "--cores-per-node", "64", "--json"], capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "plan",
+            "--costs",
+            str(costs_file),
+            "--nodes",
+            "16",
+            "--cores-per-node",
+            "64",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0 and json.loads(ok.stdout)["scale"][0]["nodes"] == 16
-    bad = subprocess.run([sys.executable, "-m", "srl.cli.main", "plan", "--costs", str(tmp_path / "nope.json"),
-                          "--nodes", "1", "--cores-per-node", "2"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "plan",
+            "--costs",
+            str(tmp_path / "nope.json"),
+            "--nodes",
+            "1",
+            "--cores-per-node",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "nope.json" in bad.stderr
 
 
@@ -274,8 +369,12 @@ def test_cost_measurements_run_the_real_paths():
     from srl.runtime.plan import make_plan
 
     plan = make_plan(load_config("configs/cartpole_ppo.yaml"))
-    measured = {"actor_seconds_per_step": actor_overhead(plan, 0.1, warmup=0.05),
-                **inference_fit(plan, 0.1, rounds=1), **stream_costs(plan, 0.1), **segment_send(plan, 0.05)}
+    measured = {
+        "actor_seconds_per_step": actor_overhead(plan, 0.1, warmup=0.05),
+        **inference_fit(plan, 0.1, rounds=1),
+        **stream_costs(plan, 0.1),
+        **segment_send(plan, 0.05),
+    }
     assert all(math.isfinite(v) and v >= 0 for v in measured.values())
     assert measured["request_seconds"] > 0 and measured["segment_send_seconds"] > 0
     w = plan.cfg.workers
@@ -300,6 +399,8 @@ def test_segment_send_counts_the_bytes_the_stream_sends():
     assert {n: a.dtype.name for n, a in batch.items()} == {n: f.dtype for n, f in plan.layout.fields.items()}
     measured = segment_send(plan, 0.05)
     assert measured["segment_send_seconds"] > 0
-    float64_obs = sum(math.prod(f.shape) * (8 if n in ("obs", "final_obs") else np.dtype(f.dtype).itemsize)
-                      for n, f in plan.layout.fields.items()) / (w.segment_length * w.envs_per_slot)
+    float64_obs = sum(
+        math.prod(f.shape) * (8 if n in ("obs", "final_obs") else np.dtype(f.dtype).itemsize)
+        for n, f in plan.layout.fields.items()
+    ) / (w.segment_length * w.envs_per_slot)
     assert measured["bytes_per_sample"] < 0.7 * float64_obs

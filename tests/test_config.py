@@ -40,26 +40,38 @@ def test_every_shipped_config_loads_round_trips_and_builds_its_env(tmp_path, pat
 
 
 def test_overrides_are_type_checked_and_applied():
-    cfg = load_config(CARTPOLE, ["ppo.lr=0.01", "model.hidden=[32, 16]", "runtime=inline", "ppo.value_clip=null",
-                                 "ppo.value_clip=0.2", "run.max_wall_seconds=5"])
+    cfg = load_config(
+        CARTPOLE,
+        [
+            "ppo.lr=0.01",
+            "model.hidden=[32, 16]",
+            "runtime=inline",
+            "ppo.value_clip=null",
+            "ppo.value_clip=0.2",
+            "run.max_wall_seconds=5",
+        ],
+    )
     assert cfg.ppo.lr == 0.01 and cfg.model.hidden == (32, 16) and cfg.runtime == "inline"
     assert cfg.ppo.value_clip == 0.2 and cfg.run.max_wall_seconds == 5.0
     assert isinstance(cfg.run.max_wall_seconds, float)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("ppo.lr=abc", "ppo.lr: expected a number"),
-    ("ppo.lr=-1", "ppo.lr: must be > 0"),
-    ("ppo.lrr=1", "ppo.lrr: unknown field"),
-    ("workers.actors=0", "workers.actors: must be >= 1"),
-    ("workers.actors=1.5", "workers.actors: expected an integer"),
-    ("runtime=cluster", "runtime: must be one of inline, local"),
-    ("model.hidden=[64, -1]", "model.hidden: must be a non-empty list"),
-    ("model.layer_norm=maybe", "model.layer_norm: expected true/false"),
-    ("ppo.gamma=1.5", "ppo.gamma: must be in [0, 1]"),
-    ("ppo=3", "ppo: expected a mapping"),
-    ("noequals", "expected key=value"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("ppo.lr=abc", "ppo.lr: expected a number"),
+        ("ppo.lr=-1", "ppo.lr: must be > 0"),
+        ("ppo.lrr=1", "ppo.lrr: unknown field"),
+        ("workers.actors=0", "workers.actors: must be >= 1"),
+        ("workers.actors=1.5", "workers.actors: expected an integer"),
+        ("runtime=cluster", "runtime: must be one of inline, local"),
+        ("model.hidden=[64, -1]", "model.hidden: must be a non-empty list"),
+        ("model.layer_norm=maybe", "model.layer_norm: expected true/false"),
+        ("ppo.gamma=1.5", "ppo.gamma: must be in [0, 1]"),
+        ("ppo=3", "ppo: expected a mapping"),
+        ("noequals", "expected key=value"),
+    ],
+)
 def test_bad_values_name_the_field(override, message):
     with pytest.raises(ConfigError) as info:
         load_config(CARTPOLE, [override])
@@ -84,14 +96,21 @@ def test_configs_are_frozen():
         cfg.seed = 3  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--set", "ppo.clip=0"], "ppo.clip: must be > 0"),
-    (["--set", "env.id=NoSuchEnv-v9"], "env.id: unknown environment 'NoSuchEnv-v9'"),
-    (["--set", "env.id=no_such_module:make"], "env.id: cannot import module 'no_such_module'"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--set", "ppo.clip=0"], "ppo.clip: must be > 0"),
+        (["--set", "env.id=NoSuchEnv-v9"], "env.id: unknown environment 'NoSuchEnv-v9'"),
+        (["--set", "env.id=no_such_module:make"], "env.id: cannot import module 'no_such_module'"),
+    ],
+)
 def test_cli_prints_one_line_and_exits_non_zero(tmp_path, args, needle):
-    proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--run-dir",
-                           str(tmp_path / "run"), *args], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--run-dir", str(tmp_path / "run"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("srl: error: ") and needle in lines[0]

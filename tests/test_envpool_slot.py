@@ -28,13 +28,22 @@ def _random_actions(space: gym.spaces.Space, num_envs: int, rng: np.random.Gener
     return rng.uniform(-1.5, 1.5, (num_envs, *(space.shape or ()))).astype(np.float32)
 
 
-ATARI_OPTIONS = {"noop_max": 0, "frame_skip": 3, "screen_size": 64, "frame_stack": 2, "episodic_life": False,
-                 "fire_reset": False, "repeat_action_probability": 0.0}
+ATARI_OPTIONS = {
+    "noop_max": 0,
+    "frame_skip": 3,
+    "screen_size": 64,
+    "frame_stack": 2,
+    "episodic_life": False,
+    "fire_reset": False,
+    "repeat_action_probability": 0.0,
+}
 """Every ``make_atari`` option, away from its default: the EnvPool slot must accept them all."""
 
 
-@pytest.mark.parametrize("env_id,kwargs", [("CartPole-v1", {}), ("HalfCheetah-v5", {}), ("ALE/Pong-v5", {}),
-                                           ("ALE/Breakout-v5", ATARI_OPTIONS)])
+@pytest.mark.parametrize(
+    "env_id,kwargs",
+    [("CartPole-v1", {}), ("HalfCheetah-v5", {}), ("ALE/Pong-v5", {}), ("ALE/Breakout-v5", ATARI_OPTIONS)],
+)
 def test_schema_matches_gymslot(env_id, kwargs):
     cfg = EnvConfig(id=env_id, kwargs=kwargs)
     pool = EnvPoolSlot(cfg, 2)
@@ -69,8 +78,9 @@ def _raw_envpool_trajectories(num_envs: int, seed: int, actions: np.ndarray, num
     """Per-env ``(obs, reward, terminated, truncated)`` for each of the env's own actions, from a raw EnvPool with
     its native next-step autoreset (the step after a done ignores its action and returns the reset obs, which here
     replaces the done step's obs), and the episode lengths EnvPool reports (``elapsed_step`` at each done)."""
-    raw = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=num_envs, batch_size=num_envs, seed=seed,
-                       num_threads=num_threads)
+    raw = envpool.make(
+        "CartPole-v1", env_type="gymnasium", num_envs=num_envs, batch_size=num_envs, seed=seed, num_threads=num_threads
+    )
     steps = actions.shape[0]
     taken = np.zeros(num_envs, dtype=int)
     pending_reset = np.zeros(num_envs, dtype=bool)
@@ -205,8 +215,9 @@ def test_reset_with_a_seed_is_deterministic():
         slot.close()
 
 
-@pytest.mark.parametrize("env_id", ["NoSuchEnv-v0", "LunarLander-v3", "ALE/NoSuchGame-v5",
-                                    "srl.envs.testing:crashing_cartpole"])
+@pytest.mark.parametrize(
+    "env_id", ["NoSuchEnv-v0", "LunarLander-v3", "ALE/NoSuchGame-v5", "srl.envs.testing:crashing_cartpole"]
+)
 def test_unknown_id_is_a_config_error(env_id):
     with pytest.raises(ConfigError, match="env.id: .* not available in EnvPool"):
         EnvPoolSlot(EnvConfig(id=env_id), 2)

@@ -16,8 +16,9 @@ TINY = ["runtime=inline", "run.target_return=null", "run.eval_episodes=0", "run.
 
 
 def _srl_eval(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "srl.cli.main", "eval", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "eval", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def _frames(path) -> int:
@@ -25,8 +26,9 @@ def _frames(path) -> int:
         return sum(1 for _ in reader)
 
 
-@pytest.mark.parametrize("config,steps,episodes", [("configs/cartpole_ppo.yaml", 2000, 3),
-                                                   ("configs/pong_ppo.yaml", 512, 1)])
+@pytest.mark.parametrize(
+    "config,steps,episodes", [("configs/cartpole_ppo.yaml", 2000, 3), ("configs/pong_ppo.yaml", 512, 1)]
+)
 def test_eval_writes_a_playable_video_of_the_first_episode(tmp_path, config, steps, episodes) -> None:
     run = tmp_path / "run"
     train(load_config(config, [*TINY, f"run.total_env_steps={steps}"]), run, progress=None)
@@ -59,8 +61,10 @@ def test_eval_refuses_missing_or_foreign_targets(tmp_path) -> None:
 @pytest.mark.parametrize("runtime", ["inline", "local"])
 def test_eval_worker_reports_during_training_and_keeps_the_best_policy(tmp_path, runtime) -> None:
     run = tmp_path / "run"
-    cfg = load_config("configs/cartpole_ppo.yaml", [*TINY, f"runtime={runtime}", "run.total_env_steps=12000",
-                                                    "run.eval_every_versions=4", "run.eval_episodes=4"])
+    cfg = load_config(
+        "configs/cartpole_ppo.yaml",
+        [*TINY, f"runtime={runtime}", "run.total_env_steps=12000", "run.eval_every_versions=4", "run.eval_episodes=4"],
+    )
     summary = train(cfg, run, progress=None)
     assert summary["evaluations"] >= 2
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -39,9 +39,22 @@ def _pids(run: Path) -> dict[str, int]:
 
 def test_kill_9_of_an_actor_and_of_a_policy_worker_mid_run_is_survived(tmp_path) -> None:
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run),
-           "--set", "workers.policy_workers=1", "--set", "workers.request_timeout_seconds=1",
-           "--set", "run.eval_episodes=3"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "srl.cli.main",
+        "train",
+        CARTPOLE,
+        "--quiet",
+        "--run-dir",
+        str(run),
+        "--set",
+        "workers.policy_workers=1",
+        "--set",
+        "workers.request_timeout_seconds=1",
+        "--set",
+        "run.eval_episodes=3",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: _steps(run) > 3000 and "actor0" in _pids(run), proc)
@@ -65,8 +78,15 @@ def test_kill_9_of_an_actor_and_of_a_policy_worker_mid_run_is_survived(tmp_path)
 
 
 def test_an_env_that_keeps_raising_is_restarted_and_the_run_completes(tmp_path) -> None:
-    cfg = load_config(CARTPOLE, ["env.id=srl.envs.testing:crashing_cartpole", "env.kwargs={crash_after: 1200}",
-                                 "workers.max_restarts=50", "run.max_wall_seconds=240"])
+    cfg = load_config(
+        CARTPOLE,
+        [
+            "env.id=srl.envs.testing:crashing_cartpole",
+            "env.kwargs={crash_after: 1200}",
+            "workers.max_restarts=50",
+            "run.max_wall_seconds=240",
+        ],
+    )
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["solved"], summary
     assert summary["restarts"]["actor0"] >= 1 and "error" not in summary
@@ -74,8 +94,15 @@ def test_an_env_that_keeps_raising_is_restarted_and_the_run_completes(tmp_path) 
 
 
 def test_restarts_are_bounded(tmp_path) -> None:
-    cfg = load_config(CARTPOLE, ["env.id=srl.envs.testing:crashing_cartpole", "env.kwargs={crash_after: 50}",
-                                 "workers.max_restarts=2", "run.eval_episodes=0"])
+    cfg = load_config(
+        CARTPOLE,
+        [
+            "env.id=srl.envs.testing:crashing_cartpole",
+            "env.kwargs={crash_after: 50}",
+            "workers.max_restarts=2",
+            "run.eval_episodes=0",
+        ],
+    )
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["stop_reason"] == "error"
     assert summary["error"].startswith("actor0: RuntimeError: env srl.envs.testing:crashing_cartpole: step failed")

@@ -23,21 +23,52 @@ def test_cartpole_config_solves(tmp_path, runtime):
 
 
 def test_bench_sampling_reports_both_paths_and_their_ratio():
-    proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "bench", "sampling", "--env", "CartPole-v1",
-                           "--seconds", "1.5", "--json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "bench",
+            "sampling",
+            "--env",
+            "CartPole-v1",
+            "--seconds",
+            "1.5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
     result = json.loads(lines[0])
     assert result["full_path_steps_per_second"] > 0 and result["plain_loop_steps_per_second"] > 0
     assert result["ratio"] == pytest.approx(
-        result["full_path_steps_per_second"] / result["plain_loop_steps_per_second"], rel=1e-2)
+        result["full_path_steps_per_second"] / result["plain_loop_steps_per_second"], rel=1e-2
+    )
     assert result["mean_inference_batch"] >= 16  # at least one slot of 16 envs per forward pass
 
 
 def test_bench_train_reports_throughput_lag_and_time_shares():
-    proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "bench", "train", "--config", "configs/cartpole_ppo.yaml",
-                           "--seconds", "6", "--json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "bench",
+            "train",
+            "--config",
+            "configs/cartpole_ppo.yaml",
+            "--seconds",
+            "6",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["bench"] == "train" and result["env_steps"] > 0 and result["train_fps"] > 0
@@ -56,8 +87,10 @@ def test_continuous_actions_learn_pendulum(tmp_path):
 def test_two_data_parallel_trainers_solve_cartpole(tmp_path):
     # Two actors, each feeding its own trainer one segment per update: the same global batch as the shipped
     # config, reduced across the trainers (gloo) every minibatch.
-    cfg = load_config("configs/cartpole_ppo.yaml", ["workers.trainers=2", "workers.actors=2", "ppo.batch_segments=1",
-                                                    "run.max_wall_seconds=180"])
+    cfg = load_config(
+        "configs/cartpole_ppo.yaml",
+        ["workers.trainers=2", "workers.actors=2", "ppo.batch_segments=1", "run.max_wall_seconds=180"],
+    )
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["solved"], summary
     assert summary["final_eval_return_mean"] >= 475

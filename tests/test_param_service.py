@@ -57,9 +57,18 @@ def test_relay_tree_root_sends_once_per_relay(ctx, tmp_path) -> None:
     root = VersionedBuffer.in_process(SIZE, np.float32)
     server = ParamServer(ctx, root, SIZE, f"ipc://{tmp_path}/root", TOKEN, transfer_dtype="float16")
     node = VersionedBuffer.in_process(SIZE, np.float32)
-    relay = ParamServiceWorker("relay0", RemoteSnapshot(ctx, server.address, SIZE, TOKEN, "float16"), SIZE,
-                               reporter=_Sink(), server_address=f"ipc://{tmp_path}/relay0", token=TOKEN,
-                               mirror=node, transfer_dtype="float16", wait_timeout=0.0, ctx=ctx)
+    relay = ParamServiceWorker(
+        "relay0",
+        RemoteSnapshot(ctx, server.address, SIZE, TOKEN, "float16"),
+        SIZE,
+        reporter=_Sink(),
+        server_address=f"ipc://{tmp_path}/relay0",
+        token=TOKEN,
+        mirror=node,
+        transfer_dtype="float16",
+        wait_timeout=0.0,
+        ctx=ctx,
+    )
     relay.setup()
     readers = [RemoteSnapshot(ctx, relay.server.address, SIZE, TOKEN, "float16") for _ in range(4)]
     try:
@@ -124,8 +133,9 @@ def test_reader_rejects_a_snapshot_of_the_wrong_shape(ctx, tmp_path) -> None:
     try:
         reader.pump()
         identity, *_ = fake.recv_multipart()
-        fake.send_multipart([identity, *wire.encode("param_snapshot", {"params": np.zeros(SIZE + 1, np.float32)},
-                                                    {"version": 3})])
+        fake.send_multipart(
+            [identity, *wire.encode("param_snapshot", {"params": np.zeros(SIZE + 1, np.float32)}, {"version": 3})]
+        )
         deadline = time.monotonic() + 5
         while reader.rejected == 0 and time.monotonic() < deadline:
             reader.pump()
@@ -143,9 +153,19 @@ def test_local_run_root_egress_follows_the_topology(tmp_path, mode) -> None:
     from srl.api.config import load_config
     from srl.runtime.train import train
 
-    cfg = load_config("configs/cartpole_ppo.yaml", [
-        f"params.mode={mode}", "params.groups=3", "params.fan_out=2", "workers.policy_workers=3",
-        "workers.actors=3", "run.target_return=null", "run.max_wall_seconds=8", "run.eval_episodes=0"])
+    cfg = load_config(
+        "configs/cartpole_ppo.yaml",
+        [
+            f"params.mode={mode}",
+            "params.groups=3",
+            "params.fan_out=2",
+            "workers.policy_workers=3",
+            "workers.actors=3",
+            "run.target_return=null",
+            "run.max_wall_seconds=8",
+            "run.eval_episodes=0",
+        ],
+    )
     summary = train(cfg, tmp_path / "run", progress=None)
     service = summary["param_service"]
     versions = summary["policy_version"]
@@ -169,9 +189,31 @@ def test_bench_params_root_egress_flat_grows_hierarchical_stays_at_the_relays() 
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "bench", "params", "--readers", "2,8",
-                           "--per-group", "2", "--fan-out", "2", "--size", "10000", "--versions", "3",
-                           "--interval", "0.2", "--json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "bench",
+            "params",
+            "--readers",
+            "2,8",
+            "--per-group",
+            "2",
+            "--fan-out",
+            "2",
+            "--size",
+            "10000",
+            "--versions",
+            "3",
+            "--interval",
+            "0.2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = {(r["mode"], r["readers"]): r for r in map(json.loads, proc.stdout.strip().splitlines())}
     assert all(r["delivered_fraction"] == 1.0 for r in rows.values())

@@ -33,9 +33,7 @@ def _gae_reference(
     return adv, adv + values
 
 
-def _random_segment(
-    rng: np.random.Generator, t_len: int = 24, b_len: int = 7
-) -> dict[str, np.ndarray]:
+def _random_segment(rng: np.random.Generator, t_len: int = 24, b_len: int = 7) -> dict[str, np.ndarray]:
     """Random segment with terminations and truncations (next value != values[t+1])."""
     rewards = rng.normal(size=(t_len, b_len))
     values = rng.normal(size=(t_len, b_len))
@@ -53,9 +51,7 @@ def _random_segment(
     }
 
 
-def _run_gae(
-    seg: dict[str, np.ndarray], gamma: float, lam: float, as_bool: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _run_gae(seg: dict[str, np.ndarray], gamma: float, lam: float, as_bool: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Call the torch gae on a numpy segment, with masks as bool or float."""
     tensors = {k: torch.as_tensor(v) for k, v in seg.items()}
     for key in ("rewards", "values", "next_values"):
@@ -81,11 +77,7 @@ def test_gae_matches_reference(seed: int, as_bool: bool) -> None:
 def test_gae_lambda_zero_is_one_step_td() -> None:
     seg = _random_segment(np.random.default_rng(3))
     adv, _ = _run_gae(seg, 0.9, 0.0, True)
-    delta = (
-        seg["rewards"]
-        + 0.9 * seg["next_values"] * (1.0 - seg["terminated"])
-        - seg["values"]
-    )
+    delta = seg["rewards"] + 0.9 * seg["next_values"] * (1.0 - seg["terminated"]) - seg["values"]
     np.testing.assert_allclose(adv.numpy(), delta, rtol=1e-5, atol=1e-5)
 
 
@@ -157,8 +149,17 @@ def test_ppo_loss_matches_reference(value_clip: float | None) -> None:
     d = _loss_inputs()
     t = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in d.items()}
     total, stats = ppo_loss(
-        t["new_logp"], t["old_logp"], t["adv"], t["new_v"], t["old_v"], t["ret"], t["entropy"],
-        clip=0.2, value_clip=value_clip, vf_coef=0.5, ent_coef=0.01,
+        t["new_logp"],
+        t["old_logp"],
+        t["adv"],
+        t["new_v"],
+        t["old_v"],
+        t["ret"],
+        t["entropy"],
+        clip=0.2,
+        value_clip=value_clip,
+        vf_coef=0.5,
+        ent_coef=0.01,
     )
     ref = _loss_reference(d, 0.2, value_clip, 0.5, 0.01)
     assert total.item() == pytest.approx(ref["total"], rel=1e-9)

@@ -55,16 +55,21 @@ def no_leaks():
     before = set(list_segments())
     yield
     mine = _descendants(os.getpid())
-    left = [s for s in set(list_segments()) - before if s.split("_")[1].isdigit()
-            and (int(s.split("_")[1]) in mine or not _alive(int(s.split("_")[1])))]
+    left = [
+        s
+        for s in set(list_segments()) - before
+        if s.split("_")[1].isdigit() and (int(s.split("_")[1]) in mine or not _alive(int(s.split("_")[1])))
+    ]
     assert not left, f"leaked shared memory: {sorted(left)}"
 
 
 @pytest.fixture(scope="module")
 def cluster():
     before = children_of(os.getpid())
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"srl_trainer": 1},
-                                                      "node_ip_address": "127.0.0.1"})
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "resources": {"srl_trainer": 1}, "node_ip_address": "127.0.0.1"},
+    )
     nodes = [c.add_node(num_cpus=2, resources={"srl_actor": 1}, node_ip_address="127.0.0.1") for _ in range(2)]
     c.wait_for_nodes()
     ray.init(address=c.address, logging_level="WARNING")
@@ -78,10 +83,19 @@ def cluster():
 
 
 def _cfg(c: Cluster, *overrides: str):
-    return load_config(ROOT / "configs" / "cartpole_ppo.yaml", [
-        "runtime=ray", f"ray.address={c.address}", "ray.actor_nodes=2", "ray.actors_per_node=1",
-        "ray.node_resource=srl_actor", "ray.trainer_resource=srl_trainer", "run.max_wall_seconds=240",
-        *overrides])
+    return load_config(
+        ROOT / "configs" / "cartpole_ppo.yaml",
+        [
+            "runtime=ray",
+            f"ray.address={c.address}",
+            "ray.actor_nodes=2",
+            "ray.actors_per_node=1",
+            "ray.node_resource=srl_actor",
+            "ray.trainer_resource=srl_trainer",
+            "run.max_wall_seconds=240",
+            *overrides,
+        ],
+    )
 
 
 def _wait_for(path: Path, ready: Any, timeout: float = 120.0) -> dict[str, Any]:
@@ -117,8 +131,11 @@ def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
     second = c.add_node(num_cpus=2, resources={"srl_trainer": 1}, node_ip_address="127.0.0.1")
     try:
         c.wait_for_nodes()
-        summary = train(_cfg(c, "ray.policy_workers_per_node=1", "workers.trainers=2", "ray.trainer_nodes=2"),
-                        run_dir=tmp_path / "run", progress=None)
+        summary = train(
+            _cfg(c, "ray.policy_workers_per_node=1", "workers.trainers=2", "ray.trainer_nodes=2"),
+            run_dir=tmp_path / "run",
+            progress=None,
+        )
     finally:
         c.remove_node(second)
     assert summary["solved"], summary
@@ -173,8 +190,10 @@ def test_lost_node_leaves_training_going_and_group_returns(cluster, tmp_path):
     the relay binds there, relay 1 (on the surviving node) must follow it to its new address."""
     c, nodes = cluster
     run_dir = tmp_path / "run"
-    thread, summary = _train_in_thread(_cfg(c, "run.target_return=null", "run.total_env_steps=1000000",
-                                           "run.max_wall_seconds=90", "params.fan_out=1"), run_dir)
+    thread, summary = _train_in_thread(
+        _cfg(c, "run.target_return=null", "run.total_env_steps=1000000", "run.max_wall_seconds=90", "params.fan_out=1"),
+        run_dir,
+    )
     workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
     victim = next(n for n in nodes if n.node_id == workers["actor0"]["node_id"])
     _wait_for_steps(run_dir, 2000)
@@ -201,8 +220,12 @@ def test_clients_of_each_server_are_the_workers_that_connect_to_it():
     from srl.runtime.plan import make_plan
 
     def plan(*overrides: str):
-        return make_plan(load_config(ROOT / "configs" / "cartpole_ppo.yaml", [
-            "runtime=ray", "ray.actor_nodes=4", "ray.actors_per_node=2", *overrides]))
+        return make_plan(
+            load_config(
+                ROOT / "configs" / "cartpole_ppo.yaml",
+                ["runtime=ray", "ray.actor_nodes=4", "ray.actors_per_node=2", *overrides],
+            )
+        )
 
     tree = plan("ray.policy_workers_per_node=1", "workers.trainers=2", "params.fan_out=2")
     assert tree.clients_of("trainer0") == [("actor", a) for a in (0, 2, 4, 6)]
@@ -221,12 +244,24 @@ def test_bad_ray_settings_get_one_line_and_a_non_zero_exit(tmp_path):
         (["ray.address=127.0.0.1:1"], "ray.address: cannot reach '127.0.0.1:1'"),
         (["ray.actor_nodes=2", "workers.actors=3"], "workers.actors: 3 actors do not split evenly"),
         (["ray.actors_per_node=0"], "ray.actors_per_node: must be >= 1"),
-        (["ray.trainer_nodes=2", "workers.trainers=3", "workers.actors=3"],
-         "workers.trainers: 3 trainers do not split evenly over ray.trainer_nodes=2"),
+        (
+            ["ray.trainer_nodes=2", "workers.trainers=3", "workers.actors=3"],
+            "workers.trainers: 3 trainers do not split evenly over ray.trainer_nodes=2",
+        ),
     ]
     for i, (overrides, message) in enumerate(cases):
-        cmd = [sys.executable, "-m", "srl.cli.main", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"),
-               "--run-dir", str(tmp_path / str(i)), "--set", "runtime=ray", *[a for o in overrides for a in ("--set", o)]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "train",
+            str(ROOT / "configs" / "cartpole_ppo.yaml"),
+            "--run-dir",
+            str(tmp_path / str(i)),
+            "--set",
+            "runtime=ray",
+            *[a for o in overrides for a in ("--set", o)],
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0
         lines = proc.stderr.strip().splitlines()

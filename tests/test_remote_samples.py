@@ -134,8 +134,9 @@ def test_sample_messages_without_the_token_or_malformed_are_rejected_and_the_rec
 
 def test_reports_without_the_run_token_are_rejected(tmp_path):
     got = []
-    receiver = ControlReceiver("tcp://127.0.0.1:*", lambda kind, meta, arrays: got.append((kind, dict(meta))),
-                               token=TOKEN)
+    receiver = ControlReceiver(
+        "tcp://127.0.0.1:*", lambda kind, meta, arrays: got.append((kind, dict(meta))), token=TOKEN
+    )
     good, intruder = ZmqReporter(receiver.address, token=TOKEN), ZmqReporter(receiver.address)
     other = ZmqReporter(receiver.address, token="b" * 32)
     try:

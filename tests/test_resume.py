@@ -31,7 +31,7 @@ def test_resume_continues_counters_statistics_and_metrics(tmp_path, runtime, sta
     assert second["env_steps"] >= 12000 and second["policy_version"] > first["policy_version"]
     lines_after = (run / "metrics.jsonl").read_text().splitlines()
     assert lines_after[: len(lines_before)] == lines_before  # appended, not rewritten
-    resumed_steps = [json.loads(line)["env_steps"] for line in lines_after[len(lines_before):]]
+    resumed_steps = [json.loads(line)["env_steps"] for line in lines_after[len(lines_before) :]]
     assert min(resumed_steps) >= int(state["trained_samples"])  # counts on from the checkpoint
     # per-version rates divide this process's bytes by this process's snapshots: one snapshot's size either way
     assert second["bytes_published_per_version"] == first["bytes_published_per_version"] > 0
@@ -64,8 +64,9 @@ def test_resume_refuses_what_it_cannot_honour(tmp_path) -> None:
 
 def test_cli_resume_arguments_are_checked(tmp_path) -> None:
     def srl(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "srl.cli.main", "train", *args], capture_output=True, text=True,
-                              timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "srl.cli.main", "train", *args], capture_output=True, text=True, timeout=60
+        )
 
     both = srl("configs/cartpole_ppo.yaml", "--resume", str(tmp_path))
     assert both.returncode == 2 and "one of them" in both.stderr
@@ -92,8 +93,10 @@ def test_a_full_disk_skips_periodic_checkpoints_and_fails_the_final_one_leaving_
 
     monkeypatch.setattr(TrainerWorker, "_serialize", staticmethod(disk_fills_up))
     run = tmp_path / "run"
-    cfg = load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT, "run.total_env_steps=12000",
-                                                    "run.checkpoint_interval_seconds=0.01"])
+    cfg = load_config(
+        "configs/cartpole_ppo.yaml",
+        ["runtime=inline", *SHORT, "run.total_env_steps=12000", "run.checkpoint_interval_seconds=0.01"],
+    )
     summary = train(cfg, run, progress=None)
     assert summary["stop_reason"] == "error"
     assert "not written (No space left on device); the previous one is intact" in summary["error"]
@@ -110,14 +113,27 @@ def test_kill_9_of_the_trainer_fails_the_run_and_resume_finishes_it(tmp_path) ->
     import time
 
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "srl.cli.main", "train", "configs/cartpole_ppo.yaml", "--quiet", "--run-dir", str(run),
-           "--set", "run.checkpoint_interval_seconds=0.2", "--set", "run.eval_episodes=3"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "srl.cli.main",
+        "train",
+        "configs/cartpole_ppo.yaml",
+        "--quiet",
+        "--run-dir",
+        str(run),
+        "--set",
+        "run.checkpoint_interval_seconds=0.2",
+        "--set",
+        "run.eval_episodes=3",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (
-                (run / "workers.json").exists() and any(load_checkpoint(p)["version"] >= 3
-                                                        for p in checkpoints(run / "checkpoints"))):
+            (run / "workers.json").exists()
+            and any(load_checkpoint(p)["version"] >= 3 for p in checkpoints(run / "checkpoints"))
+        ):
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.05)
         os.kill(json.loads((run / "workers.json").read_text())["trainer0"], signal.SIGKILL)
@@ -129,8 +145,12 @@ def test_kill_9_of_the_trainer_fails_the_run_and_resume_finishes_it(tmp_path) ->
     assert proc.returncode == 1
     assert err.strip().splitlines()[-1] == "srl: error: srl-trainer0 exited with code -9"
     last = load_checkpoint(checkpoints(run / "checkpoints")[-1])  # the newest one is whole
-    resumed = subprocess.run([sys.executable, "-m", "srl.cli.main", "train", "--resume", str(run), "--quiet"],
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "train", "--resume", str(run), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads(resumed.stdout)
     assert summary["solved"] and summary["policy_version"] > int(last["version"])

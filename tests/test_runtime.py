@@ -97,9 +97,23 @@ def _start_endless_training(run: Path, *overrides: str, tmp: Path | None = None)
     """
     sets = ["run.total_env_steps=100000000", "run.target_return=null", "run.log_interval_seconds=0.2", *overrides]
     env = dict(os.environ, TMPDIR=str(tmp)) if tmp is not None else None
-    return subprocess.Popen([sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run),
-                             *[a for o in sets for a in ("--set", o)]],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "train",
+            CARTPOLE,
+            "--quiet",
+            "--run-dir",
+            str(run),
+            *[a for o in sets for a in ("--set", o)],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def _wait_for_updates(run: Path, versions: int = 2, timeout: float = 60.0) -> None:
@@ -114,8 +128,9 @@ def _wait_for_updates(run: Path, versions: int = 2, timeout: float = 60.0) -> No
     pytest.fail("training did not start")
 
 
-@pytest.mark.parametrize("runtime, sig", [("local", signal.SIGINT), ("local", signal.SIGTERM),
-                                          ("inline", signal.SIGTERM)])
+@pytest.mark.parametrize(
+    "runtime, sig", [("local", signal.SIGINT), ("local", signal.SIGTERM), ("inline", signal.SIGTERM)]
+)
 def test_signal_stops_cleanly(tmp_path, runtime, sig):
     run, private_tmp = tmp_path / "run", tmp_path / "tmp"
     private_tmp.mkdir()  # the run's own temporary folder: other runs on the machine cannot disturb the check
@@ -145,8 +160,17 @@ def test_signal_stops_cleanly(tmp_path, runtime, sig):
 
 
 def test_local_runtime_with_several_policy_workers_serves_every_actor(tmp_path):
-    cfg = load_config(CARTPOLE, ["workers.actors=3", "workers.policy_workers=2", "workers.ring_size=2",
-                                 "run.total_env_steps=6000", "run.target_return=null", "run.eval_episodes=0"])
+    cfg = load_config(
+        CARTPOLE,
+        [
+            "workers.actors=3",
+            "workers.policy_workers=2",
+            "workers.ring_size=2",
+            "run.total_env_steps=6000",
+            "run.target_return=null",
+            "run.eval_episodes=0",
+        ],
+    )
     plan = make_plan(cfg)
     controller = Controller(cfg, None, time.time(), progress=None)
     from srl.runtime.local import run_local
@@ -160,8 +184,16 @@ def test_local_runtime_with_several_policy_workers_serves_every_actor(tmp_path):
 
 
 def test_continuous_actions_run_end_to_end(tmp_path):
-    cfg = load_config(CARTPOLE, ["env.id=Pendulum-v1", "runtime=inline", "run.total_env_steps=2048",
-                                 "run.target_return=null", "run.eval_episodes=2"])
+    cfg = load_config(
+        CARTPOLE,
+        [
+            "env.id=Pendulum-v1",
+            "runtime=inline",
+            "run.total_env_steps=2048",
+            "run.target_return=null",
+            "run.eval_episodes=2",
+        ],
+    )
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["policy_version"] >= 3 and summary["stop_reason"] == "env_steps"
     assert -2000 < summary["final_eval_return_mean"] <= 0  # Pendulum returns are negative
@@ -170,9 +202,26 @@ def test_continuous_actions_run_end_to_end(tmp_path):
 @pytest.mark.parametrize("runtime", ["inline", "local"])
 def test_worker_failure_ends_the_run_with_one_clear_error(tmp_path, runtime):
     proc = subprocess.run(
-        [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(tmp_path / "run"),
-         "--set", f"runtime={runtime}", "--set", "env.id=srl.envs.testing:crashing_cartpole",
-         "--set", "env.kwargs={crash_after: 300}"], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "train",
+            CARTPOLE,
+            "--quiet",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--set",
+            f"runtime={runtime}",
+            "--set",
+            "env.id=srl.envs.testing:crashing_cartpole",
+            "--set",
+            "env.kwargs={crash_after: 300}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("srl: error: ") and "injected failure at step 300" in last, proc.stderr
@@ -181,20 +230,31 @@ def test_worker_failure_ends_the_run_with_one_clear_error(tmp_path, runtime):
 
 
 def test_a_run_directory_is_never_shared(tmp_path):
-    cfg = load_config(CARTPOLE, ["runtime=inline", "run.total_env_steps=600", "run.target_return=null",
-                                 "run.eval_episodes=0"])
+    cfg = load_config(
+        CARTPOLE, ["runtime=inline", "run.total_env_steps=600", "run.target_return=null", "run.eval_episodes=0"]
+    )
     train(cfg, tmp_path / "run", progress=None)
-    proc = subprocess.run([sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--run-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"srl: error: {tmp_path / 'run'}: already holds a run; choose another --run-dir"
 
 
-
-
 def test_exec_start_method_runs_workers_in_fresh_interpreters(tmp_path):
-    cfg = load_config(CARTPOLE, ["workers.start_method=exec", "workers.policy_workers=1",
-                                 "run.total_env_steps=4000", "run.target_return=null", "run.eval_episodes=2"])
+    cfg = load_config(
+        CARTPOLE,
+        [
+            "workers.start_method=exec",
+            "workers.policy_workers=1",
+            "run.total_env_steps=4000",
+            "run.target_return=null",
+            "run.eval_episodes=2",
+        ],
+    )
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["stop_reason"] == "env_steps" and summary["policy_version"] >= 3
     assert summary["final_eval_return_mean"] > 0
@@ -203,13 +263,23 @@ def test_exec_start_method_runs_workers_in_fresh_interpreters(tmp_path):
 
 @pytest.mark.parametrize("mode", ["fail", "sanitize"])
 def test_nonfinite_env_output_fails_naming_it_or_is_sanitized_and_counted(tmp_path, mode):
-    cfg = load_config("configs/cartpole_ppo.yaml", [
-        "runtime=inline", "env.id=srl.envs.testing:nonfinite_cartpole", f"env.nonfinite={mode}",
-        "run.target_return=null", "run.total_env_steps=3000", "run.eval_episodes=0"])
+    cfg = load_config(
+        "configs/cartpole_ppo.yaml",
+        [
+            "runtime=inline",
+            "env.id=srl.envs.testing:nonfinite_cartpole",
+            f"env.nonfinite={mode}",
+            "run.target_return=null",
+            "run.total_env_steps=3000",
+            "run.eval_episodes=0",
+        ],
+    )
     summary = train(cfg, tmp_path / "run", progress=None)
     if mode == "fail":
         assert summary["stop_reason"] == "error"
-        assert "env srl.envs.testing:nonfinite_cartpole: non-finite observation and reward at actor 0" in summary["error"]
+        assert (
+            "env srl.envs.testing:nonfinite_cartpole: non-finite observation and reward at actor 0" in summary["error"]
+        )
     else:
         assert summary["stop_reason"] == "env_steps" and "error" not in summary
         # Every 50th step of each of the 16 envs (2 slots x 8), up to the partial interval each env is in.
@@ -218,8 +288,15 @@ def test_nonfinite_env_output_fails_naming_it_or_is_sanitized_and_counted(tmp_pa
 
 
 def test_observations_that_stop_matching_their_space_fail_naming_the_env(tmp_path):
-    cfg = load_config(CARTPOLE, ["runtime=inline", "env.id=srl.envs.testing:misshapen_cartpole",
-                                 "run.total_env_steps=3000", "run.eval_episodes=0"])
+    cfg = load_config(
+        CARTPOLE,
+        [
+            "runtime=inline",
+            "env.id=srl.envs.testing:misshapen_cartpole",
+            "run.total_env_steps=3000",
+            "run.eval_episodes=0",
+        ],
+    )
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["stop_reason"] == "error"
     # Gymnasium's vector env notices first; the message names our env and where, and keeps Gymnasium's words.

@@ -57,8 +57,10 @@ def test_reward_normalization_matches_a_plain_reference():
 
 
 def test_reported_returns_stay_true_when_training_rewards_are_clipped():
-    cfg = load_config("configs/cartpole_ppo.yaml", ["runtime=inline", "env.reward_clip=0.5",
-                                                    "run.total_env_steps=2000", "run.target_return=null"])
+    cfg = load_config(
+        "configs/cartpole_ppo.yaml",
+        ["runtime=inline", "env.reward_clip=0.5", "run.total_env_steps=2000", "run.target_return=null"],
+    )
     controller = Controller(cfg, None, time.time(), progress=None)
     returns: list[float] = []
     original = controller.handle

@@ -17,8 +17,17 @@ from srl.system.controller import Controller
 from srl.system.control import ControlReceiver, DirectReporter, ZmqReporter
 from srl.system.params import ParamPublisher, ParamSubscriber
 from srl.system.policy_worker import PolicyWorker
-from srl.system.streams import (FILLING, FREE, READY, InferenceClient, InferenceServer, PoolLayout, SampleConsumer,
-                                SampleProducer, SegmentPool)
+from srl.system.streams import (
+    FILLING,
+    FREE,
+    READY,
+    InferenceClient,
+    InferenceServer,
+    PoolLayout,
+    SampleConsumer,
+    SampleProducer,
+    SegmentPool,
+)
 from srl.system.testing import RandomPolicy
 
 T, B = 4, 3
@@ -36,8 +45,15 @@ def make_policy_worker(pool: SegmentPool, actors: int, max_batch: int = 64):
     params = VersionedBuffer.in_process(policy.flat_size(), np.float32)
     ParamPublisher(params).publish(7, np.full(4, 7.0, np.float32))
     reports: list = []
-    worker = PolicyWorker(0, policy, InferenceServer(pool, requests, replies), ParamSubscriber(params, policy),
-                          DirectReporter(lambda *r: reports.append(r)), max_batch=max_batch, wait_timeout=0.0)
+    worker = PolicyWorker(
+        0,
+        policy,
+        InferenceServer(pool, requests, replies),
+        ParamSubscriber(params, policy),
+        DirectReporter(lambda *r: reports.append(r)),
+        max_batch=max_batch,
+        wait_timeout=0.0,
+    )
     worker.setup()
     return worker, policy, requests, replies
 
@@ -72,8 +88,7 @@ def test_auto_batching_respects_the_cap_and_leaves_the_rest_pending():
 def test_malformed_inference_requests_are_dropped_not_served():
     pool = make_pool(actors=2, buffers=2)
     worker, policy, requests, replies = make_policy_worker(pool, actors=2)
-    for bad in [(5, 0, 0, 0, 0), (-1, 0, 0, 0, 0), (0, 0, 2, 0, 0), (0, 0, 0, T, 0), (1, 0, -3, 1, 0),
-                (0, 7, 0, 0, 0)]:
+    for bad in [(5, 0, 0, 0, 0), (-1, 0, 0, 0, 0), (0, 0, 2, 0, 0), (0, 0, 0, T, 0), (1, 0, -3, 1, 0), (0, 7, 0, 0, 0)]:
         requests.send(bad)
     requests.send((1, 1, 1, 1, 0))
     assert worker.poll() == 1

@@ -29,12 +29,12 @@ def _records(path: Path) -> list[bytes]:
     data = path.read_bytes()
     out, pos = [], 0
     while pos < len(data):
-        header = data[pos:pos + 8]
+        header = data[pos : pos + 8]
         (length,) = struct.unpack("<Q", header)
-        (hcrc,) = struct.unpack("<I", data[pos + 8:pos + 12])
+        (hcrc,) = struct.unpack("<I", data[pos + 8 : pos + 12])
         assert hcrc == masked_crc32c(header)
-        payload = data[pos + 12:pos + 12 + length]
-        (pcrc,) = struct.unpack("<I", data[pos + 12 + length:pos + 16 + length])
+        payload = data[pos + 12 : pos + 12 + length]
+        (pcrc,) = struct.unpack("<I", data[pos + 12 + length : pos + 16 + length])
         assert pcrc == masked_crc32c(payload)
         out.append(payload)
         pos += 16 + length
@@ -57,9 +57,9 @@ def _event_pb():
         (b"", 0x00000000),
         (b"123456789", 0xE3069283),
         (b"a", 0xC1D04330),
-        (bytes(32), 0x8A9136AA),          # RFC 3720 B.4: 32 bytes of zeros
-        (b"\xff" * 32, 0x62A8AB43),       # RFC 3720 B.4: 32 bytes of 0xFF
-        (bytes(range(32)), 0x46DD794E),   # RFC 3720 B.4: incrementing
+        (bytes(32), 0x8A9136AA),  # RFC 3720 B.4: 32 bytes of zeros
+        (b"\xff" * 32, 0x62A8AB43),  # RFC 3720 B.4: 32 bytes of 0xFF
+        (bytes(range(32)), 0x46DD794E),  # RFC 3720 B.4: incrementing
     ],
 )
 def test_crc32c_known_vectors(data: bytes, expected: int) -> None:
@@ -126,7 +126,7 @@ def test_file_name_and_directory_creation(tmp_path: Path) -> None:
         assert w.path.parent == log_dir and w.path.exists()
         prefix = "events.out.tfevents."
         assert name.startswith(prefix) and name.endswith(f".{socket.gethostname()}.{os.getpid()}.srl")
-        assert name[len(prefix):].split(".")[0].isdigit()
+        assert name[len(prefix) :].split(".")[0].isdigit()
         # The version record is on disk before anything else is logged.
         assert len(_records(w.path)) == 1
     finally:
@@ -166,9 +166,7 @@ def test_tensorboard_reads_many_events(tmp_path: Path) -> None:
     xs = acc.Scalars("x")
     assert [s.step for s in xs] == list(range(n))
     assert [s.value for s in xs] == [i * 0.5 for i in range(n)]
-    assert [s.value for s in acc.Scalars("z")] == pytest.approx(
-        [float(np.float32(i * i)) for i in range(0, n, 10)]
-    )
+    assert [s.value for s in acc.Scalars("z")] == pytest.approx([float(np.float32(i * i)) for i in range(0, n, 10)])
     assert len(acc.Scalars("y")) == n // 10
 
 

@@ -93,7 +93,7 @@ def _params_with_grads(scale: float, seed: int = 0) -> list[torch.nn.Parameter]:
 
 
 def _norm(params: list[torch.nn.Parameter]) -> float:
-    return float(torch.sqrt(sum((p.grad ** 2).sum() for p in params)))
+    return float(torch.sqrt(sum((p.grad**2).sum() for p in params)))
 
 
 def test_fixed_clip_caps_the_global_norm() -> None:
@@ -142,7 +142,7 @@ def test_merged_moments_equal_one_update_on_the_union() -> None:
     (ma, va, na), (mb, vb, nb) = split.moments(a), split.moments(b)
     n = na + nb
     mean = (ma * na + mb * nb) / n
-    var = ((va + ma ** 2) * na + (vb + mb ** 2) * nb) / n - mean ** 2
+    var = ((va + ma**2) * na + (vb + mb**2) * nb) / n - mean**2
     split.update_moments(mean, var, n)
     torch.testing.assert_close(split.mean, whole.mean)
     torch.testing.assert_close(split.var, whole.var)
@@ -189,11 +189,16 @@ def test_shared_encoder_critic_owns_only_its_head() -> None:
 
 def _random_batch(seed: int, T: int = 8, N: int = 4) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"obs": rng.normal(size=(T + 1, N, 4)).astype(np.float32),
-            "actions": rng.integers(0, 2, (T, N)), "logp": np.full((T, N), np.log(0.5), np.float32),
-            "rewards": rng.normal(size=(T, N)).astype(np.float32),
-            "terminated": rng.random((T, N)) < 0.1, "truncated": np.zeros((T, N), bool),
-            "version": np.zeros((T, N), np.int64), "final_obs": np.zeros((T, N, 4), np.float32)}
+    return {
+        "obs": rng.normal(size=(T + 1, N, 4)).astype(np.float32),
+        "actions": rng.integers(0, 2, (T, N)),
+        "logp": np.full((T, N), np.log(0.5), np.float32),
+        "rewards": rng.normal(size=(T, N)).astype(np.float32),
+        "terminated": rng.random((T, N)) < 0.1,
+        "truncated": np.zeros((T, N), bool),
+        "version": np.zeros((T, N), np.int64),
+        "final_obs": np.zeros((T, N, 4), np.float32),
+    }
 
 
 def _replica(rank: int, store: str, out: str, critic: str) -> None:
@@ -217,10 +222,16 @@ def _replica(rank: int, store: str, out: str, critic: str) -> None:
         before = coll.bytes_reduced
         for i in range(2):
             algo.train(_random_batch(100 * rank + i), 0.0)
-        np.savez(f"{out}/rank{rank}.npz", mean_=torch.cat([t.reshape(-1) for t in x]).numpy(), bcast=b[0].numpy(),
-                 moments=np.array([float(mean), float(var), n]), flags=np.array(flags),
-                 actor=algo.policy.flat_state(), critic=algo.value.flat_state(),
-                 reduced=np.array(coll.bytes_reduced - before))
+        np.savez(
+            f"{out}/rank{rank}.npz",
+            mean_=torch.cat([t.reshape(-1) for t in x]).numpy(),
+            bcast=b[0].numpy(),
+            moments=np.array([float(mean), float(var), n]),
+            flags=np.array(flags),
+            actor=algo.policy.flat_state(),
+            critic=algo.value.flat_state(),
+            reduced=np.array(coll.bytes_reduced - before),
+        )
     finally:
         coll.close()
 
@@ -281,11 +292,13 @@ def test_td_compensation_changes_nothing_on_fresh_data_and_weights_stale_data() 
     model = ModelConfig(hidden=(16,))
 
     def trained(td: bool, behaviour_shift: float, vtrace: bool = False) -> tuple[np.ndarray, dict[str, float]]:
-        algo = PPO(OBS, ACT, model, PPOConfig(td_compensation=td, vtrace_targets=vtrace, epochs=2, minibatches=2),
-                   seed=0)
+        algo = PPO(
+            OBS, ACT, model, PPOConfig(td_compensation=td, vtrace_targets=vtrace, epochs=2, minibatches=2), seed=0
+        )
         with torch.no_grad():  # behaviour log-probs of the very policy being trained: on-policy data
-            logp, _ = algo.policy.evaluate(torch.from_numpy(batch["obs"][:-1].reshape(-1, 4)),
-                                           torch.from_numpy(batch["actions"]).reshape(-1))
+            logp, _ = algo.policy.evaluate(
+                torch.from_numpy(batch["obs"][:-1].reshape(-1, 4)), torch.from_numpy(batch["actions"]).reshape(-1)
+            )
         data = dict(batch, logp=(logp.numpy() + behaviour_shift).reshape(batch["logp"].shape).astype(np.float32))
         stats = algo.train(data, 0.0)
         return algo.policy.flat_state(), stats

@@ -16,7 +16,10 @@ from srl.base.wire import ALLOWED_DTYPES, WireError, decode, encode, pack, unpac
 def _header(**overrides: object) -> bytes:
     """A msgpack header for one float32 [2] array, with fields overridden."""
     header: dict[str, object] = {
-        "v": 1, "schema": "s", "meta": {}, "arrays": [["x", "float32", [2]]],
+        "v": 1,
+        "schema": "s",
+        "meta": {},
+        "arrays": [["x", "float32", [2]]],
     }
     header.update(overrides)
     return msgpack.packb(header, use_bin_type=True)
@@ -147,9 +150,7 @@ def test_random_frames_only_raise_wire_error(frames: list[bytes]) -> None:
         pass
 
 
-_DIMS = st.lists(
-    st.one_of(st.integers(0, 4), st.integers(-(2**63), 2**64 - 1), st.floats(), st.none()), max_size=10
-)
+_DIMS = st.lists(st.one_of(st.integers(0, 4), st.integers(-(2**63), 2**64 - 1), st.floats(), st.none()), max_size=10)
 _SPECS = st.lists(
     st.lists(
         st.one_of(st.text(max_size=3), st.sampled_from(sorted(ALLOWED_DTYPES) + ["object", "V8"]), _DIMS),

@@ -16,8 +16,13 @@ import torch
 class Adam:
     """Adam over a fixed list of parameters; ``lr`` may be changed between steps."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.lr = lr
         self.betas = betas
@@ -39,8 +44,8 @@ class Adam:
         torch._foreach_lerp_(self.exp_avg, grads, 1.0 - beta1)
         torch._foreach_mul_(self.exp_avg_sq, beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, value=1.0 - beta2)
-        bias1 = 1.0 - beta1 ** self.steps
-        bias2 = 1.0 - beta2 ** self.steps
+        bias1 = 1.0 - beta1**self.steps
+        bias2 = 1.0 - beta2**self.steps
         denom = torch._foreach_sqrt(self.exp_avg_sq)
         torch._foreach_div_(denom, math.sqrt(bias2))
         torch._foreach_add_(denom, self.eps)
@@ -48,8 +53,14 @@ class Adam:
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and numbers only, so checkpoints load with ``weights_only=True``."""
-        return {"steps": self.steps, "lr": self.lr, "betas": list(self.betas), "eps": self.eps,
-                "exp_avg": [t.clone() for t in self.exp_avg], "exp_avg_sq": [t.clone() for t in self.exp_avg_sq]}
+        return {
+            "steps": self.steps,
+            "lr": self.lr,
+            "betas": list(self.betas),
+            "eps": self.eps,
+            "exp_avg": [t.clone() for t in self.exp_avg],
+            "exp_avg_sq": [t.clone() for t in self.exp_avg_sq],
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if len(state["exp_avg"]) != len(self.params) or len(state["exp_avg_sq"]) != len(self.params):

@@ -20,8 +20,15 @@ from torch import Tensor, nn
 class GradClipper:
     """Clips the gradients of ``params`` in place; :meth:`clip` returns the norm before and the threshold."""
 
-    def __init__(self, params: Sequence[nn.Parameter], max_norm: float | None, adaptive: bool = False,
-                 percentile: float = 90.0, window: int = 100, unitwise: float | None = None) -> None:
+    def __init__(
+        self,
+        params: Sequence[nn.Parameter],
+        max_norm: float | None,
+        adaptive: bool = False,
+        percentile: float = 90.0,
+        window: int = 100,
+        unitwise: float | None = None,
+    ) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.max_norm, self.adaptive = max_norm, adaptive
         self.percentile, self.unitwise = percentile, unitwise

@@ -34,21 +34,33 @@ from srl.nets.policy import PolicyNet, ValueNet
 
 
 def build_policy_net(obs_space: gym.spaces.Box, action_space: gym.spaces.Space, model: ModelConfig) -> PolicyNet:
-    return PolicyNet(obs_space, action_space, hidden=model.hidden, activation=model.activation,
-                     layer_norm=model.layer_norm, normalize_obs=model.normalize_obs,
-                     init_log_std=model.init_log_std)
+    return PolicyNet(
+        obs_space,
+        action_space,
+        hidden=model.hidden,
+        activation=model.activation,
+        layer_norm=model.layer_norm,
+        normalize_obs=model.normalize_obs,
+        init_log_std=model.init_log_std,
+    )
 
 
 def build_value_net(obs_space: gym.spaces.Box, policy: PolicyNet, model: ModelConfig, ppo: PPOConfig) -> ValueNet:
     """The critic; with ``model.shared_encoder`` a head on ``policy``'s encoder."""
-    return ValueNet(obs_space, hidden=model.hidden, activation=model.activation, layer_norm=model.layer_norm,
-                    normalize_obs=model.normalize_obs,
-                    shared_encoder=policy.encoder if model.shared_encoder else None,
-                    normalize_values=ppo.normalize_values)
+    return ValueNet(
+        obs_space,
+        hidden=model.hidden,
+        activation=model.activation,
+        layer_norm=model.layer_norm,
+        normalize_obs=model.normalize_obs,
+        shared_encoder=policy.encoder if model.shared_encoder else None,
+        normalize_values=ppo.normalize_values,
+    )
 
 
-def make_acting_policy(obs_space: gym.spaces.Box, action_space: gym.spaces.Space,
-                       cfg: ExperimentConfig) -> ActingPolicy:
+def make_acting_policy(
+    obs_space: gym.spaces.Box, action_space: gym.spaces.Space, cfg: ExperimentConfig
+) -> ActingPolicy:
     """What policy workers and actors hold: the actor, plus the critic when it is centralized."""
     net = build_policy_net(obs_space, action_space, cfg.model)
     critic = build_value_net(obs_space, net, cfg.model, cfg.ppo) if cfg.ppo.critic == "centralized" else None
@@ -77,8 +89,8 @@ class ActingPolicy:
             return
         if len(flat) != self.flat_size():  # name the whole snapshot, not one half of it
             raise ValueError(f"flat state has wrong length: expected {self.flat_size()}, got {len(flat)}")
-        self.net.load_flat_state(flat[:self._actor_size])
-        self.critic.load_flat_state(flat[self._actor_size:])
+        self.net.load_flat_state(flat[: self._actor_size])
+        self.critic.load_flat_state(flat[self._actor_size :])
 
     def flat_size(self) -> int:
         return self._actor_size + (0 if self.critic is None else self.critic.flat_size())
@@ -87,9 +99,9 @@ class ActingPolicy:
         """The snapshot this policy would load (actor, then critic when centralized)."""
         if out is None:
             out = np.empty(self.flat_size(), np.float32)
-        self.net.flat_state(out[:self._actor_size])
+        self.net.flat_state(out[: self._actor_size])
         if self.critic is not None:
-            self.critic.flat_state(out[self._actor_size:])
+            self.critic.flat_state(out[self._actor_size :])
         return out
 
 
@@ -101,9 +113,16 @@ class PPO:
     ``collective`` this is one of several data-parallel replicas (see the module docstring).
     """
 
-    def __init__(self, obs_space: gym.spaces.Box, action_space: gym.spaces.Space,
-                 model: ModelConfig, cfg: PPOConfig, seed: int, collective: Collective | None = None,
-                 device: str = "cpu") -> None:
+    def __init__(
+        self,
+        obs_space: gym.spaces.Box,
+        action_space: gym.spaces.Space,
+        model: ModelConfig,
+        cfg: PPOConfig,
+        seed: int,
+        collective: Collective | None = None,
+        device: str = "cpu",
+    ) -> None:
         torch.manual_seed(seed)
         self.cfg = cfg
         self.collective = collective
@@ -116,10 +135,17 @@ class PPO:
         actor_params, critic_params = list(self.policy.parameters()), list(self.value.parameters())
         self.optimizer = Adam(actor_params + critic_params, lr=cfg.lr, eps=cfg.adam_eps)
         self._reduced = actor_params + (critic_params if self.centralized else [])
-        self._clippers = {name: GradClipper(params, cfg.max_grad_norm, adaptive=cfg.grad_clip == "adaptive",
-                                            percentile=cfg.grad_clip_percentile, window=cfg.grad_clip_window,
-                                            unitwise=cfg.unitwise_clip)
-                          for name, params in (("actor", actor_params), ("critic", critic_params))}
+        self._clippers = {
+            name: GradClipper(
+                params,
+                cfg.max_grad_norm,
+                adaptive=cfg.grad_clip == "adaptive",
+                percentile=cfg.grad_clip_percentile,
+                window=cfg.grad_clip_window,
+                unitwise=cfg.unitwise_clip,
+            )
+            for name, params in (("actor", actor_params), ("critic", critic_params))
+        }
         self._gen = torch.Generator().manual_seed(seed + 1)
 
     # ------------------------------------------------------------------ Algorithm
@@ -133,9 +159,12 @@ class PPO:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "rng": {"torch": torch.get_rng_state(), "minibatches": self._gen.get_state()}}
+        return {
+            "policy": self.policy.state_dict(),
+            "value": self.value.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "minibatches": self._gen.get_state()},
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -149,8 +178,9 @@ class PPO:
         """Data-parallel replicas: start from rank 0's actor (and centralized critic) weights and statistics."""
         if self.collective is not None:
             nets = [self.policy] + ([self.value] if self.centralized else [])
-            self.collective.broadcast_([t for net in nets for t in net.state_dict().values()
-                                        if t.dtype == torch.float32])
+            self.collective.broadcast_(
+                [t for net in nets for t in net.state_dict().values() if t.dtype == torch.float32]
+            )
 
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
         cfg = self.cfg
@@ -174,11 +204,19 @@ class PPO:
                 weights, old_logp = truncated, prox_logp
             if cfg.vtrace_targets:
                 rho, c = truncated, ratio.clamp(max=cfg.is_c_clip)
-            out.update(is_weight_mean=float(ratio.mean()), is_weight_max=float(ratio.max()),
-                       is_weight_truncated=float((ratio > cfg.is_rho_clip).float().mean()))
-        advantages, returns, values = self._advantages(batch, v_all.reshape(T + 1, N), T, N,
-                                                       None if rho is None else rho.reshape(T, N),
-                                                       None if c is None else c.reshape(T, N))
+            out.update(
+                is_weight_mean=float(ratio.mean()),
+                is_weight_max=float(ratio.max()),
+                is_weight_truncated=float((ratio > cfg.is_rho_clip).float().mean()),
+            )
+        advantages, returns, values = self._advantages(
+            batch,
+            v_all.reshape(T + 1, N),
+            T,
+            N,
+            None if rho is None else rho.reshape(T, N),
+            None if c is None else c.reshape(T, N),
+        )
         adv, ret, old_v = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
         # The critic regresses on its own scale (standardized returns with value normalization).
         ret_head, old_v_head = self.value.normalize(ret), self.value.normalize(old_v)
@@ -189,9 +227,16 @@ class PPO:
         for _ in range(cfg.epochs):
             perm = torch.randperm(size, generator=self._gen).to(self.device)
             for start in range(0, size - mb + 1, mb):
-                idx = perm[start:start + mb]
-                stats = self._minibatch(obs[idx], actions[idx], old_logp[idx], adv[idx], ret_head[idx],
-                                        old_v_head[idx], None if weights is None else weights[idx])
+                idx = perm[start : start + mb]
+                stats = self._minibatch(
+                    obs[idx],
+                    actions[idx],
+                    old_logp[idx],
+                    adv[idx],
+                    ret_head[idx],
+                    old_v_head[idx],
+                    None if weights is None else weights[idx],
+                )
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
@@ -211,8 +256,9 @@ class PPO:
 
     # ------------------------------------------------------------------ internals
     @torch.no_grad()
-    def _evaluate_rollout(self, flat_obs: torch.Tensor, obs: torch.Tensor,
-                          actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _evaluate_rollout(
+        self, flat_obs: torch.Tensor, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Current values of all T+1 rows, and (with TD compensation) current log-probs of the taken actions."""
         want_logp = self.cfg.td_compensation or self.cfg.vtrace_targets
         if self.value.shared:  # one encoder pass serves both heads
@@ -223,8 +269,15 @@ class PPO:
         return self.value(flat_obs), self.policy.evaluate(obs, actions)[0] if want_logp else None
 
     @torch.no_grad()
-    def _advantages(self, batch: Mapping[str, np.ndarray], v_all: torch.Tensor, T: int, N: int,
-                    rho: torch.Tensor | None, c: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _advantages(
+        self,
+        batch: Mapping[str, np.ndarray],
+        v_all: torch.Tensor,
+        T: int,
+        N: int,
+        rho: torch.Tensor | None,
+        c: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """GAE (V-trace-corrected with ``rho``/``c``) on current values; truncated episodes bootstrap from their final obs."""
         values, next_values = v_all[:T], v_all[1:].clone()
         truncated = self._tensor(batch["truncated"])
@@ -235,8 +288,17 @@ class PPO:
             else:  # image observations carry no final_obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
                 next_values[truncated] = values[truncated]
         rewards = self._tensor(batch["rewards"])
-        adv, ret = gae(rewards, values, next_values, terminated.float(), (terminated | truncated).float(),
-                       self.cfg.gamma, self.cfg.gae_lambda, rho=rho, c=c)
+        adv, ret = gae(
+            rewards,
+            values,
+            next_values,
+            terminated.float(),
+            (terminated | truncated).float(),
+            self.cfg.gamma,
+            self.cfg.gae_lambda,
+            rho=rho,
+            c=c,
+        )
         return adv, ret, values
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
@@ -251,8 +313,16 @@ class PPO:
             mean, var, n = self.collective.merge_moments(mean, var, n)
         rms.update_moments(mean, var, n)
 
-    def _minibatch(self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
-                   ret: torch.Tensor, old_v: torch.Tensor, weights: torch.Tensor | None) -> dict[str, float]:
+    def _minibatch(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logp: torch.Tensor,
+        adv: torch.Tensor,
+        ret: torch.Tensor,
+        old_v: torch.Tensor,
+        weights: torch.Tensor | None,
+    ) -> dict[str, float]:
         cfg = self.cfg
         if cfg.normalize_advantages:
             adv = normalize_advantages(adv)
@@ -263,9 +333,20 @@ class PPO:
         else:
             logp, entropy = self.policy.evaluate(obs, actions)
             v = self.value.head_output(self.value.encoder(obs))
-        loss, stats = ppo_loss(logp, old_logp, adv, v, old_v, ret, entropy, clip=cfg.clip,
-                               value_clip=cfg.value_clip, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
-                               weights=weights)
+        loss, stats = ppo_loss(
+            logp,
+            old_logp,
+            adv,
+            v,
+            old_v,
+            ret,
+            entropy,
+            clip=cfg.clip,
+            value_clip=cfg.value_clip,
+            vf_coef=cfg.vf_coef,
+            ent_coef=cfg.ent_coef,
+            weights=weights,
+        )
         self.optimizer.zero_grad()
         loss.backward()
         if self.collective is not None:

@@ -64,9 +64,7 @@ def gae(
     return advantages, advantages + values
 
 
-def _value_loss(
-    new_values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float | None
-) -> Tensor:
+def _value_loss(new_values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float | None) -> Tensor:
     """Critic loss; the clipped form keeps the critic near its rollout-time values."""
     unclipped = (new_values - returns).pow(2)
     if value_clip is None:

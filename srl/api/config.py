@@ -53,8 +53,11 @@ class EnvConfig:
     def __post_init__(self) -> None:
         _check(bool(self.id.strip()), "id", "must name an environment")
         _check(self.reward_clip is None or self.reward_clip > 0, "reward_clip", "must be > 0 or null")
-        _check(self.max_episode_steps is None or self.max_episode_steps > 0,
-               "max_episode_steps", f"must be > 0, got {self.max_episode_steps}")
+        _check(
+            self.max_episode_steps is None or self.max_episode_steps > 0,
+            "max_episode_steps",
+            f"must be > 0, got {self.max_episode_steps}",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,21 +101,43 @@ class WorkersConfig:
     (a fresh interpreter per worker, handed its config as JSON; the only choice off Linux). ``auto`` picks."""
 
     def __post_init__(self) -> None:
-        for name in ("actors", "ring_size", "envs_per_slot", "trainers", "max_inference_batch",
-                     "segment_length", "torch_threads", "param_pull_interval", "param_version_stride"):
+        for name in (
+            "actors",
+            "ring_size",
+            "envs_per_slot",
+            "trainers",
+            "max_inference_batch",
+            "segment_length",
+            "torch_threads",
+            "param_pull_interval",
+            "param_version_stride",
+        ):
             value = getattr(self, name)
             _check(value >= 1, name, f"must be >= 1, got {value}")
         _check(self.policy_workers >= 0, "policy_workers", f"must be >= 0, got {self.policy_workers}")
         _check(self.max_restarts >= 0, "max_restarts", f"must be >= 0, got {self.max_restarts}")
-        _check(self.request_timeout_seconds > 0, "request_timeout_seconds",
-               f"must be > 0, got {self.request_timeout_seconds}")
-        _check(self.trainer_device == "cpu" or self.trainer_device == "cuda"
-               or (self.trainer_device.startswith("cuda:") and self.trainer_device[5:].isdigit()),
-               "trainer_device", f"must be cpu, cuda or cuda:N, got {self.trainer_device!r}")
-        _check(self.actors >= self.trainers, "trainers",
-               f"each trainer needs at least one actor feeding it: {self.trainers} trainers, {self.actors} actors")
-        _check(self.sample_buffers == 0 or self.sample_buffers >= self.ring_size + 1, "sample_buffers",
-               f"must be 0 (auto) or >= ring_size + 1 = {self.ring_size + 1}, got {self.sample_buffers}")
+        _check(
+            self.request_timeout_seconds > 0,
+            "request_timeout_seconds",
+            f"must be > 0, got {self.request_timeout_seconds}",
+        )
+        _check(
+            self.trainer_device == "cpu"
+            or self.trainer_device == "cuda"
+            or (self.trainer_device.startswith("cuda:") and self.trainer_device[5:].isdigit()),
+            "trainer_device",
+            f"must be cpu, cuda or cuda:N, got {self.trainer_device!r}",
+        )
+        _check(
+            self.actors >= self.trainers,
+            "trainers",
+            f"each trainer needs at least one actor feeding it: {self.trainers} trainers, {self.actors} actors",
+        )
+        _check(
+            self.sample_buffers == 0 or self.sample_buffers >= self.ring_size + 1,
+            "sample_buffers",
+            f"must be 0 (auto) or >= ring_size + 1 = {self.ring_size + 1}, got {self.sample_buffers}",
+        )
 
     @property
     def buffers_per_actor(self) -> int:
@@ -163,8 +188,11 @@ class ModelConfig:
     """
 
     def __post_init__(self) -> None:
-        _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden), "hidden",
-               f"must be a non-empty list of positive widths, got {list(self.hidden)}")
+        _check(
+            len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
+            "hidden",
+            f"must be a non-empty list of positive widths, got {list(self.hidden)}",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,8 +270,11 @@ class PPOConfig:
         for name in ("epochs", "minibatches", "batch_segments"):
             _check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         _check(self.max_policy_lag >= 0, "max_policy_lag", f"must be >= 0, got {self.max_policy_lag}")
-        _check(0 < self.grad_clip_percentile <= 100, "grad_clip_percentile",
-               f"must be in (0, 100], got {self.grad_clip_percentile}")
+        _check(
+            0 < self.grad_clip_percentile <= 100,
+            "grad_clip_percentile",
+            f"must be in (0, 100], got {self.grad_clip_percentile}",
+        )
         _check(self.grad_clip_window >= 2, "grad_clip_window", f"must be >= 2, got {self.grad_clip_window}")
         _check(self.unitwise_clip is None or self.unitwise_clip > 0, "unitwise_clip", "must be > 0 or null")
         for name in ("is_rho_clip", "is_c_clip"):
@@ -288,8 +319,9 @@ class RunConfig:
         _check(self.log_interval_seconds > 0, "log_interval_seconds", "must be > 0")
         _check(self.eval_episodes >= 0, "eval_episodes", f"must be >= 0, got {self.eval_episodes}")
         _check(self.eval_every_versions >= 0, "eval_every_versions", f"must be >= 0, got {self.eval_every_versions}")
-        _check(self.eval_every_versions == 0 or self.eval_episodes >= 1, "eval_every_versions",
-               "needs eval_episodes >= 1")
+        _check(
+            self.eval_every_versions == 0 or self.eval_episodes >= 1, "eval_every_versions", "needs eval_episodes >= 1"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -337,8 +369,11 @@ class RayConfig:
         _check(self.trainer_nodes >= 1, "trainer_nodes", f"must be >= 1, got {self.trainer_nodes}")
         for name in ("actors_per_node", "policy_workers_per_node"):
             value = getattr(self, name)
-            _check(value is None or value >= (1 if name == "actors_per_node" else 0), name,
-                   f"must be >= {1 if name == 'actors_per_node' else 0}, got {value}")
+            _check(
+                value is None or value >= (1 if name == "actors_per_node" else 0),
+                name,
+                f"must be >= {1 if name == 'actors_per_node' else 0}, got {value}",
+            )
         for name in ("trainer_gpus", "cpus_per_actor", "cpus_per_policy_worker", "cpus_per_trainer"):
             _check(getattr(self, name) >= 0, name, f"must be >= 0, got {getattr(self, name)}")
         _check(self.start_timeout_seconds > 0, "start_timeout_seconds", "must be > 0")
@@ -372,20 +407,38 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         _check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
-        _check(self.runtime != "inline" or self.workers.trainers == 1, "workers.trainers",
-               "the inline runtime runs one trainer; use runtime: local for several")
-        _check(self.runtime != "inline" or (self.params.mode == "hierarchical" and self.params.groups == 1),
-               "params", "the inline runtime shares one buffer; relays and flat mode need runtime: local")
+        _check(
+            self.runtime != "inline" or self.workers.trainers == 1,
+            "workers.trainers",
+            "the inline runtime runs one trainer; use runtime: local for several",
+        )
+        _check(
+            self.runtime != "inline" or (self.params.mode == "hierarchical" and self.params.groups == 1),
+            "params",
+            "the inline runtime shares one buffer; relays and flat mode need runtime: local",
+        )
         if self.runtime == "ray":
             w, nodes = self.workers, self.ray.actor_nodes
-            _check(w.actors % nodes == 0, "workers.actors",
-                   f"{w.actors} actors do not split evenly over ray.actor_nodes={nodes}")
-            _check(w.policy_workers % nodes == 0, "workers.policy_workers",
-                   f"{w.policy_workers} policy workers do not split evenly over ray.actor_nodes={nodes}")
-            _check(w.trainers % self.ray.trainer_nodes == 0, "workers.trainers",
-                   f"{w.trainers} trainers do not split evenly over ray.trainer_nodes={self.ray.trainer_nodes}")
-            _check(self.params.mode == "flat" or self.params.groups == nodes, "params.groups",
-                   f"under runtime: ray there is one relay per actor node: must be {nodes}")
+            _check(
+                w.actors % nodes == 0,
+                "workers.actors",
+                f"{w.actors} actors do not split evenly over ray.actor_nodes={nodes}",
+            )
+            _check(
+                w.policy_workers % nodes == 0,
+                "workers.policy_workers",
+                f"{w.policy_workers} policy workers do not split evenly over ray.actor_nodes={nodes}",
+            )
+            _check(
+                w.trainers % self.ray.trainer_nodes == 0,
+                "workers.trainers",
+                f"{w.trainers} trainers do not split evenly over ray.trainer_nodes={self.ray.trainer_nodes}",
+            )
+            _check(
+                self.params.mode == "flat" or self.params.groups == nodes,
+                "params.groups",
+                f"under runtime: ray there is one relay per actor node: must be {nodes}",
+            )
             _check(self.workers.start_method == "auto", "workers.start_method", "Ray starts the worker processes")
 
 

@@ -308,16 +308,16 @@ def sweep_stale_pipe_dirs() -> int:
     but FIFOs and sockets are touched."""
     removed = 0
     for folder in Path(tempfile.gettempdir()).glob(f"{PIPE_DIR_PREFIX}*-*"):
-        pid = folder.name[len(PIPE_DIR_PREFIX):].split("-", 1)[0]
+        pid = folder.name[len(PIPE_DIR_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or pid_alive(int(pid)):
             continue
         try:
             if folder.stat().st_uid != os.getuid() or not all(
-                    stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in (e.lstat().st_mode for e in folder.iterdir())):
+                stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in (e.lstat().st_mode for e in folder.iterdir())
+            ):
                 continue
         except OSError:  # gone meanwhile, or not a folder
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed += 1
     return removed
-

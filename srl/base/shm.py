@@ -63,12 +63,7 @@ def segment_path(name: str) -> Path:
     Exposed so other node-local objects (e.g. FIFOs) can live under the same
     naming and cleanup scheme.
     """
-    if (
-        not isinstance(name, str)
-        or len(name) > _MAX_NAME
-        or not _NAME_RE.fullmatch(name)
-        or name in (".", "..")
-    ):
+    if not isinstance(name, str) or len(name) > _MAX_NAME or not _NAME_RE.fullmatch(name) or name in (".", ".."):
         raise ValueError(f"invalid segment name {name!r}: use [A-Za-z0-9_.-]+, no slashes")
     return shm_dir() / name
 
@@ -126,8 +121,7 @@ class ShmArray:
             size = os.fstat(fd).st_size
             if size != expected:
                 raise ValueError(
-                    f"shm segment {name!r} is {size} bytes, expected {expected} "
-                    f"for shape {tuple(shape)} {dt.name}"
+                    f"shm segment {name!r} is {size} bytes, expected {expected} for shape {tuple(shape)} {dt.name}"
                 )
             mm = mmap.mmap(fd, expected, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
@@ -206,8 +200,10 @@ def _reserve(fd: int, nbytes: int, path: Path) -> None:
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.ENOMEM):
-            raise OSError(exc.errno, f"not enough space in {path.parent} for {nbytes / 2**20:.1f} MiB "
-                                     f"of shared memory ({path.name})") from None
+            raise OSError(
+                exc.errno,
+                f"not enough space in {path.parent} for {nbytes / 2**20:.1f} MiB of shared memory ({path.name})",
+            ) from None
         if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
             raise
 
@@ -223,7 +219,7 @@ def _remove(name: str) -> bool:
 
 def _creator_pid(name: str) -> int | None:
     """The pid encoded in ``srl_<pid>_...``, or None if the name does not parse."""
-    head = name[len(PREFIX):].split("_", 1)[0]
+    head = name[len(PREFIX) :].split("_", 1)[0]
     if not head.isdigit() or not head.isascii():
         return None
     pid = int(head)

@@ -80,24 +80,26 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
 def encode_record(payload: bytes) -> bytes:
     """Frame ``payload`` as one TFRecord."""
     header = struct.pack("<Q", len(payload))
-    return b"".join((
-        header,
-        struct.pack("<I", masked_crc32c(header)),
-        payload,
-        struct.pack("<I", masked_crc32c(payload)),
-    ))
+    return b"".join(
+        (
+            header,
+            struct.pack("<I", masked_crc32c(header)),
+            payload,
+            struct.pack("<I", masked_crc32c(payload)),
+        )
+    )
 
 
 # ------------------------------------------------------------------- protobuf
 
 # Tags (field_number << 3 | wire_type), pre-encoded; all fit in one byte.
-_EVENT_WALL_TIME = b"\x09"     # 1, fixed64
-_EVENT_STEP = b"\x10"          # 2, varint
+_EVENT_WALL_TIME = b"\x09"  # 1, fixed64
+_EVENT_STEP = b"\x10"  # 2, varint
 _EVENT_FILE_VERSION = b"\x1a"  # 3, length-delimited
-_EVENT_SUMMARY = b"\x2a"       # 5, length-delimited
-_SUMMARY_VALUE = b"\x0a"       # Summary.value = 1, length-delimited
-_VALUE_TAG = b"\x0a"           # Summary.Value.tag = 1, length-delimited
-_VALUE_SIMPLE = b"\x15"        # Summary.Value.simple_value = 2, fixed32
+_EVENT_SUMMARY = b"\x2a"  # 5, length-delimited
+_SUMMARY_VALUE = b"\x0a"  # Summary.value = 1, length-delimited
+_VALUE_TAG = b"\x0a"  # Summary.Value.tag = 1, length-delimited
+_VALUE_SIMPLE = b"\x15"  # Summary.Value.simple_value = 2, fixed32
 
 
 def _varint(n: int) -> bytes:
@@ -197,10 +199,7 @@ class EventWriter:
             if self._closed:
                 raise ValueError(f"EventWriter for {self.path} is closed")
             self._buffer += record
-            if (
-                len(self._buffer) >= self._max_buffer_bytes
-                or time.monotonic() - self._last_flush >= self._flush_secs
-            ):
+            if len(self._buffer) >= self._max_buffer_bytes or time.monotonic() - self._last_flush >= self._flush_secs:
                 self._write_out()
 
     # -- flushing -----------------------------------------------------------

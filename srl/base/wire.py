@@ -29,8 +29,16 @@ import msgpack
 import numpy as np
 
 __all__ = [
-    "ALLOWED_DTYPES", "MAX_DIMS", "MAX_FRAMES", "MAX_HEADER_BYTES",
-    "Message", "WireError", "decode", "encode", "pack", "unpack",
+    "ALLOWED_DTYPES",
+    "MAX_DIMS",
+    "MAX_FRAMES",
+    "MAX_HEADER_BYTES",
+    "Message",
+    "WireError",
+    "decode",
+    "encode",
+    "pack",
+    "unpack",
 ]
 
 VERSION = 1
@@ -39,8 +47,18 @@ MAX_DIMS = 8
 MAX_FRAMES = 64
 ALLOWED_DTYPES: frozenset[str] = frozenset(
     {
-        "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32",
-        "uint64", "int64", "float16", "float32", "float64",
+        "bool",
+        "uint8",
+        "int8",
+        "uint16",
+        "int16",
+        "uint32",
+        "int32",
+        "uint64",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
     }
 )
 _HEADER_KEYS = frozenset({"v", "schema", "meta", "arrays"})
@@ -206,9 +224,7 @@ def _check_fields(
         want_dtype, want_shape = fields[name]
         if dtype != want_dtype:
             raise WireError(f"array {name!r}: dtype {dtype} != expected {want_dtype}")
-        if len(shape) != len(want_shape) or any(
-            w is not None and w != d for d, w in zip(shape, want_shape)
-        ):
+        if len(shape) != len(want_shape) or any(w is not None and w != d for d, w in zip(shape, want_shape)):
             raise WireError(f"array {name!r}: shape {list(shape)} != expected {list(want_shape)}")
 
 

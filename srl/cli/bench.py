@@ -9,8 +9,14 @@ from typing import Any
 from srl.api.config import ConfigError, load_config
 
 # The sampling layout used when no config is given: two actors of two slots served by one policy worker.
-DEFAULT_SAMPLING = ["runtime=local", "workers.actors=2", "workers.ring_size=2", "workers.envs_per_slot=16",
-                    "workers.policy_workers=1", "run.tensorboard=false"]
+DEFAULT_SAMPLING = [
+    "runtime=local",
+    "workers.actors=2",
+    "workers.ring_size=2",
+    "workers.envs_per_slot=16",
+    "workers.policy_workers=1",
+    "run.tensorboard=false",
+]
 
 WHAT = {
     "env": "env-only ceiling: plain loop over one slot, Gymnasium and EnvPool",
@@ -26,13 +32,20 @@ WHAT = {
 def add_parser(sub: Any) -> None:
     b = sub.add_parser("bench", help="measure throughput (JSON out)")
     b.add_argument("what", choices=list(WHAT), help="; ".join(f"{k}: {v}" for k, v in WHAT.items()))
-    b.add_argument("--config", default=None, help="experiment YAML (default: built-in layout, or CartPole for "
-                                                  "train/solve)")
+    b.add_argument(
+        "--config", default=None, help="experiment YAML (default: built-in layout, or CartPole for train/solve)"
+    )
     b.add_argument("--env", default=None, help="environment id (overrides the config's)")
     b.add_argument("--seconds", type=float, default=10.0, help="measurement time")
     b.add_argument("--runs", type=int, default=3, help="solve: runs (seeds 1..N), each a fresh process")
-    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field (repeatable)")
+    b.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field (repeatable)",
+    )
     b.add_argument("--json", action="store_true", help="print one JSON object per measurement")
     p = b.add_argument_group("params")
     p.add_argument("--readers", default="1,2,4,8,16,32", help="comma-separated reader (policy worker) counts")
@@ -58,8 +71,15 @@ def run_bench(args: argparse.Namespace) -> int:
             raise ConfigError(f"--readers: must be comma-separated integers, got {args.readers!r}") from None
         if min(readers) < 1 or min(args.per_group, args.fan_out, args.size, args.versions) < 1:
             raise ConfigError("--readers, --per-group, --fan-out, --size and --versions must be >= 1")
-        for result in bench_params(readers, per_group=args.per_group, fan_out=args.fan_out, size=args.size,
-                                   versions=args.versions, interval=args.interval, dtype=args.dtype):
+        for result in bench_params(
+            readers,
+            per_group=args.per_group,
+            fan_out=args.fan_out,
+            size=args.size,
+            versions=args.versions,
+            interval=args.interval,
+            dtype=args.dtype,
+        ):
             print(json.dumps(result) if args.json else _human(result), flush=True)
         return 0
     if args.what == "solve":
@@ -80,4 +100,5 @@ def run_bench(args: argparse.Namespace) -> int:
 
 def _human(result: dict[str, Any]) -> str:
     return "  ".join(f"{k}={v}" for k, v in result.items() if not isinstance(v, (dict, list))) + (
-        "".join(f"\n  {k}: {v}" for k, v in result.items() if isinstance(v, (dict, list))))
+        "".join(f"\n  {k}: {v}" for k, v in result.items() if isinstance(v, (dict, list)))
+    )

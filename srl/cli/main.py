@@ -16,8 +16,9 @@ def process_start_time() -> float:
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         start_ticks = int(fields[19])
-        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                     if line.startswith("btime"))
+        btime = next(
+            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
         return btime + start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return time.time()
@@ -31,19 +32,31 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train an experiment")
     t.add_argument("config", nargs="?", default=None, help="experiment YAML file (see configs/)")
-    t.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
-                   help="continue RUN_DIR from its newest checkpoint (with its config; --set overrides allowed "
-                        "except env, model, ppo.critic, ppo.normalize_values)")
-    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field, e.g. --set ppo.lr=0.001 (repeatable)")
+    t.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue RUN_DIR from its newest checkpoint (with its config; --set overrides allowed "
+        "except env, model, ppo.critic, ppo.normalize_values)",
+    )
+    t.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set ppo.lr=0.001 (repeatable)",
+    )
     t.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     t.add_argument("--quiet", action="store_true", help="no progress line")
     e = sub.add_parser("eval", help="evaluate a run's newest checkpoint (or one checkpoint); optional MP4 video")
     e.add_argument("target", type=Path, help="run directory or checkpoint file")
     e.add_argument("--episodes", type=int, default=10, help="episodes, played at once (default 10)")
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the most likely")
-    e.add_argument("--seed", type=int, default=None,
-                   help="environment seed (default: the run's evaluation seed, as in training)")
+    e.add_argument(
+        "--seed", type=int, default=None, help="environment seed (default: the run's evaluation seed, as in training)"
+    )
     e.add_argument("--video", type=Path, default=None, metavar="PATH", help="write the first episode as MP4")
     from srl.cli import bench, plan, plot
 

@@ -26,26 +26,52 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="capacity model: predicted env steps/s, bottleneck and layout on a cluster")
     p.add_argument("--costs", type=Path, default=None, help="costs JSON written by `srl bench costs --json`")
     p.add_argument("--config", default=None, help="experiment YAML: measure its costs here first")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="with --config: override a config field (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --config: override a config field (repeatable)",
+    )
     p.add_argument("--seconds", type=float, default=3.0, help="with --config: seconds per cost measurement")
     p.add_argument("--nodes", type=int, required=True, help="nodes in the cluster")
     p.add_argument("--cores-per-node", type=int, required=True, help="CPU cores per node")
     p.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (used by trainers only)")
-    p.add_argument("--gpu-speedup", type=float, default=None,
-                   help="update speed-up of one GPU over the measured CPU trainer (needed with GPUs)")
+    p.add_argument(
+        "--gpu-speedup",
+        type=float,
+        default=None,
+        help="update speed-up of one GPU over the measured CPU trainer (needed with GPUs)",
+    )
     p.add_argument("--link-gbps", type=float, default=10.0, help="network link per node, Gbit/s (default 10)")
-    p.add_argument("--max-trainers", type=int, default=None,
-                   help="cap on data-parallel trainers (their all-reduce is not modelled)")
-    p.add_argument("--max-trainer-nodes", type=int, default=None,
-                   help="cap on trainer nodes (ray.trainer_nodes; the model does not charge their all-reduce)")
-    p.add_argument("--layout", action="append", default=[], metavar="KEY=VALUE",
-                   help="also predict this layout: the recommended one with KEY changed (a Layout field, e.g. "
-                        "actors_per_node=2, policy_workers_per_node=0, trainers, envs_per_slot; repeatable)")
+    p.add_argument(
+        "--max-trainers",
+        type=int,
+        default=None,
+        help="cap on data-parallel trainers (their all-reduce is not modelled)",
+    )
+    p.add_argument(
+        "--max-trainer-nodes",
+        type=int,
+        default=None,
+        help="cap on trainer nodes (ray.trainer_nodes; the model does not charge their all-reduce)",
+    )
+    p.add_argument(
+        "--layout",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also predict this layout: the recommended one with KEY changed (a Layout field, e.g. "
+        "actors_per_node=2, policy_workers_per_node=0, trainers, envs_per_slot; repeatable)",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
-    out.add_argument("--markdown", action="store_true",
-                   help="print only the 1k/10k/100k-core table, as a Markdown table (as in docs/scaling.md)")
+    out.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print only the 1k/10k/100k-core table, as a Markdown table (as in docs/scaling.md)",
+    )
 
 
 def read_costs(path: Path) -> Costs:
@@ -87,8 +113,9 @@ def median_costs(runs: list[Costs]) -> Costs:
         elif len(set(values)) == 1:
             fields[f.name] = values[0]
         else:
-            raise ConfigError(f"{f.name}: differs between the runs ({sorted(set(map(str, values)))}): "
-                              "one config per file")
+            raise ConfigError(
+                f"{f.name}: differs between the runs ({sorted(set(map(str, values)))}): one config per file"
+            )
     return Costs(**fields)
 
 
@@ -108,7 +135,9 @@ def parse_layout(items: list[str], base: Layout) -> Layout:
         else:
             values[key] = raw
     if values.get("trainer_device", "cpu") not in ("cpu", "gpu") or values.get("params_mode", "flat") not in (
-            "flat", "hierarchical"):
+        "flat",
+        "hierarchical",
+    ):
         raise ConfigError("--layout: trainer_device must be cpu or gpu, params_mode flat or hierarchical")
     return dataclasses.replace(base, **values)
 
@@ -116,12 +145,18 @@ def parse_layout(items: list[str], base: Layout) -> Layout:
 def _check_args(args: argparse.Namespace) -> None:
     if (args.costs is None) == (args.config is None):
         raise ConfigError("srl plan: give --costs FILE or --config CONFIG (one of them)")
-    for flag, value, least in (("--nodes", args.nodes, 1), ("--cores-per-node", args.cores_per_node, 1),
-                               ("--gpus-per-node", args.gpus_per_node, 0)):
+    for flag, value, least in (
+        ("--nodes", args.nodes, 1),
+        ("--cores-per-node", args.cores_per_node, 1),
+        ("--gpus-per-node", args.gpus_per_node, 0),
+    ):
         if value < least:
             raise ConfigError(f"{flag}: must be >= {least}, got {value}")
-    for flag, value in (("--link-gbps", args.link_gbps), ("--gpu-speedup", args.gpu_speedup),
-                        ("--seconds", args.seconds)):
+    for flag, value in (
+        ("--link-gbps", args.link_gbps),
+        ("--gpu-speedup", args.gpu_speedup),
+        ("--seconds", args.seconds),
+    ):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag}: must be > 0, got {value}")
     for flag, value in (("--max-trainers", args.max_trainers), ("--max-trainer-nodes", args.max_trainer_nodes)):
@@ -149,8 +184,9 @@ def _costs(args: argparse.Namespace) -> Costs:
 def run_plan(args: argparse.Namespace) -> int:
     _check_args(args)
     costs = _costs(args)
-    cluster = Cluster(nodes=args.nodes, cores_per_node=args.cores_per_node, gpus_per_node=args.gpus_per_node,
-                      link_gbps=args.link_gbps)
+    cluster = Cluster(
+        nodes=args.nodes, cores_per_node=args.cores_per_node, gpus_per_node=args.gpus_per_node, link_gbps=args.link_gbps
+    )
     limits = Limits(max_trainers=args.max_trainers, max_trainer_nodes=args.max_trainer_nodes)
     rec = recommend(costs, cluster, limits)
     given = None
@@ -180,22 +216,38 @@ def _delivery_json(d: ParamDelivery) -> dict[str, Any]:
 
 
 def _prediction_json(pred: Prediction) -> dict[str, Any]:
-    return {"env_steps_per_second": round(pred.steps_per_second, 1), "bottleneck": pred.bottleneck,
-            "stages": {k: _finite(v) for k, v in pred.stages.items()}}
+    return {
+        "env_steps_per_second": round(pred.steps_per_second, 1),
+        "bottleneck": pred.bottleneck,
+        "stages": {k: _finite(v) for k, v in pred.stages.items()},
+    }
 
 
 def plan_json(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[ScaleRow]) -> dict[str, Any]:
     """One object: inputs, prediction (stage capacities, ``null`` where a stage cannot bind), layout, scale table."""
     pred = rec.prediction
     return {
-        "costs": costs.to_dict(), "cluster": dataclasses.asdict(cluster), **_prediction_json(pred),
-        "layout": rec.settings(), "trainer_nodes": rec.layout.trainer_nodes, "params": _delivery_json(pred.params),
-        "scale": [{"cores": r.cores, "nodes": r.cluster.nodes, "actor_nodes": r.recommendation.layout.actor_nodes,
-                   "trainer_nodes": r.recommendation.layout.trainer_nodes,
-                   "env_steps_per_second": round(r.recommendation.prediction.steps_per_second, 1),
-                   "bottleneck": r.recommendation.prediction.bottleneck, "layout": r.recommendation.settings(),
-                   "version_seconds": round(r.version_seconds, 6),
-                   "flat": _delivery_json(r.flat), "hierarchical": _delivery_json(r.hierarchical)} for r in rows],
+        "costs": costs.to_dict(),
+        "cluster": dataclasses.asdict(cluster),
+        **_prediction_json(pred),
+        "layout": rec.settings(),
+        "trainer_nodes": rec.layout.trainer_nodes,
+        "params": _delivery_json(pred.params),
+        "scale": [
+            {
+                "cores": r.cores,
+                "nodes": r.cluster.nodes,
+                "actor_nodes": r.recommendation.layout.actor_nodes,
+                "trainer_nodes": r.recommendation.layout.trainer_nodes,
+                "env_steps_per_second": round(r.recommendation.prediction.steps_per_second, 1),
+                "bottleneck": r.recommendation.prediction.bottleneck,
+                "layout": r.recommendation.settings(),
+                "version_seconds": round(r.version_seconds, 6),
+                "flat": _delivery_json(r.flat),
+                "hierarchical": _delivery_json(r.hierarchical),
+            }
+            for r in rows
+        ],
     }
 
 
@@ -238,19 +290,30 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
         f"predicted   {pred.steps_per_second:,.0f} env steps/s   bottleneck: {pred.bottleneck}",
         "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES) + "   (env steps/s each)",
         "",
-        "recommended layout" + (f" ({lay.trainer_nodes} trainer node(s), {lay.actor_nodes} actor node(s)"
-                                f"{_idle(cluster, lay)})" if lay.trainer_nodes
-                                else " (one node: the local runtime's keys)"),
+        "recommended layout"
+        + (
+            f" ({lay.trainer_nodes} trainer node(s), {lay.actor_nodes} actor node(s){_idle(cluster, lay)})"
+            if lay.trainer_nodes
+            else " (one node: the local runtime's keys)"
+        ),
         *[f"  {k:<30} {v}" for k, v in rec.settings().items()],
     ]
     if lay.trainer_nodes > 1:
-        lines.append(f"  note: {lay.trainer_nodes} trainer nodes all-reduce every minibatch across the network, "
-                     "which the model does not charge (--max-trainer-nodes caps them)")
+        lines.append(
+            f"  note: {lay.trainer_nodes} trainer nodes all-reduce every minibatch across the network, "
+            "which the model does not charge (--max-trainer-nodes caps them)"
+        )
     if lay.envs_per_slot != costs.envs_per_slot:
-        lines.append(f"  note: envs_per_slot {costs.envs_per_slot} -> {lay.envs_per_slot} also grows the PPO batch "
-                     f"(batch_segments x segment_length x envs_per_slot); lower batch_segments to keep it")
-    lines += ["", f"parameter service at scale (nodes of {cluster.cores_per_node} cores; lag = delivery / "
-                  "time between versions, in versions)", _scale_header()]
+        lines.append(
+            f"  note: envs_per_slot {costs.envs_per_slot} -> {lay.envs_per_slot} also grows the PPO batch "
+            f"(batch_segments x segment_length x envs_per_slot); lower batch_segments to keep it"
+        )
+    lines += [
+        "",
+        f"parameter service at scale (nodes of {cluster.cores_per_node} cores; lag = delivery / "
+        "time between versions, in versions)",
+        _scale_header(),
+    ]
     lines += [_scale_line(r) for r in rows]
     return "\n".join(lines)
 
@@ -258,9 +321,11 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
 def given_text(given: Recommendation) -> str:
     lay, pred = given.layout, given.prediction
     fields = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(lay).items())
-    return (f"given layout ({fields})\n"
-            f"predicted   {pred.steps_per_second:,.0f} env steps/s   bottleneck: {pred.bottleneck}\n"
-            "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES))
+    return (
+        f"given layout ({fields})\n"
+        f"predicted   {pred.steps_per_second:,.0f} env steps/s   bottleneck: {pred.bottleneck}\n"
+        "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES)
+    )
 
 
 def _idle(cluster: Cluster, lay: Layout) -> str:
@@ -272,10 +337,12 @@ def scale_markdown(rows: list[ScaleRow]) -> str:
     """The scale table as Markdown: per row the nodes used, each actor node's split, trainers, the prediction,
     and the parameter service flat vs hierarchical (readers or relays, root egress per version, delivery, and
     in brackets the lag that delivery causes, in versions)."""
-    lines = ["| cores | nodes (actor + trainer) | per actor node | trainers | env steps/s | bottleneck | version every "
-             "| flat: readers, root egress / version, delivery (lag) "
-             "| hierarchical: relays, fan-out (depth), root egress / version, delivery (lag) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| cores | nodes (actor + trainer) | per actor node | trainers | env steps/s | bottleneck | version every "
+        "| flat: readers, root egress / version, delivery (lag) "
+        "| hierarchical: relays, fan-out (depth), root egress / version, delivery (lag) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lay, pred, f, h = r.recommendation.layout, r.recommendation.prediction, r.flat, r.hierarchical
         used = lay.actor_nodes + lay.trainer_nodes
@@ -286,20 +353,25 @@ def scale_markdown(rows: list[ScaleRow]) -> str:
             f"| {_secs(r.version_seconds)} "
             f"| {f.readers:,}, {_bytes(f.root_bytes)}, {_secs(f.seconds)} ({f.seconds / r.version_seconds:.2f}) "
             f"| {h.relays:,}, {h.fan_out} ({h.depth}), {_bytes(h.root_bytes)}, {_secs(h.seconds)} "
-            f"({h.seconds / r.version_seconds:.2f}) |")
+            f"({h.seconds / r.version_seconds:.2f}) |"
+        )
     return "\n".join(lines)
 
 
 def _scale_header() -> str:
-    return (f"{'cores':>7} {'nodes':>6} {'env steps/s':>11} {'bottleneck':>10} {'version every':>13} | "
-            f"{'flat: readers':>13} {'root egress':>11} {'delivery':>9} {'lag':>6} | "
-            f"{'hier.: relays':>13} {'fan-out':>7} {'depth':>5} {'root egress':>11} {'delivery':>9} {'lag':>6}")
+    return (
+        f"{'cores':>7} {'nodes':>6} {'env steps/s':>11} {'bottleneck':>10} {'version every':>13} | "
+        f"{'flat: readers':>13} {'root egress':>11} {'delivery':>9} {'lag':>6} | "
+        f"{'hier.: relays':>13} {'fan-out':>7} {'depth':>5} {'root egress':>11} {'delivery':>9} {'lag':>6}"
+    )
 
 
 def _scale_line(r: ScaleRow) -> str:
     pred = r.recommendation.prediction
     f, h = r.flat, r.hierarchical
-    return (f"{r.cores:>7,} {r.cluster.nodes:>6,} {_si(pred.steps_per_second):>11} {pred.bottleneck:>10} "
-            f"{_secs(r.version_seconds):>13} | {f.readers:>13,} {_bytes(f.root_bytes):>11} {_secs(f.seconds):>9} "
-            f"{f.seconds / r.version_seconds:>6.2f} | {h.relays:>13,} {h.fan_out:>7} {h.depth:>5} "
-            f"{_bytes(h.root_bytes):>11} {_secs(h.seconds):>9} {h.seconds / r.version_seconds:>6.2f}")
+    return (
+        f"{r.cores:>7,} {r.cluster.nodes:>6,} {_si(pred.steps_per_second):>11} {pred.bottleneck:>10} "
+        f"{_secs(r.version_seconds):>13} | {f.readers:>13,} {_bytes(f.root_bytes):>11} {_secs(f.seconds):>9} "
+        f"{f.seconds / r.version_seconds:>6.2f} | {h.relays:>13,} {h.fan_out:>7} {h.depth:>5} "
+        f"{_bytes(h.root_bytes):>11} {_secs(h.seconds):>9} {h.seconds / r.version_seconds:>6.2f}"
+    )

@@ -13,10 +13,12 @@ from typing import Any
 
 from srl.api.config import ConfigError
 
-PANELS = [("env_steps", "return_mean", "env steps", "mean episode return"),
-          ("wall_seconds", "return_mean", "wall seconds", "mean episode return"),
-          ("env_steps", "fps", "env steps", "env steps / s"),
-          ("env_steps", "lag_mean", "env steps", "mean policy lag (versions)")]
+PANELS = [
+    ("env_steps", "return_mean", "env steps", "mean episode return"),
+    ("wall_seconds", "return_mean", "wall seconds", "mean episode return"),
+    ("env_steps", "fps", "env steps", "env steps / s"),
+    ("env_steps", "lag_mean", "env steps", "mean policy lag (versions)"),
+]
 
 
 def add_parser(sub: Any) -> None:

@@ -65,8 +65,7 @@ class AtariFrames(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
     still applied, inside ALE. Observations are ``uint8 [screen_size, screen_size]``.
     """
 
-    def __init__(self, env: gym.Env[np.ndarray, int], *, noop_max: int, frame_skip: int,
-                 screen_size: int) -> None:
+    def __init__(self, env: gym.Env[np.ndarray, int], *, noop_max: int, frame_skip: int, screen_size: int) -> None:
         super().__init__(env)
         _check_settings(noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size)
         if _action_meanings(env)[0] != "NOOP":
@@ -96,8 +95,9 @@ class AtariFrames(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
         # Pool only over two frames of this step; a game that ended early shows its last screen.
         return self._observe(pool=frames == self._skip), reward, terminated, truncated, self._info()
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset the game, then wait a random 1..noop_max frames so starts differ."""
         self.env.reset(seed=seed, options=options)
         noops = int(self.env.unwrapped.np_random.integers(1, self._noop_max + 1)) if self._noop_max else 0
@@ -154,8 +154,9 @@ class EpisodicLife(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
         self._lives = lives
         return obs, reward, terminated, truncated, info
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset the emulator only when the game is over (or a seed asks for a fresh start)."""
         if self._game_over or seed is not None:
             obs, info = self.env.reset(seed=seed, options=options)
@@ -185,8 +186,9 @@ class FireReset(gym.Wrapper[np.ndarray, int, np.ndarray, int]):
         super().__init__(env)
         self._fire = _action_meanings(env).index("FIRE")
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset, then FIRE; if FIRE ends the episode at once, reset and try again."""
         obs, info = self.env.reset(seed=seed, options=options)
         for _ in range(_FIRE_RETRIES):
@@ -226,8 +228,13 @@ def make_atari(
     """
     _register_ale()
     # Grey: only reset renders through the env (AtariFrames reads the screen itself), and grey is the cheaper copy.
-    env: gym.Env = gym.make(env_id, frameskip=1, repeat_action_probability=repeat_action_probability,
-                            obs_type="grayscale", max_num_frames_per_episode=ALE_MAX_FRAMES)
+    env: gym.Env = gym.make(
+        env_id,
+        frameskip=1,
+        repeat_action_probability=repeat_action_probability,
+        obs_type="grayscale",
+        max_num_frames_per_episode=ALE_MAX_FRAMES,
+    )
     env = AtariFrames(env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size)
     if max_episode_steps is not None:
         env = TimeLimit(env, max_episode_steps)

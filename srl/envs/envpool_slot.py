@@ -67,11 +67,21 @@ import numpy as np
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
 
-_MUJOCO = ("Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup", "InvertedDoublePendulum",
-           "InvertedPendulum", "Pusher", "Reacher", "Swimmer", "Walker2d")
+_MUJOCO = (
+    "Ant",
+    "HalfCheetah",
+    "Hopper",
+    "Humanoid",
+    "HumanoidStandup",
+    "InvertedDoublePendulum",
+    "InvertedPendulum",
+    "Pusher",
+    "Reacher",
+    "Swimmer",
+    "Walker2d",
+)
 _MUJOCO_IDS = frozenset(f"{name}-{version}" for name in _MUJOCO for version in ("v4", "v5"))
-_CLASSIC_IDS = frozenset({"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
-                          "Pendulum-v1"})
+_CLASSIC_IDS = frozenset({"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"})
 
 ATARI_DEFAULTS: dict[str, Any] = {
     "noop_max": 30,
@@ -97,8 +107,19 @@ _ATARI_ALIASES = {"fire_reset": "use_fire_reset", "frame_stack": "stack_num"}
 _POOL_KEYS = frozenset({"num_threads", "thread_affinity_offset"})
 """``env.kwargs`` that shape the pool rather than the environment (EnvPool backend only)."""
 
-_RESERVED_KEYS = frozenset({"num_envs", "batch_size", "seed", "env_seed", "max_num_players", "base_path",
-                            "gym_reset_return_info", "task", "reward_clip"})
+_RESERVED_KEYS = frozenset(
+    {
+        "num_envs",
+        "batch_size",
+        "seed",
+        "env_seed",
+        "max_num_players",
+        "base_path",
+        "gym_reset_return_info",
+        "task",
+        "reward_clip",
+    }
+)
 """EnvPool options the slot owns; ``reward_clip`` is ``env.reward_clip``'s job (the actor clips)."""
 
 
@@ -106,8 +127,7 @@ def _import_envpool() -> Any:
     try:
         import envpool
     except ImportError:
-        raise ConfigError("env.backend: 'envpool' needs the envpool package "
-                          "(pip install 'srl[envpool]')") from None
+        raise ConfigError("env.backend: 'envpool' needs the envpool package (pip install 'srl[envpool]')") from None
     return envpool
 
 
@@ -136,13 +156,15 @@ def resolve_task(env_id: str, available: set[str] | frozenset[str]) -> tuple[str
     are mapped; anything else is refused rather than silently run with other semantics.
     """
     if env_id.startswith("ALE/"):
-        task = env_id[len("ALE/"):]
+        task = env_id[len("ALE/") :]
         if task.endswith("-v5") and task in available:
             return task, True
     elif (env_id in _MUJOCO_IDS or env_id in _CLASSIC_IDS) and env_id in available:
         return env_id, False
-    raise ConfigError(f"env.id: {env_id!r} is not available in EnvPool (backend 'envpool' maps ALE/<Game>-v5, "
-                      "Gymnasium MuJoCo -v4/-v5 and classic-control ids; use backend 'gymnasium')")
+    raise ConfigError(
+        f"env.id: {env_id!r} is not available in EnvPool (backend 'envpool' maps ALE/<Game>-v5, "
+        "Gymnasium MuJoCo -v4/-v5 and classic-control ids; use backend 'gymnasium')"
+    )
 
 
 def envpool_options(cfg: EnvConfig, task: str, atari: bool, config_keys: set[str]) -> dict[str, Any]:
@@ -162,12 +184,19 @@ def envpool_options(cfg: EnvConfig, task: str, atari: bool, config_keys: set[str
         elif name in _POOL_KEYS:
             options[name] = int(value)
         elif name in _RESERVED_KEYS:
-            raise ConfigError(f"env.kwargs.{key}: set by the envpool backend itself"
-                              + ("; use env.reward_clip" if name == "reward_clip" else ""))
+            raise ConfigError(
+                f"env.kwargs.{key}: set by the envpool backend itself"
+                + ("; use env.reward_clip" if name == "reward_clip" else "")
+            )
         elif name in config_keys:
             options[name] = value
-        elif (key.endswith("_range") and isinstance(value, (tuple, list)) and len(value) == 2
-              and f"{key[:-6]}_min" in config_keys and f"{key[:-6]}_max" in config_keys):
+        elif (
+            key.endswith("_range")
+            and isinstance(value, (tuple, list))
+            and len(value) == 2
+            and f"{key[:-6]}_min" in config_keys
+            and f"{key[:-6]}_max" in config_keys
+        ):
             options[f"{key[:-6]}_min"], options[f"{key[:-6]}_max"] = float(value[0]), float(value[1])
         else:
             raise ConfigError(f"env.kwargs.{key}: not supported by EnvPool's {task!r}")
@@ -197,8 +226,9 @@ def _check_atari(options: dict[str, Any], spelled: dict[str, str]) -> None:
             raise ConfigError(f"env.kwargs.{key}: must be >= {least}, got {value}")
     options["noop_max"] = max(1, int(options["noop_max"]))
     if not 0.0 <= float(options["repeat_action_probability"]) <= 1.0:
-        raise ConfigError("env.kwargs.repeat_action_probability: must be in [0, 1], "
-                          f"got {options['repeat_action_probability']}")
+        raise ConfigError(
+            f"env.kwargs.repeat_action_probability: must be in [0, 1], got {options['repeat_action_probability']}"
+        )
 
 
 class EnvPoolSlot:
@@ -214,8 +244,7 @@ class EnvPoolSlot:
         self._options.setdefault("num_threads", default_num_threads(num_envs, self.task))
         try:
             # The spec alone (no environments) validates the options and gives the spaces.
-            spec = self._envpool.make_spec(self.task, num_envs=num_envs, batch_size=num_envs,
-                                           **self._options)
+            spec = self._envpool.make_spec(self.task, num_envs=num_envs, batch_size=num_envs, **self._options)
             obs_space = spec.gymnasium_observation_space
             act_space = spec.gymnasium_action_space
         except ConfigError:
@@ -253,8 +282,14 @@ class EnvPoolSlot:
         """A fresh pool seeded with ``seed`` (EnvPool seeds env ``i`` from ``seed`` and ``i``), replacing the old one."""
         self.close()
         try:
-            self._pool = self._envpool.make(self.task, env_type="gymnasium", num_envs=self.num_envs,
-                                            batch_size=self.num_envs, seed=int(seed), **self._options)
+            self._pool = self._envpool.make(
+                self.task,
+                env_type="gymnasium",
+                num_envs=self.num_envs,
+                batch_size=self.num_envs,
+                seed=int(seed),
+                **self._options,
+            )
         except Exception as exc:
             raise ConfigError(f"env: cannot create EnvPool {self.task!r}: {type(exc).__name__}: {exc}") from None
         self._seed = seed

@@ -14,8 +14,9 @@ class GymSlot:
     """B environments in one ``SyncVectorEnv`` that resets finished episodes within the same step."""
 
     def __init__(self, cfg: EnvConfig, num_envs: int) -> None:
-        self.venv = SyncVectorEnv([lambda: make_env(cfg) for _ in range(num_envs)], copy=False,
-                                  autoreset_mode=AutoresetMode.SAME_STEP)
+        self.venv = SyncVectorEnv(
+            [lambda: make_env(cfg) for _ in range(num_envs)], copy=False, autoreset_mode=AutoresetMode.SAME_STEP
+        )
         self.num_envs = num_envs
         self.single_observation_space = self.venv.single_observation_space
         self.single_action_space = self.venv.single_action_space

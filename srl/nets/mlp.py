@@ -34,14 +34,10 @@ def _activation(name: str) -> nn.Module:
     try:
         return ACTIVATIONS[name]()
     except KeyError:
-        raise ValueError(
-            f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}"
-        ) from None
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}") from None
 
 
-def mlp(
-    in_dim: int, hidden: Sequence[int], activation: str = "tanh", layer_norm: bool = False
-) -> nn.Sequential:
+def mlp(in_dim: int, hidden: Sequence[int], activation: str = "tanh", layer_norm: bool = False) -> nn.Sequential:
     """Hidden layers ``Linear [+ LayerNorm] + act``; the caller adds the head.
 
     LayerNorm (before the activation) is SRL's layer-wise normalization switch

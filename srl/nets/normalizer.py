@@ -38,7 +38,7 @@ class RunningMeanStd(nn.Module):
 
     def _batch_view(self, x: Tensor) -> Tensor:
         """Flatten any leading dims into one batch dim, as float64 for a stable merge."""
-        if tuple(x.shape[x.dim() - len(self.shape):]) != self.shape:
+        if tuple(x.shape[x.dim() - len(self.shape) :]) != self.shape:
             raise ValueError(f"expected trailing shape {self.shape}, got {tuple(x.shape)}")
         return x.reshape(-1, *self.shape).to(torch.float64)
 

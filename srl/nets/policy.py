@@ -63,9 +63,7 @@ class ObsEncoder(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(obs_space, spaces.Box):
-            raise TypeError(
-                f"obs_space must be gymnasium.spaces.Box, got {type(obs_space).__name__}"
-            )
+            raise TypeError(f"obs_space must be gymnasium.spaces.Box, got {type(obs_space).__name__}")
         self.obs_shape: tuple[int, ...] = tuple(int(d) for d in obs_space.shape)
         self.obs_dim: int = int(np.prod(self.obs_shape)) if self.obs_shape else 1
         self.is_image: bool = is_image(self.obs_shape, obs_space.dtype)
@@ -127,9 +125,7 @@ class _FlatState:
         if out is None:
             out = np.empty(self.size, dtype=np.float32)
         elif out.shape != (self.size,) or out.dtype != np.float32:
-            raise ValueError(
-                f"out must be float32 of shape ({self.size},), got {out.dtype} {out.shape}"
-            )
+            raise ValueError(f"out must be float32 of shape ({self.size},), got {out.dtype} {out.shape}")
         with torch.no_grad():
             dst = torch.from_numpy(out)
             pieces = [t.reshape(-1) for t in tensors]
@@ -143,10 +139,7 @@ class _FlatState:
         """Copy ``flat`` into the tensors in place, after checking its length."""
         flat = np.asarray(flat)
         if flat.ndim != 1 or flat.shape[0] != self.size:
-            raise ValueError(
-                f"flat state has wrong length: expected {self.size}, got {flat.size} "
-                f"(shape {flat.shape})"
-            )
+            raise ValueError(f"flat state has wrong length: expected {self.size}, got {flat.size} (shape {flat.shape})")
         # Staging copy: accepts read-only (shared-memory) and float64 sources,
         # and gives one contiguous host tensor to move to the device at once.
         np.copyto(self._staging, flat, casting="same_kind")
@@ -218,9 +211,7 @@ class PolicyNet(_Flattened):
         elif isinstance(action_space, spaces.Box):
             self.act_dim = int(np.prod(action_space.shape))
         else:
-            raise TypeError(
-                f"action_space must be Discrete or Box, got {type(action_space).__name__}"
-            )
+            raise TypeError(f"action_space must be Discrete or Box, got {type(action_space).__name__}")
         self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, self.act_dim), 0.01)
         self.log_std: nn.Parameter | None = (
             None if self.discrete else nn.Parameter(torch.full((self.act_dim,), float(init_log_std)))
@@ -264,7 +255,6 @@ class PolicyNet(_Flattened):
     def update_normalizer(self, obs: Tensor) -> None:
         """Fold a batch of observations into the actor's normalizer statistics."""
         self.encoder.update_normalizer(obs)
-
 
 
 class ValueNet(_Flattened):

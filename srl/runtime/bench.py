@@ -99,8 +99,13 @@ def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     return {
         "bench": "sampling",
         "env": cfg.env.id,
-        "layout": {"actors": w.actors, "ring_size": w.ring_size, "envs_per_slot": w.envs_per_slot,
-                   "policy_workers": w.policy_workers, "max_inference_batch": w.max_inference_batch},
+        "layout": {
+            "actors": w.actors,
+            "ring_size": w.ring_size,
+            "envs_per_slot": w.envs_per_slot,
+            "policy_workers": w.policy_workers,
+            "max_inference_batch": w.max_inference_batch,
+        },
         "seconds": seconds,
         "full_path_steps_per_second": round(full["steps_per_second"], 1),
         "plain_loop_steps_per_second": round(plain, 1),
@@ -114,16 +119,26 @@ def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
     results = []
     for seed in range(1, runs + 1):
         summary, _ = train_in_fresh_process(config, [f"seed={seed}", *overrides])
-        results.append({"seed": seed, "solved": bool(summary.get("solved")),
-                        "solved_wall_seconds": summary.get("solved_wall_seconds"),
-                        "solved_env_steps": summary.get("solved_env_steps"),
-                        "wall_seconds": summary["wall_seconds"]})
+        results.append(
+            {
+                "seed": seed,
+                "solved": bool(summary.get("solved")),
+                "solved_wall_seconds": summary.get("solved_wall_seconds"),
+                "solved_env_steps": summary.get("solved_env_steps"),
+                "wall_seconds": summary["wall_seconds"],
+            }
+        )
     times = [r["solved_wall_seconds"] if r["solved"] else float("inf") for r in results]
     median = float(np.median(times))
-    return {"bench": "solve", "config": config, "overrides": overrides, "runs": runs,
-            "solved": sum(r["solved"] for r in results),
-            "median_solved_wall_seconds": round(median, 2) if np.isfinite(median) else None,
-            "per_run": results}
+    return {
+        "bench": "solve",
+        "config": config,
+        "overrides": overrides,
+        "runs": runs,
+        "solved": sum(r["solved"] for r in results),
+        "median_solved_wall_seconds": round(median, 2) if np.isfinite(median) else None,
+        "per_run": results,
+    }
 
 
 def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
@@ -150,9 +165,14 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         finally:
             slot.close()
     best = max((r for r in rates.values() if r), default=0.0)
-    return {"bench": "env", "env": cfg.env.id, "envs": B, "seconds": seconds,
-            **{f"{k}_steps_per_second": None if v is None else round(v, 1) for k, v in rates.items()},
-            "ceiling_steps_per_second": round(best, 1)}
+    return {
+        "bench": "env",
+        "env": cfg.env.id,
+        "envs": B,
+        "seconds": seconds,
+        **{f"{k}_steps_per_second": None if v is None else round(v, 1) for k, v in rates.items()},
+        "ceiling_steps_per_second": round(best, 1),
+    }
 
 
 def _timed_rate(step: Callable[[int], Any], per_call: int, seconds: float, warmup: float = 0.5) -> float:
@@ -187,10 +207,18 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     algo.train(batch, 0.0)
     update = _timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
     bound = 1.0 / (1.0 / infer + 1.0 / update)
-    return {"bench": "compute", "env": cfg.env.id, "torch_threads": w.torch_threads,
-            "inference_batch": len(batch_obs), "inference_samples_per_second": round(infer, 1),
-            "update_batch": samples, "epochs": ppo.epochs, "minibatches": ppo.minibatches,
-            "update_samples_per_second": round(update, 1), "compute_bound_steps_per_second": round(bound, 1)}
+    return {
+        "bench": "compute",
+        "env": cfg.env.id,
+        "torch_threads": w.torch_threads,
+        "inference_batch": len(batch_obs),
+        "inference_samples_per_second": round(infer, 1),
+        "update_batch": samples,
+        "epochs": ppo.epochs,
+        "minibatches": ppo.minibatches,
+        "update_samples_per_second": round(update, 1),
+        "compute_bound_steps_per_second": round(bound, 1),
+    }
 
 
 def _random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> np.ndarray:
@@ -222,15 +250,22 @@ def _random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.
 
 def bench_train(config: str, seconds: float, overrides: list[str]) -> dict[str, Any]:
     """End-to-end training throughput: ``srl train`` for ``seconds`` in a fresh process; FPS and time shares."""
-    summary, _ = train_in_fresh_process(config, ["run.target_return=null", "run.eval_episodes=0",
-                                                  f"run.max_wall_seconds={seconds}", *overrides])
+    summary, _ = train_in_fresh_process(
+        config, ["run.target_return=null", "run.eval_episodes=0", f"run.max_wall_seconds={seconds}", *overrides]
+    )
     lags = np.asarray(summary["lag_histogram"], np.float64)  # trained samples by policy lag (versions)
     lag_mean = float(lags @ np.arange(len(lags)) / lags.sum()) if lags.sum() else None
-    return {"bench": "train", "config": config, "overrides": overrides, "seconds": seconds,
-            "env_steps": summary["env_steps"], "train_fps": round(summary["train_fps"], 1),
-            "policy_version": summary["policy_version"],
-            "lag_mean": None if lag_mean is None else round(lag_mean, 3),
-            "time_fractions": {k: round(v, 3) for k, v in summary["time_fractions"].items()}}
+    return {
+        "bench": "train",
+        "config": config,
+        "overrides": overrides,
+        "seconds": seconds,
+        "env_steps": summary["env_steps"],
+        "train_fps": round(summary["train_fps"], 1),
+        "policy_version": summary["policy_version"],
+        "lag_mean": None if lag_mean is None else round(lag_mean, 3),
+        "time_fractions": {k: round(v, 3) for k, v in summary["time_fractions"].items()},
+    }
 
 
 def train_in_fresh_process(config: str, overrides: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -240,8 +275,17 @@ def train_in_fresh_process(config: str, overrides: list[str]) -> tuple[dict[str,
     """
     with tempfile.TemporaryDirectory(prefix="srl-bench-") as tmp:
         run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "srl.cli.main", "train", config, "--quiet", "--run-dir", str(run_dir),
-               *[a for o in overrides for a in ("--set", o)]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "train",
+            config,
+            "--quiet",
+            "--run-dir",
+            str(run_dir),
+            *[a for o in overrides for a in ("--set", o)],
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"srl train {' '.join(overrides)} failed: {proc.stderr.strip().splitlines()[-1:]}")

@@ -93,8 +93,9 @@ def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
     Only ``actor.poll`` is timed; releasing the finished segments (the trainer's part) is not."""
     fabric = InlineFabric(plan, lambda kind, meta, arrays: None)
     actor: Any = build_worker(plan, fabric, "actor", 0, None, wait_timeout=0.0, report_interval=3600.0)
-    actor.inference = InlineInference(0, fabric.pool(), _CannedPolicy(*_canned_actions(plan, ACTION_SETS)),
-                                      _FixedVersion())
+    actor.inference = InlineInference(
+        0, fabric.pool(), _CannedPolicy(*_canned_actions(plan, ACTION_SETS)), _FixedVersion()
+    )
     consumer = SampleConsumer(fabric.pool(), fabric.samples(0))
     actor.setup()
     try:
@@ -126,16 +127,20 @@ def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, floa
     per_call: dict[int, list[float]] = {B: [], slots * B: []}
     for _ in range(rounds):
         for obs in (small, large):
-            per_call[len(obs)].append(len(obs) / _timed_rate(lambda i: policy.act(obs), len(obs),
-                                                             seconds / (2 * rounds), warmup=0.05))
+            per_call[len(obs)].append(
+                len(obs) / _timed_rate(lambda i: policy.act(obs), len(obs), seconds / (2 * rounds), warmup=0.05)
+            )
     t_small, t_large = (float(np.median(per_call[n])) for n in (B, slots * B))
     per_sample = max(0.0, (t_large - t_small) / ((slots - 1) * B))
-    return {"inference_seconds_per_sample": per_sample,
-            "inference_seconds_per_batch": max(0.0, t_small - per_sample * B)}
+    return {
+        "inference_seconds_per_sample": per_sample,
+        "inference_seconds_per_batch": max(0.0, t_small - per_sample * B),
+    }
 
 
-def _stream_pass(client: InferenceClient, server: InferenceServer, k: int, T: int, answer: tuple[np.ndarray, ...],
-                 seconds: float) -> tuple[float, float]:
+def _stream_pass(
+    client: InferenceClient, server: InferenceServer, k: int, T: int, answer: tuple[np.ndarray, ...], seconds: float
+) -> tuple[float, float]:
     """Requests from ``k`` slots, served as one batch, for ``seconds``: the actor's seconds per request (post,
     take the reply) and the server's seconds per batch (gather, observations, answer)."""
     actor = serve = 0.0
@@ -178,8 +183,11 @@ def stream_costs(plan: Plan, seconds: float) -> dict[str, float]:
                 ch.close()
                 ch.unlink()
     per_request = max(0.0, (many - one) / (k - 1))
-    return {"request_seconds": actor, "serve_seconds_per_request": per_request,
-            "serve_seconds_per_batch": max(0.0, one - per_request)}
+    return {
+        "request_seconds": actor,
+        "serve_seconds_per_request": per_request,
+        "serve_seconds_per_batch": max(0.0, one - per_request),
+    }
 
 
 def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
@@ -196,13 +204,14 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
     receiver = SampleReceiver(layout.fields, "tcp://127.0.0.1:*", token, ctx)
     sender = SampleSender(pool, 0, 0, receiver.address, token, ctx)
     try:
+
         def one(i: int) -> None:
             buffer = sender.acquire()
             assert buffer is not None, "the previous segment was received, so its buffer is free"
             sender.submit(buffer)
             while not len(records := receiver.receive(1, 0.01)):  # returns as soon as the segment arrives
                 sender.flush()  # the first send may find the connection not yet up
-            (handle, buf), = records.tolist()
+            ((handle, buf),) = records.tolist()
             receiver.segment(handle, buf)
             receiver.release(handle, buf)
 
@@ -222,8 +231,13 @@ def param_transfer(floats: int, dtype: str, versions: int = 6, interval: float =
     from the delivery latency of the real snapshot size and of a large one."""
     itemsize = np.dtype(dtype).itemsize
     sizes = (floats, max(LARGE_SNAPSHOT_FLOATS, 4 * floats))
-    lat = [measure_params("flat", 1, size=n, versions=versions, interval=interval,
-                          dtype=dtype)["last_reader_latency_ms_median"] / 1000 for n in sizes]
+    lat = [
+        measure_params("flat", 1, size=n, versions=versions, interval=interval, dtype=dtype)[
+            "last_reader_latency_ms_median"
+        ]
+        / 1000
+        for n in sizes
+    ]
     small, large = (n * itemsize for n in sizes)
     if lat[1] > lat[0]:
         rate = (large - small) / (lat[1] - lat[0])
@@ -235,8 +249,9 @@ def param_transfer(floats: int, dtype: str, versions: int = 6, interval: float =
 
 def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     """Measure every cost of ``Costs`` for ``cfg`` (each measurement runs about ``seconds``)."""
-    plan = make_plan(dataclasses.replace(cfg, workers=dataclasses.replace(cfg.workers, actors=1, trainers=1,
-                                                                               policy_workers=0)))
+    plan = make_plan(
+        dataclasses.replace(cfg, workers=dataclasses.replace(cfg.workers, actors=1, trainers=1, policy_workers=0))
+    )
     w, ppo = cfg.workers, cfg.ppo
     env = bench_env(cfg, seconds)
     compute = bench_compute(cfg, seconds)
@@ -245,13 +260,21 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     send = segment_send(plan, max(0.2, seconds / 4))
     params = param_transfer(plan.param_size, cfg.params.transfer_dtype)
     costs = Costs(
-        env_id=cfg.env.id, envs_per_slot=w.envs_per_slot, segment_length=w.segment_length,
+        env_id=cfg.env.id,
+        envs_per_slot=w.envs_per_slot,
+        segment_length=w.segment_length,
         samples_per_version=ppo.batch_segments * w.segment_length * w.envs_per_slot,
         max_inference_batch=w.max_inference_batch,
         env_seconds_per_step=1.0 / env[f"{cfg.env.backend}_steps_per_second"],
-        actor_seconds_per_step=actor, **fit, **stream_costs(plan, max(0.4, seconds / 2)),
-        update_seconds_per_sample=1.0 / compute["update_samples_per_second"], trainer_threads=w.torch_threads,
-        param_bytes=plan.param_size * np.dtype(cfg.params.transfer_dtype).itemsize, **send, **params)
+        actor_seconds_per_step=actor,
+        **fit,
+        **stream_costs(plan, max(0.4, seconds / 2)),
+        update_seconds_per_sample=1.0 / compute["update_samples_per_second"],
+        trainer_threads=w.torch_threads,
+        param_bytes=plan.param_size * np.dtype(cfg.params.transfer_dtype).itemsize,
+        **send,
+        **params,
+    )
     return {"bench": "costs", **_rounded(costs.to_dict())}
 
 

@@ -37,8 +37,18 @@ class _NoReports:
         pass
 
 
-def _service(tag: str, folder: str, name: str, group: int, groups: int, fan_out: int, size: int, token: str,
-             dtype: str, slot: int) -> None:
+def _service(
+    tag: str,
+    folder: str,
+    name: str,
+    group: int,
+    groups: int,
+    fan_out: int,
+    size: int,
+    token: str,
+    dtype: str,
+    slot: int,
+) -> None:
     """A server process (the root, or relay ``group``); writes its send counters into the shared table."""
     ctx = zmq.Context()
     stop = ShmArray.attach(f"{tag}_stop", (1,), "int32")
@@ -51,8 +61,18 @@ def _service(tag: str, folder: str, name: str, group: int, groups: int, fan_out:
             source = RemoteSnapshot(ctx, f"ipc://{folder}/{relay_parent(group, fan_out)}", size, token, dtype)
             mirror = VersionedBuffer.attach_shared(f"{tag}_g{group}", size, np.float32)
         serves = name == "root" or any(relay_parent(g, fan_out) == name for g in range(groups))
-        worker = ParamServiceWorker(name, source, size, _NoReports(), f"ipc://{folder}/{name}" if serves else None,
-                                    token, mirror=mirror, transfer_dtype=dtype, wait_timeout=0.01, ctx=ctx)
+        worker = ParamServiceWorker(
+            name,
+            source,
+            size,
+            _NoReports(),
+            f"ipc://{folder}/{name}" if serves else None,
+            token,
+            mirror=mirror,
+            transfer_dtype=dtype,
+            wait_timeout=0.01,
+            ctx=ctx,
+        )
         worker.run(lambda: bool(stop.array[0]))
         if worker.server is not None:
             counters.array[slot] = (worker.server.sends, worker.server.bytes_sent)
@@ -62,8 +82,9 @@ def _service(tag: str, folder: str, name: str, group: int, groups: int, fan_out:
     os._exit(0)
 
 
-def _reader(tag: str, folder: str, index: int, mode: str, group: int, size: int, versions: int, token: str,
-            dtype: str) -> None:
+def _reader(
+    tag: str, folder: str, index: int, mode: str, group: int, size: int, versions: int, token: str, dtype: str
+) -> None:
     """A reader (a policy worker's parameter path): records when each version arrived."""
     ctx = zmq.Context()
     stop = ShmArray.attach(f"{tag}_stop", (1,), "int32")
@@ -92,8 +113,16 @@ def _reader(tag: str, folder: str, index: int, mode: str, group: int, size: int,
     os._exit(0)
 
 
-def measure(mode: str, readers: int, per_group: int = 4, fan_out: int = 4, size: int = 1_000_000,
-            versions: int = 10, interval: float = 0.5, dtype: str = "float32") -> dict[str, Any]:
+def measure(
+    mode: str,
+    readers: int,
+    per_group: int = 4,
+    fan_out: int = 4,
+    size: int = 1_000_000,
+    versions: int = 10,
+    interval: float = 0.5,
+    dtype: str = "float32",
+) -> dict[str, Any]:
     """One topology: ``readers`` readers, flat or in groups of ``per_group`` behind relays."""
     if readers * versions > MAX_CELLS:
         raise ValueError("readers x versions must be at most 65536")
@@ -114,11 +143,15 @@ def measure(mode: str, readers: int, per_group: int = 4, fan_out: int = 4, size:
         when.array[:] = np.nan
         services = [("root", 0)] + [(f"relay{g}", g) for g in range(groups)]
         for slot, (name, group) in enumerate(services):
-            procs.append(ctx.Process(target=_service, args=(tag, folder, name, group, groups, fan_out, size, token,
-                                                            dtype, slot)))
+            procs.append(
+                ctx.Process(target=_service, args=(tag, folder, name, group, groups, fan_out, size, token, dtype, slot))
+            )
         for i in range(readers):
-            procs.append(ctx.Process(target=_reader, args=(tag, folder, i, mode, i % max(groups, 1), size,
-                                                           versions, token, dtype)))
+            procs.append(
+                ctx.Process(
+                    target=_reader, args=(tag, folder, i, mode, i % max(groups, 1), size, versions, token, dtype)
+                )
+            )
         for p in procs:
             p.start()
         snapshot = np.random.default_rng(0).standard_normal(size).astype(np.float32)
@@ -139,12 +172,20 @@ def measure(mode: str, readers: int, per_group: int = 4, fan_out: int = 4, size:
         sends, sent_bytes = (int(x) for x in counters.array[0])
         delivered = ~np.isnan(table)
         latency = np.nanmax(np.where(delivered, table, np.nan), axis=0) - published
-        return {"bench": "params", "mode": mode, "readers": readers, "groups": groups, "fan_out": fan_out,
-                "snapshot_bytes": size * np.dtype(dtype).itemsize, "versions": versions,
-                "root_sends_per_version": sends / versions, "root_bytes_per_version": sent_bytes / versions,
-                "relay_sends_per_version": float(counters.array[1:, 0].sum()) / versions,
-                "delivered_fraction": float(delivered.mean()),
-                "last_reader_latency_ms_median": round(float(np.nanmedian(latency)) * 1000, 2)}
+        return {
+            "bench": "params",
+            "mode": mode,
+            "readers": readers,
+            "groups": groups,
+            "fan_out": fan_out,
+            "snapshot_bytes": size * np.dtype(dtype).itemsize,
+            "versions": versions,
+            "root_sends_per_version": sends / versions,
+            "root_bytes_per_version": sent_bytes / versions,
+            "relay_sends_per_version": float(counters.array[1:, 0].sum()) / versions,
+            "delivered_fraction": float(delivered.mean()),
+            "last_reader_latency_ms_median": round(float(np.nanmedian(latency)) * 1000, 2),
+        }
     finally:
         for p in procs:
             if p.is_alive():
@@ -159,4 +200,3 @@ def measure(mode: str, readers: int, per_group: int = 4, fan_out: int = 4, size:
 def bench_params(readers: list[int], **kwargs: Any) -> list[dict[str, Any]]:
     """Flat and hierarchical, for each reader count."""
     return [measure(mode, n, **kwargs) for mode in ("flat", "hierarchical") for n in readers]
-

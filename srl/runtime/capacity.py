@@ -101,11 +101,17 @@ class Costs:
             if f.name == "env_id":
                 _require(isinstance(value, str), f.name, f"expected a string, got {value!r}")
             elif f.name == "gpu_update_speedup":
-                _require(value is None or (_is_number(value) and value > 0), f.name,
-                         f"must be a number > 0 or null, got {value!r}")
+                _require(
+                    value is None or (_is_number(value) and value > 0),
+                    f.name,
+                    f"must be a number > 0 or null, got {value!r}",
+                )
             elif f.type == "int":
-                _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f.name,
-                         f"must be an integer >= 1, got {value!r}")
+                _require(
+                    isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                    f.name,
+                    f"must be an integer >= 1, got {value!r}",
+                )
             elif f.name in _MAY_BE_ZERO:
                 _require(_is_number(value) and value >= 0, f.name, f"must be a number >= 0, got {value!r}")
             else:
@@ -127,8 +133,10 @@ class Costs:
         missing = sorted(n for n in names - set(data) if n != "gpu_update_speedup")
         if missing:
             raise ConfigError(f"{source}: {missing[0]}: missing")
-        values: dict[str, Any] = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) and k in _FLOATS else v
-                  for k, v in data.items()}
+        values: dict[str, Any] = {
+            k: float(v) if isinstance(v, int) and not isinstance(v, bool) and k in _FLOATS else v
+            for k, v in data.items()
+        }
         try:
             return cls(**values)
         except ConfigError as exc:
@@ -137,9 +145,16 @@ class Costs:
 
 _INFORMATIONAL = {"bench"}
 """Keys ``srl bench costs`` adds that are not costs."""
-_MAY_BE_ZERO = {"actor_seconds_per_step", "inference_seconds_per_sample", "inference_seconds_per_batch",
-                "request_seconds", "serve_seconds_per_batch", "serve_seconds_per_request", "segment_send_seconds",
-                "param_hop_seconds"}
+_MAY_BE_ZERO = {
+    "actor_seconds_per_step",
+    "inference_seconds_per_sample",
+    "inference_seconds_per_batch",
+    "request_seconds",
+    "serve_seconds_per_batch",
+    "serve_seconds_per_request",
+    "segment_send_seconds",
+    "param_hop_seconds",
+}
 _FLOATS = {f.name for f in dataclasses.fields(Costs) if f.type in ("float", "float | None")}
 
 
@@ -245,8 +260,11 @@ def policy_seconds(costs: Costs, layout: Layout) -> float:
     """CPU seconds of a policy worker per sample: the forward pass and its stream work, fixed costs amortised
     over the batch, per-request costs over the slot."""
     per_batch = costs.inference_seconds_per_batch + costs.serve_seconds_per_batch
-    return (costs.inference_seconds_per_sample + per_batch / inference_batch(costs, layout)
-            + costs.serve_seconds_per_request / layout.envs_per_slot)
+    return (
+        costs.inference_seconds_per_sample
+        + per_batch / inference_batch(costs, layout)
+        + costs.serve_seconds_per_request / layout.envs_per_slot
+    )
 
 
 def trainer_seconds(costs: Costs, layout: Layout) -> float:
@@ -278,8 +296,9 @@ def tree_depth(relays: int, fan_out: int) -> int:
     return depth
 
 
-def param_delivery(costs: Costs, cluster: Cluster, layout: Layout, mode: str | None = None,
-                   fan_out: int | None = None) -> ParamDelivery:
+def param_delivery(
+    costs: Costs, cluster: Cluster, layout: Layout, mode: str | None = None, fan_out: int | None = None
+) -> ParamDelivery:
     """Root egress and delivery time of one version. Flat: the root sends to every reader in turn.
     Hierarchical: one relay per actor node, in a tree of ``fan_out``; each level sends ``fan_out`` copies in
     turn, in parallel across the level's servers; readers on a node load from its shared memory."""
@@ -291,12 +310,28 @@ def param_delivery(costs: Costs, cluster: Cluster, layout: Layout, mode: str | N
         return ParamDelivery(mode, fan_out, readers, 0, 0, 0, 0, 0.0)
     per_copy = costs.param_bytes / min(costs.param_bytes_per_second, cluster.link_bytes_per_second)
     if mode == "flat":
-        return ParamDelivery(mode, fan_out, readers, 0, 1, readers, readers * costs.param_bytes,
-                             costs.param_hop_seconds + readers * per_copy)
+        return ParamDelivery(
+            mode,
+            fan_out,
+            readers,
+            0,
+            1,
+            readers,
+            readers * costs.param_bytes,
+            costs.param_hop_seconds + readers * per_copy,
+        )
     relays = layout.actor_nodes
     depth, sends = tree_depth(relays, fan_out), min(relays, fan_out)
-    return ParamDelivery(mode, fan_out, readers, relays, depth, sends, sends * costs.param_bytes,
-                         depth * (costs.param_hop_seconds + sends * per_copy))
+    return ParamDelivery(
+        mode,
+        fan_out,
+        readers,
+        relays,
+        depth,
+        sends,
+        sends * costs.param_bytes,
+        depth * (costs.param_hop_seconds + sends * per_copy),
+    )
 
 
 def fan_out_candidates(relays: int) -> list[int]:
@@ -314,8 +349,9 @@ def fan_out_candidates(relays: int) -> list[int]:
 
 def best_params(costs: Costs, cluster: Cluster, layout: Layout) -> ParamDelivery:
     """The mode and fan-out that deliver a version soonest (ties: fewer hops, then hierarchical)."""
-    options = [param_delivery(costs, cluster, layout, "hierarchical", f)
-               for f in fan_out_candidates(layout.actor_nodes)]
+    options = [
+        param_delivery(costs, cluster, layout, "hierarchical", f) for f in fan_out_candidates(layout.actor_nodes)
+    ]
     options.append(param_delivery(costs, cluster, layout, "flat", layout.fan_out))
     return min(options, key=lambda d: (round(d.seconds, 12), d.depth, d.mode == "flat"))
 
@@ -369,16 +405,28 @@ def _cores(costs: Costs, cluster: Cluster, layout: Layout, acting_s: float, t_s:
 
 def check_layout(cluster: Cluster, layout: Layout) -> None:
     """A layout must fit the cluster's nodes and GPUs and give every trainer an actor."""
-    _require(layout.actor_nodes >= 1 and layout.actors_per_node >= 1, "actors_per_node",
-             "needs at least one actor node and one actor per node")
+    _require(
+        layout.actor_nodes >= 1 and layout.actors_per_node >= 1,
+        "actors_per_node",
+        "needs at least one actor node and one actor per node",
+    )
     _require(layout.trainers >= 1, "trainers", f"must be >= 1, got {layout.trainers}")
     _require(layout.policy_workers_per_node >= 0, "policy_workers_per_node", "must be >= 0")
-    _require(layout.actor_nodes + layout.trainer_nodes <= cluster.nodes, "actor_nodes",
-             f"{layout.actor_nodes} actor + {layout.trainer_nodes} trainer nodes exceed {cluster.nodes} nodes")
-    _require(layout.trainer_nodes > 0 or (cluster.nodes == 1 or layout.actor_nodes == 1), "trainer_nodes",
-             "trainers may share a node with actors only on a one-node cluster")
-    _require(layout.actor_nodes * layout.actors_per_node >= layout.trainers, "trainers",
-             f"each trainer needs an actor: {layout.trainers} trainers")
+    _require(
+        layout.actor_nodes + layout.trainer_nodes <= cluster.nodes,
+        "actor_nodes",
+        f"{layout.actor_nodes} actor + {layout.trainer_nodes} trainer nodes exceed {cluster.nodes} nodes",
+    )
+    _require(
+        layout.trainer_nodes > 0 or (cluster.nodes == 1 or layout.actor_nodes == 1),
+        "trainer_nodes",
+        "trainers may share a node with actors only on a one-node cluster",
+    )
+    _require(
+        layout.actor_nodes * layout.actors_per_node >= layout.trainers,
+        "trainers",
+        f"each trainer needs an actor: {layout.trainers} trainers",
+    )
     if layout.trainer_device == "gpu":
         gpus = cluster.gpus_per_node * max(1, layout.trainer_nodes)
         _require(layout.trainers <= gpus, "trainers", f"{layout.trainers} GPU trainers, {gpus} GPUs")

@@ -15,8 +15,20 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from srl.api.config import ConfigError
-from srl.runtime.capacity import (Cluster, Costs, Layout, ParamDelivery, Prediction, actor_seconds, best_params,
-                                  param_delivery, policy_seconds, predict, rate, samples_per_version)
+from srl.runtime.capacity import (
+    Cluster,
+    Costs,
+    Layout,
+    ParamDelivery,
+    Prediction,
+    actor_seconds,
+    best_params,
+    param_delivery,
+    policy_seconds,
+    predict,
+    rate,
+    samples_per_version,
+)
 
 SCALES = (1_000, 10_000, 100_000)
 """Core counts of the scale table."""
@@ -52,16 +64,25 @@ class Recommendation:
         """The layout as config settings: ``ray.*`` on several nodes, the local runtime's keys on one."""
         lay = self.layout
         if lay.trainer_nodes:
-            where = {"ray.actor_nodes": lay.actor_nodes, "ray.actors_per_node": lay.actors_per_node,
-                     "ray.policy_workers_per_node": lay.policy_workers_per_node, "ray.trainer_nodes": lay.trainer_nodes}
+            where = {
+                "ray.actor_nodes": lay.actor_nodes,
+                "ray.actors_per_node": lay.actors_per_node,
+                "ray.policy_workers_per_node": lay.policy_workers_per_node,
+                "ray.trainer_nodes": lay.trainer_nodes,
+            }
         else:
             where = {"workers.actors": lay.actors_per_node, "workers.policy_workers": lay.policy_workers_per_node}
         if lay.trainer_nodes and lay.trainer_device == "gpu":
             where["ray.trainer_gpus"] = 1
-        return {**where, "workers.trainers": lay.trainers,
-                "workers.trainer_device": "cuda" if lay.trainer_device == "gpu" else "cpu",
-                "workers.ring_size": lay.ring_size, "workers.envs_per_slot": lay.envs_per_slot,
-                "params.mode": lay.params_mode, "params.fan_out": lay.fan_out}
+        return {
+            **where,
+            "workers.trainers": lay.trainers,
+            "workers.trainer_device": "cuda" if lay.trainer_device == "gpu" else "cpu",
+            "workers.ring_size": lay.ring_size,
+            "workers.envs_per_slot": lay.envs_per_slot,
+            "params.mode": lay.params_mode,
+            "params.fan_out": lay.fan_out,
+        }
 
 
 def envs_per_slot_candidates(costs: Costs) -> list[int]:
@@ -106,8 +127,9 @@ def _better(candidate: Recommendation, best: Recommendation | None) -> bool:
     return best is None or candidate.prediction.steps_per_second > best.prediction.steps_per_second * (1 + 1e-9)
 
 
-def _best_one_node(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu"], B: int,
-                   limits: Limits) -> Recommendation | None:
+def _best_one_node(
+    costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu"], B: int, limits: Limits
+) -> Recommendation | None:
     """Every split of one node's cores into trainers, policy workers and actors (a few thousand at 64 cores)."""
     C = cluster.cores_per_node
     per_trainer = 1 if device == "gpu" else costs.trainer_threads
@@ -119,8 +141,15 @@ def _best_one_node(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu"]
             actors = free - pws
             if actors < trainers:
                 continue
-            layout = Layout(actor_nodes=1, trainer_nodes=0, actors_per_node=actors, policy_workers_per_node=pws,
-                            trainers=trainers, trainer_device=device, envs_per_slot=B)
+            layout = Layout(
+                actor_nodes=1,
+                trainer_nodes=0,
+                actors_per_node=actors,
+                policy_workers_per_node=pws,
+                trainers=trainers,
+                trainer_device=device,
+                envs_per_slot=B,
+            )
             rec = Recommendation(layout, predict(costs, cluster, layout))
             if _better(rec, best):
                 best = rec
@@ -132,8 +161,14 @@ def _best_actor_split(costs: Costs, cluster: Cluster, B: int) -> int:
     C = cluster.cores_per_node
     best_rate, best_pws = -1.0, 0
     for pws in range(0, C):
-        layout = Layout(actor_nodes=1, trainer_nodes=1, actors_per_node=C - pws, policy_workers_per_node=pws,
-                        trainers=1, envs_per_slot=B)
+        layout = Layout(
+            actor_nodes=1,
+            trainer_nodes=1,
+            actors_per_node=C - pws,
+            policy_workers_per_node=pws,
+            trainers=1,
+            envs_per_slot=B,
+        )
         a_s = actor_seconds(costs, layout)
         p_s = policy_seconds(costs, layout) if pws else 0.0
         speed = min((C - pws) / a_s, rate(pws, p_s) if pws else math.inf, C / (a_s + p_s))
@@ -142,8 +177,9 @@ def _best_actor_split(costs: Costs, cluster: Cluster, B: int) -> int:
     return best_pws
 
 
-def _best_many_nodes(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu"], B: int,
-                     limits: Limits) -> Recommendation | None:
+def _best_many_nodes(
+    costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu"], B: int, limits: Limits
+) -> Recommendation | None:
     """Scan the number of trainer nodes: on a coarse grid first, then around the best point. Throughput is the
     minimum of stages that fall (actor side) and rise (trainer side) with it, so it has one peak."""
     C, N = cluster.cores_per_node, cluster.nodes
@@ -154,8 +190,15 @@ def _best_many_nodes(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu
     def evaluate(trainer_nodes: int) -> Recommendation | None:
         trainers = min(max_trainers, trainer_nodes * per_node)
         trainers -= trainers % trainer_nodes  # the Ray runtime splits trainers evenly over their nodes
-        layout = Layout(actor_nodes=N - trainer_nodes, trainer_nodes=trainer_nodes, actors_per_node=C - pws,
-                        policy_workers_per_node=pws, trainers=trainers, trainer_device=device, envs_per_slot=B)
+        layout = Layout(
+            actor_nodes=N - trainer_nodes,
+            trainer_nodes=trainer_nodes,
+            actors_per_node=C - pws,
+            policy_workers_per_node=pws,
+            trainers=trainers,
+            trainer_device=device,
+            envs_per_slot=B,
+        )
         if layout.actor_nodes * layout.actors_per_node < layout.trainers:
             return None
         params = best_params(costs, cluster, layout)
@@ -166,8 +209,7 @@ def _best_many_nodes(costs: Costs, cluster: Cluster, device: Literal["cpu", "gpu
     step = max(1, hi // 128)
     best, best_tn = _best_of(evaluate, range(1, hi + 1, step), None, 1)
     if step > 1:  # refine between the coarse neighbours of the best point
-        best, _ = _best_of(evaluate, range(max(1, best_tn - step + 1), min(hi, best_tn + step - 1) + 1), best,
-                           best_tn)
+        best, _ = _best_of(evaluate, range(max(1, best_tn - step + 1), min(hi, best_tn + step - 1) + 1), best, best_tn)
     return None if best is None else _fewest_actor_nodes(costs, cluster, best)
 
 
@@ -192,8 +234,9 @@ def _fewest_actor_nodes(costs: Costs, cluster: Cluster, rec: Recommendation) -> 
     return Recommendation(layout, predict(costs, cluster, layout))
 
 
-def _best_of(evaluate: Callable[[int], Recommendation | None], grid: range, best: Recommendation | None,
-             best_at: int) -> tuple[Recommendation | None, int]:
+def _best_of(
+    evaluate: Callable[[int], Recommendation | None], grid: range, best: Recommendation | None, best_at: int
+) -> tuple[Recommendation | None, int]:
     """The fastest of ``best`` and the layouts ``evaluate`` gives along ``grid``, and where it was found."""
     for n in grid:
         rec = evaluate(n)
@@ -216,16 +259,34 @@ class ScaleRow:
     hierarchical: ParamDelivery
 
 
-def scale_table(costs: Costs, cores_per_node: int, gpus_per_node: int = 0, link_gbps: float = 10.0,
-                scales: tuple[int, ...] = SCALES, limits: Limits = Limits()) -> list[ScaleRow]:
+def scale_table(
+    costs: Costs,
+    cores_per_node: int,
+    gpus_per_node: int = 0,
+    link_gbps: float = 10.0,
+    scales: tuple[int, ...] = SCALES,
+    limits: Limits = Limits(),
+) -> list[ScaleRow]:
     """At each core count: nodes of ``cores_per_node``, the recommended layout, and both parameter services."""
     rows = []
     for cores in scales:
-        cluster = Cluster(nodes=max(1, math.ceil(cores / cores_per_node)), cores_per_node=cores_per_node,
-                          gpus_per_node=gpus_per_node, link_gbps=link_gbps)
+        cluster = Cluster(
+            nodes=max(1, math.ceil(cores / cores_per_node)),
+            cores_per_node=cores_per_node,
+            gpus_per_node=gpus_per_node,
+            link_gbps=link_gbps,
+        )
         rec = recommend(costs, cluster, limits)
         lay = rec.layout
         interval = samples_per_version(costs, lay) / rec.prediction.steps_per_second
-        rows.append(ScaleRow(cores, cluster, rec, interval, param_delivery(costs, cluster, lay, "flat"),
-                             param_delivery(costs, cluster, lay, "hierarchical", lay.fan_out)))
+        rows.append(
+            ScaleRow(
+                cores,
+                cluster,
+                rec,
+                interval,
+                param_delivery(costs, cluster, lay, "flat"),
+                param_delivery(costs, cluster, lay, "hierarchical", lay.fan_out),
+            )
+        )
     return rows

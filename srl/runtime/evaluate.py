@@ -24,8 +24,9 @@ def eval_seed(cfg: ExperimentConfig) -> int:
     return cfg.seed + 999_983
 
 
-def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
-             deterministic: bool = True, max_steps: int = 100_000) -> dict[str, float]:
+def evaluate(
+    plan: Plan, flat_params: np.ndarray, episodes: int, seed: int, deterministic: bool = True, max_steps: int = 100_000
+) -> dict[str, float]:
     """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per step).
 
     An env without a time limit could run forever under a deterministic policy: after ``max_steps``
@@ -36,14 +37,23 @@ def evaluate(plan: Plan, flat_params: np.ndarray, episodes: int, seed: int,
     return play(plan.cfg, policy, episodes, seed, deterministic, max_steps)
 
 
-def play(cfg: ExperimentConfig, policy: ActingPolicy, episodes: int, seed: int, deterministic: bool = True,
-         max_steps: int = 100_000, video: Path | None = None) -> dict[str, Any]:
+def play(
+    cfg: ExperimentConfig,
+    policy: ActingPolicy,
+    episodes: int,
+    seed: int,
+    deterministic: bool = True,
+    max_steps: int = 100_000,
+    video: Path | None = None,
+) -> dict[str, Any]:
     """Play ``episodes`` episodes at once (one slot); with ``video``, the first one is written there as MP4."""
     env_cfg = cfg.env
     if video is not None:  # frames come from Gymnasium envs (ALE screens are read directly)
-        env_cfg = dataclasses.replace(env_cfg, backend="gymnasium",
-                                      kwargs=env_cfg.kwargs if _is_ale(env_cfg.id)
-                                      else {**env_cfg.kwargs, "render_mode": "rgb_array"})
+        env_cfg = dataclasses.replace(
+            env_cfg,
+            backend="gymnasium",
+            kwargs=env_cfg.kwargs if _is_ale(env_cfg.id) else {**env_cfg.kwargs, "render_mode": "rgb_array"},
+        )
     slot = make_slot(env_cfg, episodes)
     frames: list[np.ndarray] = []
     try:
@@ -68,9 +78,14 @@ def play(cfg: ExperimentConfig, policy: ActingPolicy, episodes: int, seed: int, 
                 finished |= step.episode_end
     finally:
         slot.close()
-    out: dict[str, Any] = {"return_mean": float(returns.mean()), "return_std": float(returns.std()),
-                           "episodes": episodes, "unfinished": int((~finished).sum()),
-                           "returns": returns.tolist(), "lengths": lengths.tolist()}
+    out: dict[str, Any] = {
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
+        "episodes": episodes,
+        "unfinished": int((~finished).sum()),
+        "returns": returns.tolist(),
+        "lengths": lengths.tolist(),
+    }
     if video is not None:
         out.update(video=str(video), video_frames=_write_mp4(video, frames, _fps(cfg.env.id)))
     return out

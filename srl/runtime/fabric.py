@@ -78,8 +78,9 @@ class Fabric(ABC):
 
     def sample_producer(self, actor: int) -> SegmentSink:
         """Actor ``actor``'s end of the sample stream (to trainer ``actor % trainers``)."""
-        return SampleProducer(self.pool(), self.plan.actor_row(actor),
-                              self.samples(actor % self.plan.cfg.workers.trainers))
+        return SampleProducer(
+            self.pool(), self.plan.actor_row(actor), self.samples(actor % self.plan.cfg.workers.trainers)
+        )
 
     def sample_consumer(self, trainer: int) -> SegmentSource:
         """Trainer ``trainer``'s end of the sample stream."""
@@ -155,11 +156,13 @@ class SharedFabric(Fabric):
         w = self.plan.cfg.workers
         try:
             self._opened["pool"] = SegmentPool.shared(self.plan.layout, self.tag, create=True)
-            self._opened["params"] = VersionedBuffer.create_shared(f"{self.tag}_params", self.plan.param_size,
-                                                                   np.float32)
+            self._opened["params"] = VersionedBuffer.create_shared(
+                f"{self.tag}_params", self.plan.param_size, np.float32
+            )
             for g in range(self.plan.relay_groups):
-                self._opened[f"params{g}"] = VersionedBuffer.create_shared(f"{self.tag}_params{g}",
-                                                                           self.plan.param_size, np.float32)
+                self._opened[f"params{g}"] = VersionedBuffer.create_shared(
+                    f"{self.tag}_params{g}", self.plan.param_size, np.float32
+                )
             token = self.dir / "token"
             token.touch(mode=0o600)
             token.write_text(secrets.token_hex(16))
@@ -208,8 +211,9 @@ class SharedFabric(Fabric):
         return self._get("pool", lambda: SegmentPool.shared(self.plan.layout, self.tag, create=False))
 
     def requests(self, policy_worker: int) -> Channel:
-        return self._get(f"req{policy_worker}",
-                         lambda: FifoChannel.open(str(self.dir / f"req{policy_worker}"), REQUEST_WIDTH))
+        return self._get(
+            f"req{policy_worker}", lambda: FifoChannel.open(str(self.dir / f"req{policy_worker}"), REQUEST_WIDTH)
+        )
 
     def replies(self, actor: int) -> Channel:
         return self._get(f"rep{actor}", lambda: FifoChannel.open(str(self.dir / f"rep{actor}"), REPLY_WIDTH))
@@ -219,8 +223,9 @@ class SharedFabric(Fabric):
 
     def params(self, group: int | None = None) -> VersionedBuffer:
         key = "params" if group is None else f"params{group}"
-        return self._get(key, lambda: VersionedBuffer.attach_shared(f"{self.tag}_{key}", self.plan.param_size,
-                                                                    np.float32))
+        return self._get(
+            key, lambda: VersionedBuffer.attach_shared(f"{self.tag}_{key}", self.plan.param_size, np.float32)
+        )
 
     def param_address(self, server: str) -> str:
         return f"ipc://{self.dir}/param_{server}"

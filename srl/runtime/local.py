@@ -54,8 +54,9 @@ def _set_parent_death_signal() -> None:
             pass
 
 
-def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_dir: Path | None,
-                 parent: int, incarnation: int = 0) -> None:
+def _worker_main(
+    plan: Plan, fabric: SharedFabric, role: str, index: int, run_dir: Path | None, parent: int, incarnation: int = 0
+) -> None:
     """Entry point of a worker process (forked, or exec'd through :mod:`srl.runtime.worker_main`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the controller decides
     _set_parent_death_signal()
@@ -71,8 +72,9 @@ def _worker_main(plan: Plan, fabric: SharedFabric, role: str, index: int, run_di
     reporter = fabric.reporter()
     code = 0
     try:
-        worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.05, report_interval=0.1,
-                              incarnation=incarnation)
+        worker = build_worker(
+            plan, fabric, role, index, run_dir, wait_timeout=0.05, report_interval=0.1, incarnation=incarnation
+        )
         # os.getppid() covers platforms without a parent-death signal and a controller that died before prctl.
         worker.run(lambda: bool(stop[0]) or stopping["now"] or os.getppid() != parent)
     except Exception as exc:  # report any worker failure in one line, then exit non-zero
@@ -151,8 +153,9 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
 def _write_workers(run_dir: Path | None, procs: list[WorkerProcess]) -> None:
     """``workers.json``: which process is which worker, for operators (and fault-injection tests)."""
     if run_dir is not None:
-        atomic_write_text(run_dir / "workers.json",
-                          json.dumps({p.name.removeprefix("srl-"): p.pid for p in procs}, indent=1) + "\n")
+        atomic_write_text(
+            run_dir / "workers.json", json.dumps({p.name.removeprefix("srl-"): p.pid for p in procs}, indent=1) + "\n"
+        )
 
 
 def _recover(fabric: SharedFabric, role: str, index: int) -> int:
@@ -165,19 +168,33 @@ def _recover(fabric: SharedFabric, role: str, index: int) -> int:
     return int(filling.sum())
 
 
-def _start(method: str, plan: Plan, fabric: SharedFabric, role: str, index: int,
-           run_dir: Path | None, incarnation: int = 0) -> WorkerProcess:
+def _start(
+    method: str, plan: Plan, fabric: SharedFabric, role: str, index: int, run_dir: Path | None, incarnation: int = 0
+) -> WorkerProcess:
     """Start one worker process (``incarnation``: how many times it was restarted); nothing is pickled."""
     name = f"srl-{role}{index}"
     if method == "fork":
-        proc = mp.get_context("fork").Process(target=_worker_main, name=name, daemon=False,
-                                              args=(plan, fabric, role, index, run_dir, os.getpid(), incarnation))
+        proc = mp.get_context("fork").Process(
+            target=_worker_main,
+            name=name,
+            daemon=False,
+            args=(plan, fabric, role, index, run_dir, os.getpid(), incarnation),
+        )
         proc.start()
         return proc
-    spec = {"config": to_dict(plan.cfg), "null_trainer": plan.null_trainer, "resume": plan.resume,
-            "start_version": plan.start_version, "tag": fabric.tag,
-            "dir": str(fabric.dir), "role": role, "index": index, "parent": os.getpid(),
-            "run_dir": None if run_dir is None else str(run_dir), "incarnation": incarnation}
+    spec = {
+        "config": to_dict(plan.cfg),
+        "null_trainer": plan.null_trainer,
+        "resume": plan.resume,
+        "start_version": plan.start_version,
+        "tag": fabric.tag,
+        "dir": str(fabric.dir),
+        "role": role,
+        "index": index,
+        "parent": os.getpid(),
+        "run_dir": None if run_dir is None else str(run_dir),
+        "incarnation": incarnation,
+    }
     return ExecProcess(name, [sys.executable, "-m", "srl.runtime.worker_main"], json.dumps(spec))
 
 
@@ -235,8 +252,7 @@ class ExecProcess:
         self._proc.kill()
 
 
-def _stop_workers(fabric: SharedFabric, procs: list[WorkerProcess],
-                  receiver: ControlReceiver) -> np.ndarray | None:
+def _stop_workers(fabric: SharedFabric, procs: list[WorkerProcess], receiver: ControlReceiver) -> np.ndarray | None:
     """Raise the stop flag, let workers finish (final checkpoint, last reports), then read the newest snapshot."""
     fabric.stop_flag()[0] = 1
     deadline = time.monotonic() + JOIN_TIMEOUT

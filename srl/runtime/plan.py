@@ -119,8 +119,15 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     w = cfg.workers
     # float64 observations (MuJoCo) travel as float32: the networks compute in float32 anyway, half the bytes.
     obs_dtype = np.float32 if np.dtype(obs_space.dtype) == np.float64 else obs_space.dtype
-    fields = segment_fields(obs_space.shape, obs_dtype, action_shape, action_dtype,
-                            w.segment_length, w.envs_per_slot, with_final_obs=not is_image(obs_space.shape, obs_space.dtype))
+    fields = segment_fields(
+        obs_space.shape,
+        obs_dtype,
+        action_shape,
+        action_dtype,
+        w.segment_length,
+        w.envs_per_slot,
+        with_final_obs=not is_image(obs_space.shape, obs_space.dtype),
+    )
     nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
     layout = PoolLayout(actors=w.actors // nodes, buffers=w.buffers_per_actor, fields=fields, slots=w.ring_size)
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
@@ -131,5 +138,8 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
 def plan_from_spec(spec: Mapping[str, Any]) -> Plan:
     """Rebuild the controller's plan in a worker process from the JSON spec it was handed."""
     cfg = build(ExperimentConfig, spec["config"])
-    return dataclasses.replace(make_plan(cfg, null_trainer=bool(spec["null_trainer"])), resume=spec["resume"],
-                               start_version=int(spec["start_version"]))
+    return dataclasses.replace(
+        make_plan(cfg, null_trainer=bool(spec["null_trainer"])),
+        resume=spec["resume"],
+        start_version=int(spec["start_version"]),
+    )

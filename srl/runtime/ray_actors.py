@@ -48,9 +48,14 @@ def _free_port(host: str) -> int:
 
 def _fabric(spec: dict[str, Any], plan: Plan, host: str) -> NodeFabric:
     where = spec.get("fabric")
-    return NodeFabric(plan, int(spec["node"]), Endpoints.from_json(spec["endpoints"]), host,
-                      tag=None if where is None else where["tag"],
-                      directory=None if where is None else Path(where["dir"]))
+    return NodeFabric(
+        plan,
+        int(spec["node"]),
+        Endpoints.from_json(spec["endpoints"]),
+        host,
+        tag=None if where is None else where["tag"],
+        directory=None if where is None else Path(where["dir"]),
+    )
 
 
 @ray.remote
@@ -75,8 +80,9 @@ class NodeAgent:
 
     def where(self) -> str:
         """The names workers open, and the trainers' TCP store when this group hosts it (JSON)."""
-        return json.dumps({"tag": self.fabric.tag, "dir": str(self.fabric.dir), "host": self.fabric.host,
-                           "dist": self.dist})
+        return json.dumps(
+            {"tag": self.fabric.tag, "dir": str(self.fabric.dir), "host": self.fabric.host, "dist": self.dist}
+        )
 
     def recover(self, row: int) -> int:
         """Free the buffers of the dead actor in pool row ``row``; how many segments were lost."""
@@ -116,8 +122,16 @@ class WorkerActor:
     def _set_up(self) -> Worker:
         run_dir = self.spec.get("run_dir")
         run_dir = Path(run_dir) if run_dir is not None and Path(run_dir).is_dir() else None  # not on every node
-        worker = build_worker(self.plan, self.fabric, self.role, self.index, run_dir, wait_timeout=0.05,
-                              report_interval=0.1, incarnation=int(self.spec.get("incarnation", 0)))
+        worker = build_worker(
+            self.plan,
+            self.fabric,
+            self.role,
+            self.index,
+            run_dir,
+            wait_timeout=0.05,
+            report_interval=0.1,
+            incarnation=int(self.spec.get("incarnation", 0)),
+        )
         min_version = self.spec.get("min_version")
         if min_version is not None:  # a restarted trainer publishes above every version readers already hold
             worker.version = max(worker.version, int(min_version))  # type: ignore[attr-defined]
@@ -176,8 +190,7 @@ class WorkerActor:
     @ray.method(concurrency_group="control")
     def info(self) -> str:
         """Where this worker runs (JSON: pid, Ray node id, node address), for ``workers.json``."""
-        return json.dumps({"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
-                           "host": self.host})
+        return json.dumps({"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(), "host": self.host})
 
     @ray.method(concurrency_group="control")
     def stop(self) -> None:

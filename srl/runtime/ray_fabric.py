@@ -75,15 +75,27 @@ class Endpoints:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Endpoints:
         dist = data.get("dist")
-        return cls(str(data["control"]), str(data["token"]), dict(data["samples"]), dict(data["params"]),
-                   None if dist is None else str(dist))
+        return cls(
+            str(data["control"]),
+            str(data["token"]),
+            dict(data["samples"]),
+            dict(data["params"]),
+            None if dist is None else str(dist),
+        )
 
 
 class NodeFabric(SharedFabric):
     """Shared memory of one node group plus the run's TCP endpoints."""
 
-    def __init__(self, plan: Plan, node: int, endpoints: Endpoints, host: str, tag: str | None = None,
-                 directory: Path | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        node: int,
+        endpoints: Endpoints,
+        host: str,
+        tag: str | None = None,
+        directory: Path | None = None,
+    ) -> None:
         """``node``: an actor node group, or a trainer node group (:func:`trainer_group`); ``host``: this node's
         address (servers bind it)."""
         super().__init__(plan, tag, directory)
@@ -140,10 +152,21 @@ class NodeFabric(SharedFabric):
 
     def sample_producer(self, actor: int) -> SampleSender:
         trainer = f"trainer{actor % self.plan.cfg.workers.trainers}"
-        return SampleSender(self.pool(), self.plan.actor_row(actor), actor, self.endpoints.samples[trainer],
-                            self.endpoints.token, zmq.Context.instance())
+        return SampleSender(
+            self.pool(),
+            self.plan.actor_row(actor),
+            actor,
+            self.endpoints.samples[trainer],
+            self.endpoints.token,
+            zmq.Context.instance(),
+        )
 
     def sample_consumer(self, trainer: int) -> SampleReceiver:
         address = self.endpoints.samples.get(f"trainer{trainer}", f"tcp://{self.host}:*")
-        return SampleReceiver(self.plan.layout.fields, address, self.endpoints.token, zmq.Context.instance(),
-                              queue=self.plan.cfg.ppo.batch_segments)
+        return SampleReceiver(
+            self.plan.layout.fields,
+            address,
+            self.endpoints.token,
+            zmq.Context.instance(),
+            queue=self.plan.cfg.ppo.batch_segments,
+        )

@@ -147,8 +147,13 @@ def _connect(plan: Plan) -> bool:
     if r.address is None:  # a private instance on this machine, on loopback, sized to hold the whole layout
         os.environ.setdefault("RAY_worker_niceness", "0")  # our workers are the hot path, not background work
         need = sum(_bundle(plan, n)["CPU"] for n in all_groups(plan))
-        ray.init(num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))), include_dashboard=False,
-                 _node_ip_address="127.0.0.1", logging_level=logging.WARNING, log_to_driver=True)
+        ray.init(
+            num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))),
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            logging_level=logging.WARNING,
+            log_to_driver=True,
+        )
     else:
         _probe(r.address)
         try:
@@ -182,15 +187,21 @@ class RayRun:
     def place(self) -> None:
         """Claim one placement group per node group and wait until the cluster has placed them all."""
         for node in all_groups(self.plan):
-            self.groups[node] = Group(node, placement_group([_bundle(self.plan, node)], strategy="STRICT_PACK",
-                                                            name=f"srl-{self.endpoints.token[:8]}-{node}"))
+            self.groups[node] = Group(
+                node,
+                placement_group(
+                    [_bundle(self.plan, node)], strategy="STRICT_PACK", name=f"srl-{self.endpoints.token[:8]}-{node}"
+                ),
+            )
         timeout = self.plan.cfg.ray.start_timeout_seconds
         for node, group in self.groups.items():
             try:
                 ray.get(group.pg.ready(), timeout=timeout)
             except GetTimeoutError:
-                raise StartError(f"ray: node group {node} needs {_bundle(self.plan, node)}, which the cluster did "
-                                   f"not offer within {timeout:.0f} s (ray.start_timeout_seconds)") from None
+                raise StartError(
+                    f"ray: node group {node} needs {_bundle(self.plan, node)}, which the cluster did "
+                    f"not offer within {timeout:.0f} s (ray.start_timeout_seconds)"
+                ) from None
         for group in self.groups.values():
             self._start_agent(group)
         for node, group in self.groups.items():
@@ -203,8 +214,12 @@ class RayRun:
 
     def _options(self, node: int, cpus: float, gpus: float = 0.0) -> dict[str, Any]:
         group = self.groups[node]
-        return {"num_cpus": cpus, "num_gpus": gpus, "max_restarts": 0,
-                "scheduling_strategy": PlacementGroupSchedulingStrategy(group.pg, placement_group_bundle_index=0)}
+        return {
+            "num_cpus": cpus,
+            "num_gpus": gpus,
+            "max_restarts": 0,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(group.pg, placement_group_bundle_index=0),
+        }
 
     def _start_agent(self, group: Group) -> None:
         spec = {**self._common(), "node": group.node}
@@ -213,9 +228,14 @@ class RayRun:
 
     def _common(self) -> dict[str, Any]:
         p = self.plan
-        return {"config": to_dict(p.cfg), "null_trainer": p.null_trainer, "resume": p.resume,
-                "start_version": p.start_version, "endpoints": self.endpoints.to_json(),
-                "run_dir": None if self.run_dir is None else str(self.run_dir)}
+        return {
+            "config": to_dict(p.cfg),
+            "null_trainer": p.null_trainer,
+            "resume": p.resume,
+            "start_version": p.start_version,
+            "endpoints": self.endpoints.to_json(),
+            "run_dir": None if self.run_dir is None else str(self.run_dir),
+        }
 
     def start_all(self) -> None:
         """Start every worker; servers bind first and their endpoints go to everyone else (:meth:`_start`)."""
@@ -236,8 +256,15 @@ class RayRun:
 
     def _create(self, role: str, index: int, incarnation: int, **extra: Any) -> None:
         node = node_of(self.plan, role, index)
-        spec = {**self._common(), "node": node, "fabric": self.groups[node].where, "role": role, "index": index,
-                "incarnation": incarnation, **extra}
+        spec = {
+            **self._common(),
+            "node": node,
+            "fabric": self.groups[node].where,
+            "role": role,
+            "index": index,
+            "incarnation": incarnation,
+            **extra,
+        }
         gpus = self.plan.cfg.ray.trainer_gpus if role == "trainer" else 0.0  # Ray sets CUDA_VISIBLE_DEVICES
         handle = WorkerActor.options(**self._options(node, _cpus(self.plan, role), gpus)).remote(json.dumps(spec))
         self.workers[f"{role}{index}"] = Running(role, index, handle, None, incarnation)
@@ -260,8 +287,9 @@ class RayRun:
             if "samples" in bound:
                 self.endpoints.samples[name] = bound["samples"]
             if "params" in bound:
-                self.endpoints.params[endpoint_name(self.workers[name].role, self.workers[name].index)] = \
-                    bound["params"]
+                self.endpoints.params[endpoint_name(self.workers[name].role, self.workers[name].index)] = bound[
+                    "params"
+                ]
         endpoints = json.dumps(self.endpoints.to_json())
         for name in names:
             self.workers[name].ref = self.workers[name].handle.run.remote(endpoints)
@@ -333,8 +361,10 @@ class RayRun:
             peer.ref = None
         nodes = {node_of(self.plan, "trainer", i) for i in range(n)}
         if any(node in self.waiting or not self._agent_alive(self.groups[node]) for node in nodes):
-            self.controller.fail(f"{name}: {cause}; a trainer node was lost, and data-parallel trainers restart "
-                                 "only on the nodes they had")
+            self.controller.fail(
+                f"{name}: {cause}; a trainer node was lost, and data-parallel trainers restart "
+                "only on the nodes they had"
+            )
             return
         epoch = max(peer.incarnation for peer in trainers) + 1  # names the fresh rendezvous
         if self.endpoints.dist is not None:  # trainers on several nodes: a new TCP store
@@ -370,8 +400,11 @@ class RayRun:
         self._start_agent(group)
         self.waiting.setdefault(group.node, [])
         # Its servers cannot keep their addresses on another node: they bind afresh, and their clients follow.
-        servers = [endpoint_name(role, index) for role, index in worker_roles(self.plan)
-                   if role in SERVERS and node_of(self.plan, role, index) == group.node]
+        servers = [
+            endpoint_name(role, index)
+            for role, index in worker_roles(self.plan)
+            if role in SERVERS and node_of(self.plan, role, index) == group.node
+        ]
         for table in (self.endpoints.params, self.endpoints.samples):
             group.moved.update({name: table.pop(name) for name in servers if name in table})
 
@@ -413,8 +446,11 @@ class RayRun:
                 continue
             ray.kill(w.handle, no_restart=True)
             w.ref = None
-            dropped[name] = int(ray.get(self.groups[node].agent.recover.remote(self.plan.actor_row(index)))) \
-                if role == "actor" else 0
+            dropped[name] = (
+                int(ray.get(self.groups[node].agent.recover.remote(self.plan.actor_row(index))))
+                if role == "actor"
+                else 0
+            )
             again.append((role, index, w.incarnation + 1))
         try:
             self._restart(again)
@@ -432,8 +468,10 @@ class RayRun:
             return
         resume = None
         if any(role == "trainer" for role, _, _ in items):
-            resume = {"resume": self._newest_checkpoint(),
-                      "min_version": int(self.controller.trainer.get("version", 0)) + 1}
+            resume = {
+                "resume": self._newest_checkpoint(),
+                "min_version": int(self.controller.trainer.get("version", 0)) + 1,
+            }
         self._start(items, resume)
 
     def _start(self, items: list[tuple[str, int, int]], trainer_spec: dict[str, Any] | None = None) -> None:
@@ -476,8 +514,9 @@ class RayRun:
             return None
         if not packed:
             return None
-        msg = wire.decode(wire.unpack(packed), expect_schema="snapshot",
-                          fields={"params": ("float32", (self.plan.param_size,))})
+        msg = wire.decode(
+            wire.unpack(packed), expect_schema="snapshot", fields={"params": ("float32", (self.plan.param_size,))}
+        )
         return np.array(msg.arrays["params"])
 
     def release(self) -> None:
@@ -500,8 +539,7 @@ def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndar
     token = secrets.token_hex(16)
     receiver = ControlReceiver(f"tcp://{ray.util.get_node_ip_address()}:*", controller.handle, token=token)
     run = RayRun(plan, controller, run_dir, Endpoints(receiver.address, token))
-    controller.supervised_roles = frozenset(
-        role for role in ROLES if run.restartable(role))
+    controller.supervised_roles = frozenset(role for role in ROLES if run.restartable(role))
     main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
 

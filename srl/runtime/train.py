@@ -51,9 +51,13 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
     return cfg, found[-1], state
 
 
-def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float | None = None,
-          progress: TextIO | None = sys.stderr,
-          resume: tuple[Path, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def train(
+    cfg: ExperimentConfig,
+    run_dir: Path | None = None,
+    start_time: float | None = None,
+    progress: TextIO | None = sys.stderr,
+    resume: tuple[Path, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Train, evaluate the final policy, write ``summary.json``; return the summary.
 
     ``resume`` (a checkpoint path and its content, from :func:`resume_config`) continues the run in
@@ -83,7 +87,11 @@ def train(cfg: ExperimentConfig, run_dir: Path | None = None, start_time: float 
         if progress is not None:
             progress.write("\n")
         final_eval = None
-        if snapshot is not None and cfg.run.eval_episodes > 0 and controller.stop_reason not in ("error", "interrupted"):
+        if (
+            snapshot is not None
+            and cfg.run.eval_episodes > 0
+            and controller.stop_reason not in ("error", "interrupted")
+        ):
             final_eval = evaluate(plan, snapshot, cfg.run.eval_episodes, seed=eval_seed(cfg))
         summary = controller.summary(final_eval)
         summary["run_dir"] = str(rd.path)

@@ -21,8 +21,15 @@ def main() -> None:
     plan = plan_from_spec(spec)
     fabric = SharedFabric(plan, tag=str(spec["tag"]), directory=Path(spec["dir"]))
     run_dir = None if spec["run_dir"] is None else Path(spec["run_dir"])
-    _worker_main(plan, fabric, str(spec["role"]), int(spec["index"]), run_dir, int(spec["parent"]),
-                 int(spec.get("incarnation", 0)))
+    _worker_main(
+        plan,
+        fabric,
+        str(spec["role"]),
+        int(spec["index"]),
+        run_dir,
+        int(spec["parent"]),
+        int(spec.get("incarnation", 0)),
+    )
 
 
 if __name__ == "__main__":

@@ -105,10 +105,15 @@ class ActorWorker(Worker):
             self.obs.append(env.reset(seed=self.seed + slot * 10_007))
             self.parked.append(slot)
         B = self.slots[0].num_envs
-        self.reward_transforms = ([self._make_reward_transform(B) for _ in self.slots]
-                                  if self._make_reward_transform else None)
-        if self.reward_transforms is not None and self.restore_reward_stats and self.reward_stats is not None \
-                and self.reward_stats.exists():
+        self.reward_transforms = (
+            [self._make_reward_transform(B) for _ in self.slots] if self._make_reward_transform else None
+        )
+        if (
+            self.reward_transforms is not None
+            and self.restore_reward_stats
+            and self.reward_stats is not None
+            and self.reward_stats.exists()
+        ):
             self._load_reward_stats(self.reward_stats)
         self._saves.restart()
         self.ep_return = np.zeros((self.ring_size, B), np.float64)
@@ -151,7 +156,9 @@ class ActorWorker(Worker):
         try:
             atomic_save(self.reward_stats, lambda f: np.save(f, stats, allow_pickle=False))
         except OSError as exc:  # e.g. a full disk: the previous file stays; acting goes on
-            self.reporter.report("info", {"worker": self.name, "message": f"{self.reward_stats.name} not written: {exc}"})
+            self.reporter.report(
+                "info", {"worker": self.name, "message": f"{self.reward_stats.name} not written: {exc}"}
+            )
 
     def _load_reward_stats(self, path: Path) -> None:
         try:
@@ -160,8 +167,10 @@ class ActorWorker(Worker):
             raise ValueError(f"{path}: unreadable reward statistics ({exc})") from None
         assert self.reward_transforms is not None
         if stats.shape != (len(self.reward_transforms), 3):
-            raise ValueError(f"{path}: reward statistics of shape {stats.shape}, expected "
-                             f"({len(self.reward_transforms)}, 3) (was ring_size changed?)")
+            raise ValueError(
+                f"{path}: reward statistics of shape {stats.shape}, expected "
+                f"({len(self.reward_transforms)}, 3) (was ring_size changed?)"
+            )
         for rt, row in zip(self.reward_transforms, stats):
             rt.load_stats(row)
 
@@ -194,8 +203,10 @@ class ActorWorker(Worker):
         try:
             step = self.slots[slot].step(arrays["actions"][a, buf, t])
         except Exception as exc:  # name the env and where, keep its own message
-            raise RuntimeError(f"{self.env_name}: step failed at actor {self.index} slot {slot} after "
-                               f"{self.env_steps} env steps: {type(exc).__name__}: {exc}") from exc
+            raise RuntimeError(
+                f"{self.env_name}: step failed at actor {self.index} slot {slot} after "
+                f"{self.env_steps} env steps: {type(exc).__name__}: {exc}"
+            ) from exc
         self.t_env += time.perf_counter() - t0
         if not self._finite(step):
             step = self._sanitize(step, slot)
@@ -233,13 +244,14 @@ class ActorWorker(Worker):
             return False
         if self._float_obs and not math.isfinite(float(step.obs.sum())):
             return False
-        return not (self._float_obs and step.final_obs is not None
-                    and not math.isfinite(float(step.final_obs.sum())))
+        return not (self._float_obs and step.final_obs is not None and not math.isfinite(float(step.final_obs.sum())))
 
     def _sanitize(self, step: SlotStep, slot: int) -> SlotStep:
         """Fail naming the env and step, or replace non-finite values by 0 and count the env steps affected."""
-        clean = {name: np.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0) if value is not None else None
-                 for name, value in (("obs", step.obs), ("reward", step.reward), ("final_obs", step.final_obs))}
+        clean = {
+            name: np.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0) if value is not None else None
+            for name, value in (("obs", step.obs), ("reward", step.reward), ("final_obs", step.final_obs))
+        }
         bad = np.zeros(len(step.reward), bool)  # environments with a non-finite value
         changed = []
         for name, value in (("observation", step.obs), ("reward", step.reward), ("final observation", step.final_obs)):
@@ -251,8 +263,10 @@ class ActorWorker(Worker):
         if not changed:  # a finite sum overflowed: nothing to do
             return step
         if self.nonfinite == "fail":
-            raise ValueError(f"{self.env_name}: non-finite {' and '.join(changed)} at actor {self.index} slot {slot}, "
-                             f"after {self.env_steps} env steps (env.nonfinite: sanitize replaces them by 0)")
+            raise ValueError(
+                f"{self.env_name}: non-finite {' and '.join(changed)} at actor {self.index} slot {slot}, "
+                f"after {self.env_steps} env steps (env.nonfinite: sanitize replaces them by 0)"
+            )
         self.nonfinite_steps += int(bad.sum())
         return dataclasses.replace(step, obs=clean["obs"], reward=clean["reward"], final_obs=clean["final_obs"])
 
@@ -276,11 +290,20 @@ class ActorWorker(Worker):
             return
         self.reporter.report(
             "actor",
-            {"actor": self.index, "env_steps": self.env_steps, "segments": self.segments,
-             "nonfinite_steps": self.nonfinite_steps, "reposts": self.reposts,
-             "t_total": time.perf_counter() - self._t_start, "t_env": self.t_env, "t_wait": self.t_wait,
-             "t_post": self.t_post},
-            {"episode_returns": np.asarray(self._done_returns, np.float32),
-             "episode_lengths": np.asarray(self._done_lengths, np.int32)},
+            {
+                "actor": self.index,
+                "env_steps": self.env_steps,
+                "segments": self.segments,
+                "nonfinite_steps": self.nonfinite_steps,
+                "reposts": self.reposts,
+                "t_total": time.perf_counter() - self._t_start,
+                "t_env": self.t_env,
+                "t_wait": self.t_wait,
+                "t_post": self.t_post,
+            },
+            {
+                "episode_returns": np.asarray(self._done_returns, np.float32),
+                "episode_lengths": np.asarray(self._done_lengths, np.int32),
+            },
         )
         self._done_returns, self._done_lengths = [], []

@@ -23,8 +23,9 @@ from torch import Tensor
 class TorchCollective:
     """A gloo process group of ``world_size`` trainers; this process is ``rank``."""
 
-    def __init__(self, rank: int, world_size: int, init_method: str, timeout: float = 1800.0,
-                 interface: str | None = "lo") -> None:
+    def __init__(
+        self, rank: int, world_size: int, init_method: str, timeout: float = 1800.0, interface: str | None = "lo"
+    ) -> None:
         """``timeout`` bounds every collective. It is long on purpose: a trainer waits in the pre-update
         agreement until its slowest peer has a full batch. A peer that dies closes its connections, which
         fails the others at once; a hung one is the controller's to stop. ``interface``: where gloo listens
@@ -42,8 +43,9 @@ class TorchCollective:
         if self.interface is not None:  # never listen beyond this machine unless told to
             os.environ.setdefault("GLOO_SOCKET_IFNAME", self.interface)
         store_timeout = timedelta(seconds=self.timeout)
-        dist.init_process_group("gloo", init_method=self.init_method, rank=self.rank,
-                                world_size=self.world_size, timeout=store_timeout)
+        dist.init_process_group(
+            "gloo", init_method=self.init_method, rank=self.rank, world_size=self.world_size, timeout=store_timeout
+        )
         self._group = dist.group.WORLD
 
     def close(self) -> None:
@@ -69,7 +71,7 @@ class TorchCollective:
         offset = 0
         for t in tensors:
             n = t.numel()
-            t.copy_(buf[offset:offset + n].view(t.shape))
+            t.copy_(buf[offset : offset + n].view(t.shape))
             offset += n
 
     @torch.no_grad()
@@ -99,15 +101,20 @@ class TorchCollective:
         import torch.distributed as dist
 
         mean, var = mean.to(torch.float64), var.to(torch.float64)
-        packed = torch.cat([torch.tensor([float(n)], dtype=torch.float64, device=mean.device),
-                            (mean * n).reshape(-1), ((var + mean.pow(2)) * n).reshape(-1)])
+        packed = torch.cat(
+            [
+                torch.tensor([float(n)], dtype=torch.float64, device=mean.device),
+                (mean * n).reshape(-1),
+                ((var + mean.pow(2)) * n).reshape(-1),
+            ]
+        )
         dist.all_reduce(packed)
         total = int(round(packed[0].item()))
         if total == 0:
             return mean, var, 0
         k = mean.numel()
-        g_mean = (packed[1:1 + k] / total).view(mean.shape)
-        g_var = (packed[1 + k:] / total).view(mean.shape) - g_mean.pow(2)
+        g_mean = (packed[1 : 1 + k] / total).view(mean.shape)
+        g_var = (packed[1 + k :] / total).view(mean.shape) - g_mean.pow(2)
         return g_mean, g_var.clamp_(min=0.0), total
 
     def any(self, flag: bool) -> bool:

@@ -22,8 +22,14 @@ from srl.system.run_dir import RunDir
 class Controller:
     """Aggregates reports of all workers of one run."""
 
-    def __init__(self, cfg: ExperimentConfig, run_dir: RunDir | None, start_time: float,
-                 progress: TextIO | None = sys.stderr, env_steps_offset: int = 0) -> None:
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        run_dir: RunDir | None,
+        start_time: float,
+        progress: TextIO | None = sys.stderr,
+        env_steps_offset: int = 0,
+    ) -> None:
         """``env_steps_offset``: steps already trained before this process (a resumed run counts on from them)."""
         self.cfg = cfg
         self.env_steps_offset = env_steps_offset
@@ -120,10 +126,17 @@ class Controller:
         self.restarts[worker] = self.restarts.get(worker, 0) + 1
         self.restart_dropped_segments += dropped_segments
         if worker.startswith("actor"):
-            index = int(worker[len("actor"):])
+            index = int(worker[len("actor") :])
             self._actor_steps_before[index] = self._actor_steps_before.get(index, 0) + self.actor_steps.pop(index, 0)
-        self.handle("info", {"worker": worker, "message": f"restarted ({self.restarts[worker]}) after: {cause}; "
-                                                          f"{dropped_segments} unfinished segments dropped"}, {})
+        self.handle(
+            "info",
+            {
+                "worker": worker,
+                "message": f"restarted ({self.restarts[worker]}) after: {cause}; "
+                f"{dropped_segments} unfinished segments dropped",
+            },
+            {},
+        )
 
     @property
     def return_mean(self) -> float:
@@ -131,8 +144,12 @@ class Controller:
 
     def _check_solved(self) -> None:
         target = self.cfg.run.target_return
-        if (self.solved_at is None and target is not None and len(self.window) == self.window.maxlen
-                and self.return_mean >= target):
+        if (
+            self.solved_at is None
+            and target is not None
+            and len(self.window) == self.window.maxlen
+            and self.return_mean >= target
+        ):
             self.solved_at = time.time()
             self.solved_env_steps = self.env_steps
             self.solved_return_mean = self.return_mean
@@ -169,7 +186,8 @@ class Controller:
             self.progress.write(
                 f"\r[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
                 f"return {record['return_mean']:8.2f}  episodes {self.episodes:>6d}  "
-                f"version {record['policy_version']:>5d}  lag {record.get('lag_mean', 0.0):5.2f}  ")
+                f"version {record['policy_version']:>5d}  lag {record.get('lag_mean', 0.0):5.2f}  "
+            )
             self.progress.flush()
 
     def record(self) -> dict[str, Any]:
@@ -182,8 +200,9 @@ class Controller:
             "return_mean": self.return_mean,
             "policy_version": int(self.trainer.get("version", 0)),
         }
-        rec.update({k: v for k, v in self.trainer.items()
-                    if k not in ("trainer", "version") and not k.startswith("t_")})
+        rec.update(
+            {k: v for k, v in self.trainer.items() if k not in ("trainer", "version") and not k.startswith("t_")}
+        )
         rec["dropped_segments"] = self.dropped_segments  # all trainers', and those of actors that died
         rec.update(self._bytes_per_version())
         rec["nonfinite_steps"] = sum(self.actor_nonfinite.values())
@@ -217,8 +236,11 @@ class Controller:
         if not self.evals:
             return {}
         best = max(self.evals, key=lambda e: float(e["return_mean"]))
-        return {"evaluations": len(self.evals), "best_eval_return_mean": float(best["return_mean"]),
-                "best_eval_version": int(best["version"])}
+        return {
+            "evaluations": len(self.evals),
+            "best_eval_return_mean": float(best["return_mean"]),
+            "best_eval_version": int(best["version"]),
+        }
 
     def _bytes_per_version(self) -> dict[str, float]:
         """Parameter bytes published per snapshot and gradient bytes all-reduced per update (per trainer)."""
@@ -247,16 +269,19 @@ class Controller:
             "train_return_mean": self.return_mean,
             "policy_version": int(self.trainer.get("version", 0)),
             "dropped_segments": self.dropped_segments,
-            "rejected_segment_messages": sum(int(t.get("rejected_segment_messages", 0))
-                                             for t in self.trainers.values()),
+            "rejected_segment_messages": sum(
+                int(t.get("rejected_segment_messages", 0)) for t in self.trainers.values()
+            ),
             "nonfinite_steps": sum(self.actor_nonfinite.values()),
             **self._eval_summary(),
             "warnings": self.warnings[-20:],
             "restarts": dict(sorted(self.restarts.items())),
             "lag_histogram": self.lag_hist.tolist(),
             **self._bytes_per_version(),
-            "param_service": {name: {k: v for k, v in stats.items() if k != "service"}
-                              for name, stats in sorted(self.param_service.items())},
+            "param_service": {
+                name: {k: v for k, v in stats.items() if k != "service"}
+                for name, stats in sorted(self.param_service.items())
+            },
             "time_fractions": self.time_fractions(),
         }
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran

@@ -20,9 +20,16 @@ from srl.system.params import ParamSubscriber
 class EvalWorker(Worker):
     """Evaluates every ``every`` versions."""
 
-    def __init__(self, policy: Policy, params: ParamSubscriber, play: Callable[[Policy], dict[str, Any]],
-                 every: int, reporter: Reporter, save_best: Callable[[int, float], None] | None = None,
-                 wait_timeout: float = 0.05) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        params: ParamSubscriber,
+        play: Callable[[Policy], dict[str, Any]],
+        every: int,
+        reporter: Reporter,
+        save_best: Callable[[int, float], None] | None = None,
+        wait_timeout: float = 0.05,
+    ) -> None:
         self.name = "eval0"
         self.policy, self.params, self.play, self.every = policy, params, play, every
         self.reporter, self.save_best, self.wait_timeout = reporter, save_best, wait_timeout
@@ -46,6 +53,7 @@ class EvalWorker(Worker):
             self.best = mean
             if self.save_best is not None:
                 self.save_best(version, mean)
-        self.reporter.report("eval", {"version": version, "return_mean": mean,
-                                      "return_std": float(result["return_std"]), "best": best})
+        self.reporter.report(
+            "eval", {"version": version, "return_mean": mean, "return_std": float(result["return_std"]), "best": best}
+        )
         return 1

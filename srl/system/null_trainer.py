@@ -14,8 +14,16 @@ from srl.system.streams import SegmentSource
 class NullTrainerWorker(Worker):
     """Publishes one snapshot, then releases each segment as soon as it arrives and counts it."""
 
-    def __init__(self, index: int, snapshot: np.ndarray, consumer: SegmentSource, publisher: ParamPublisher,
-                 reporter: Reporter, wait_timeout: float = 0.05, report_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        index: int,
+        snapshot: np.ndarray,
+        consumer: SegmentSource,
+        publisher: ParamPublisher,
+        reporter: Reporter,
+        wait_timeout: float = 0.05,
+        report_interval: float = 0.5,
+    ) -> None:
         self.name = f"null_trainer{index}"
         self.index = index
         self.snapshot, self.consumer, self.publisher, self.reporter = snapshot, consumer, publisher, reporter

@@ -61,8 +61,15 @@ def _drain(sock: zmq.Socket, take: Any) -> None:
 class ParamServer:
     """Serves the newest snapshot of ``source`` to subscribers on ``address`` (ROUTER, bound)."""
 
-    def __init__(self, ctx: zmq.Context, source: SnapshotSource, size: int, address: str, token: str,
-                 transfer_dtype: str = "float32") -> None:
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        source: SnapshotSource,
+        size: int,
+        address: str,
+        token: str,
+        transfer_dtype: str = "float32",
+    ) -> None:
         self.source, self.size, self.token = source, size, token
         self._sock = ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -95,9 +102,11 @@ class ParamServer:
         if self.version >= 0:
             for identity in [i for i, since in self._pending.items() if since < self.version]:
                 try:
-                    self._sock.send_multipart([identity, *wire.encode(SNAPSHOT, {"params": self._wire},
-                                                                      {"version": self.version})],
-                                              flags=zmq.NOBLOCK, copy=False)
+                    self._sock.send_multipart(
+                        [identity, *wire.encode(SNAPSHOT, {"params": self._wire}, {"version": self.version})],
+                        flags=zmq.NOBLOCK,
+                        copy=False,
+                    )
                 except zmq.Again:  # this reader's queue is full: try again on the next poll
                     continue
                 except zmq.ZMQError:  # the reader has gone (EHOSTUNREACH): forget its request
@@ -135,8 +144,7 @@ class RemoteSnapshot:
     copy and a new request for anything newer goes out at once.
     """
 
-    def __init__(self, ctx: zmq.Context, address: str, size: int, token: str,
-                 transfer_dtype: str = "float32") -> None:
+    def __init__(self, ctx: zmq.Context, address: str, size: int, token: str, transfer_dtype: str = "float32") -> None:
         self.size, self.token = size, token
         self._fields = {"params": (transfer_dtype, (size,))}
         self._sock = ctx.socket(zmq.DEALER)
@@ -198,10 +206,20 @@ class ParamServiceWorker(Worker):
     A relay with no children has no server: it only keeps its node's shared buffer current.
     """
 
-    def __init__(self, name: str, source: SnapshotSource, size: int, reporter: Reporter,
-                 server_address: str | None, token: str, mirror: VersionedBuffer | None = None,
-                 transfer_dtype: str = "float32", wait_timeout: float = 0.05, report_interval: float = 1.0,
-                 ctx: zmq.Context | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        source: SnapshotSource,
+        size: int,
+        reporter: Reporter,
+        server_address: str | None,
+        token: str,
+        mirror: VersionedBuffer | None = None,
+        transfer_dtype: str = "float32",
+        wait_timeout: float = 0.05,
+        report_interval: float = 1.0,
+        ctx: zmq.Context | None = None,
+    ) -> None:
         self.name = name
         self.ctx = ctx or zmq.Context.instance()
         self.source, self.size, self.reporter, self.mirror = source, size, reporter, mirror
@@ -214,8 +232,9 @@ class ParamServiceWorker(Worker):
 
     def setup(self) -> None:
         if self.server_address is not None:
-            self.server = ParamServer(self.ctx, self.source, self.size, self.server_address, self.token,
-                                      self.transfer_dtype)
+            self.server = ParamServer(
+                self.ctx, self.source, self.size, self.server_address, self.token, self.transfer_dtype
+            )
         self._poller = zmq.Poller()
         for sock in (getattr(self.source, "socket", None), None if self.server is None else self.server.socket):
             if sock is not None:
@@ -248,8 +267,10 @@ class ParamServiceWorker(Worker):
             self.source.close()
 
     def _report(self) -> None:
-        meta: dict[str, Any] = {"service": self.name, "version": max(self.mirrored, -1 if self.server is None
-                                                                     else self.server.version)}
+        meta: dict[str, Any] = {
+            "service": self.name,
+            "version": max(self.mirrored, -1 if self.server is None else self.server.version),
+        }
         if self.server is not None:
             meta.update(sends=self.server.sends, bytes_sent=self.server.bytes_sent, rejected=self.server.rejected)
         if isinstance(self.source, RemoteSnapshot):

@@ -79,9 +79,18 @@ class PolicyWorker(Worker):
     def _report(self, force: bool = False) -> None:
         if not self._reports.due(force):
             return
-        self.reporter.report("policy", {"policy": self.index, "requests": self.requests,
-                                        "batches": self.batches, "samples": self.samples,
-                                        "superseded": self.server.superseded,
-                                        "version": self.params.current,
-                                        "t_total": time.perf_counter() - self._t_start, "t_wait": self.t_wait,
-                                        "t_forward": self.t_forward, "t_io": self.t_io})
+        self.reporter.report(
+            "policy",
+            {
+                "policy": self.index,
+                "requests": self.requests,
+                "batches": self.batches,
+                "samples": self.samples,
+                "superseded": self.server.superseded,
+                "version": self.params.current,
+                "t_total": time.perf_counter() - self._t_start,
+                "t_wait": self.t_wait,
+                "t_forward": self.t_forward,
+                "t_io": self.t_io,
+            },
+        )

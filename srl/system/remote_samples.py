@@ -46,8 +46,9 @@ def segment_bytes(fields: Mapping[str, FieldSpec]) -> int:
 class SampleSender(SampleProducer):
     """Actor side: sends each finished segment of pool row ``row`` to a trainer on another node."""
 
-    def __init__(self, pool: SegmentPool, row: int, actor: int, address: str, token: str, ctx: zmq.Context,
-                 queue: int = 1) -> None:
+    def __init__(
+        self, pool: SegmentPool, row: int, actor: int, address: str, token: str, ctx: zmq.Context, queue: int = 1
+    ) -> None:
         """``queue``: segments ZeroMQ may hold for this sender before it applies back-pressure. Kernel socket
         buffers are sized to one segment too: every segment queued on the way is one more version of lag."""
         sock = ctx.socket(zmq.PUSH)
@@ -96,8 +97,9 @@ class SampleSender(SampleProducer):
 class SampleReceiver:
     """Trainer side: a bound PULL socket; each valid message is one segment, read in place from its frames."""
 
-    def __init__(self, fields: Mapping[str, FieldSpec], address: str, token: str, ctx: zmq.Context,
-                 queue: int = 2) -> None:
+    def __init__(
+        self, fields: Mapping[str, FieldSpec], address: str, token: str, ctx: zmq.Context, queue: int = 2
+    ) -> None:
         """``address``: where to bind (``tcp://HOST:*`` picks a port; :attr:`address` is the bound endpoint)."""
         self.fields = fields
         self.token = token

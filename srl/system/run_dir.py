@@ -36,8 +36,9 @@ def _start_wandb(cfg: ExperimentConfig, path: Path) -> Any:
         raise ConfigError("run.wandb_project: Weights & Biases is not installed (pip install wandb)") from None
     # The id follows the directory, so ``srl train --resume`` continues the same W&B run.
     run_id = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
-    return wandb.init(project=cfg.run.wandb_project, name=path.name, dir=str(path), config=to_dict(cfg),
-                      resume="allow", id=run_id)
+    return wandb.init(
+        project=cfg.run.wandb_project, name=path.name, dir=str(path), config=to_dict(cfg), resume="allow", id=run_id
+    )
 
 
 class RunDir:
@@ -67,8 +68,11 @@ class RunDir:
         """Append one metrics record (JSON line) and mirror its numbers to TensorBoard."""
         clean = {k: v for k, v in record.items() if not (isinstance(v, float) and not math.isfinite(v))}
         self._metrics.write(json.dumps(clean) + "\n")
-        scalars = {k: v for k, v in clean.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                   and k != "env_steps"}
+        scalars = {
+            k: v
+            for k, v in clean.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "env_steps"
+        }
         if self._tb is not None:
             self._tb.add_scalars(scalars, step)
         if self._wandb is not None:

@@ -55,8 +55,14 @@ class SegmentPool:
     """Every actor's segment buffers, as ``arrays[name][actor, buffer, ...]`` plus ``state[actor, buffer]``,
     and the request tickets ``tickets[actor, slot]``."""
 
-    def __init__(self, layout: PoolLayout, arrays: dict[str, np.ndarray], state: np.ndarray, tickets: np.ndarray,
-                 handles: list[ShmArray] | None = None) -> None:
+    def __init__(
+        self,
+        layout: PoolLayout,
+        arrays: dict[str, np.ndarray],
+        state: np.ndarray,
+        tickets: np.ndarray,
+        handles: list[ShmArray] | None = None,
+    ) -> None:
         self.layout = layout
         self.arrays = arrays
         self.state = state
@@ -66,8 +72,12 @@ class SegmentPool:
     @classmethod
     def in_process(cls, layout: PoolLayout) -> SegmentPool:
         arrays = {n: np.zeros(layout.shape(n), f.dtype) for n, f in layout.fields.items()}
-        return cls(layout, arrays, np.zeros((layout.actors, layout.buffers), np.int32),
-                   np.zeros((layout.actors, layout.slots), np.int32))
+        return cls(
+            layout,
+            arrays,
+            np.zeros((layout.actors, layout.buffers), np.int32),
+            np.zeros((layout.actors, layout.slots), np.int32),
+        )
 
     @classmethod
     def shared(cls, layout: PoolLayout, tag: str, create: bool) -> SegmentPool:
@@ -173,8 +183,12 @@ class SampleConsumer:
         """Up to ``max_segments`` ready ``(actor, buffer)`` records; validated against the pool."""
         records = self.channel.recv(max_segments, timeout)
         layout = self.pool.layout
-        ok = ((records[:, 0] >= 0) & (records[:, 0] < layout.actors)
-              & (records[:, 1] >= 0) & (records[:, 1] < layout.buffers))
+        ok = (
+            (records[:, 0] >= 0)
+            & (records[:, 0] < layout.actors)
+            & (records[:, 1] >= 0)
+            & (records[:, 1] < layout.buffers)
+        )
         records = records[ok]
         return records[self.pool.state[records[:, 0], records[:, 1]] == READY]  # a duplicate record is ignored
 
@@ -269,10 +283,15 @@ class InferenceServer:
         """Pending ``(actor, slot, buffer, t, ticket)`` requests, at most ``max_requests``; malformed and superseded
         ones dropped."""
         records = self.requests.recv(max_requests, timeout)
-        ok = (np.isin(records[:, 0], self._served)
-              & (records[:, 1] >= 0) & (records[:, 1] < self.pool.layout.slots)
-              & (records[:, 2] >= 0) & (records[:, 2] < self.pool.layout.buffers)
-              & (records[:, 3] >= 0) & (records[:, 3] < self._T))
+        ok = (
+            np.isin(records[:, 0], self._served)
+            & (records[:, 1] >= 0)
+            & (records[:, 1] < self.pool.layout.slots)
+            & (records[:, 2] >= 0)
+            & (records[:, 2] < self.pool.layout.buffers)
+            & (records[:, 3] >= 0)
+            & (records[:, 3] < self._T)
+        )
         records = records[ok]
         current = self.pool.tickets[records[:, 0], records[:, 1]] == records[:, 4]
         if not current.all():

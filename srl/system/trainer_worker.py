@@ -85,8 +85,7 @@ class TrainerWorker(Worker):
         B = fields["actions"].shape[1]
         n = self.batch_segments * B
         self._B = B
-        self.batch = {name: np.zeros((spec.shape[0], n, *spec.shape[2:]), spec.dtype)
-                      for name, spec in fields.items()}
+        self.batch = {name: np.zeros((spec.shape[0], n, *spec.shape[2:]), spec.dtype) for name, spec in fields.items()}
         self._filled = 0
         self._lags: list[np.ndarray] = []
         self._checkpoints.restart()
@@ -167,14 +166,21 @@ class TrainerWorker(Worker):
         lags = np.concatenate(self._lags)
         self._lags, self._filled = [], 0
         meta: dict[str, Any] = {
-            "trainer": self.index, "version": self.version, "samples": self.samples,
-            "dropped_segments": self.dropped, "update_seconds": time.perf_counter() - t0,
+            "trainer": self.index,
+            "version": self.version,
+            "samples": self.samples,
+            "dropped_segments": self.dropped,
+            "update_seconds": time.perf_counter() - t0,
             # messages refused by a network sample stream (no run token, malformed); 0 within a node
             "rejected_segment_messages": int(getattr(self.consumer, "rejected", 0)),
-            "lag_mean": float(lags.mean()), "lag_max": int(lags.max()),
-            "bytes_published": self.publisher.bytes_published, "snapshots_published": self.publisher.published,
+            "lag_mean": float(lags.mean()),
+            "lag_max": int(lags.max()),
+            "bytes_published": self.publisher.bytes_published,
+            "snapshots_published": self.publisher.published,
             "updates": self.updates,
-            "t_total": time.perf_counter() - self._t_start, "t_wait": self.t_wait, "t_copy": self.t_copy,
+            "t_total": time.perf_counter() - self._t_start,
+            "t_wait": self.t_wait,
+            "t_copy": self.t_copy,
             "t_train": self.t_train,
         }
         meta.update({k: float(v) for k, v in stats.items()})
@@ -185,19 +191,24 @@ class TrainerWorker(Worker):
         assert self.checkpoint_dir is not None
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / f"ckpt_{self.version:08d}.pt"
-        state = {"format": CHECKPOINT_FORMAT, "version": self.version, "samples": self.samples,
-                 "trained_samples": self.samples * self.world, "algorithm": self.algorithm.state_dict(),
-                 **self.checkpoint_extra}
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "version": self.version,
+            "samples": self.samples,
+            "trained_samples": self.samples * self.world,
+            "algorithm": self.algorithm.state_dict(),
+            **self.checkpoint_extra,
+        }
         try:
             atomic_save(path, lambda f: self._serialize(state, f))
         except OSError as exc:
-            raise OSError(exc.errno, f"checkpoint {path.name} not written ({exc.strerror or exc}); "
-                                     f"the previous one is intact") from None
-        old = checkpoints(self.checkpoint_dir)[:-self.keep_checkpoints]
+            raise OSError(
+                exc.errno, f"checkpoint {path.name} not written ({exc.strerror or exc}); the previous one is intact"
+            ) from None
+        old = checkpoints(self.checkpoint_dir)[: -self.keep_checkpoints]
         for p in old:
             p.unlink(missing_ok=True)
         return path
-
 
     @staticmethod
     def _serialize(state: Mapping[str, Any], f: Any) -> None:
