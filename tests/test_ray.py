@@ -215,30 +215,6 @@ def test_lost_node_leaves_training_going_and_group_returns(cluster, tmp_path):
     assert steps[-1] > steps[len(steps) // 2] > 0  # training kept going through the loss
 
 
-def test_clients_of_each_server_are_the_workers_that_connect_to_it():
-    """Who must follow a server that comes back at another address (after its node was lost)."""
-    from srl.runtime.plan import make_plan
-
-    def plan(*overrides: str):
-        return make_plan(
-            load_config(
-                ROOT / "configs" / "cartpole_ppo.yaml",
-                ["runtime=ray", "ray.actor_nodes=4", "ray.actors_per_node=2", *overrides],
-            )
-        )
-
-    tree = plan("ray.policy_workers_per_node=1", "workers.trainers=2", "params.fan_out=2")
-    assert tree.clients_of("trainer0") == [("actor", a) for a in (0, 2, 4, 6)]
-    assert tree.clients_of("trainer1") == [("actor", a) for a in (1, 3, 5, 7)]
-    assert tree.clients_of("root") == [("relay", 0), ("relay", 1)]  # fan-out 2: relays 2 and 3 hang below
-    assert tree.clients_of("relay0") == [("relay", 2), ("relay", 3)]
-    assert tree.clients_of("relay1") == [] and tree.clients_of("relay3") == []
-    flat = plan("ray.policy_workers_per_node=1", "params.mode=flat", "run.eval_every_versions=5")
-    assert flat.clients_of("root") == [("policy", i) for i in range(4)] + [("eval", 0)]
-    inline = plan("ray.policy_workers_per_node=0", "params.mode=flat", "run.eval_every_versions=0")
-    assert inline.clients_of("root") == [("actor", a) for a in range(8)]
-
-
 def test_bad_ray_settings_get_one_line_and_a_non_zero_exit(tmp_path):
     cases = [
         (["ray.address=127.0.0.1:1"], "ray.address: cannot reach '127.0.0.1:1'"),

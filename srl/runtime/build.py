@@ -1,14 +1,18 @@
-"""Wiring: build any worker of an experiment from its plan and a fabric.
+"""Building: any worker of an experiment from its record in the topology, its plan and a fabric.
 
-Every runtime uses this one function, so the workers are the same objects
-whatever their placement. Actor ``a`` is served by a policy worker of its own
-node group (``a % policy_workers`` on one machine; see ``Plan.policy_of``), or
-runs the policy itself when there are none, and feeds trainer ``a % trainers``.
+Every runtime uses :func:`build_worker`, so the workers are the same objects
+whatever their placement. Each role's declaration (``runtime/topology.py``)
+names its builder here; a builder reads whom its worker serves and connects
+to from the worker's record (the wiring itself is decided once, in the
+topology) and asks the fabric for those endpoints.
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 import zmq
@@ -20,83 +24,105 @@ from srl.base.fileio import atomic_save
 from srl.envs.slots import make_slot
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan
+from srl.runtime.topology import EVAL, Role, Stream, WorkerSpec
 from srl.system.actor_worker import ActorWorker
 from srl.system.collective import TorchCollective
+from srl.system.eval_worker import EvalWorker
 from srl.system.null_trainer import NullTrainerWorker
-from srl.system.param_service import ParamServiceWorker, RemoteSnapshot, relay_parent
+from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
 from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
 from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
-from srl.system.eval_worker import EvalWorker
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
 
-ROLES = ("trainer", "policy", "actor", "param_root", "relay", "eval")
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a builder is handed: the worker's record and where it runs."""
+
+    plan: Plan
+    fabric: Fabric
+    worker: WorkerSpec
+    run_dir: Path | None
+    wait_timeout: float
+    """Bound on waits on streams (0 when workers share one thread)."""
+    report_interval: float
+    """Actors report every this many seconds (0: every poll, which makes stopping at a step budget exact)."""
+    incarnation: int = 0
+    """How many times this worker was started before: a restarted actor draws fresh environment seeds."""
+    min_version: int = 0
+    """A restarted trainer publishes at least this version (above every version readers already hold)."""
 
 
-def worker_roles(plan: Plan) -> list[tuple[str, int]]:
-    """Every worker of the run, in start order (trainers publish the first snapshot)."""
-    w, p = plan.cfg.workers, plan.cfg.params
-    has_root = p.mode == "flat" or plan.relay_groups > 0
-    return (
-        [("trainer", i) for i in range(w.trainers)]
-        + ([("param_root", 0)] if has_root else [])
-        + [("relay", g) for g in range(plan.relay_groups)]
-        + [("policy", i) for i in range(w.policy_workers)]
-        + [("actor", i) for i in range(w.actors)]
-        + ([("eval", 0)] if plan.cfg.run.eval_every_versions > 0 else [])
-    )
+Builder = Callable[[BuildContext], Worker]
 
 
-def _param_source(plan: Plan, fabric: Fabric, role: str, index: int) -> SnapshotSource:
+def _param_source(plan: Plan, fabric: Fabric, role: Role, index: int) -> SnapshotSource:
     """Where reader ``role``/``index`` (a policy worker, the eval worker, or an actor inferring inline) loads
-    snapshots from: its node group's buffer, or the root server itself in flat mode."""
+    snapshots from, as its record says: the root server itself in flat mode, or a node-local buffer."""
     p = plan.cfg.params
-    if p.mode == "flat":
+    source = plan.topology.get(role, index)
+    server = source.connection(Stream.PARAMS)
+    if server is not None:
         return RemoteSnapshot(
-            zmq.Context.instance(), fabric.param_address("root"), plan.param_size, fabric.token(), p.transfer_dtype
+            zmq.Context.instance(), fabric.param_address(server), plan.param_size, fabric.token(), p.transfer_dtype
         )
-    return fabric.params(plan.param_group(role, index))
+    buffer = source.connection(Stream.SNAPSHOTS)
+    assert buffer is not None, f"{source.name} reads no snapshots"
+    return fabric.params(buffer.index)
 
 
-def _param_service(plan: Plan, fabric: Fabric, role: str, index: int, wait_timeout: float) -> Worker:
-    """The root server (serving the trainer's buffer) or relay ``index`` (mirroring into its group's buffer)."""
+def build_param_root(ctx: BuildContext) -> Worker:
+    """The root server: serves the lead trainer's buffer to relays (or, in flat mode, to every reader)."""
+    plan, fabric, wait_timeout = ctx.plan, ctx.fabric, ctx.wait_timeout
     p = plan.cfg.params
-    ctx = zmq.Context.instance()
-    if role == "param_root":
-        return ParamServiceWorker(
-            "param_root",
-            fabric.params(),
-            plan.param_size,
-            fabric.reporter(),
-            fabric.param_address("root"),
-            fabric.token(),
-            transfer_dtype=p.transfer_dtype,
-            wait_timeout=wait_timeout,
-            ctx=ctx,
-        )
-    upstream = RemoteSnapshot(
-        ctx, fabric.param_address(relay_parent(index, p.fan_out)), plan.param_size, fabric.token(), p.transfer_dtype
-    )
-    has_children = any(relay_parent(g, p.fan_out) == f"relay{index}" for g in range(plan.relay_groups))
+    zctx = zmq.Context.instance()
+    serves = ctx.worker.service(Stream.PARAMS)
+    assert serves is not None
     return ParamServiceWorker(
-        f"relay{index}",
+        ctx.worker.role.name,
+        fabric.params(),
+        plan.param_size,
+        fabric.reporter(),
+        fabric.param_address(serves),
+        fabric.token(),
+        transfer_dtype=p.transfer_dtype,
+        wait_timeout=wait_timeout,
+        ctx=zctx,
+    )
+
+
+def build_relay(ctx: BuildContext) -> Worker:
+    """Relay ``g``: mirrors its upstream into its group's buffer, and serves the relays below it (if any)."""
+    plan, fabric, wait_timeout, index = ctx.plan, ctx.fabric, ctx.wait_timeout, ctx.worker.index
+    p = plan.cfg.params
+    zctx = zmq.Context.instance()
+    upstream_at = ctx.worker.connection(Stream.PARAMS)
+    assert upstream_at is not None
+    upstream = RemoteSnapshot(
+        zctx, fabric.param_address(upstream_at), plan.param_size, fabric.token(), p.transfer_dtype
+    )
+    serves = ctx.worker.service(Stream.PARAMS)
+    return ParamServiceWorker(
+        ctx.worker.name,
         upstream,
         plan.param_size,
         fabric.reporter(),
-        fabric.param_address(f"relay{index}") if has_children else None,
+        fabric.param_address(serves) if serves is not None else None,
         fabric.token(),
         mirror=fabric.params(index),
         transfer_dtype=p.transfer_dtype,
         wait_timeout=wait_timeout,
-        ctx=ctx,
+        ctx=zctx,
     )
 
 
-def _eval_worker(plan: Plan, fabric: Fabric, run_dir: Path | None, wait_timeout: float) -> Worker:
-    """The eval worker reads snapshots like policy worker 0 and saves its best policy next to the checkpoints."""
+def build_eval(ctx: BuildContext) -> Worker:
+    """The eval worker reads snapshots like a policy worker and saves its best policy next to the checkpoints."""
     from srl.runtime.evaluate import eval_seed, play
 
+    plan, fabric, run_dir, wait_timeout = ctx.plan, ctx.fabric, ctx.run_dir, ctx.wait_timeout
     cfg = plan.cfg
     policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
 
@@ -117,7 +143,7 @@ def _eval_worker(plan: Plan, fabric: Fabric, run_dir: Path | None, wait_timeout:
 
     return EvalWorker(
         policy,
-        ParamSubscriber(_param_source(plan, fabric, "eval", 0), policy),
+        ParamSubscriber(_param_source(plan, fabric, EVAL, 0), policy),
         lambda p: play(cfg, p, cfg.run.eval_episodes, eval_seed(cfg)),
         cfg.run.eval_every_versions,
         fabric.reporter(),
@@ -126,30 +152,40 @@ def _eval_worker(plan: Plan, fabric: Fabric, run_dir: Path | None, wait_timeout:
     )
 
 
-def worker_seed(plan: Plan, role: str, index: int) -> int:
+def worker_seed(plan: Plan, role: Role, index: int) -> int:
     """Distinct per worker; a resumed run draws new streams (its environments do not replay the first episodes)."""
-    return plan.cfg.seed * 1_000_003 + ROLES.index(role) * 10_007 + index * 101 + plan.start_version * 7_919
+    return plan.cfg.seed * 1_000_003 + role.seed_salt * 10_007 + index * 101 + plan.start_version * 7_919
 
 
 def build_worker(
     plan: Plan,
     fabric: Fabric,
-    role: str,
-    index: int,
+    worker: WorkerSpec,
     run_dir: Path | None,
     wait_timeout: float,
     report_interval: float,
     incarnation: int = 0,
+    min_version: int = 0,
 ) -> Worker:
-    """Build worker ``role``/``index``. With ``plan.null_trainer`` the trainer discards every segment.
+    """Build ``worker`` with its role's builder (see :class:`BuildContext` for the other arguments)."""
+    torch.manual_seed(worker_seed(plan, worker.role, worker.index))
+    ctx = BuildContext(plan, fabric, worker, run_dir, wait_timeout, report_interval, incarnation, min_version)
+    return _builder(worker.role)(ctx)
 
-    ``wait_timeout`` bounds waits on streams (0 when workers share one thread); actors report every
-    ``report_interval`` seconds (0: every poll, which makes stopping at a step budget exact).
-    ``incarnation`` counts restarts of this worker: a restarted actor draws fresh environment seeds.
-    """
+
+def _builder(role: Role) -> Builder:
+    """The function a role's declaration names (``module:attr``)."""
+    module, _, attr = role.builder.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def build_trainer(ctx: BuildContext) -> Worker:
+    """Trainer ``i`` (with ``plan.null_trainer``, one that discards every segment). Restarted, it continues from
+    the checkpoint in ``plan.resume`` and publishes above ``ctx.min_version``."""
+    plan, fabric, run_dir, wait_timeout = ctx.plan, ctx.fabric, ctx.run_dir, ctx.wait_timeout
+    index, incarnation = ctx.worker.index, ctx.incarnation
     cfg = plan.cfg
-    torch.manual_seed(worker_seed(plan, role, index))
-    if role == "trainer" and plan.null_trainer:
+    if plan.null_trainer:
         snapshot = make_acting_policy(plan.obs_space, plan.action_space, cfg).flat_state()
         return NullTrainerWorker(
             index,
@@ -159,93 +195,103 @@ def build_worker(
             fabric.reporter(),
             wait_timeout=wait_timeout,
         )
-    if role == "trainer":
-        collective = None
-        if cfg.workers.trainers > 1:
-            collective = TorchCollective(
-                index, cfg.workers.trainers, fabric.dist_init_method(incarnation), interface=fabric.dist_interface()
-            )
-        algo = PPO(
-            plan.obs_space,
-            plan.action_space,
-            cfg.model,
-            cfg.ppo,
-            seed=cfg.seed,
-            collective=collective,
-            device=cfg.workers.trainer_device,
+    collective = None
+    if cfg.workers.trainers > 1:
+        collective = TorchCollective(
+            index, cfg.workers.trainers, fabric.dist_init_method(incarnation), interface=fabric.dist_interface()
         )
-        trainer = TrainerWorker(
-            index,
-            algo,
-            fabric.sample_consumer(index),
-            ParamPublisher(fabric.params()),
-            fabric.reporter(),
-            batch_segments=cfg.ppo.batch_segments,
-            max_policy_lag=cfg.ppo.max_policy_lag,
-            total_env_steps=cfg.run.total_env_steps,
-            checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
-            checkpoint_interval=cfg.run.checkpoint_interval_seconds,
-            keep_checkpoints=cfg.run.keep_checkpoints,
-            checkpoint_extra={"config": to_dict(cfg)},
-            wait_timeout=wait_timeout,
-            collective=collective,
-        )
-        if plan.resume is not None:  # every trainer starts from the lead trainer's checkpoint
-            trainer.restore(load_checkpoint(Path(plan.resume)))
-        return trainer
-    if role == "eval":
-        return _eval_worker(plan, fabric, run_dir, wait_timeout)
-    if role in ("param_root", "relay"):
-        return _param_service(plan, fabric, role, index, wait_timeout)
-    if role == "policy":
+    algo = PPO(
+        plan.obs_space,
+        plan.action_space,
+        cfg.model,
+        cfg.ppo,
+        seed=cfg.seed,
+        collective=collective,
+        device=cfg.workers.trainer_device,
+    )
+    trainer = TrainerWorker(
+        index,
+        algo,
+        fabric.sample_consumer(index),
+        ParamPublisher(fabric.params()),
+        fabric.reporter(),
+        batch_segments=cfg.ppo.batch_segments,
+        max_policy_lag=cfg.ppo.max_policy_lag,
+        total_env_steps=cfg.run.total_env_steps,
+        checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
+        checkpoint_interval=cfg.run.checkpoint_interval_seconds,
+        keep_checkpoints=cfg.run.keep_checkpoints,
+        checkpoint_extra={"config": to_dict(cfg)},
+        wait_timeout=wait_timeout,
+        collective=collective,
+    )
+    if plan.resume is not None:  # every trainer starts from the lead trainer's checkpoint
+        trainer.restore(load_checkpoint(Path(plan.resume)))
+    trainer.version = max(trainer.version, ctx.min_version)  # restarted: above every version readers hold
+    return trainer
+
+
+def build_policy(ctx: BuildContext) -> Worker:
+    """Policy worker ``p``: answers the requests of the actors that connect to it."""
+    plan, fabric, wait_timeout, index, role = ctx.plan, ctx.fabric, ctx.wait_timeout, ctx.worker.index, ctx.worker.role
+    cfg = plan.cfg
+    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    serves = ctx.worker.service(Stream.INFERENCE)
+    assert serves is not None
+    rows = [plan.actor_row(a.index) for a in plan.topology.clients_of(serves)]
+    replies = {row: fabric.replies(row) for row in rows}
+    return PolicyWorker(
+        index,
+        policy,
+        InferenceServer(fabric.pool(), fabric.requests(serves.index), replies),
+        ParamSubscriber(_param_source(plan, fabric, role, index), policy, cfg.workers.param_version_stride),
+        fabric.reporter(),
+        max_batch=cfg.workers.max_inference_batch,
+        pull_interval=cfg.workers.param_pull_interval,
+        wait_timeout=wait_timeout,
+    )
+
+
+def build_actor(ctx: BuildContext) -> Worker:
+    """Actor ``a``: asks its policy worker for actions (or runs the policy itself) and feeds its trainer."""
+    plan, fabric, run_dir, wait_timeout = ctx.plan, ctx.fabric, ctx.run_dir, ctx.wait_timeout
+    index, role, incarnation, report_interval = ctx.worker.index, ctx.worker.role, ctx.incarnation, ctx.report_interval
+    cfg = plan.cfg
+    w = cfg.workers
+    pool, row = fabric.pool(), plan.actor_row(index)
+    if w.policy_workers == 0:
         policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
-        rows = [plan.actor_row(a) for a in plan.served_actors(index)]
-        replies = {row: fabric.replies(row) for row in rows}
-        return PolicyWorker(
-            index,
-            policy,
-            InferenceServer(fabric.pool(), fabric.requests(index), replies),
-            ParamSubscriber(_param_source(plan, fabric, role, index), policy, cfg.workers.param_version_stride),
-            fabric.reporter(),
-            max_batch=cfg.workers.max_inference_batch,
-            pull_interval=cfg.workers.param_pull_interval,
-            wait_timeout=wait_timeout,
-        )
-    if role == "actor":
-        w = cfg.workers
-        pool, row = fabric.pool(), plan.actor_row(index)
-        if w.policy_workers == 0:
-            policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
-            inference = InlineInference(
-                row,
-                pool,
-                policy,
-                ParamSubscriber(_param_source(plan, fabric, role, index), policy, w.param_version_stride),
-            )
-        else:
-            inference = InferenceClient(row, pool, fabric.requests(plan.policy_of(index)), fabric.replies(row))
-        env = cfg.env
-        rewards = None
-        if env.normalize_reward or env.reward_clip is not None:
-            rewards = lambda n: RewardTransform(n, cfg.ppo.gamma, env.normalize_reward, env.reward_clip)  # noqa: E731
-        return ActorWorker(
-            index,
-            lambda slot: make_slot(env, w.envs_per_slot),
-            w.ring_size,
+        inference = InlineInference(
+            row,
             pool,
-            inference,
-            fabric.sample_producer(index),
-            fabric.reporter(),
-            seed=worker_seed(plan, role, index) + incarnation * 104_729,
-            make_reward_transform=rewards,
-            wait_timeout=wait_timeout,
-            report_interval=report_interval,
-            nonfinite=env.nonfinite,
-            env_name=f"env {env.id}",
-            request_timeout=w.request_timeout_seconds,
-            reward_stats=None if run_dir is None else run_dir / "checkpoints" / f"rewards_actor{index}.npy",
-            restore_reward_stats=plan.resume is not None or incarnation > 0,
-            save_interval=cfg.run.checkpoint_interval_seconds,
-            row=row,
+            policy,
+            ParamSubscriber(_param_source(plan, fabric, role, index), policy, w.param_version_stride),
         )
-    raise ValueError(f"unknown worker role {role!r}")
+    else:
+        server = ctx.worker.connection(Stream.INFERENCE)
+        assert server is not None and server.index is not None
+        inference = InferenceClient(row, pool, fabric.requests(server.index), fabric.replies(row))
+    env = cfg.env
+    rewards = None
+    if env.normalize_reward or env.reward_clip is not None:
+        rewards = lambda n: RewardTransform(n, cfg.ppo.gamma, env.normalize_reward, env.reward_clip)  # noqa: E731
+    return ActorWorker(
+        index,
+        lambda slot: make_slot(env, w.envs_per_slot),
+        w.ring_size,
+        pool,
+        inference,
+        fabric.sample_producer(index),
+        fabric.reporter(),
+        seed=worker_seed(plan, role, index) + incarnation * 104_729,
+        make_reward_transform=rewards,
+        wait_timeout=wait_timeout,
+        report_interval=report_interval,
+        nonfinite=env.nonfinite,
+        env_name=f"env {env.id}",
+        request_timeout=w.request_timeout_seconds,
+        reward_stats=None if run_dir is None else run_dir / "checkpoints" / f"rewards_actor{index}.npy",
+        restore_reward_stats=plan.resume is not None or incarnation > 0,
+        save_interval=cfg.run.checkpoint_interval_seconds,
+        row=row,
+    )

@@ -5,7 +5,9 @@ the segment pool, inference request/reply channels, sample channels, the
 parameter buffer, the stop flag and the control channel. The inline fabric
 keeps them in this process; the shared fabric puts them in node-local shared
 memory and named pipes, created by the controller and opened by name in each
-worker process (so the same code serves fork, spawn or a Ray actor).
+worker process (so the same code serves fork, spawn or a Ray actor). Which
+channels and buffers exist, and which trainer an actor feeds, comes from the
+run's topology.
 """
 
 from __future__ import annotations
@@ -23,8 +25,18 @@ from srl.base.channel import Channel, FifoChannel, InProcChannel, make_pipe_dir
 from srl.base.seqlock import VersionedBuffer
 from srl.base.shm import ShmArray, new_tag
 from srl.runtime.plan import Plan
+from srl.runtime.topology import ACTOR, Endpoint, Stream, WorkerSpec
 from srl.system.control import DirectReporter, Handler, ZmqReporter
-from srl.system.streams import SampleConsumer, SampleProducer, SegmentPool, SegmentSink, SegmentSource
+from srl.system.streams import (
+    FILLING,
+    FREE,
+    READY,
+    SampleConsumer,
+    SampleProducer,
+    SegmentPool,
+    SegmentSink,
+    SegmentSource,
+)
 
 REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH = 5, 2, 2
 
@@ -52,8 +64,8 @@ class Fabric(ABC):
         """The lead trainer's snapshot buffer (``None``), or node group ``group``'s buffer fed by its relay."""
 
     @abstractmethod
-    def param_address(self, server: str) -> str:
-        """Where parameter server ``server`` (``root`` or ``relay<g>``) listens."""
+    def param_address(self, server: Endpoint) -> str:
+        """Where parameter server ``server`` (the root or relay ``g``) listens."""
 
     @abstractmethod
     def token(self) -> str:
@@ -77,10 +89,14 @@ class Fabric(ABC):
         """A one-element int32 array; non-zero asks every worker to finish."""
 
     def sample_producer(self, actor: int) -> SegmentSink:
-        """Actor ``actor``'s end of the sample stream (to trainer ``actor % trainers``)."""
-        return SampleProducer(
-            self.pool(), self.plan.actor_row(actor), self.samples(actor % self.plan.cfg.workers.trainers)
-        )
+        """Actor ``actor``'s end of the sample stream (to the trainer its record connects it to)."""
+        return SampleProducer(self.pool(), self.plan.actor_row(actor), self.samples(self.trainer_of(actor)))
+
+    def trainer_of(self, actor: int) -> int:
+        """The trainer actor ``actor`` feeds."""
+        samples = self.plan.topology.get(ACTOR, actor).connection(Stream.SAMPLES)
+        assert samples is not None and samples.index is not None
+        return samples.index
 
     def sample_consumer(self, trainer: int) -> SegmentSource:
         """Trainer ``trainer``'s end of the sample stream."""
@@ -92,11 +108,11 @@ class InlineFabric(Fabric):
 
     def __init__(self, plan: Plan, handler: Handler) -> None:
         super().__init__(plan)
-        w = plan.cfg.workers
+        topology = plan.topology
         self._pool = SegmentPool.in_process(plan.layout)
-        self._requests = [InProcChannel(REQUEST_WIDTH) for _ in range(max(1, w.policy_workers))]
-        self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(w.actors)]
-        self._samples = [InProcChannel(SAMPLE_WIDTH) for _ in range(w.trainers)]
+        self._requests = {e.index: InProcChannel(REQUEST_WIDTH) for e in topology.endpoints(Stream.INFERENCE)}
+        self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(plan.layout.actors)]
+        self._samples = {e.index: InProcChannel(SAMPLE_WIDTH) for e in topology.endpoints(Stream.SAMPLES)}
         self._params = VersionedBuffer.in_process(plan.param_size, np.float32)
         self._reporter = DirectReporter(handler)
         self._stop = np.zeros(1, np.int32)
@@ -118,7 +134,7 @@ class InlineFabric(Fabric):
             raise ValueError("the inline runtime has one parameter buffer")
         return self._params
 
-    def param_address(self, server: str) -> str:
+    def param_address(self, server: Endpoint) -> str:
         raise ValueError("the inline runtime has no parameter servers")
 
     def token(self) -> str:
@@ -153,29 +169,38 @@ class SharedFabric(Fabric):
     # ------------------------------------------------------------------ owner
     def create(self) -> None:
         """Create every segment and pipe (controller process)."""
-        w = self.plan.cfg.workers
+        topology = self.plan.topology
         try:
             self._opened["pool"] = SegmentPool.shared(self.plan.layout, self.tag, create=True)
-            self._opened["params"] = VersionedBuffer.create_shared(
-                f"{self.tag}_params", self.plan.param_size, np.float32
-            )
-            for g in range(self.plan.relay_groups):
-                self._opened[f"params{g}"] = VersionedBuffer.create_shared(
-                    f"{self.tag}_params{g}", self.plan.param_size, np.float32
+            for buffer in topology.endpoints(Stream.SNAPSHOTS):  # the lead trainer's, and each relay's mirror
+                self._opened[buffer.name] = VersionedBuffer.create_shared(
+                    f"{self.tag}_{buffer.name}", self.plan.param_size, np.float32
                 )
             token = self.dir / "token"
             token.touch(mode=0o600)
             token.write_text(secrets.token_hex(16))
             self._opened["stop"] = ShmArray.create(f"{self.tag}_stop", (1,), "int32")
-            for p in range(max(1, w.policy_workers)):
-                self._opened[f"req{p}"] = FifoChannel.create(str(self.dir / f"req{p}"), REQUEST_WIDTH)
-            for a in range(w.actors):
-                self._opened[f"rep{a}"] = FifoChannel.create(str(self.dir / f"rep{a}"), REPLY_WIDTH)
-            for t in range(w.trainers):
-                self._opened[f"smp{t}"] = FifoChannel.create(str(self.dir / f"smp{t}"), SAMPLE_WIDTH)
+            for e in topology.endpoints(Stream.INFERENCE):
+                self._opened[f"req{e.index}"] = FifoChannel.create(str(self.dir / f"req{e.index}"), REQUEST_WIDTH)
+            for row in range(self.plan.layout.actors):
+                self._opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
+            for e in topology.endpoints(Stream.SAMPLES):
+                self._opened[f"smp{e.index}"] = FifoChannel.create(str(self.dir / f"smp{e.index}"), SAMPLE_WIDTH)
         except BaseException:
             self.destroy()
             raise
+
+    def free_buffers(self, worker: WorkerSpec) -> int:
+        """Before restarting dead ``worker`` (controller): free the pool buffers it held; how many segments that
+        drops. An actor held those it was filling; a trainer, those handed to it (their records went down its
+        pipe, and what it had read of them died with it). A record still in the pipe for a freed buffer is
+        ignored on receipt (the buffer is no longer READY)."""
+        state = self.pool().state
+        if worker.role is ACTOR:
+            return _free(state[self.plan.actor_row(worker.index)], FILLING)
+        samples = worker.service(Stream.SAMPLES)
+        clients = self.plan.topology.clients_of(samples) if samples is not None else ()
+        return sum(_free(state[self.plan.actor_row(a.index)], READY) for a in clients)
 
     def destroy(self) -> None:
         """Close and remove everything this run created; safe to call twice."""
@@ -222,13 +247,13 @@ class SharedFabric(Fabric):
         return self._get(f"smp{trainer}", lambda: FifoChannel.open(str(self.dir / f"smp{trainer}"), SAMPLE_WIDTH))
 
     def params(self, group: int | None = None) -> VersionedBuffer:
-        key = "params" if group is None else f"params{group}"
+        key = Endpoint(Stream.SNAPSHOTS, group).name
         return self._get(
             key, lambda: VersionedBuffer.attach_shared(f"{self.tag}_{key}", self.plan.param_size, np.float32)
         )
 
-    def param_address(self, server: str) -> str:
-        return f"ipc://{self.dir}/param_{server}"
+    def param_address(self, server: Endpoint) -> str:
+        return f"ipc://{self.dir}/param_{server.name}"
 
     def token(self) -> str:
         if self._token is None:  # written by create(), in the run's private (0700) directory
@@ -239,7 +264,14 @@ class SharedFabric(Fabric):
         return self._get("reporter", lambda: ZmqReporter(self.control_address))
 
     def dist_init_method(self, epoch: int = 0) -> str:
-        return f"file://{self.dir}/trainers.store"  # inside the run's private directory, removed with it
+        return f"file://{self.dir}/trainers{epoch}.store"  # inside the run's private directory, removed with it
 
     def stop_flag(self) -> np.ndarray:
         return self._get("stop", lambda: ShmArray.attach(f"{self.tag}_stop", (1,), "int32")).array
+
+
+def _free(row_state: np.ndarray, state: int) -> int:
+    """Mark the buffers of one pool row that are in ``state`` FREE; how many there were."""
+    held = row_state == state
+    row_state[held] = FREE
+    return int(held.sum())

@@ -11,7 +11,7 @@ from types import FrameType
 import numpy as np
 import torch
 
-from srl.runtime.build import build_worker, worker_roles
+from srl.runtime.build import build_worker
 from srl.runtime.fabric import InlineFabric
 from srl.runtime.plan import Plan
 from srl.system.controller import Controller
@@ -37,9 +37,9 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.n
     if previous is not None:
         signal.signal(signal.SIGTERM, on_term)
     try:
-        for role, index in worker_roles(plan):
-            current = f"{role}{index}"
-            worker = build_worker(plan, fabric, role, index, run_dir, wait_timeout=0.0, report_interval=0.0)
+        for spec in plan.topology.workers:
+            current = spec.name
+            worker = build_worker(plan, fabric, spec, run_dir, wait_timeout=0.0, report_interval=0.0)
             worker.should_stop = lambda: controller.should_stop() is not None
             worker.setup()
             workers.append(worker)

@@ -1,15 +1,17 @@
 """The local runtime: one process per worker on this machine, joined by shared memory.
 
 The calling process is the controller: it creates the fabric, starts the
-workers (``fork`` on Linux, so torch is imported once; ``spawn`` elsewhere),
-reads their reports, watches their exit codes, and stops them all through a
-shared stop flag. Every exit path (normal end, Ctrl-C, SIGTERM, a worker
+workers (``fork`` on Linux, so torch is imported once; ``exec`` elsewhere),
+reads their reports, and stops them all through a shared stop flag. The
+supervisor (``runtime/supervisor.py``, the same as under Ray) watches them
+through :class:`LocalPlacement` and restarts what died. Every exit path (normal end, Ctrl-C, SIGTERM, a worker
 crash, an exception here) joins or kills the children and removes every
 shared-memory segment and pipe of the run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import multiprocessing as mp
@@ -21,19 +23,20 @@ import time
 import traceback
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import numpy as np
 import torch
 
 from srl.api.config import to_dict
 from srl.base.fileio import atomic_write_text
-from srl.runtime.build import build_worker, worker_roles
+from srl.runtime.build import build_worker
 from srl.runtime.fabric import SharedFabric
 from srl.runtime.plan import Plan
+from srl.runtime.supervisor import Launch, Supervisor
+from srl.runtime.topology import Endpoint, Stream, WorkerSpec
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller
-from srl.system.streams import FILLING, FREE
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,13 @@ def _set_parent_death_signal() -> None:
 
 
 def _worker_main(
-    plan: Plan, fabric: SharedFabric, role: str, index: int, run_dir: Path | None, parent: int, incarnation: int = 0
+    plan: Plan,
+    fabric: SharedFabric,
+    worker: WorkerSpec,
+    run_dir: Path | None,
+    parent: int,
+    incarnation: int = 0,
+    min_version: int = 0,
 ) -> None:
     """Entry point of a worker process (forked, or exec'd through :mod:`srl.runtime.worker_main`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the controller decides
@@ -72,15 +81,22 @@ def _worker_main(
     reporter = fabric.reporter()
     code = 0
     try:
-        worker = build_worker(
-            plan, fabric, role, index, run_dir, wait_timeout=0.05, report_interval=0.1, incarnation=incarnation
+        built = build_worker(
+            plan,
+            fabric,
+            worker,
+            run_dir,
+            wait_timeout=0.05,
+            report_interval=0.1,
+            incarnation=incarnation,
+            min_version=min_version,
         )
         # os.getppid() covers platforms without a parent-death signal and a controller that died before prctl.
-        worker.run(lambda: bool(stop[0]) or stopping["now"] or os.getppid() != parent)
+        built.run(lambda: bool(stop[0]) or stopping["now"] or os.getppid() != parent)
     except Exception as exc:  # report any worker failure in one line, then exit non-zero
-        log.debug("worker %s%d failed:\n%s", role, index, traceback.format_exc())
+        log.debug("worker %s failed:\n%s", worker.name, traceback.format_exc())
         message = f"{type(exc).__name__}: {exc}"
-        reporter.report("error", {"worker": f"{role}{index}", "message": message[:2000]})
+        reporter.report("error", {"worker": worker.name, "message": message[:2000]})
         code = 1
     finally:
         fabric.close_worker_side()
@@ -99,7 +115,7 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
         method = "fork" if sys.platform.startswith("linux") else "exec"
     fabric = SharedFabric(plan)
     receiver: ControlReceiver | None = None
-    procs: list[WorkerProcess] = []
+    placement = LocalPlacement(plan, fabric, run_dir, method)
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -112,37 +128,12 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
         receiver = ControlReceiver(fabric.control_address, controller.handle)
         for sig in previous:
             signal.signal(sig, on_signal)
-        for role, index in worker_roles(plan):
-            procs.append(_start(method, plan, fabric, role, index, run_dir))
-        _write_workers(run_dir, procs)
-        roles = worker_roles(plan)
-        max_restarts = plan.cfg.workers.max_restarts
-        controller.supervised_roles = frozenset({"actor", "policy"} if max_restarts > 0 else ())
-        while controller.should_stop() is None:
-            receiver.drain(0.05)
-            controller.tick()
-            for i, proc in enumerate(procs):
-                if proc.exitcode is None:
-                    continue
-                receiver.drain(0.2)  # its error report, if it sent one, names the cause
-                role, index = roles[i]
-                name = f"{role}{index}"
-                cause = controller.worker_errors.pop(name, None) or f"exited with code {proc.exitcode}"
-                if role not in controller.supervised_roles:
-                    controller.fail(f"{proc.name} exited with code {proc.exitcode}")
-                elif controller.restarts.get(name, 0) >= max_restarts:
-                    controller.fail(f"{name}: {cause} (after {max_restarts} restarts)")
-                elif controller.should_stop() is None:
-                    controller.note_restart(name, cause, _recover(fabric, role, index))
-                    procs[i] = _start(method, plan, fabric, role, index, run_dir, controller.restarts[name])
-                    _write_workers(run_dir, procs)
-        snapshot = _stop_workers(fabric, procs, receiver)
-        return snapshot
+        supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
+        supervisor.start()
+        supervisor.run()
+        return _stop_workers(fabric, list(placement.procs.values()), receiver)
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1.0)
+        placement.kill_all()
         if receiver is not None:
             receiver.close()
         fabric.destroy()
@@ -150,50 +141,88 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.nd
             signal.signal(sig, handler)
 
 
-def _write_workers(run_dir: Path | None, procs: list[WorkerProcess]) -> None:
-    """``workers.json``: which process is which worker, for operators (and fault-injection tests)."""
-    if run_dir is not None:
-        atomic_write_text(
-            run_dir / "workers.json", json.dumps({p.name.removeprefix("srl-"): p.pid for p in procs}, indent=1) + "\n"
-        )
+class LocalPlacement:
+    """Worker processes on this machine (the :class:`~srl.runtime.supervisor.Placement` of the local runtime)."""
+
+    def __init__(self, plan: Plan, fabric: SharedFabric, run_dir: Path | None, method: str) -> None:
+        self.plan, self.fabric, self.run_dir, self.method = plan, fabric, run_dir, method
+        self.procs: dict[str, WorkerProcess] = {}
+
+    def start(self, launches: Sequence[Launch]) -> list[WorkerSpec]:
+        for launch in launches:
+            self.procs[launch.worker.name] = _start(self.method, self.plan, self.fabric, launch, self.run_dir)
+        self._write_workers()
+        return [launch.worker for launch in launches]
+
+    def started(self) -> list[WorkerSpec]:
+        return []  # every start happens at once
+
+    def alive(self, worker: WorkerSpec) -> bool:
+        return self.procs[worker.name].exitcode is None
+
+    def exit_cause(self, worker: WorkerSpec) -> str:
+        return f"exited with code {self.procs[worker.name].exitcode}"
+
+    def kill(self, worker: WorkerSpec) -> None:
+        proc = self.procs.get(worker.name)
+        if proc is not None and proc.is_alive():
+            proc.kill()
+            proc.join(5.0)
+
+    def address(self, endpoint: Endpoint) -> str | None:
+        """Fixed for the whole run: a server on this machine binds the same name when it starts again."""
+        if endpoint.stream is Stream.PARAMS:
+            return self.fabric.param_address(endpoint)
+        return str(self.fabric.dir / f"smp{endpoint.index}")
+
+    def free_buffers(self, worker: WorkerSpec) -> int:
+        return self.fabric.free_buffers(worker)
+
+    def published_version(self) -> int:
+        return self.fabric.params().version()
+
+    def kill_all(self) -> None:
+        """Every exit path: no worker process outlives the run."""
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+
+    def _write_workers(self) -> None:
+        """``workers.json``: which process is which worker, for operators (and fault-injection tests)."""
+        if self.run_dir is not None:
+            pids = {name: proc.pid for name, proc in self.procs.items()}
+            atomic_write_text(self.run_dir / "workers.json", json.dumps(pids, indent=1) + "\n")
 
 
-def _recover(fabric: SharedFabric, role: str, index: int) -> int:
-    """Before restarting a dead actor: free the buffers it was filling (their segments are dropped); count them."""
-    if role != "actor":
-        return 0  # a policy worker holds nothing; actors ask again for what it had taken
-    state = fabric.pool().state[index]
-    filling = state == FILLING
-    state[filling] = FREE
-    return int(filling.sum())
-
-
-def _start(
-    method: str, plan: Plan, fabric: SharedFabric, role: str, index: int, run_dir: Path | None, incarnation: int = 0
-) -> WorkerProcess:
-    """Start one worker process (``incarnation``: how many times it was restarted); nothing is pickled."""
-    name = f"srl-{role}{index}"
+def _start(method: str, plan: Plan, fabric: SharedFabric, launch: Launch, run_dir: Path | None) -> WorkerProcess:
+    """Start one worker process; nothing is pickled."""
+    worker = launch.worker
+    name = f"srl-{worker.name}"
     if method == "fork":
+        if launch.resume is not None:
+            plan = dataclasses.replace(plan, resume=launch.resume)
         proc = mp.get_context("fork").Process(
             target=_worker_main,
             name=name,
             daemon=False,
-            args=(plan, fabric, role, index, run_dir, os.getpid(), incarnation),
+            args=(plan, fabric, worker, run_dir, os.getpid(), launch.incarnation, launch.min_version),
         )
         proc.start()
         return proc
     spec = {
         "config": to_dict(plan.cfg),
         "null_trainer": plan.null_trainer,
-        "resume": plan.resume,
+        "resume": launch.resume or plan.resume,
         "start_version": plan.start_version,
         "tag": fabric.tag,
         "dir": str(fabric.dir),
-        "role": role,
-        "index": index,
+        "role": worker.role.name,
+        "index": worker.index,
         "parent": os.getpid(),
         "run_dir": None if run_dir is None else str(run_dir),
-        "incarnation": incarnation,
+        "incarnation": launch.incarnation,
+        "min_version": launch.min_version,
     }
     return ExecProcess(name, [sys.executable, "-m", "srl.runtime.worker_main"], json.dumps(spec))
 

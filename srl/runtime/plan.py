@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping
 
 import gymnasium as gym
@@ -15,7 +16,7 @@ from srl.api.batch import is_image, segment_fields
 from srl.api.config import ExperimentConfig, build
 from srl.envs.factory import action_info
 from srl.envs.slots import make_slot
-from srl.system.param_service import relay_parent
+from srl.runtime.topology import Topology, roles_for, topology_of
 from srl.system.streams import PoolLayout
 
 
@@ -72,10 +73,6 @@ class Plan:
         per_node = self.policy_workers_per_node
         return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
 
-    def served_actors(self, policy_worker: int) -> list[int]:
-        """The actors policy worker ``policy_worker`` serves."""
-        return [a for a in range(self.cfg.workers.actors) if self.policy_of(a) == policy_worker]
-
     @property
     def trainer_nodes(self) -> int:
         """Node groups the trainers are split over (one outside Ray)."""
@@ -85,27 +82,10 @@ class Plan:
         """The trainer node group (0, 1, ...) trainer ``trainer`` lives in; the first holds the lead trainer."""
         return trainer // (self.cfg.workers.trainers // self.trainer_nodes)
 
-    def param_group(self, role: str, index: int) -> int | None:
-        """Which node group's parameter buffer reader ``role``/``index`` loads from (None: the trainer's)."""
-        if not self.relay_groups:
-            return None
-        if self.cfg.runtime != "ray":
-            return index % self.relay_groups
-        if role == "policy":
-            return self.policy_node(index)
-        return self.actor_node(index) if role == "actor" else None  # the eval worker shares the trainers' node
-
-    def clients_of(self, server: str) -> list[tuple[str, int]]:
-        """The workers that connect to ``server`` (``trainer<i>``'s sample stream, the parameter ``root`` or
-        ``relay<g>``): when the server comes back at another address, they must start again to follow it."""
-        w, p = self.cfg.workers, self.cfg.params
-        if server.startswith("trainer"):
-            trainer = int(server.removeprefix("trainer"))
-            return [("actor", a) for a in range(w.actors) if a % w.trainers == trainer]
-        if server == "root" and p.mode == "flat":  # every reader asks the root itself
-            readers = [("policy", i) for i in range(w.policy_workers)] or [("actor", a) for a in range(w.actors)]
-            return readers + ([("eval", 0)] if self.cfg.run.eval_every_versions > 0 else [])
-        return [("relay", g) for g in range(self.relay_groups) if relay_parent(g, p.fan_out) == server]
+    @cached_property
+    def topology(self) -> Topology:
+        """Every worker of the run: role, index, node group, endpoints, restart policy (computed once)."""
+        return topology_of(self, roles_for(self.cfg))
 
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:

@@ -24,7 +24,8 @@ from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
 from srl.runtime.build import build_worker
 from srl.runtime.plan import Plan, plan_from_spec
-from srl.runtime.ray_fabric import TRAINER_NODE, Endpoints, NodeFabric
+from srl.runtime.ray_fabric import Endpoints, NodeFabric
+from srl.runtime.topology import TRAINER_NODE, Stream
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,13 @@ class NodeAgent:
             {"tag": self.fabric.tag, "dir": str(self.fabric.dir), "host": self.fabric.host, "dist": self.dist}
         )
 
-    def recover(self, row: int) -> int:
-        """Free the buffers of the dead actor in pool row ``row``; how many segments were lost."""
-        return self.fabric.recover(row)
+    def free_buffers(self, role: str, index: int) -> int:
+        """Free the buffers dead worker ``role``/``index`` held in this group's pool; how many segments were lost."""
+        return self.fabric.free_buffers(self.plan.topology.get(role, index))
+
+    def version(self) -> int:
+        """The newest version in this group's trainer buffer (trainers' node only; -1 before the first)."""
+        return self.fabric.params().version()
 
     def snapshot(self) -> bytes:
         """The lead trainer's newest snapshot, wire-encoded (trainers' node only; empty before the first)."""
@@ -107,11 +112,11 @@ class WorkerActor:
     def __init__(self, spec_json: str) -> None:
         _normal_priority()
         self.spec = json.loads(spec_json)
-        self.role, self.index = str(self.spec["role"]), int(self.spec["index"])
-        self.name = f"{self.role}{self.index}"
         self.stopping = False
         self.worker: Worker | None = None
         self.plan = plan_from_spec(self.spec)
+        self.record = self.plan.topology.get(str(self.spec["role"]), int(self.spec["index"]))
+        self.name = self.record.name
         self.host = str(self.spec["fabric"]["host"])
         self.fabric = _fabric(self.spec, self.plan, self.host)
         torch.set_num_threads(self.plan.cfg.workers.torch_threads)
@@ -125,16 +130,13 @@ class WorkerActor:
         worker = build_worker(
             self.plan,
             self.fabric,
-            self.role,
-            self.index,
+            self.record,
             run_dir,
             wait_timeout=0.05,
             report_interval=0.1,
-            incarnation=int(self.spec.get("incarnation", 0)),
+            incarnation=int(self.spec["incarnation"]),
+            min_version=int(self.spec["min_version"]),
         )
-        min_version = self.spec.get("min_version")
-        if min_version is not None:  # a restarted trainer publishes above every version readers already hold
-            worker.version = max(worker.version, int(min_version))  # type: ignore[attr-defined]
         worker.should_stop = self._should_stop
         worker.setup()
         self.worker = worker
@@ -150,18 +152,19 @@ class WorkerActor:
         return message
 
     def prepare(self, endpoints: str) -> str:
-        """Build and set up a server; return the endpoints it bound (JSON), or ``{"error": ...}``."""
+        """Build and set up a server; return the endpoints it bound (JSON: endpoint name -> address), or
+        ``{"error": ...}``."""
         self.fabric.endpoints = Endpoints.from_json(json.loads(endpoints))
         try:
             worker = self._set_up()
         except Exception as exc:
             return json.dumps({"error": self._fail(exc)})
         bound: dict[str, str] = {}
-        if self.role == "trainer":
-            bound["samples"] = worker.consumer.address  # type: ignore[attr-defined]
-        server = getattr(worker, "server", None)
-        if server is not None:
-            bound["params"] = server.address
+        samples, params = self.record.service(Stream.SAMPLES), self.record.service(Stream.PARAMS)
+        if samples is not None:
+            bound[samples.name] = worker.consumer.address  # type: ignore[attr-defined]
+        if params is not None:
+            bound[params.name] = worker.server.address  # type: ignore[attr-defined]
         return json.dumps(bound)
 
     def run(self, endpoints: str) -> str:

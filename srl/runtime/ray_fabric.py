@@ -29,18 +29,10 @@ from srl.base.channel import FifoChannel
 from srl.base.seqlock import VersionedBuffer
 from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, SharedFabric
 from srl.runtime.plan import Plan
+from srl.runtime.topology import ACTOR, TRAINER_NODE, Endpoint, Stream, WorkerSpec
 from srl.system.control import ZmqReporter
 from srl.system.remote_samples import SampleReceiver, SampleSender
 from srl.system.streams import FREE, SegmentPool
-
-TRAINER_NODE = -1
-"""Node-group index of the first trainer node: the lead trainer, the root parameter server, the eval worker.
-Trainer node ``k`` is :func:`trainer_group` ``(k)``; actor nodes are 0, 1, ..."""
-
-
-def trainer_group(k: int) -> int:
-    """Node-group index of trainer node ``k`` (``TRAINER_NODE``, -2, -3, ...)."""
-    return TRAINER_NODE - k
 
 
 def interface_of(address: str) -> str | None:
@@ -62,10 +54,9 @@ class Endpoints:
 
     control: str
     token: str
-    samples: dict[str, str] = field(default_factory=dict)
-    """``trainer<i>`` -> its sample receiver."""
-    params: dict[str, str] = field(default_factory=dict)
-    """``root`` / ``relay<g>`` -> that parameter server."""
+    servers: dict[str, str] = field(default_factory=dict)
+    """Bound endpoints by name (``trainer<i>``'s sample receiver, the ``root`` or ``relay<g>`` parameter
+    server; see ``topology.Endpoint``) -> their address."""
     dist: str | None = None
     """The data-parallel trainers' TCP store (``tcp://HOST:PORT``) when they span several nodes."""
 
@@ -78,8 +69,7 @@ class Endpoints:
         return cls(
             str(data["control"]),
             str(data["token"]),
-            dict(data["samples"]),
-            dict(data["params"]),
+            dict(data["servers"]),
             None if dist is None else str(dist),
         )
 
@@ -104,34 +94,38 @@ class NodeFabric(SharedFabric):
 
     def create(self) -> None:
         """Create this node group's segments and pipes (its node agent)."""
-        plan, opened = self.plan, self._opened
+        plan, opened, topology = self.plan, self._opened, self.plan.topology
         try:
             if self.node <= TRAINER_NODE:  # every trainer opens its node's buffer; the lead's is the one served
                 opened["params"] = VersionedBuffer.create_shared(f"{self.tag}_params", plan.param_size, np.float32)
                 return
             opened["pool"] = SegmentPool.shared(plan.layout, self.tag, create=True)
-            if plan.relay_groups:
-                key = f"params{self.node}"
-                opened[key] = VersionedBuffer.create_shared(f"{self.tag}_{key}", plan.param_size, np.float32)
-            per_node = plan.policy_workers_per_node
-            for p in range(self.node * per_node, (self.node + 1) * per_node):
-                opened[f"req{p}"] = FifoChannel.create(str(self.dir / f"req{p}"), REQUEST_WIDTH)
+            for buffer in topology.endpoints(Stream.SNAPSHOTS, self.node):  # its relay's mirror
+                opened[buffer.name] = VersionedBuffer.create_shared(
+                    f"{self.tag}_{buffer.name}", plan.param_size, np.float32
+                )
+            for e in topology.endpoints(Stream.INFERENCE, self.node):
+                opened[f"req{e.index}"] = FifoChannel.create(str(self.dir / f"req{e.index}"), REQUEST_WIDTH)
             for row in range(plan.layout.actors):
                 opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
         except BaseException:
             self.destroy()
             raise
 
-    def recover(self, row: int) -> int:
-        """Before restarting the actor in pool row ``row``: free its unfinished and its unsent buffers; count them."""
-        state = self.pool().state[row]
-        lost = state != FREE  # FILLING, or READY but still waiting to be sent: either way its segment is gone
+    def free_buffers(self, worker: WorkerSpec) -> int:
+        """Before restarting dead ``worker`` (its node agent): free the buffers of this node's pool it held; how
+        many segments that drops. An actor: its unfinished and its unsent ones (READY but still waiting to be
+        sent: either way the segment is gone). Segments leave the node as copies, so a trainer holds none here."""
+        if worker.role is not ACTOR:
+            return 0
+        state = self.pool().state[self.plan.actor_row(worker.index)]
+        lost = state != FREE
         state[lost] = FREE
         return int(lost.sum())
 
-    def param_address(self, server: str) -> str:
+    def param_address(self, server: Endpoint) -> str:
         # A server not yet bound picks a free port on this node; a restarted one takes its old address back.
-        return self.endpoints.params.get(server, f"tcp://{self.host}:*")
+        return self.endpoints.servers.get(server.name, f"tcp://{self.host}:*")
 
     def token(self) -> str:
         return self.endpoints.token
@@ -151,18 +145,17 @@ class NodeFabric(SharedFabric):
         return self._stop
 
     def sample_producer(self, actor: int) -> SampleSender:
-        trainer = f"trainer{actor % self.plan.cfg.workers.trainers}"
         return SampleSender(
             self.pool(),
             self.plan.actor_row(actor),
             actor,
-            self.endpoints.samples[trainer],
+            self.endpoints.servers[Endpoint(Stream.SAMPLES, self.trainer_of(actor)).name],
             self.endpoints.token,
             zmq.Context.instance(),
         )
 
     def sample_consumer(self, trainer: int) -> SampleReceiver:
-        address = self.endpoints.samples.get(f"trainer{trainer}", f"tcp://{self.host}:*")
+        address = self.endpoints.servers.get(Endpoint(Stream.SAMPLES, trainer).name, f"tcp://{self.host}:*")
         return SampleReceiver(
             self.plan.layout.fields,
             address,

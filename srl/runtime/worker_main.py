@@ -24,11 +24,11 @@ def main() -> None:
     _worker_main(
         plan,
         fabric,
-        str(spec["role"]),
-        int(spec["index"]),
+        plan.topology.get(str(spec["role"]), int(spec["index"])),
         run_dir,
         int(spec["parent"]),
-        int(spec.get("incarnation", 0)),
+        int(spec["incarnation"]),
+        int(spec["min_version"]),
     )
 
 

@@ -45,8 +45,8 @@ class Controller:
         self.param_service: dict[str, Mapping[str, Any]] = {}
         self.evals: list[Mapping[str, Any]] = []
         self.warnings: list[str] = []
-        self.supervised_roles: frozenset[str] = frozenset()
-        """Roles the runtime restarts: their error reports are kept for it instead of ending the run."""
+        self.supervised: frozenset[str] = frozenset()
+        """Workers the runtime restarts (by name): their error reports are kept for it instead of ending the run."""
         self.worker_errors: dict[str, str] = {}
         self.restarts: dict[str, int] = {}
         self.restart_dropped_segments = 0
@@ -95,7 +95,7 @@ class Controller:
             self.param_service[str(meta["service"])] = dict(meta)
         elif kind == "error":
             worker = str(meta.get("worker", "?"))
-            if worker.rstrip("0123456789") in self.supervised_roles:
+            if worker in self.supervised:
                 self.worker_errors[worker] = str(meta.get("message", "failed"))
             else:
                 self.fail(f"{worker}: {meta.get('message', 'failed')}")
@@ -121,13 +121,13 @@ class Controller:
     def env_steps(self) -> int:
         return self.env_steps_offset + sum(self._actor_steps_before.values()) + sum(self.actor_steps.values())
 
-    def note_restart(self, worker: str, cause: str, dropped_segments: int) -> None:
-        """The runtime restarted ``worker`` after ``cause``; a restarted actor counts its steps from 0 again."""
+    def note_restart(self, worker: str, cause: str, dropped_segments: int, actor: int | None = None) -> None:
+        """The runtime restarted ``worker`` after ``cause``. When it is actor ``actor``, its new process counts its
+        steps from 0 again: the steps of the one before are kept."""
         self.restarts[worker] = self.restarts.get(worker, 0) + 1
         self.restart_dropped_segments += dropped_segments
-        if worker.startswith("actor"):
-            index = int(worker[len("actor") :])
-            self._actor_steps_before[index] = self._actor_steps_before.get(index, 0) + self.actor_steps.pop(index, 0)
+        if actor is not None:
+            self._actor_steps_before[actor] = self._actor_steps_before.get(actor, 0) + self.actor_steps.pop(actor, 0)
         self.handle(
             "info",
             {

@@ -1,0 +1,342 @@
+"""The run's topology as data: one typed record per worker, computed once from the plan.
+
+Why: worker roles used to be bare strings built as ``f"{role}{index}"`` and
+parsed back wherever a runtime, a fabric or a supervisor needed to know what
+a worker is, whom it feeds and how it restarts; each place re-derived the
+wiring (``a % trainers``, the relay tree, node groups) on its own. Here the
+wiring is written once (Sample Factory's ``connect_components`` is the model):
+each role is one :class:`Role` declaration, each worker one frozen
+:class:`WorkerSpec` computed from it, and building, both fabrics, both
+runtimes and the supervisor only query the :class:`Topology`.
+
+A role is its declaration (compared by identity), not a member of a closed
+``enum.Enum``: a plugin must be able to declare a role (e.g. a worker between
+actors and trainers that filters segments) without editing this module. What
+the core branches on is closed and typed as enums: the kinds of stream
+(:class:`Stream`) and the restart policies (:class:`Restart`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from srl.system.param_service import relay_parent
+
+if TYPE_CHECKING:
+    from srl.api.config import ExperimentConfig
+    from srl.runtime.plan import Plan
+
+TRAINER_NODE = -1
+"""Node group of the first trainer node: the lead trainer, the root parameter server, the eval worker.
+Trainer node ``k`` is :func:`trainer_group` ``(k)``; actor nodes are 0, 1, ... Outside Ray every worker is in
+:data:`LOCAL_GROUP`."""
+LOCAL_GROUP = 0
+"""The one node group of a run on one machine (``inline`` and ``local``)."""
+
+
+def trainer_group(k: int) -> int:
+    """Node-group index of trainer node ``k`` (``TRAINER_NODE``, -2, -3, ...)."""
+    return TRAINER_NODE - k
+
+
+class Stream(Enum):
+    """The kinds of endpoint a worker serves or connects to."""
+
+    SAMPLES = "samples"
+    """Trainer ``i``'s sample stream (actors -> trainer)."""
+    INFERENCE = "inference"
+    """Policy worker ``p``'s request stream (actors -> policy worker, answered in place)."""
+    PARAMS = "params"
+    """A parameter server's socket: the root (index None) or relay ``g``."""
+    SNAPSHOTS = "snapshots"
+    """A node-local snapshot buffer: the lead trainer's (index None) or the one relay ``g`` mirrors into."""
+
+    @property
+    def bound(self) -> bool:
+        """Its server binds an address when it starts (a socket; under Ray also the sample stream), which clients
+        connect to: servers start before their clients, and clients follow a server that comes back elsewhere.
+        The other kinds are node-local names that the node's fabric creates."""
+        return self in (Stream.SAMPLES, Stream.PARAMS)
+
+
+_ENDPOINT_NAMES = {
+    Stream.SAMPLES: ("trainer{}", None),
+    Stream.INFERENCE: ("policy{}", None),
+    Stream.PARAMS: ("relay{}", "root"),
+    Stream.SNAPSHOTS: ("params{}", "params"),
+}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One stream endpoint of the run: a stream kind and which one of it."""
+
+    stream: Stream
+    index: int | None = None
+    """Which one (a trainer, a policy worker, a relay group); None for the root / the lead trainer's buffer."""
+
+    @property
+    def name(self) -> str:
+        """Its key in endpoint tables, pipe and socket names: ``trainer0``, ``policy1``, ``root``, ``relay2``,
+        ``params``, ``params3``. Produced from the record; nothing parses it back."""
+        indexed, single = _ENDPOINT_NAMES[self.stream]
+        if self.index is None:
+            assert single is not None, f"{self.stream} endpoints are indexed"
+            return single
+        return indexed.format(self.index)
+
+
+class Restart(Enum):
+    """What the supervisor does when a worker dies (always bounded by ``workers.max_restarts`` per worker)."""
+
+    ALONE = "alone"
+    """Start it again by itself in its node group; the pool buffers it held are freed (their segments counted
+    as dropped) first."""
+    FROM_CHECKPOINT = "from_checkpoint"
+    """Start it again together with every worker of its role (data-parallel peers cannot go on without it), from
+    the newest checkpoint, publishing above every version readers hold. Needs a run directory."""
+
+
+Rule = Callable[["Plan", int], "tuple[Endpoint, ...]"]
+
+
+def _none(plan: Plan, index: int) -> tuple[Endpoint, ...]:
+    return ()
+
+
+def _no_resources(plan: Plan) -> float:
+    return 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class Role:
+    """The declaration of one worker role: everything the core needs to place, wire, build and restart its
+    workers. A new role is its worker class plus one of these."""
+
+    name: str
+    """Worker names are ``name`` + index (``actor0``): in ``workers.json``, metrics, ``restarts``, log lines."""
+    count: Callable[[Plan], int]
+    """How many workers of this role the run has."""
+    builder: str
+    """``module:attr`` of the function that builds one worker from a :class:`~srl.runtime.build.BuildContext`
+    (by name, the way a plugin names its own, so that this table needs nothing from the builders)."""
+    seed_salt: int
+    """Distinct per role: separates its workers' random streams from other roles' (see ``worker_seed``)."""
+    group: Callable[[Plan, int], int] = lambda plan, index: TRAINER_NODE
+    """Under Ray: the node group worker ``index`` is placed in."""
+    serves: Rule = _none
+    """The endpoints worker ``index`` serves."""
+    connects: Rule = _none
+    """The endpoints worker ``index`` connects to."""
+    restart: Restart = Restart.ALONE
+    cpus: Callable[[Plan], float] = _no_resources
+    """CPUs each worker claims (placement only; Ray)."""
+    gpus: Callable[[Plan], float] = _no_resources
+    """GPUs each worker claims (Ray)."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker of the run: its role, index, node group, endpoints and restart policy."""
+
+    role: Role
+    index: int
+    group: int
+    """Node group: the placement group under Ray; :data:`LOCAL_GROUP` on one machine."""
+    serves: tuple[Endpoint, ...]
+    connects: tuple[Endpoint, ...]
+    restart: Restart
+    cpus: float = 0.0
+    gpus: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.role.name}{self.index}"
+
+    def service(self, stream: Stream) -> Endpoint | None:
+        """The endpoint of kind ``stream`` this worker serves, if any."""
+        return next((e for e in self.serves if e.stream is stream), None)
+
+    def connection(self, stream: Stream) -> Endpoint | None:
+        """The endpoint of kind ``stream`` this worker connects to, if any."""
+        return next((e for e in self.connects if e.stream is stream), None)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Every worker of the run, in start order (servers before their clients; trainers publish first)."""
+
+    workers: tuple[WorkerSpec, ...]
+    _by_key: dict[tuple[str, int], WorkerSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_key", {(w.role.name, w.index): w for w in self.workers})
+
+    def get(self, role: Role | str, index: int) -> WorkerSpec:
+        """Worker ``index`` of ``role`` (a declaration, or its name as carried by a JSON spec)."""
+        return self._by_key[(role if isinstance(role, str) else role.name, index)]
+
+    def of(self, role: Role) -> tuple[WorkerSpec, ...]:
+        """The workers of ``role``, by index."""
+        return tuple(w for w in self.workers if w.role is role)
+
+    def clients_of(self, endpoint: Endpoint) -> tuple[WorkerSpec, ...]:
+        """The workers that connect to ``endpoint``: when its server comes back at another address, they must
+        start again to follow it."""
+        return tuple(w for w in self.workers if endpoint in w.connects)
+
+    def endpoints(self, stream: Stream, group: int | None = None) -> tuple[Endpoint, ...]:
+        """The endpoints of kind ``stream`` served (in node group ``group``, when given)."""
+        return tuple(
+            e for w in self.workers if group is None or w.group == group for e in w.serves if e.stream is stream
+        )
+
+    @property
+    def groups(self) -> tuple[int, ...]:
+        """The node groups, in order of first appearance (the trainers' first)."""
+        return tuple(dict.fromkeys(w.group for w in self.workers))
+
+    def in_group(self, group: int) -> tuple[WorkerSpec, ...]:
+        return tuple(w for w in self.workers if w.group == group)
+
+    def peers(self, worker: WorkerSpec) -> tuple[WorkerSpec, ...]:
+        """The workers that restart together with ``worker`` (itself included)."""
+        if worker.restart is Restart.FROM_CHECKPOINT:
+            return self.of(worker.role)
+        return (worker,)
+
+    def in_start_order(self, workers: list[WorkerSpec]) -> list[WorkerSpec]:
+        rank = {w.name: k for k, w in enumerate(self.workers)}
+        return sorted(workers, key=lambda w: rank[w.name])
+
+
+# --------------------------------------------------------------------------- the built-in roles
+def _ray(plan: Plan) -> bool:
+    return plan.cfg.runtime == "ray"
+
+
+def _snapshots(plan: Plan, group: int, index: int) -> Endpoint:
+    """Where a reader in node group ``group`` loads snapshots: the root server itself in flat mode, else a
+    relay's buffer (under Ray its own node's; on one machine readers are spread over the relays by index), or
+    the lead trainer's buffer when there are no relays (or, under Ray, on the trainers' node)."""
+    if plan.cfg.params.mode == "flat":
+        return Endpoint(Stream.PARAMS)
+    groups = plan.relay_groups
+    if not groups or (_ray(plan) and group < 0):
+        return Endpoint(Stream.SNAPSHOTS)
+    return Endpoint(Stream.SNAPSHOTS, group if _ray(plan) else index % groups)
+
+
+def _relay_upstream(plan: Plan, relay: int) -> Endpoint:
+    """The server relay ``relay`` subscribes to (the tree rule is ``param_service.relay_parent``; its parent
+    comes before it)."""
+    parent = relay_parent(relay, plan.cfg.params.fan_out)
+    servers = [Endpoint(Stream.PARAMS), *(Endpoint(Stream.PARAMS, g) for g in range(relay))]
+    return next(e for e in servers if e.name == parent)
+
+
+def _relay_serves(plan: Plan, relay: int) -> tuple[Endpoint, ...]:
+    """Its group's buffer, and a socket only when relays hang below it."""
+    name, fan_out = Endpoint(Stream.PARAMS, relay).name, plan.cfg.params.fan_out
+    children = any(relay_parent(g, fan_out) == name for g in range(plan.relay_groups))
+    return (Endpoint(Stream.SNAPSHOTS, relay),) + ((Endpoint(Stream.PARAMS, relay),) if children else ())
+
+
+def _actor_connects(plan: Plan, actor: int) -> tuple[Endpoint, ...]:
+    """Actor ``a`` feeds trainer ``a % trainers``; a policy worker of its node group answers it (spread by pool
+    row), or it runs the policy itself and reads snapshots like a policy worker."""
+    samples = Endpoint(Stream.SAMPLES, actor % plan.cfg.workers.trainers)
+    if plan.cfg.workers.policy_workers == 0:
+        return samples, _snapshots(plan, plan.actor_node(actor), actor)
+    return samples, Endpoint(Stream.INFERENCE, plan.policy_of(actor))
+
+
+def _has_root(plan: Plan) -> int:
+    return int(plan.cfg.params.mode == "flat" or plan.relay_groups > 0)
+
+
+TRAINER = Role(
+    "trainer",
+    count=lambda plan: plan.cfg.workers.trainers,
+    builder="srl.runtime.build:build_trainer",
+    seed_salt=0,
+    group=lambda plan, i: trainer_group(plan.trainer_node(i)),
+    serves=lambda plan, i: (Endpoint(Stream.SAMPLES, i),) + ((Endpoint(Stream.SNAPSHOTS),) if i == 0 else ()),
+    restart=Restart.FROM_CHECKPOINT,
+    cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
+    gpus=lambda plan: plan.cfg.ray.trainer_gpus,
+)
+PARAM_ROOT = Role(
+    "param_root",
+    count=_has_root,
+    builder="srl.runtime.build:build_param_root",
+    seed_salt=3,
+    serves=lambda plan, i: (Endpoint(Stream.PARAMS),),
+    connects=lambda plan, i: (Endpoint(Stream.SNAPSHOTS),),
+)
+RELAY = Role(
+    "relay",
+    count=lambda plan: plan.relay_groups,
+    builder="srl.runtime.build:build_relay",
+    seed_salt=4,
+    group=lambda plan, g: g,
+    serves=_relay_serves,
+    connects=lambda plan, g: (_relay_upstream(plan, g),),
+)
+POLICY = Role(
+    "policy",
+    count=lambda plan: plan.cfg.workers.policy_workers,
+    builder="srl.runtime.build:build_policy",
+    seed_salt=1,
+    group=lambda plan, p: plan.policy_node(p),
+    serves=lambda plan, p: (Endpoint(Stream.INFERENCE, p),),
+    connects=lambda plan, p: (_snapshots(plan, plan.policy_node(p), p),),
+    cpus=lambda plan: plan.cfg.ray.cpus_per_policy_worker,
+)
+ACTOR = Role(
+    "actor",
+    count=lambda plan: plan.cfg.workers.actors,
+    builder="srl.runtime.build:build_actor",
+    seed_salt=2,
+    group=lambda plan, a: plan.actor_node(a),
+    connects=_actor_connects,
+    cpus=lambda plan: plan.cfg.ray.cpus_per_actor,
+)
+EVAL = Role(
+    "eval",
+    count=lambda plan: int(plan.cfg.run.eval_every_versions > 0),
+    builder="srl.runtime.build:build_eval",
+    seed_salt=5,
+    connects=lambda plan, i: (_snapshots(plan, TRAINER_NODE, i),),
+)
+
+BUILTIN_ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, ACTOR, EVAL)
+"""In start order: trainers publish the first snapshot, parameter servers bind before their readers."""
+
+
+def roles_for(cfg: ExperimentConfig) -> tuple[Role, ...]:
+    """The roles of a run, in start order: the built-in ones (roles declared by configuration join here)."""
+    return BUILTIN_ROLES
+
+
+def topology_of(plan: Plan, roles: Sequence[Role]) -> Topology:
+    """Every worker of the run, from the declarations of its ``roles`` (in start order; node groups only under
+    Ray)."""
+    workers = []
+    for role in roles:
+        for i in range(role.count(plan)):
+            workers.append(
+                WorkerSpec(
+                    role,
+                    i,
+                    role.group(plan, i) if _ray(plan) else LOCAL_GROUP,
+                    role.serves(plan, i),
+                    role.connects(plan, i),
+                    role.restart,
+                    role.cpus(plan),
+                    role.gpus(plan),
+                )
+            )
+    return Topology(tuple(workers))

@@ -1,0 +1,187 @@
+"""The run's topology as data: roles, names, node groups, whom each worker serves and connects to, restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from srl.api.config import load_config
+from srl.api.worker import Worker
+from srl.runtime.build import BuildContext, build_worker
+from srl.runtime.fabric import InlineFabric
+from srl.runtime.plan import Plan, make_plan
+from srl.runtime.topology import (
+    ACTOR,
+    BUILTIN_ROLES,
+    EVAL,
+    LOCAL_GROUP,
+    PARAM_ROOT,
+    POLICY,
+    RELAY,
+    TRAINER,
+    TRAINER_NODE,
+    Endpoint,
+    Restart,
+    Role,
+    Stream,
+    Topology,
+    topology_of,
+    trainer_group,
+)
+
+CARTPOLE = Path(__file__).resolve().parents[1] / "configs" / "cartpole_ppo.yaml"
+
+
+def _plan(*overrides: str) -> Plan:
+    return make_plan(load_config(CARTPOLE, list(overrides)))
+
+
+def _names(workers) -> list[str]:
+    return [w.name for w in workers]
+
+
+def _samples(i: int) -> Endpoint:
+    return Endpoint(Stream.SAMPLES, i)
+
+
+def test_the_default_local_run_is_a_trainer_and_an_actor_that_infers_itself():
+    topology = _plan().topology
+    assert _names(topology.workers) == ["trainer0", "actor0"]
+    trainer, actor = topology.workers
+    assert trainer.role is TRAINER and actor.role is ACTOR and actor.index == 0
+    assert {w.group for w in topology.workers} == {LOCAL_GROUP}
+    assert actor.connects == (_samples(0), Endpoint(Stream.SNAPSHOTS))  # no policy worker: the trainer's buffer
+    assert trainer.serves == (_samples(0), Endpoint(Stream.SNAPSHOTS))
+    assert trainer.restart is Restart.FROM_CHECKPOINT and actor.restart is Restart.ALONE
+    assert topology.clients_of(_samples(0)) == (actor,)
+    assert topology.get("actor", 0) is topology.get(ACTOR, 0) is actor  # a JSON spec names the role
+
+
+def test_a_local_run_with_trainers_policy_workers_relays_and_an_eval_worker():
+    topology = _plan(
+        "workers.trainers=2",
+        "workers.actors=4",
+        "workers.policy_workers=2",
+        "params.groups=2",
+        "run.eval_every_versions=3",
+    ).topology
+    assert _names(topology.workers) == [
+        "trainer0",
+        "trainer1",
+        "param_root0",
+        "relay0",
+        "relay1",
+        "policy0",
+        "policy1",
+        "actor0",
+        "actor1",
+        "actor2",
+        "actor3",
+        "eval0",
+    ]  # start order: trainers publish first, servers before their clients
+    assert {w.group for w in topology.workers} == {LOCAL_GROUP}
+    assert _names(topology.clients_of(_samples(1))) == ["actor1", "actor3"]  # actor a feeds trainer a % 2
+    assert _names(topology.clients_of(Endpoint(Stream.INFERENCE, 0))) == ["actor0", "actor2"]
+    assert _names(topology.clients_of(Endpoint(Stream.PARAMS))) == ["relay0", "relay1"]
+    # on one machine the readers are spread over the relays' buffers by index
+    assert _names(topology.clients_of(Endpoint(Stream.SNAPSHOTS, 1))) == ["policy1"]
+    assert topology.get(EVAL, 0).connects == (Endpoint(Stream.SNAPSHOTS, 0),)
+    assert topology.get(PARAM_ROOT, 0).connects == (Endpoint(Stream.SNAPSHOTS),)  # serves the lead's buffer
+    trainer1 = topology.get(TRAINER, 1)
+    assert _names(topology.peers(trainer1)) == ["trainer0", "trainer1"]  # data-parallel: restart together
+    assert _names(topology.peers(topology.get(RELAY, 1))) == ["relay1"]
+    assert [w.restart for w in topology.workers if w.role is not TRAINER] == [Restart.ALONE] * 10
+
+
+def test_ray_node_groups_and_the_relay_tree():
+    """Four actor nodes of two actors, one policy worker each, two trainers, relays in a tree of fan-out 2."""
+    plan = _plan(
+        "runtime=ray",
+        "ray.actor_nodes=4",
+        "ray.actors_per_node=2",
+        "ray.policy_workers_per_node=1",
+        "workers.trainers=2",
+        "ray.trainer_nodes=2",
+        "params.fan_out=2",
+        "run.eval_every_versions=2",
+    )
+    topology = plan.topology
+    group = {w.name: w.group for w in topology.workers}
+    assert group["trainer0"] == TRAINER_NODE and group["trainer1"] == trainer_group(1) == -2
+    assert group["param_root0"] == group["eval0"] == TRAINER_NODE  # with the lead trainer
+    for g in range(4):
+        assert _names(topology.in_group(g)) == [f"relay{g}", f"policy{g}", f"actor{2 * g}", f"actor{2 * g + 1}"]
+    assert topology.groups == (-1, -2, 0, 1, 2, 3)
+    assert _names(topology.clients_of(_samples(0))) == ["actor0", "actor2", "actor4", "actor6"]
+    assert _names(topology.clients_of(Endpoint(Stream.PARAMS))) == ["relay0", "relay1"]  # relays 2, 3 hang below
+    assert _names(topology.clients_of(Endpoint(Stream.PARAMS, 0))) == ["relay2", "relay3"]
+    assert topology.clients_of(Endpoint(Stream.PARAMS, 1)) == () == topology.clients_of(Endpoint(Stream.PARAMS, 3))
+    # a relay binds a socket only when relays hang below it; every reader reads its own node's buffer
+    assert topology.get(RELAY, 0).service(Stream.PARAMS) == Endpoint(Stream.PARAMS, 0)
+    assert topology.get(RELAY, 1).service(Stream.PARAMS) is None
+    assert all(topology.get(POLICY, g).connects == (Endpoint(Stream.SNAPSHOTS, g),) for g in range(4))
+    assert topology.get(EVAL, 0).connects == (Endpoint(Stream.SNAPSHOTS),)  # the trainers' node has no relay
+    # resources: what each group claims under Ray
+    r = plan.cfg.ray
+    assert sum(w.cpus for w in topology.in_group(0)) == 2 * r.cpus_per_actor + r.cpus_per_policy_worker
+
+
+def test_ray_flat_parameters_and_actors_that_infer_themselves():
+    flat = _plan(
+        "runtime=ray",
+        "ray.actor_nodes=4",
+        "ray.actors_per_node=2",
+        "ray.policy_workers_per_node=1",
+        "params.mode=flat",
+        "run.eval_every_versions=5",
+    ).topology
+    assert not flat.of(RELAY)
+    assert _names(flat.clients_of(Endpoint(Stream.PARAMS))) == [f"policy{i}" for i in range(4)] + ["eval0"]
+    inline = _plan(
+        "runtime=ray", "ray.actor_nodes=4", "ray.actors_per_node=2", "ray.policy_workers_per_node=0", "params.mode=flat"
+    ).topology
+    assert _names(inline.clients_of(Endpoint(Stream.PARAMS))) == [f"actor{a}" for a in range(8)]
+
+
+def test_every_builtin_role_names_a_builder_and_a_distinct_seed():
+    import importlib
+
+    for role in BUILTIN_ROLES:
+        module, _, attr = role.builder.partition(":")
+        assert callable(getattr(importlib.import_module(module), attr)), role.name
+    assert len({role.seed_salt for role in BUILTIN_ROLES}) == len(BUILTIN_ROLES)
+    assert len({role.name for role in BUILTIN_ROLES}) == len(BUILTIN_ROLES)
+
+
+# --------------------------------------------------------------------------- a role declared outside the core
+class _Counter(Worker):
+    """A worker of a role the core does not know: it counts its polls."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.polls = name, 0
+
+    def poll(self) -> int:
+        self.polls += 1
+        return 0
+
+
+def build_counter(ctx: BuildContext) -> Worker:
+    return _Counter(ctx.worker.name)
+
+
+COUNTER = Role(
+    "counter",
+    count=lambda plan: 2,
+    builder=f"{__name__}:build_counter",
+    seed_salt=99,
+    connects=lambda plan, i: (Endpoint(Stream.SAMPLES, 0),),
+)
+
+
+def test_a_new_role_is_its_worker_class_plus_one_declaration():
+    plan = _plan()
+    topology: Topology = topology_of(plan, (*BUILTIN_ROLES, COUNTER))
+    assert _names(topology.workers) == ["trainer0", "actor0", "counter0", "counter1"]
+    assert _names(topology.clients_of(_samples(0))) == ["actor0", "counter0", "counter1"]
+    fabric = InlineFabric(plan, lambda kind, meta, arrays: None)
+    worker = build_worker(plan, fabric, topology.get(COUNTER, 1), None, wait_timeout=0.0, report_interval=0.0)
+    assert isinstance(worker, _Counter) and worker.name == "counter1"
