@@ -1,4 +1,4 @@
-"""Faults survived on purpose: actor and policy worker processes killed mid-run, an env that keeps raising."""
+"""Faults survived on purpose: actor, policy worker and trainer processes killed mid-run, an env that keeps raising."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import children_of
+
 from srl.api.config import load_config
+from srl.base.shm import list_segments
 from srl.runtime.train import train
 
 CARTPOLE = "configs/cartpole_ppo.yaml"
@@ -37,34 +40,36 @@ def _pids(run: Path) -> dict[str, int]:
         return {}
 
 
-def test_kill_9_of_an_actor_and_of_a_policy_worker_mid_run_is_survived(tmp_path) -> None:
-    run = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "srl.cli.main",
-        "train",
-        CARTPOLE,
-        "--quiet",
-        "--run-dir",
-        str(run),
-        "--set",
+def _versions(run: Path) -> list[int]:
+    return [json.loads(line)["policy_version"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_kill_9_of_an_actor_a_policy_worker_and_the_trainer_mid_run_is_survived(tmp_path) -> None:
+    """Each restarts alone; the trainer from its newest checkpoint, publishing above what readers hold. The
+    trainer is frozen (SIGSTOP) from its first checkpoint until it is killed, so the run cannot solve before
+    every kill is done, however fast the machine."""
+    run, private_tmp = tmp_path / "run", tmp_path / "tmp"
+    private_tmp.mkdir()  # the run's own temporary folder (its named pipes): checked empty at the end
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run)]
+    for setting in (
         "workers.policy_workers=1",
-        "--set",
         "workers.request_timeout_seconds=1",
-        "--set",
         "run.eval_episodes=3",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        "run.checkpoint_interval_seconds=0.1",
+    ):
+        cmd += ["--set", setting]
+    env = dict(os.environ, TMPDIR=str(private_tmp))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    children: set[int] = set()
     try:
-        _wait_for(lambda: _steps(run) > 3000 and "actor0" in _pids(run), proc)
+        _wait_for(lambda: list((run / "checkpoints").glob("ckpt_*.pt")) and "policy0" in _pids(run), proc)
         first = _pids(run)
-        os.kill(first["actor0"], signal.SIGKILL)
-        _wait_for(lambda: _pids(run).get("actor0") not in (None, first["actor0"]), proc)
-        steps = _steps(run)
-        _wait_for(lambda: _steps(run) > steps + 1000, proc)  # the new actor steps
-        os.kill(first["policy0"], signal.SIGKILL)
-        _wait_for(lambda: _pids(run).get("policy0") not in (None, first["policy0"]), proc)
+        os.kill(first["trainer0"], signal.SIGSTOP)
+        children = children_of(proc.pid)
+        for name in ("actor0", "policy0", "trainer0"):
+            os.kill(first[name], signal.SIGKILL)
+            _wait_for(lambda: _pids(run).get(name) not in (None, first[name]), proc)
+            children |= children_of(proc.pid)
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
@@ -73,8 +78,14 @@ def test_kill_9_of_an_actor_and_of_a_policy_worker_mid_run_is_survived(tmp_path)
     assert proc.returncode == 0, err
     summary = json.loads(out)
     assert summary["solved"] and summary["final_eval_return_mean"] >= 475
-    assert summary["restarts"] == {"actor0": 1, "policy0": 1}
-    assert any("actor0: restarted (1) after: exited with code -9" in w for w in summary["warnings"])
+    assert summary["restarts"] == {"actor0": 1, "policy0": 1, "trainer0": 1}
+    for name in ("actor0", "policy0", "trainer0"):
+        assert any(f"{name}: restarted (1) after: exited with code -9" in w for w in summary["warnings"]), name
+    versions = _versions(run)
+    assert versions == sorted(versions)  # the restarted trainer published above every version before it
+    assert not [c for c in children if Path(f"/proc/{c}").exists()]
+    assert not [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
+    assert not list(private_tmp.iterdir())
 
 
 def test_an_env_that_keeps_raising_is_restarted_and_the_run_completes(tmp_path) -> None:

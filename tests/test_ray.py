@@ -160,27 +160,37 @@ def _train_in_thread(cfg, run_dir: Path) -> tuple[threading.Thread, dict[str, An
     return thread, out
 
 
-def test_killed_actor_and_trainer_processes_are_restarted(cluster, tmp_path):
-    """kill -9 of an actor, then of the lead of two data-parallel trainers: the actor restarts alone, both
-    trainers restart together from the newest checkpoint, and the run solves."""
+def test_killed_actor_policy_worker_and_trainer_processes_are_restarted(cluster, tmp_path):
+    """kill -9 of an actor, of a policy worker, then of the lead of two data-parallel trainers: the actor and the
+    policy worker restart alone, both trainers restart together from the newest checkpoint, and the run solves.
+    The lead trainer is frozen (SIGSTOP) from its first checkpoint until it is killed, so the run cannot solve
+    before every kill is done, however fast the machine."""
     c, _ = cluster
     run_dir = tmp_path / "run"
-    thread, summary = _train_in_thread(_cfg(c, "run.checkpoint_interval_seconds=1", "workers.trainers=2"), run_dir)
+    cfg = _cfg(c, "run.checkpoint_interval_seconds=0.2", "workers.trainers=2", "ray.policy_workers_per_node=1")
+    thread, summary = _train_in_thread(cfg, run_dir)
     workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
-    _wait_for_steps(run_dir, 2000)
-    os.kill(workers["actor1"]["pid"], signal.SIGKILL)
-    deadline = time.monotonic() + 60.0
-    while not list((run_dir / "checkpoints").glob("ckpt_*.pt")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    os.kill(workers["trainer0"]["pid"], signal.SIGKILL)  # restarts from the newest checkpoint
+    deadline = time.monotonic() + 120.0
+    while not list((run_dir / "checkpoints").glob("ckpt_*.pt")):
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.05)
+    os.kill(workers["trainer0"]["pid"], signal.SIGSTOP)
+    for name in ("actor1", "policy0", "trainer0"):
+        os.kill(workers[name]["pid"], signal.SIGKILL)
+        _wait_for(
+            run_dir / "workers.json", lambda d: d.get(name, {}).get("pid", workers[name]["pid"]) != workers[name]["pid"]
+        )
     thread.join(300)
     assert not thread.is_alive()
     restarts = summary["restarts"]
-    assert restarts.get("actor1") == 1 and restarts.get("trainer0") == 1 and restarts.get("trainer1") == 1, summary
-    assert restarts.get("actor0", 0) == 0, summary
+    assert restarts == {"actor1": 1, "policy0": 1, "trainer0": 1, "trainer1": 1}, summary
     assert summary["solved"], summary
+    # the peer that was not found dead first restarted because the other failed
+    assert any("restarted (1) after: trainer" in w and " failed (" in w for w in summary["warnings"]), summary
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert any(r.get("restarts", 0) >= 3 for r in records)
+    assert records[-1]["restarts"] == 4
+    versions = [r["policy_version"] for r in records]
+    assert versions == sorted(versions)  # the restarted trainers published above every version before them
     after = json.loads((run_dir / "workers.json").read_text())
     assert all(after[t]["pid"] != workers[t]["pid"] for t in ("trainer0", "trainer1"))
 
