@@ -107,7 +107,8 @@ def test_a_full_disk_skips_periodic_checkpoints_and_fails_the_final_one_leaving_
     assert load_checkpoint(run / "checkpoints" / files[0])["format"] == "srl-checkpoint-v1"
 
 
-def test_kill_9_of_the_trainer_fails_the_run_and_resume_finishes_it(tmp_path) -> None:
+def test_kill_9_of_the_trainer_without_restarts_fails_the_run_and_resume_finishes_it(tmp_path) -> None:
+    """With restarts off a dead trainer ends the run (with them on it restarts: see test_faults.py)."""
     import os
     import signal
     import time
@@ -126,6 +127,8 @@ def test_kill_9_of_the_trainer_fails_the_run_and_resume_finishes_it(tmp_path) ->
         "run.checkpoint_interval_seconds=0.2",
         "--set",
         "run.eval_episodes=3",
+        "--set",
+        "workers.max_restarts=0",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -143,7 +146,7 @@ def test_kill_9_of_the_trainer_fails_the_run_and_resume_finishes_it(tmp_path) ->
             proc.kill()
             proc.wait()
     assert proc.returncode == 1
-    assert err.strip().splitlines()[-1] == "srl: error: srl-trainer0 exited with code -9"
+    assert err.strip().splitlines()[-1] == "srl: error: trainer0: exited with code -9"
     last = load_checkpoint(checkpoints(run / "checkpoints")[-1])  # the newest one is whole
     resumed = subprocess.run(
         [sys.executable, "-m", "srl.cli.main", "train", "--resume", str(run), "--quiet"],
