@@ -77,7 +77,7 @@ def build_param_root(ctx: BuildContext) -> Worker:
     """The root server: serves the lead trainer's buffer to relays (or, in flat mode, to every reader)."""
     plan, fabric, wait_timeout = ctx.plan, ctx.fabric, ctx.wait_timeout
     p = plan.cfg.params
-    zctx = zmq.Context.instance()
+    zctx: zmq.Context = zmq.Context.instance()
     serves = ctx.worker.service(Stream.PARAMS)
     assert serves is not None
     return ParamServiceWorker(
@@ -97,7 +97,7 @@ def build_relay(ctx: BuildContext) -> Worker:
     """Relay ``g``: mirrors its upstream into its group's buffer, and serves the relays below it (if any)."""
     plan, fabric, wait_timeout, index = ctx.plan, ctx.fabric, ctx.wait_timeout, ctx.worker.index
     p = plan.cfg.params
-    zctx = zmq.Context.instance()
+    zctx: zmq.Context = zmq.Context.instance()
     upstream_at = ctx.worker.connection(Stream.PARAMS)
     assert upstream_at is not None
     upstream = RemoteSnapshot(
@@ -237,7 +237,7 @@ def build_policy(ctx: BuildContext) -> Worker:
     cfg = plan.cfg
     policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
     serves = ctx.worker.service(Stream.INFERENCE)
-    assert serves is not None
+    assert serves is not None and serves.index is not None
     rows = [plan.actor_row(a.index) for a in plan.topology.clients_of(serves)]
     replies = {row: fabric.replies(row) for row in rows}
     return PolicyWorker(

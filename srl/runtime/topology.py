@@ -125,12 +125,13 @@ class Role:
     seed_salt: int
     """Distinct per role: separates its workers' random streams from other roles' (see ``worker_seed``)."""
     group: Callable[[Plan, int], int] = lambda plan, index: TRAINER_NODE
-    """Under Ray: the node group worker ``index`` is placed in."""
+    """Under Ray: the node group worker ``index`` is placed in (by default with the lead trainer)."""
     serves: Rule = _none
     """The endpoints worker ``index`` serves."""
     connects: Rule = _none
     """The endpoints worker ``index`` connects to."""
     restart: Restart = Restart.ALONE
+    """What the supervisor does when one of its workers dies."""
     cpus: Callable[[Plan], float] = _no_resources
     """CPUs each worker claims (placement only; Ray)."""
     gpus: Callable[[Plan], float] = _no_resources
@@ -199,6 +200,7 @@ class Topology:
         return tuple(dict.fromkeys(w.group for w in self.workers))
 
     def in_group(self, group: int) -> tuple[WorkerSpec, ...]:
+        """The workers placed in node group ``group``."""
         return tuple(w for w in self.workers if w.group == group)
 
     def peers(self, worker: WorkerSpec) -> tuple[WorkerSpec, ...]:
@@ -208,6 +210,7 @@ class Topology:
         return (worker,)
 
     def in_start_order(self, workers: list[WorkerSpec]) -> list[WorkerSpec]:
+        """``workers`` sorted as the table is (servers before their clients)."""
         rank = {w.name: k for k, w in enumerate(self.workers)}
         return sorted(workers, key=lambda w: rank[w.name])
 
