@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import zmq
 
-from srl.api.batch import segment_fields
+from srl.api.schema import Field, sample_schema
 from srl.base import wire
 from srl.system.control import ControlReceiver, ZmqReporter
 from srl.system.remote_samples import SEGMENT, SampleReceiver, SampleSender
@@ -20,14 +21,17 @@ TOKEN = "a" * 32
 @pytest.fixture
 def ends():
     ctx = zmq.Context()
-    fields = segment_fields((4,), np.float32, (), np.int64, 8, 2, with_final_obs=True)
-    pool = SegmentPool.in_process(PoolLayout(actors=2, buffers=3, fields=fields, slots=2))
-    receiver = SampleReceiver(fields, "tcp://127.0.0.1:*", TOKEN, ctx, queue=8)
+    pool = SegmentPool.in_process(PoolLayout.of(_schema(4), 8, 2, actors=2, buffers=3, slots=2))
+    receiver = SampleReceiver(pool.layout.fields, "tcp://127.0.0.1:*", TOKEN, ctx, queue=8)
     sender = SampleSender(pool, 1, 7, receiver.address, TOKEN, ctx)
     yield pool, sender, receiver, ctx
     sender.close()
     receiver.close()
     ctx.destroy(linger=0)
+
+
+def _schema(obs_dim: int):
+    return sample_schema(gym.spaces.Box(-1, 1, (obs_dim,)), gym.spaces.Discrete(2), [Field("logp", (), "float32")])
 
 
 def _receive(receiver: SampleReceiver, n: int, timeout: float = 5.0) -> np.ndarray:
@@ -79,8 +83,7 @@ def test_a_segment_goes_out_as_soon_as_the_trainer_has_taken_the_previous_one(en
 
 def test_a_trainer_that_falls_behind_parks_the_sender(tmp_path):
     ctx = zmq.Context()
-    fields = segment_fields((64,), np.float32, (), np.int64, 32, 8, with_final_obs=True)
-    pool = SegmentPool.in_process(PoolLayout(actors=1, buffers=3, fields=fields, slots=2))
+    pool = SegmentPool.in_process(PoolLayout.of(_schema(64), 32, 8, actors=1, buffers=3, slots=2))
     sock = ctx.socket(zmq.PULL)  # bound but never read: a trainer busy with its update
     sock.setsockopt(zmq.RCVHWM, 1)
     sock.setsockopt(zmq.RCVBUF, 4096)

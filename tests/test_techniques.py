@@ -150,7 +150,7 @@ def test_merged_moments_equal_one_update_on_the_union() -> None:
 
 def test_value_normalization_keeps_values_in_return_units() -> None:
     net = ValueNet(OBS, hidden=(8,), normalize_values=True)
-    obs = torch.randn(10, 4)
+    obs = {"obs": torch.randn(10, 4)}
     raw = net.head_output(net.encoder(obs))
     net.return_normalizer.update(torch.randn(500, dtype=torch.float64) * 50 + 20)
     torch.testing.assert_close(net(obs), net.return_normalizer.denormalize(raw))
@@ -171,7 +171,8 @@ def test_centralized_snapshot_carries_the_critic_and_decentralized_does_not() ->
     algo = PPO(OBS, ACT, central.model, central.ppo, seed=0)
     snap = algo.policy_state()
     both.load_flat(snap)
-    torch.testing.assert_close(both.critic(torch.ones(3, 4)), algo.value(torch.ones(3, 4)))
+    ones = {"obs": torch.ones(3, 4)}
+    torch.testing.assert_close(both.critic(ones), algo.value(ones))
     with pytest.raises(ValueError, match="wrong length"):
         both.load_flat(snap[:-1])
 
@@ -297,7 +298,8 @@ def test_td_compensation_changes_nothing_on_fresh_data_and_weights_stale_data() 
         )
         with torch.no_grad():  # behaviour log-probs of the very policy being trained: on-policy data
             logp, _ = algo.policy.evaluate(
-                torch.from_numpy(batch["obs"][:-1].reshape(-1, 4)), torch.from_numpy(batch["actions"]).reshape(-1)
+                {"obs": torch.from_numpy(batch["obs"][:-1].reshape(-1, 4))},
+                torch.from_numpy(batch["actions"]).reshape(-1),
             )
         data = dict(batch, logp=(logp.numpy() + behaviour_shift).reshape(batch["logp"].shape).astype(np.float32))
         stats = algo.train(data, 0.0)

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 
 class GradClipper:

@@ -28,12 +28,22 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
 from srl.api.config import ExperimentConfig, ModelConfig, PPOConfig
+from srl.api.schema import Field
+from srl.api.spaces import obs_parts
 from srl.api.worker import Collective
 from srl.nets.normalizer import RunningMeanStd
 from srl.nets.policy import PolicyNet, ValueNet
 
+Obs = dict[str, torch.Tensor]
+"""A batch of observations: part field name -> tensor."""
 
-def build_policy_net(obs_space: gym.spaces.Box, action_space: gym.spaces.Space, model: ModelConfig) -> PolicyNet:
+
+def as_tensors(obs: Mapping[str, np.ndarray]) -> Obs:
+    """Observation parts as tensors sharing the arrays' memory (copied only when not contiguous)."""
+    return {name: torch.from_numpy(np.ascontiguousarray(x)) for name, x in obs.items()}
+
+
+def build_policy_net(obs_space: gym.spaces.Space, action_space: gym.spaces.Space, model: ModelConfig) -> PolicyNet:
     return PolicyNet(
         obs_space,
         action_space,
@@ -45,7 +55,7 @@ def build_policy_net(obs_space: gym.spaces.Box, action_space: gym.spaces.Space, 
     )
 
 
-def build_value_net(obs_space: gym.spaces.Box, policy: PolicyNet, model: ModelConfig, ppo: PPOConfig) -> ValueNet:
+def build_value_net(obs_space: gym.spaces.Space, policy: PolicyNet, model: ModelConfig, ppo: PPOConfig) -> ValueNet:
     """The critic; with ``model.shared_encoder`` a head on ``policy``'s encoder."""
     return ValueNet(
         obs_space,
@@ -59,7 +69,7 @@ def build_value_net(obs_space: gym.spaces.Box, policy: PolicyNet, model: ModelCo
 
 
 def make_acting_policy(
-    obs_space: gym.spaces.Box, action_space: gym.spaces.Space, cfg: ExperimentConfig
+    obs_space: gym.spaces.Space, action_space: gym.spaces.Space, cfg: ExperimentConfig
 ) -> ActingPolicy:
     """What policy workers and actors hold: the actor, plus the critic when it is centralized."""
     net = build_policy_net(obs_space, action_space, cfg.model)
@@ -79,9 +89,13 @@ class ActingPolicy:
         self.critic = None if critic is None else critic.eval()
         self._actor_size = net.flat_size()
 
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        actions, logp = self.net.act(torch.from_numpy(np.ascontiguousarray(obs)), deterministic)
-        return actions.numpy(), logp.numpy()
+    def output_fields(self) -> tuple[Field, ...]:
+        """Besides the actions: the behaviour log-prob of each step (importance weights, the PPO ratio)."""
+        return (Field("logp", (), "float32"),)
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        actions, logp = self.net.act(as_tensors(obs), deterministic)
+        return {"actions": actions.numpy(), "logp": logp.numpy()}
 
     def load_flat(self, flat: np.ndarray) -> None:
         if self.critic is None:
@@ -115,7 +129,7 @@ class PPO:
 
     def __init__(
         self,
-        obs_space: gym.spaces.Box,
+        obs_space: gym.spaces.Space,
         action_space: gym.spaces.Space,
         model: ModelConfig,
         cfg: PPOConfig,
@@ -130,6 +144,7 @@ class PPO:
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"trainer device {device!r}: torch sees no CUDA device on this machine")
+        self.parts = obs_parts(obs_space)
         self.policy = build_policy_net(obs_space, action_space, model).to(self.device)
         self.value = build_value_net(obs_space, self.policy, model, cfg).to(self.device)
         actor_params, critic_params = list(self.policy.parameters()), list(self.value.parameters())
@@ -186,10 +201,9 @@ class PPO:
         cfg = self.cfg
         lr = cfg.lr * (1.0 - progress) if cfg.lr_schedule == "linear" else cfg.lr
         self.optimizer.lr = max(lr, 1e-8)
-        obs_all = self._tensor(batch["obs"])  # [T+1, N, ...]
         T, N = batch["rewards"].shape
-        flat_obs = obs_all.reshape((T + 1) * N, *obs_all.shape[2:])
-        obs = flat_obs[: T * N]
+        flat_obs = {p.name: self._rows(batch[p.name]) for p in self.parts}  # [(T+1) N, ...] per part
+        obs = {name: x[: T * N] for name, x in flat_obs.items()}
         actions = self._tensor(batch["actions"]).reshape(T * N, *batch["actions"].shape[2:])
         behaviour_logp = self._tensor(batch["logp"]).reshape(-1)
         v_all, prox_logp = self._evaluate_rollout(flat_obs, obs, actions)
@@ -229,7 +243,7 @@ class PPO:
             for start in range(0, size - mb + 1, mb):
                 idx = perm[start : start + mb]
                 stats = self._minibatch(
-                    obs[idx],
+                    {name: x[idx] for name, x in obs.items()},
                     actions[idx],
                     old_logp[idx],
                     adv[idx],
@@ -243,9 +257,11 @@ class PPO:
         # Statistics move only after the update: during it the policy sees its inputs as the behaviour policy did
         # (so the ratio starts at 1); the new statistics ship with the next snapshot. Actor statistics are merged
         # across trainers (every replica must normalize alike); a decentralized critic keeps its own.
-        self._update_rms(self.policy.obs_normalizer, obs, merged=True)
+        for rms, x in self.policy.encoder.normalizer_inputs(obs):
+            self._update_rms(rms, x, merged=True)
         if not self.value.shared:
-            self._update_rms(self.value.obs_normalizer, obs, merged=self.centralized)
+            for rms, x in self.value.encoder.normalizer_inputs(obs):
+                self._update_rms(rms, x, merged=self.centralized)
         self._update_rms(self.value.return_normalizer, ret, merged=self.centralized)
         out.update({k: v / count for k, v in sums.items()})
         out["explained_variance"] = explained_variance(old_v, ret)
@@ -257,14 +273,14 @@ class PPO:
     # ------------------------------------------------------------------ internals
     @torch.no_grad()
     def _evaluate_rollout(
-        self, flat_obs: torch.Tensor, obs: torch.Tensor, actions: torch.Tensor
+        self, flat_obs: Obs, obs: Obs, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Current values of all T+1 rows, and (with TD compensation) current log-probs of the taken actions."""
         want_logp = self.cfg.td_compensation or self.cfg.vtrace_targets
         if self.value.shared:  # one encoder pass serves both heads
             features = self.policy.encoder(flat_obs)
             v_all = self.value.denormalize(self.value.head_output(features))
-            logp = self.policy.evaluate_features(features[: len(obs)], actions)[0] if want_logp else None
+            logp = self.policy.evaluate_features(features[: len(actions)], actions)[0] if want_logp else None
             return v_all, logp
         return self.value(flat_obs), self.policy.evaluate(obs, actions)[0] if want_logp else None
 
@@ -283,9 +299,10 @@ class PPO:
         truncated = self._tensor(batch["truncated"])
         terminated = self._tensor(batch["terminated"])
         if bool(truncated.any()):
-            if "final_obs" in batch:
-                next_values[truncated] = self.value(self._tensor(batch["final_obs"])[truncated])
-            else:  # image observations carry no final_obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
+            if self.parts[0].final_name in batch:
+                final = {p.name: self._tensor(batch[p.final_name])[truncated] for p in self.parts}
+                next_values[truncated] = self.value(final)
+            else:  # image observations carry no final obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
                 next_values[truncated] = values[truncated]
         rewards = self._tensor(batch["rewards"])
         adv, ret = gae(
@@ -305,6 +322,10 @@ class PPO:
         """A batch field as a tensor on the trainer's device (no copy on the CPU)."""
         return torch.from_numpy(array).to(self.device)
 
+    def _rows(self, array: np.ndarray) -> torch.Tensor:
+        """A ``[rows, N, ...]`` batch field as ``[rows * N, ...]`` on the trainer's device."""
+        return self._tensor(array).reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+
     def _update_rms(self, rms: RunningMeanStd | None, x: torch.Tensor, merged: bool) -> None:
         if rms is None:
             return
@@ -315,7 +336,7 @@ class PPO:
 
     def _minibatch(
         self,
-        obs: torch.Tensor,
+        obs: Obs,
         actions: torch.Tensor,
         old_logp: torch.Tensor,
         adv: torch.Tensor,

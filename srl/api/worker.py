@@ -17,6 +17,8 @@ import numpy as np
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from srl.api.schema import Field
+
 
 class Reporter(Protocol):
     """Where a worker sends metrics and events (the controller reads them)."""
@@ -28,8 +30,11 @@ class Reporter(Protocol):
 class Policy(Protocol):
     """What actors and policy workers need of a policy: act on a batch, load a parameter snapshot."""
 
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Actions and their log-probabilities for a batch of observations."""
+    def output_fields(self) -> tuple[Field, ...]:
+        """The sample fields :meth:`act` answers with besides ``actions`` (e.g. ``logp``): its schema declaration."""
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> Mapping[str, np.ndarray]:
+        """For a batch of observations (part name -> ``[N, ...]``): ``actions`` and every declared output."""
 
     def load_flat(self, flat: np.ndarray) -> None:
         """Load a flat parameter snapshot as published by the trainer."""

@@ -66,6 +66,7 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
+from srl.api.spaces import OBS, Observation
 
 _MUJOCO = (
     "Ant",
@@ -295,7 +296,7 @@ class EnvPoolSlot:
         self._seed = seed
         self._fresh = True
 
-    def reset(self, seed: int) -> np.ndarray:
+    def reset(self, seed: int) -> Observation:
         """Reset every environment; the same seed gives the same episodes.
 
         EnvPool seeds only at construction, so a used pool is rebuilt rather than
@@ -308,7 +309,7 @@ class EnvPoolSlot:
         obs, info = self._pool.reset()
         out = np.empty_like(obs)
         out[info["env_id"]] = obs
-        return out
+        return {OBS: out}
 
     def _actions(self, actions: np.ndarray) -> np.ndarray:
         """Actions in EnvPool's dtype (int32 / float64); Box actions clipped to the bounds, as ClipAction does."""
@@ -342,14 +343,16 @@ class EnvPoolSlot:
         if done.any():
             ids = np.flatnonzero(done).astype(np.int32)
             if truncated.any():
-                final_obs = np.zeros_like(obs)
-                final_obs[truncated] = obs[truncated]
+                final_obs = {OBS: np.zeros_like(obs)}
+                final_obs[OBS][truncated] = obs[truncated]
             # EnvPool resets a done env on its next step and ignores that step's action: take that step now,
             # for the done ids only, so obs is the next policy input as in GymSlot.
             dummy = np.zeros((len(ids), *acts.shape[1:]), dtype=acts.dtype)
             reset_obs, *_, reset_info = self._pool.step(dummy, ids)
             obs[reset_info["env_id"]] = reset_obs
-        return SlotStep(obs, reward.astype(np.float32, copy=False), terminated, truncated, episode_end, final_obs)
+        return SlotStep(
+            {OBS: obs}, reward.astype(np.float32, copy=False), terminated, truncated, episode_end, final_obs
+        )
 
     def close(self) -> None:
         """Release the pool (its threads and environments)."""

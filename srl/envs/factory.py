@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium.wrappers import ClipAction
 
 from srl.api.config import ConfigError, EnvConfig
+from srl.api.spaces import UnsupportedSpace, action_spec, obs_parts
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,10 @@ def _quiet_mujoco_compiler() -> None:
 
 
 def make_env(cfg: EnvConfig) -> gym.Env:
-    """One environment, validated: only Box observations and Discrete/Box actions are supported.
+    """One environment, validated: its spaces must be ones the streams carry (:mod:`srl.api.spaces`).
 
-    Box actions are clipped to the environment's bounds here, so every caller can pass raw policy samples.
+    Box actions are clipped to the environment's bounds here, so every caller can pass raw policy samples;
+    Discrete and MultiDiscrete actions with a ``start`` are shifted, so the policy samples from 0.
     """
     factory = _resolve(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.kwargs)
@@ -87,18 +89,33 @@ def make_env(cfg: EnvConfig) -> gym.Env:
         raise ConfigError(f"env: cannot create {cfg.id!r}: {type(exc).__name__}: {exc}") from None
     if not isinstance(env, gym.Env):
         raise ConfigError(f"env.id: {cfg.id!r} did not return a gymnasium.Env")
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise ConfigError(f"env: {cfg.id!r} observation space {env.observation_space} is not a Box")
-    if not isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.Box)):
-        raise ConfigError(f"env: {cfg.id!r} action space {env.action_space} is not Discrete or Box")
     if isinstance(env.action_space, gym.spaces.Box):
         # The Gaussian policy samples unbounded actions (their log-probs refer to those); the env sees them clipped.
         env = ClipAction(env)
+    elif isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and np.any(
+        np.asarray(env.action_space.start) != 0
+    ):
+        env = ShiftActions(env)
+    try:
+        obs_parts(env.observation_space)
+        action_spec(env.action_space)
+    except UnsupportedSpace as exc:
+        env.close()
+        raise ConfigError(f"env: {cfg.id!r} {exc}") from None
     return env
 
 
-def action_info(action_space: gym.spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
-    """Per-environment action shape and dtype on the streams."""
-    if isinstance(action_space, gym.spaces.Discrete):
-        return (), np.dtype(np.int64)
-    return tuple(action_space.shape), np.dtype(np.float32)
+class ShiftActions(gym.ActionWrapper):
+    """Discrete / MultiDiscrete actions from 0 for the policy, shifted by the space's ``start`` for the env."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = env.action_space
+        self._start = space.start
+        if isinstance(space, gym.spaces.Discrete):
+            self.action_space = gym.spaces.Discrete(int(space.n))
+        else:
+            self.action_space = gym.spaces.MultiDiscrete(space.nvec)
+
+    def action(self, action: Any) -> Any:
+        return action + self._start

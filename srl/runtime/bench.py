@@ -25,6 +25,7 @@ from srl.algorithms.ppo import PPO, make_acting_policy
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
+from srl.api.spaces import ObsPart, action_spec, obs_parts
 from srl.runtime.plan import Plan, make_plan
 from srl.system.controller import Controller
 
@@ -77,7 +78,7 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
     try:
         while True:
             for i, slot in enumerate(slots):
-                actions, _ = policy.act(obs[i])
+                actions = policy.act(obs[i])["actions"]
                 obs[i] = slot.step(actions).obs
                 steps += w.envs_per_slot
             now = time.perf_counter()
@@ -200,7 +201,7 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     rng = np.random.default_rng(cfg.seed)
     policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
     batch_obs = _random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
-    infer = _timed_rate(lambda i: policy.act(batch_obs), len(batch_obs), seconds / 2)
+    infer = _timed_rate(lambda i: policy.act(batch_obs), w.envs_per_slot, seconds / 2)
     algo = PPO(plan.obs_space, plan.action_space, cfg.model, ppo, cfg.seed)
     batch = _random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
     samples = int(batch["rewards"].size)
@@ -211,7 +212,7 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         "bench": "compute",
         "env": cfg.env.id,
         "torch_threads": w.torch_threads,
-        "inference_batch": len(batch_obs),
+        "inference_batch": w.envs_per_slot,
         "inference_samples_per_second": round(infer, 1),
         "update_batch": samples,
         "epochs": ppo.epochs,
@@ -221,22 +222,37 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     }
 
 
-def _random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> np.ndarray:
-    space = plan.obs_space
-    if space.dtype == np.uint8:
-        return rng.integers(0, 256, (*lead, *space.shape), dtype=np.uint8)
-    return rng.standard_normal((*lead, *space.shape)).astype(space.dtype)
+def _random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Observations of every part, ``[*lead, ...]``, in their stream dtypes."""
+    return {p.name: _random_part(p, rng, lead) for p in obs_parts(plan.obs_space)}
+
+
+def _random_part(p: ObsPart, rng: np.random.Generator, lead: tuple[int, ...]) -> np.ndarray:
+    shape = (*lead, *p.shape)
+    if p.kind == "image":
+        return rng.integers(0, 256, shape, dtype=np.uint8)
+    if p.kind in ("discrete", "multi_discrete"):
+        return (
+            rng.integers(0, np.asarray(p.nvec).reshape(p.shape), shape) + np.asarray(p.start).reshape(p.shape)
+        ).astype(p.dtype)
+    if p.kind == "binary":
+        return rng.integers(0, 2, shape).astype(p.dtype)
+    return rng.standard_normal(shape).astype(p.dtype)
 
 
 def _random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """A training batch ``[T(+1), n, ...]`` with the real schema and random content."""
+    parts = {p.name: p for p in obs_parts(plan.obs_space)}
+    parts.update({p.final_name: p for p in parts.values()})
+    action = action_spec(plan.action_space)
     out = {}
     for name, spec in plan.layout.fields.items():
         shape = (spec.shape[0], n, *spec.shape[2:])
-        if name in ("obs", "final_obs"):  # in the segment's dtype (float64 spaces are stored as float32)
-            out[name] = _random_obs(plan, rng, shape[:2]).astype(spec.dtype, copy=False)
-        elif name == "actions" and spec.dtype == "int64":
-            out[name] = rng.integers(0, plan.action_space.n, shape)
+        if name in parts:
+            out[name] = _random_part(parts[name], rng, shape[:2])
+        elif name == "actions" and action.kind != "box":
+            high = 2 if action.kind == "binary" else np.asarray(action.nvec).reshape(action.shape or ())
+            out[name] = rng.integers(0, high, shape).astype(spec.dtype)
         elif spec.dtype == "bool":
             out[name] = rng.random(shape) < 0.01
         elif name == "version":

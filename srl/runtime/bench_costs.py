@@ -31,6 +31,7 @@ import zmq
 
 from srl.algorithms.ppo import make_acting_policy
 from srl.api.config import ExperimentConfig
+from srl.api.schema import Field
 from srl.base.shm import new_tag
 from srl.base.channel import FifoChannel
 from srl.runtime.bench import _random_batch, _random_obs, _timed_rate, bench_compute, bench_env
@@ -53,12 +54,15 @@ LARGE_SNAPSHOT_FLOATS = 2_000_000
 class _CannedPolicy:
     """Stands in for the network inside the actor: hands out precomputed actions, so the actor's own work is timed."""
 
-    def __init__(self, actions: list[np.ndarray], logp: list[np.ndarray]) -> None:
-        self.actions, self.logp, self.i = actions, logp, 0
+    def __init__(self, answers: list[Mapping[str, np.ndarray]], fields: tuple[Field, ...]) -> None:
+        self.answers, self.fields, self.i = answers, fields, 0
 
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        self.i = (self.i + 1) % len(self.actions)
-        return self.actions[self.i], self.logp[self.i]
+    def output_fields(self) -> tuple[Field, ...]:
+        return self.fields
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> Mapping[str, np.ndarray]:
+        self.i = (self.i + 1) % len(self.answers)
+        return self.answers[self.i]
 
     def load_flat(self, flat: np.ndarray) -> None:
         """Never called: the stand-in version source never has a newer snapshot."""
@@ -79,12 +83,12 @@ class _FixedVersion:
         return True
 
 
-def _canned_actions(plan: Plan, n: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Real actions of the acting policy for ``n`` random slot observations (dtypes and shapes as in a run)."""
+def _canned_policy(plan: Plan, n: int) -> _CannedPolicy:
+    """Real answers of the acting policy for ``n`` random slot observations (dtypes and shapes as in a run)."""
     policy = make_acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     rng = np.random.default_rng(plan.cfg.seed)
-    pairs = [policy.act(_random_obs(plan, rng, (plan.cfg.workers.envs_per_slot,))) for _ in range(n)]
-    return [a for a, _ in pairs], [lp for _, lp in pairs]
+    answers = [policy.act(_random_obs(plan, rng, (plan.cfg.workers.envs_per_slot,))) for _ in range(n)]
+    return _CannedPolicy(answers, policy.output_fields())
 
 
 def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
@@ -93,9 +97,7 @@ def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
     Only ``actor.poll`` is timed; releasing the finished segments (the trainer's part) is not."""
     fabric = InlineFabric(plan, lambda kind, meta, arrays: None)
     actor: Any = build_worker(plan, fabric, "actor", 0, None, wait_timeout=0.0, report_interval=3600.0)
-    actor.inference = InlineInference(
-        0, fabric.pool(), _CannedPolicy(*_canned_actions(plan, ACTION_SETS)), _FixedVersion()
-    )
+    actor.inference = InlineInference(0, fabric.pool(), _canned_policy(plan, ACTION_SETS), _FixedVersion())
     consumer = SampleConsumer(fabric.pool(), fabric.samples(0))
     actor.setup()
     try:
@@ -126,10 +128,8 @@ def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, floa
     small, large = _random_obs(plan, rng, (B,)), _random_obs(plan, rng, (slots * B,))
     per_call: dict[int, list[float]] = {B: [], slots * B: []}
     for _ in range(rounds):
-        for obs in (small, large):
-            per_call[len(obs)].append(
-                len(obs) / _timed_rate(lambda i: policy.act(obs), len(obs), seconds / (2 * rounds), warmup=0.05)
-            )
+        for n, obs in ((B, small), (slots * B, large)):
+            per_call[n].append(n / _timed_rate(lambda i: policy.act(obs), n, seconds / (2 * rounds), warmup=0.05))
     t_small, t_large = (float(np.median(per_call[n])) for n in (B, slots * B))
     per_sample = max(0.0, (t_large - t_small) / ((slots - 1) * B))
     return {
@@ -139,14 +139,14 @@ def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, floa
 
 
 def _stream_pass(
-    client: InferenceClient, server: InferenceServer, k: int, T: int, answer: tuple[np.ndarray, ...], seconds: float
+    client: InferenceClient, server: InferenceServer, k: int, T: int, answer: Mapping[str, np.ndarray], seconds: float
 ) -> tuple[float, float]:
     """Requests from ``k`` slots, served as one batch, for ``seconds``: the actor's seconds per request (post,
     take the reply) and the server's seconds per batch (gather, observations, answer)."""
     actor = serve = 0.0
     n, start = 0, time.perf_counter()
-    B = len(answer[0])
-    actions, logp = (np.concatenate([a] * k) for a in answer)
+    B = len(answer["actions"])
+    outputs = {name: np.concatenate([a] * k) for name, a in answer.items()}
     while time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
         for slot in range(k):
@@ -154,7 +154,7 @@ def _stream_pass(
         t1 = time.perf_counter()
         got = server.gather(64, 0.0)
         server.observations(got)
-        server.answer(got, actions[: len(got) * B], logp[: len(got) * B], 0)
+        server.answer(got, {name: a[: len(got) * B] for name, a in outputs.items()}, 0)
         t2 = time.perf_counter()
         client.ready(k, 0.0)
         actor += (t1 - t0) + (time.perf_counter() - t2)
@@ -169,15 +169,15 @@ def stream_costs(plan: Plan, seconds: float) -> dict[str, float]:
     a cost per request (from batches of one slot and of several)."""
     k = max(2, min(LARGE_BATCH_SLOTS, plan.cfg.workers.max_inference_batch))
     pool = SegmentPool.in_process(dataclasses.replace(plan.layout, slots=k))
-    actions, logp = _canned_actions(plan, 1)
+    answer = _canned_policy(plan, 1).answers[0]
     T = plan.cfg.workers.segment_length
     with tempfile.TemporaryDirectory(prefix="srl-bench-") as folder:
         requests = FifoChannel.create(os.path.join(folder, "requests"), REQUEST_WIDTH)
         replies = FifoChannel.create(os.path.join(folder, "replies"), REPLY_WIDTH)
         try:
             client, server = InferenceClient(0, pool, requests, replies), InferenceServer(pool, requests, {0: replies})
-            actor, one = _stream_pass(client, server, 1, T, (actions[0], logp[0]), seconds / 2)
-            _, many = _stream_pass(client, server, k, T, (actions[0], logp[0]), seconds / 2)
+            actor, one = _stream_pass(client, server, 1, T, answer, seconds / 2)
+            _, many = _stream_pass(client, server, k, T, answer, seconds / 2)
         finally:
             for ch in (requests, replies):
                 ch.close()

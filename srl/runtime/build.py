@@ -112,6 +112,7 @@ def _eval_worker(plan: Plan, fabric: Fabric, run_dir: Path | None, wait_timeout:
             "eval_return_mean": return_mean,
             "algorithm": nets,
             "config": to_dict(cfg),
+            "spaces": plan.spaces,
         }
         atomic_save(run_dir / "checkpoints" / "best.pt", lambda f: torch.save(state, f))
 
@@ -186,7 +187,7 @@ def build_worker(
             checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
             checkpoint_interval=cfg.run.checkpoint_interval_seconds,
             keep_checkpoints=cfg.run.keep_checkpoints,
-            checkpoint_extra={"config": to_dict(cfg)},
+            checkpoint_extra={"config": to_dict(cfg), "spaces": plan.spaces},
             wait_timeout=wait_timeout,
             collective=collective,
         )

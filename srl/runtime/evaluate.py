@@ -68,7 +68,7 @@ def play(
             for _ in range(max_steps):
                 if finished.all():
                     break
-                actions, _ = policy.act(obs, deterministic=deterministic)
+                actions = policy.act(obs, deterministic=deterministic)["actions"]
                 step = slot.step(actions)
                 obs = step.obs
                 returns += np.where(finished, 0.0, step.reward)

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import numpy as np
 import zmq
 
-from srl.api.batch import FieldSpec
+from srl.api.schema import FieldSpec
 from srl.base import wire
 from srl.base.channel import InProcChannel
 from srl.system.streams import FREE, READY, SampleProducer, SegmentPool

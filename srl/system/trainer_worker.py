@@ -28,7 +28,8 @@ from srl.base.timing import Every
 from srl.system.params import ParamPublisher
 from srl.system.streams import SegmentSource
 
-CHECKPOINT_FORMAT = "srl-checkpoint-v1"
+CHECKPOINT_FORMAT = "srl-checkpoint-v2"
+"""v2: observation parts and action heads (v1 checkpoints held one Box observation and are not read)."""
 
 
 class TrainerWorker(Worker):
