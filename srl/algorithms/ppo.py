@@ -18,24 +18,35 @@ weighted by its truncated importance weight against the behaviour policy
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
-import gymnasium as gym
 import numpy as np
 import torch
+from torch import nn
 
 from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
-from srl.api.config import ExperimentConfig, ModelConfig, PPOConfig
+from srl.api.algorithm import AlgorithmContext
 from srl.api.schema import Field
 from srl.api.spaces import obs_parts
-from srl.api.worker import Collective
-from srl.nets.normalizer import RunningMeanStd
-from srl.nets.policy import PolicyNet, ValueNet
 
 Obs = dict[str, torch.Tensor]
 """A batch of observations: part field name -> tensor."""
+
+
+class RunningMoments(Protocol):
+    """A running mean/variance (``srl.nets.normalizer.RunningMeanStd``): fold in a batch's moments."""
+
+    def moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]: ...
+
+    def update_moments(self, mean: torch.Tensor, var: torch.Tensor, n: int) -> None: ...
+
+
+def _normalizer_inputs(encoder: nn.Module, obs: Obs) -> list[tuple[RunningMoments, torch.Tensor]]:
+    """An encoder's running normalizers with their batches; a plugin encoder without any has none."""
+    inputs = getattr(encoder, "normalizer_inputs", None)
+    return [] if inputs is None else inputs(obs)
 
 
 def as_tensors(obs: Mapping[str, np.ndarray]) -> Obs:
@@ -43,48 +54,14 @@ def as_tensors(obs: Mapping[str, np.ndarray]) -> Obs:
     return {name: torch.from_numpy(np.ascontiguousarray(x)) for name, x in obs.items()}
 
 
-def build_policy_net(obs_space: gym.spaces.Space, action_space: gym.spaces.Space, model: ModelConfig) -> PolicyNet:
-    return PolicyNet(
-        obs_space,
-        action_space,
-        hidden=model.hidden,
-        activation=model.activation,
-        layer_norm=model.layer_norm,
-        normalize_obs=model.normalize_obs,
-        init_log_std=model.init_log_std,
-    )
-
-
-def build_value_net(obs_space: gym.spaces.Space, policy: PolicyNet, model: ModelConfig, ppo: PPOConfig) -> ValueNet:
-    """The critic; with ``model.shared_encoder`` a head on ``policy``'s encoder."""
-    return ValueNet(
-        obs_space,
-        hidden=model.hidden,
-        activation=model.activation,
-        layer_norm=model.layer_norm,
-        normalize_obs=model.normalize_obs,
-        shared_encoder=policy.encoder if model.shared_encoder else None,
-        normalize_values=ppo.normalize_values,
-    )
-
-
-def make_acting_policy(
-    obs_space: gym.spaces.Space, action_space: gym.spaces.Space, cfg: ExperimentConfig
-) -> ActingPolicy:
-    """What policy workers and actors hold: the actor, plus the critic when it is centralized."""
-    net = build_policy_net(obs_space, action_space, cfg.model)
-    critic = build_value_net(obs_space, net, cfg.model, cfg.ppo) if cfg.ppo.critic == "centralized" else None
-    return ActingPolicy(net, critic)
-
-
 class ActingPolicy:
-    """Numpy-in, numpy-out wrapper of a :class:`PolicyNet` for actors and policy workers.
+    """Numpy-in, numpy-out wrapper of an actor network (``models.policy()``) for actors and policy workers.
 
     The snapshot it loads is the actor's flat state, followed by the critic's when one is given
     (centralized critic).
     """
 
-    def __init__(self, net: PolicyNet, critic: ValueNet | None = None) -> None:
+    def __init__(self, net: nn.Module, critic: nn.Module | None = None) -> None:
         self.net = net.eval()
         self.critic = None if critic is None else critic.eval()
         self._actor_size = net.flat_size()
@@ -127,26 +104,18 @@ class PPO:
     ``collective`` this is one of several data-parallel replicas (see the module docstring).
     """
 
-    def __init__(
-        self,
-        obs_space: gym.spaces.Space,
-        action_space: gym.spaces.Space,
-        model: ModelConfig,
-        cfg: PPOConfig,
-        seed: int,
-        collective: Collective | None = None,
-        device: str = "cpu",
-    ) -> None:
-        torch.manual_seed(seed)
+    def __init__(self, ctx: AlgorithmContext) -> None:
+        cfg = ctx.cfg.ppo
+        torch.manual_seed(ctx.seed)
         self.cfg = cfg
-        self.collective = collective
+        self.collective = ctx.collective
         self.centralized = cfg.critic == "centralized"
-        self.device = torch.device(device)
+        self.device = torch.device(ctx.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"trainer device {device!r}: torch sees no CUDA device on this machine")
-        self.parts = obs_parts(obs_space)
-        self.policy = build_policy_net(obs_space, action_space, model).to(self.device)
-        self.value = build_value_net(obs_space, self.policy, model, cfg).to(self.device)
+            raise ValueError(f"trainer device {ctx.device!r}: torch sees no CUDA device on this machine")
+        self.parts = obs_parts(ctx.obs_space)
+        self.policy = ctx.models.policy().to(self.device)
+        self.value = ctx.models.value(self.policy.encoder if ctx.cfg.model.shared_encoder else None).to(self.device)
         actor_params, critic_params = list(self.policy.parameters()), list(self.value.parameters())
         self.optimizer = Adam(actor_params + critic_params, lr=cfg.lr, eps=cfg.adam_eps)
         self._reduced = actor_params + (critic_params if self.centralized else [])
@@ -161,7 +130,16 @@ class PPO:
             )
             for name, params in (("actor", actor_params), ("critic", critic_params))
         }
-        self._gen = torch.Generator().manual_seed(seed + 1)
+        self._gen = torch.Generator().manual_seed(ctx.seed + 1)
+
+    @staticmethod
+    def acting_policy(ctx: AlgorithmContext) -> ActingPolicy:
+        """What policy workers and actors hold: the actor, plus the critic when it is centralized."""
+        net = ctx.models.policy()
+        critic = None
+        if ctx.cfg.ppo.critic == "centralized":
+            critic = ctx.models.value(net.encoder if ctx.cfg.model.shared_encoder else None)
+        return ActingPolicy(net, critic)
 
     # ------------------------------------------------------------------ Algorithm
     def policy_state(self) -> np.ndarray:
@@ -257,10 +235,10 @@ class PPO:
         # Statistics move only after the update: during it the policy sees its inputs as the behaviour policy did
         # (so the ratio starts at 1); the new statistics ship with the next snapshot. Actor statistics are merged
         # across trainers (every replica must normalize alike); a decentralized critic keeps its own.
-        for rms, x in self.policy.encoder.normalizer_inputs(obs):
+        for rms, x in _normalizer_inputs(self.policy.encoder, obs):
             self._update_rms(rms, x, merged=True)
         if not self.value.shared:
-            for rms, x in self.value.encoder.normalizer_inputs(obs):
+            for rms, x in _normalizer_inputs(self.value.encoder, obs):
                 self._update_rms(rms, x, merged=self.centralized)
         self._update_rms(self.value.return_normalizer, ret, merged=self.centralized)
         out.update({k: v / count for k, v in sums.items()})
@@ -326,7 +304,7 @@ class PPO:
         """A ``[rows, N, ...]`` batch field as ``[rows * N, ...]`` on the trainer's device."""
         return self._tensor(array).reshape(array.shape[0] * array.shape[1], *array.shape[2:])
 
-    def _update_rms(self, rms: RunningMeanStd | None, x: torch.Tensor, merged: bool) -> None:
+    def _update_rms(self, rms: RunningMoments | None, x: torch.Tensor, merged: bool) -> None:
         if rms is None:
             return
         mean, var, n = rms.moments(x)

@@ -42,6 +42,9 @@ class Policy(Protocol):
     def flat_size(self) -> int:
         """Length of the flat snapshot."""
 
+    def flat_state(self) -> np.ndarray:
+        """The snapshot this policy holds now (what :meth:`load_flat` would load to act the same)."""
+
 
 class Collective(Protocol):
     """Collective operations among the data-parallel trainers of one policy (rank 0 publishes)."""

@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # Plugins named ``package.module:attr`` import from the current folder too, as under ``python -m``.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     from srl.api.config import ConfigError, load_config
 
     try:

@@ -8,7 +8,6 @@ together) are built in :mod:`srl.envs.slots`.
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 from typing import Any, Callable
 
@@ -17,6 +16,7 @@ import numpy as np
 from gymnasium.wrappers import ClipAction
 
 from srl.api.config import ConfigError, EnvConfig
+from srl.api.plugins import resolve
 from srl.api.spaces import UnsupportedSpace, action_spec, obs_parts
 
 log = logging.getLogger(__name__)
@@ -24,15 +24,7 @@ log = logging.getLogger(__name__)
 
 def _resolve(env_id: str) -> Callable[..., gym.Env]:
     if ":" in env_id:
-        module_name, _, attr = env_id.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigError(f"env.id: cannot import module {module_name!r} ({exc})") from None
-        factory = getattr(module, attr, None)
-        if not callable(factory):
-            raise ConfigError(f"env.id: {module_name!r} has no callable {attr!r}")
-        return factory
+        return resolve(env_id, {}, "env.id")
     atari = env_id.startswith("ALE/")
     if atari:
         try:

@@ -233,9 +233,13 @@ class PolicyNet(_Flattened):
         layer_norm: bool = False,
         normalize_obs: bool = True,
         init_log_std: float = 0.0,
+        encoder: nn.Module | None = None,
     ) -> None:
+        """``encoder``: a plugin encoder (an ``nn.Module`` with ``out_dim``) instead of an :class:`ObsEncoder`."""
         super().__init__()
-        self.encoder = ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+        self.encoder = (
+            encoder if encoder is not None else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+        )
         self.action = action_spec(action_space)
         self.dist: ActionHead = make_action_head(self.action, init_log_std)  # a Module (registered) when it learns
         self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, self.dist.out_dim), 0.01)
@@ -244,7 +248,7 @@ class PolicyNet(_Flattened):
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
         """The actor's normalizer of a plain vector observation (or None), shipped inside ``flat_state``."""
-        return self.encoder.obs_normalizer
+        return getattr(self.encoder, "obs_normalizer", None)
 
     def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
         """Raw head output ``[N, out_dim]``: logits, or action means (Box)."""
@@ -283,14 +287,19 @@ class ValueNet(_Flattened):
         activation: str = "tanh",
         layer_norm: bool = False,
         normalize_obs: bool = True,
-        shared_encoder: ObsEncoder | None = None,
+        shared_encoder: nn.Module | None = None,
         normalize_values: bool = False,
+        encoder: nn.Module | None = None,
     ) -> None:
+        """``encoder``: a plugin encoder of its own (an ``nn.Module`` with ``out_dim``) instead of an
+        :class:`ObsEncoder`; ignored when ``shared_encoder`` is given."""
         super().__init__()
         self.shared: bool = shared_encoder is not None
-        self._encoder: tuple[ObsEncoder, ...]  # plain tuple: not registered when shared
+        self._encoder: tuple[nn.Module, ...]  # plain tuple: not registered when shared
         if shared_encoder is None:
-            self.own_encoder = ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+            self.own_encoder = (
+                encoder if encoder is not None else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+            )
             self._encoder = (self.own_encoder,)
         else:
             self._encoder = (shared_encoder,)
@@ -299,14 +308,14 @@ class ValueNet(_Flattened):
         self._init_flat()
 
     @property
-    def encoder(self) -> ObsEncoder:
+    def encoder(self) -> nn.Module:
         """The encoder the head reads: its own, or the actor's when shared."""
         return self._encoder[0]
 
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
         """The critic's normalizer (or None): its own, or the actor's when the encoder is shared."""
-        return self.encoder.obs_normalizer
+        return getattr(self.encoder, "obs_normalizer", None)
 
     def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
         """Values ``[N]`` in return units."""

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from srl.algorithms.ppo import PPO, make_acting_policy
+from srl.wiring import acting_policy, make_algorithm
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
@@ -70,7 +70,7 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
     cfg = plan.cfg
     w = cfg.workers
     torch.set_num_threads(w.torch_threads)
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     slots = [make_slot(cfg.env, w.envs_per_slot) for i in range(w.actors * w.ring_size)]
     obs = [slot.reset(cfg.seed + i) for i, slot in enumerate(slots)]
     steps, start = 0, time.perf_counter()
@@ -199,10 +199,10 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     w, ppo = cfg.workers, cfg.ppo
     torch.set_num_threads(w.torch_threads)
     rng = np.random.default_rng(cfg.seed)
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     batch_obs = _random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
     infer = _timed_rate(lambda i: policy.act(batch_obs), w.envs_per_slot, seconds / 2)
-    algo = PPO(plan.obs_space, plan.action_space, cfg.model, ppo, cfg.seed)
+    algo = make_algorithm(plan.obs_space, plan.action_space, cfg, cfg.seed)
     batch = _random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
     samples = int(batch["rewards"].size)
     algo.train(batch, 0.0)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import zmq
 
-from srl.algorithms.ppo import make_acting_policy
+from srl.wiring import acting_policy
 from srl.api.config import ExperimentConfig
 from srl.api.schema import Field
 from srl.base.shm import new_tag
@@ -70,6 +70,9 @@ class _CannedPolicy:
     def flat_size(self) -> int:
         return 0
 
+    def flat_state(self) -> np.ndarray:
+        return np.zeros(0, np.float32)
+
 
 class _FixedVersion:
     """A parameter source that never changes: no snapshot traffic inside the actor measurement."""
@@ -85,7 +88,7 @@ class _FixedVersion:
 
 def _canned_policy(plan: Plan, n: int) -> _CannedPolicy:
     """Real answers of the acting policy for ``n`` random slot observations (dtypes and shapes as in a run)."""
-    policy = make_acting_policy(plan.obs_space, plan.action_space, plan.cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     rng = np.random.default_rng(plan.cfg.seed)
     answers = [policy.act(_random_obs(plan, rng, (plan.cfg.workers.envs_per_slot,))) for _ in range(n)]
     return _CannedPolicy(answers, policy.output_fields())
@@ -123,7 +126,7 @@ def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, floa
     cfg = plan.cfg
     B = cfg.workers.envs_per_slot
     slots = max(2, min(LARGE_BATCH_SLOTS, cfg.workers.max_inference_batch))
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     rng = np.random.default_rng(cfg.seed)
     small, large = _random_obs(plan, rng, (B,)), _random_obs(plan, rng, (slots * B,))
     per_call: dict[int, list[float]] = {B: [], slots * B: []}

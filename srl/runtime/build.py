@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import zmq
 
-from srl.algorithms.ppo import PPO, make_acting_policy
+from srl.wiring import acting_policy, make_algorithm
 from srl.api.config import to_dict
 from srl.api.worker import Worker
 from srl.base.fileio import atomic_save
@@ -98,19 +98,16 @@ def _eval_worker(plan: Plan, fabric: Fabric, run_dir: Path | None, wait_timeout:
     from srl.runtime.evaluate import eval_seed, play
 
     cfg = plan.cfg
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
 
     def save_best(version: int, return_mean: float) -> None:
         if run_dir is None:
             return
-        nets = {"policy": policy.net.state_dict()}
-        if policy.critic is not None:
-            nets["value"] = policy.critic.state_dict()
         state = {
             "format": CHECKPOINT_FORMAT,
             "version": version,
             "eval_return_mean": return_mean,
-            "algorithm": nets,
+            "policy_state": torch.from_numpy(policy.flat_state()),
             "config": to_dict(cfg),
             "spaces": plan.spaces,
         }
@@ -151,7 +148,7 @@ def build_worker(
     cfg = plan.cfg
     torch.manual_seed(worker_seed(plan, role, index))
     if role == "trainer" and plan.null_trainer:
-        snapshot = make_acting_policy(plan.obs_space, plan.action_space, cfg).flat_state()
+        snapshot = acting_policy(plan.obs_space, plan.action_space, cfg).flat_state()
         return NullTrainerWorker(
             index,
             snapshot,
@@ -166,11 +163,10 @@ def build_worker(
             collective = TorchCollective(
                 index, cfg.workers.trainers, fabric.dist_init_method(incarnation), interface=fabric.dist_interface()
             )
-        algo = PPO(
+        algo = make_algorithm(
             plan.obs_space,
             plan.action_space,
-            cfg.model,
-            cfg.ppo,
+            cfg,
             seed=cfg.seed,
             collective=collective,
             device=cfg.workers.trainer_device,
@@ -199,7 +195,7 @@ def build_worker(
     if role in ("param_root", "relay"):
         return _param_service(plan, fabric, role, index, wait_timeout)
     if role == "policy":
-        policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+        policy = acting_policy(plan.obs_space, plan.action_space, cfg)
         rows = [plan.actor_row(a) for a in plan.served_actors(index)]
         replies = {row: fabric.replies(row) for row in rows}
         return PolicyWorker(
@@ -216,7 +212,7 @@ def build_worker(
         w = cfg.workers
         pool, row = fabric.pool(), plan.actor_row(index)
         if w.policy_workers == 0:
-            policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+            policy = acting_policy(plan.obs_space, plan.action_space, cfg)
             inference = InlineInference(
                 row,
                 pool,

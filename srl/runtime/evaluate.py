@@ -11,7 +11,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from srl.algorithms.ppo import ActingPolicy, make_acting_policy
+from srl.api.spaces import action_spec, check_fits, obs_parts
+from srl.api.worker import Policy
+from srl.wiring import acting_policy
 from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.envs.slots import GymSlot, make_slot
 from srl.runtime.plan import Plan, make_plan
@@ -32,14 +34,14 @@ def evaluate(
     An env without a time limit could run forever under a deterministic policy: after ``max_steps``
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
-    policy = make_acting_policy(plan.obs_space, plan.action_space, plan.cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     policy.load_flat(flat_params)
     return play(plan.cfg, policy, episodes, seed, deterministic, max_steps)
 
 
 def play(
     cfg: ExperimentConfig,
-    policy: ActingPolicy,
+    policy: Policy,
     episodes: int,
     seed: int,
     deterministic: bool = True,
@@ -133,7 +135,7 @@ def _write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> int:
     return len(frames)
 
 
-def load_policy(target: Path) -> tuple[ExperimentConfig, ActingPolicy, dict[str, Any]]:
+def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]:
     """The config and acting policy of a run directory (its newest checkpoint) or of one checkpoint file."""
     target = Path(target)
     if target.is_dir():
@@ -149,11 +151,10 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, ActingPolicy, dict[str,
         raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, state["config"], prefix="checkpoint config: ")
     plan = make_plan(cfg)
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     try:
-        policy.net.load_state_dict(state["algorithm"]["policy"])
-        if policy.critic is not None:
-            policy.critic.load_state_dict(state["algorithm"]["value"])
-    except (KeyError, RuntimeError) as exc:
-        raise ConfigError(f"{target}: does not fit its own config ({type(exc).__name__})") from None
+        check_fits(state["spaces"], obs_parts(plan.obs_space), action_spec(plan.action_space), str(target))
+        policy.load_flat(state["policy_state"].numpy())
+    except (KeyError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"{target}: does not fit its own config ({type(exc).__name__}: {exc})") from None
     return cfg, policy, {"checkpoint": str(target), "version": int(state["version"])}

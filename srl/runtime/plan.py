@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from srl.algorithms.ppo import make_acting_policy
+from srl.wiring import acting_policy
 from srl.api.config import ExperimentConfig, build
 from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
@@ -122,7 +122,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
         slot.close()
     w = cfg.workers
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
-        policy = make_acting_policy(obs_space, action_space, cfg)
+        policy = acting_policy(obs_space, action_space, cfg)
         param_size = policy.flat_size()
     schema = sample_schema(obs_space, action_space, policy.output_fields())
     nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1

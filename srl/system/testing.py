@@ -43,3 +43,6 @@ class RandomPolicy:
 
     def flat_size(self) -> int:
         return self.size
+
+    def flat_state(self) -> np.ndarray:
+        return np.full(self.size, self.loaded[-1] if self.loaded else 0.0, np.float32)

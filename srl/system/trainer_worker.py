@@ -198,6 +198,7 @@ class TrainerWorker(Worker):
             "samples": self.samples,
             "trained_samples": self.samples * self.world,
             "algorithm": self.algorithm.state_dict(),
+            "policy_state": torch.from_numpy(self.algorithm.policy_state()),  # what acting loads, for any algorithm
             **self.checkpoint_extra,
         }
         try:

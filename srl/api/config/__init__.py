@@ -17,7 +17,7 @@ from __future__ import annotations
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import ConfigError
 from srl.api.config.experiment import ExperimentConfig
-from srl.api.config.load import apply_overrides, load_config, parse_override, resolve_per_node
+from srl.api.config.load import apply_overrides, config_from, load_config, parse_override, resolve_per_node
 from srl.api.config.model import ModelConfig
 from srl.api.config.params import ParamsConfig
 from srl.api.config.parse import build, to_dict
@@ -38,6 +38,7 @@ __all__ = [
     "WorkersConfig",
     "apply_overrides",
     "build",
+    "config_from",
     "load_config",
     "parse_override",
     "resolve_per_node",

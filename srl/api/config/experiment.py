@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import check
@@ -26,6 +27,11 @@ class ExperimentConfig:
     runtime: Literal["inline", "local", "ray"] = "local"
     """Placement: ``inline`` runs every worker in this process (deterministic), ``local`` one process per worker,
     ``ray`` the same workers as Ray actors across a cluster (see ``ray``)."""
+    algorithm: str = "ppo"
+    """The learning algorithm: ``ppo`` (reads the ``ppo`` section), or ``package.module:Algorithm``, a class
+    with ``acting_policy(ctx)`` and ``Algorithm(ctx)`` (see ``srl/api/algorithm.py``, ``examples/a2c.py``)."""
+    algorithm_args: Mapping[str, Any] = field(default_factory=dict)
+    """A plugin algorithm's own settings, handed to it as ``ctx.args``."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     workers: WorkersConfig = field(default_factory=WorkersConfig)

@@ -63,7 +63,12 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"{path}: invalid YAML{where}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
-    return build(ExperimentConfig, resolve_per_node(apply_overrides(data, overrides or [])))
+    return config_from(data, overrides)
+
+
+def config_from(data: Mapping[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
+    """An experiment from a mapping shaped like an experiment file, with overrides applied."""
+    return build(ExperimentConfig, resolve_per_node(apply_overrides(dict(data), overrides or [])))
 
 
 def resolve_per_node(data: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,11 @@ from srl.api.config.errors import check
 class ModelConfig:
     """Network shape, shared by the policy (actor) and value (critic) networks."""
 
+    encoder: str = "default"
+    """The observation encoder of both networks: ``default`` (one encoder per observation part: the Nature CNN for
+    images, normalized vectors, one-hot codes for discrete parts, then an MLP of ``hidden``), or
+    ``package.module:Encoder``, built as ``Encoder(obs_space, model)``: an ``nn.Module`` with an int ``out_dim``
+    mapping the observation parts to features ``[N, out_dim]`` (see ``examples/custom_network.py``)."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the MLPs."""
     activation: Literal["tanh", "relu", "elu"] = "tanh"
