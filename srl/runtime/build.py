@@ -95,7 +95,7 @@ def _param_service(plan: Plan, fabric: Fabric, role: str, index: int, wait_timeo
 
 def _eval_worker(plan: Plan, fabric: Fabric, run_dir: Path | None, wait_timeout: float) -> Worker:
     """The eval worker reads snapshots like policy worker 0 and saves its best policy next to the checkpoints."""
-    from srl.runtime.evaluate import eval_seed, play
+    from srl.evaluate import eval_seed, play
 
     cfg = plan.cfg
     policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)

@@ -11,7 +11,7 @@ from typing import Any, Mapping, TextIO
 from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
 from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
-from srl.runtime.evaluate import eval_seed, evaluate
+from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
 from srl.system.run_dir import RunDir, default_run_dir

@@ -161,7 +161,7 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
             space.seed(cfg.seed)
             actions = [np.stack([space.sample() for _ in range(B)]) for _ in range(64)]
             slot.reset(cfg.seed)
-            rates[backend] = _timed_rate(lambda i: slot.step(actions[i % 64]), B, seconds)
+            rates[backend] = timed_rate(lambda i: slot.step(actions[i % 64]), B, seconds)
         finally:
             slot.close()
     best = max((r for r in rates.values() if r), default=0.0)
@@ -175,7 +175,7 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     }
 
 
-def _timed_rate(step: Callable[[int], Any], per_call: int, seconds: float, warmup: float = 0.5) -> float:
+def timed_rate(step: Callable[[int], Any], per_call: int, seconds: float, warmup: float = 0.5) -> float:
     """Calls per second of ``step(i)`` times ``per_call``, after a warm-up."""
     i, start = 0, time.perf_counter()
     while time.perf_counter() - start < warmup:
@@ -199,13 +199,13 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     torch.set_num_threads(w.torch_threads)
     rng = np.random.default_rng(cfg.seed)
     policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
-    batch_obs = _random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
-    infer = _timed_rate(lambda i: policy.act(batch_obs), len(batch_obs), seconds / 2)
+    batch_obs = random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
+    infer = timed_rate(lambda i: policy.act(batch_obs), len(batch_obs), seconds / 2)
     algo = PPO(plan.obs_space, plan.action_space, cfg.model, ppo, cfg.seed)
-    batch = _random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
+    batch = random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
     samples = int(batch["rewards"].size)
     algo.train(batch, 0.0)
-    update = _timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
+    update = timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
     bound = 1.0 / (1.0 / infer + 1.0 / update)
     return {
         "bench": "compute",
@@ -221,20 +221,20 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     }
 
 
-def _random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> np.ndarray:
+def random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> np.ndarray:
     space = plan.obs_space
     if space.dtype == np.uint8:
         return rng.integers(0, 256, (*lead, *space.shape), dtype=np.uint8)
     return rng.standard_normal((*lead, *space.shape)).astype(space.dtype)
 
 
-def _random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+def random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """A training batch ``[T(+1), n, ...]`` with the real schema and random content."""
     out = {}
     for name, spec in plan.layout.fields.items():
         shape = (spec.shape[0], n, *spec.shape[2:])
         if name in ("obs", "final_obs"):  # in the segment's dtype (float64 spaces are stored as float32)
-            out[name] = _random_obs(plan, rng, shape[:2]).astype(spec.dtype, copy=False)
+            out[name] = random_obs(plan, rng, shape[:2]).astype(spec.dtype, copy=False)
         elif name == "actions" and spec.dtype == "int64":
             out[name] = rng.integers(0, plan.action_space.n, shape)
         elif spec.dtype == "bool":

@@ -1,11 +1,16 @@
-"""Evaluation: play a policy for a number of episodes (the final evaluation of a run, and ``srl eval``),
-optionally recording MP4 video."""
+"""Evaluation: play a policy for a number of episodes (the final evaluation of a run, the eval worker and
+``srl eval``), optionally recording MP4 video.
+
+It plays a policy in environments and places nothing, so it lives below ``srl.runtime`` (which calls it for the
+final evaluation and the eval worker) and above ``algorithms`` and ``envs`` (the acting policy, the slots). It
+reads only the spaces and the config of a run's plan (:class:`PlannedRun`), so it needs no import of the runtime.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -14,8 +19,20 @@ import torch
 from srl.algorithms.ppo import ActingPolicy, make_acting_policy
 from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.envs.slots import GymSlot, make_slot
-from srl.runtime.plan import Plan, make_plan
 from srl.system.trainer_worker import checkpoints, load_checkpoint
+
+
+class PlannedRun(Protocol):
+    """What evaluation reads of a run's plan (``srl.runtime.plan.Plan`` has it)."""
+
+    @property
+    def cfg(self) -> ExperimentConfig: ...
+
+    @property
+    def obs_space(self) -> gym.spaces.Box: ...
+
+    @property
+    def action_space(self) -> gym.spaces.Space: ...
 
 
 def eval_seed(cfg: ExperimentConfig) -> int:
@@ -25,7 +42,12 @@ def eval_seed(cfg: ExperimentConfig) -> int:
 
 
 def evaluate(
-    plan: Plan, flat_params: np.ndarray, episodes: int, seed: int, deterministic: bool = True, max_steps: int = 100_000
+    plan: PlannedRun,
+    flat_params: np.ndarray,
+    episodes: int,
+    seed: int,
+    deterministic: bool = True,
+    max_steps: int = 100_000,
 ) -> dict[str, float]:
     """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per step).
 
@@ -148,8 +170,7 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, ActingPolicy, dict[str,
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, state["config"], prefix="checkpoint config: ")
-    plan = make_plan(cfg)
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = make_acting_policy(*_env_spaces(cfg), cfg)
     try:
         policy.net.load_state_dict(state["algorithm"]["policy"])
         if policy.critic is not None:
@@ -157,3 +178,12 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, ActingPolicy, dict[str,
     except (KeyError, RuntimeError) as exc:
         raise ConfigError(f"{target}: does not fit its own config ({type(exc).__name__})") from None
     return cfg, policy, {"checkpoint": str(target), "version": int(state["version"])}
+
+
+def _env_spaces(cfg: ExperimentConfig) -> tuple[gym.spaces.Box, gym.spaces.Space]:
+    """One environment's observation and action space, probed through the configured slot backend."""
+    slot = make_slot(cfg.env, 1)
+    try:
+        return slot.single_observation_space, slot.single_action_space
+    finally:
+        slot.close()
