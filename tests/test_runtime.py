@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -207,6 +208,25 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_stop_request_ends_the_run_as_requested_and_it_is_evaluated(tmp_path):
+    """``train(..., stop=event)``: another thread ends a run that no budget would end, by a condition it saw."""
+    run = tmp_path / "run"
+    endless = ["runtime=inline", "run.total_env_steps=100000000", "run.target_return=null", "run.eval_episodes=2"]
+    cfg = load_config(CARTPOLE, [*endless, "run.log_interval_seconds=0.2"])
+    stop, out = threading.Event(), {}
+    thread = threading.Thread(target=lambda: out.update(train(cfg, run, progress=None, stop=stop)))
+    thread.start()
+    try:
+        _wait_for_updates(run, versions=2)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert out["stop_reason"] == "requested" and out["policy_version"] >= 2
+    assert out["final_eval_return_mean"] is not None  # a requested end is evaluated, unlike an interrupt
+    assert json.loads((run / "summary.json").read_text())["stop_reason"] == "requested"
 
 
 def test_local_runtime_with_several_policy_workers_serves_every_actor(tmp_path):
