@@ -9,9 +9,9 @@ import torch
 from gymnasium import spaces
 
 from srl.api.config import ConfigError, EnvConfig
+from srl.api.env import LIFE_LOSS
 from srl.envs.atari import ALE_MAX_FRAMES, EpisodicLife, FireReset, make_atari
 from srl.envs.factory import make_env
-from srl.api.env import LIFE_LOSS
 from srl.envs.slots import GymSlot
 from srl.nets.cnn import NatureCNN
 from srl.nets.policy import PolicyNet, ValueNet

@@ -37,25 +37,28 @@ def _pids(run: Path) -> dict[str, int]:
         return {}
 
 
+def _returns_since(run: Path, first: int) -> list[float]:
+    """Training return means of the metrics records from index ``first`` on (complete lines only)."""
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []
+    return [json.loads(line).get("return_mean", 0.0) for line in lines[first:]]
+
+
 def test_kill_9_of_an_actor_and_of_a_policy_worker_mid_run_is_survived(tmp_path) -> None:
+    """Both processes come back and the run learns on to a return of 475. No target or budget ends the run (a
+    fast machine would solve CartPole before the kills): the test stops it once it has seen that return."""
     run = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "srl.cli.main",
-        "train",
-        CARTPOLE,
-        "--quiet",
-        "--run-dir",
-        str(run),
-        "--set",
+    sets = [
         "workers.policy_workers=1",
-        "--set",
         "workers.request_timeout_seconds=1",
-        "--set",
-        "run.eval_episodes=3",
+        "run.target_return=null",
+        "run.total_env_steps=100000000",
+        "run.log_interval_seconds=0.2",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run)]
+    proc = subprocess.Popen(
+        [*cmd, *[a for s in sets for a in ("--set", s)]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         _wait_for(lambda: _steps(run) > 3000 and "actor0" in _pids(run), proc)
         first = _pids(run)
@@ -65,14 +68,17 @@ def test_kill_9_of_an_actor_and_of_a_policy_worker_mid_run_is_survived(tmp_path)
         _wait_for(lambda: _steps(run) > steps + 1000, proc)  # the new actor steps
         os.kill(first["policy0"], signal.SIGKILL)
         _wait_for(lambda: _pids(run).get("policy0") not in (None, first["policy0"]), proc)
-        out, err = proc.communicate(timeout=240)
+        records = len(_returns_since(run, 0))
+        _wait_for(lambda: any(r >= 475 for r in _returns_since(run, records)), proc)  # it learns on after both
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, err
-    summary = json.loads(out)
-    assert summary["solved"] and summary["final_eval_return_mean"] >= 475
+    assert proc.returncode == 130  # ended by the test's SIGINT, not by an error
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted" and "error" not in summary, summary
     assert summary["restarts"] == {"actor0": 1, "policy0": 1}
     assert any("actor0: restarted (1) after: exited with code -9" in w for w in summary["warnings"])
 

@@ -8,13 +8,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from srl.api.config import ExperimentConfig
 from srl.api.schema import sample_schema
 from srl.base import wire
 from srl.base.channel import InProcChannel
 from srl.base.seqlock import VersionedBuffer
-from srl.api.config import ExperimentConfig
-from srl.system.controller import Controller
 from srl.system.control import ControlReceiver, DirectReporter, ZmqReporter
+from srl.system.controller import Controller
 from srl.system.params import ParamPublisher, ParamSubscriber
 from srl.system.policy_worker import PolicyWorker
 from srl.system.streams import (

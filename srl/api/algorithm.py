@@ -25,22 +25,23 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gymnasium import spaces
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: at run time the networks arrive through ``Models``, never by import
     from torch import nn
 
     from srl.api.config import ExperimentConfig
     from srl.api.worker import Algorithm, Collective, Policy
+    from srl.nets.policy import PolicyNet, ValueNet
 
 
 class Models(Protocol):
     """Network constructors for the run's spaces and ``model`` section."""
 
-    def policy(self) -> nn.Module:
+    def policy(self) -> PolicyNet:
         """A new actor: ``forward(obs) -> head output``, ``act(obs, deterministic) -> (actions, logp)``,
         ``evaluate(obs, actions) -> (logp, entropy)``, ``evaluate_features``, ``encoder``, ``flat_state`` /
         ``load_flat_state`` / ``flat_size`` (see :class:`srl.nets.policy.PolicyNet`)."""
 
-    def value(self, shared_encoder: nn.Module | None = None) -> nn.Module:
+    def value(self, shared_encoder: nn.Module | None = None) -> ValueNet:
         """A new critic ``forward(obs) -> values [N]``, with its own encoder or a head on ``shared_encoder``
         (see :class:`srl.nets.policy.ValueNet`)."""
 

@@ -22,7 +22,6 @@ import numpy as np
 
 from srl.api.spaces import Observation
 
-
 LIFE_LOSS = "life_loss"
 """Info key an environment sets when ``terminated`` marks a lost life, not the end of the game."""
 

@@ -14,9 +14,9 @@ tell whether the run that made a segment is still alive.
 
 from __future__ import annotations
 
+import errno
 import math
 import mmap
-import errno
 import os
 import re
 import secrets

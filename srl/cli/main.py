@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             return 130 if summary["stop_reason"] == "interrupted" else 0
         if args.command == "eval":
-            from srl.runtime.evaluate import eval_seed, load_policy, play
+            from srl.evaluate import eval_seed, load_policy, play
 
             if args.episodes < 1:
                 raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")

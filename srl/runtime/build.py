@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 import zmq
 
-from srl.wiring import acting_policy, make_algorithm
 from srl.api.config import to_dict
 from srl.api.worker import Worker
 from srl.base.fileio import atomic_save
@@ -22,14 +21,15 @@ from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan
 from srl.system.actor_worker import ActorWorker
 from srl.system.collective import TorchCollective
+from srl.system.eval_worker import EvalWorker
 from srl.system.null_trainer import NullTrainerWorker
 from srl.system.param_service import ParamServiceWorker, RemoteSnapshot, relay_parent
 from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
 from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
-from srl.system.eval_worker import EvalWorker
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
+from srl.wiring import acting_policy, make_algorithm
 
 ROLES = ("trainer", "policy", "actor", "param_root", "relay", "eval")
 
@@ -95,7 +95,7 @@ def _param_service(plan: Plan, fabric: Fabric, role: str, index: int, wait_timeo
 
 def _eval_worker(plan: Plan, fabric: Fabric, run_dir: Path | None, wait_timeout: float) -> Worker:
     """The eval worker reads snapshots like policy worker 0 and saves its best policy next to the checkpoints."""
-    from srl.runtime.evaluate import eval_seed, play
+    from srl.evaluate import eval_seed, play
 
     cfg = plan.cfg
     policy = acting_policy(plan.obs_space, plan.action_space, cfg)

@@ -10,13 +10,13 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from srl.wiring import acting_policy
 from srl.api.config import ExperimentConfig, build
 from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
 from srl.envs.slots import make_slot
 from srl.system.param_service import relay_parent
 from srl.system.streams import PoolLayout
+from srl.wiring import acting_policy
 
 
 @dataclass(frozen=True)

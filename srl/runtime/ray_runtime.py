@@ -47,8 +47,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from srl.api.config import ConfigError, to_dict
 from srl.base import wire
-from srl.base.fileio import atomic_write_text
 from srl.base.channel import sweep_stale_pipe_dirs
+from srl.base.fileio import atomic_write_text
 from srl.base.shm import sweep_stale
 from srl.runtime.build import ROLES, worker_roles
 from srl.runtime.plan import Plan

@@ -14,7 +14,7 @@ import yaml
 
 from srl.api.config import ConfigError, ExperimentConfig, to_dict
 from srl.base.fileio import atomic_write_text
-from srl.base.tbevents import EventWriter
+from srl.base.tb_scalars import ScalarWriter
 
 
 def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
@@ -62,7 +62,7 @@ class RunDir:
         atomic_write_text(self.path / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self._wandb = _start_wandb(cfg, self.path) if cfg.run.wandb_project else None
         self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
-        self._tb = EventWriter(self.path / "tb") if cfg.run.tensorboard else None
+        self._tb = ScalarWriter(self.path / "tb") if cfg.run.tensorboard else None
 
     def log(self, record: Mapping[str, Any], step: int) -> None:
         """Append one metrics record (JSON line) and mirror its numbers to TensorBoard."""

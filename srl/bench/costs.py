@@ -1,7 +1,7 @@
 """``srl bench costs``: what each stage of one config costs on this machine, as the capacity model's ``Costs``.
 
 Every number comes from the real code path, one piece at a time, so that the
-model (``runtime/capacity.py``) can recombine them for a cluster:
+model (``srl/capacity/model.py``) can recombine them for a cluster:
 
 - env: ``bench_env`` (a plain loop over one slot, the configured backend);
 - actor bookkeeping: the real ``ActorWorker`` (built by ``build_worker``) stepping
@@ -14,7 +14,7 @@ model (``runtime/capacity.py``) can recombine them for a cluster:
   named pipes in one process (no context switches, no forward pass), with
   batches of one slot and of several;
 - segment send: the real ``SampleSender`` -> ``SampleReceiver`` over ZeroMQ TCP on loopback;
-- parameter transfer: ``bench_params.measure`` (a root server and one reader
+- parameter transfer: ``srl.bench.params.measure`` (a root server and one reader
   process) at two snapshot sizes, fitted as a fixed hop time plus a byte rate.
 """
 
@@ -29,19 +29,19 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import zmq
 
-from srl.wiring import acting_policy
 from srl.api.config import ExperimentConfig
 from srl.api.schema import Field
-from srl.base.shm import new_tag
 from srl.base.channel import FifoChannel
-from srl.runtime.bench import _random_batch, _random_obs, _timed_rate, bench_compute, bench_env
-from srl.runtime.bench_params import measure as measure_params
+from srl.base.shm import new_tag
+from srl.bench.params import measure as measure_params
+from srl.bench.throughput import bench_compute, bench_env, random_batch, random_obs, timed_rate
+from srl.capacity.model import Costs
 from srl.runtime.build import build_worker
-from srl.runtime.capacity import Costs
 from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, InlineFabric
 from srl.runtime.plan import Plan, make_plan
 from srl.system.remote_samples import SampleReceiver, SampleSender, segment_bytes
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SegmentPool
+from srl.wiring import acting_policy
 
 ACTION_SETS = 64
 """Precomputed action batches the stand-in policy cycles through (as ``bench_env`` does)."""
@@ -90,7 +90,7 @@ def _canned_policy(plan: Plan, n: int) -> _CannedPolicy:
     """Real answers of the acting policy for ``n`` random slot observations (dtypes and shapes as in a run)."""
     policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     rng = np.random.default_rng(plan.cfg.seed)
-    answers = [policy.act(_random_obs(plan, rng, (plan.cfg.workers.envs_per_slot,))) for _ in range(n)]
+    answers = [policy.act(random_obs(plan, rng, (plan.cfg.workers.envs_per_slot,))) for _ in range(n)]
     return _CannedPolicy(answers, policy.output_fields())
 
 
@@ -128,11 +128,11 @@ def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, floa
     slots = max(2, min(LARGE_BATCH_SLOTS, cfg.workers.max_inference_batch))
     policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     rng = np.random.default_rng(cfg.seed)
-    small, large = _random_obs(plan, rng, (B,)), _random_obs(plan, rng, (slots * B,))
+    small, large = random_obs(plan, rng, (B,)), random_obs(plan, rng, (slots * B,))
     per_call: dict[int, list[float]] = {B: [], slots * B: []}
     for _ in range(rounds):
         for n, obs in ((B, small), (slots * B, large)):
-            per_call[n].append(n / _timed_rate(lambda i: policy.act(obs), n, seconds / (2 * rounds), warmup=0.05))
+            per_call[n].append(n / timed_rate(lambda i: policy.act(obs), n, seconds / (2 * rounds), warmup=0.05))
     t_small, t_large = (float(np.median(per_call[n])) for n in (B, slots * B))
     per_sample = max(0.0, (t_large - t_small) / ((slots - 1) * B))
     return {
@@ -200,7 +200,7 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
     cfg = plan.cfg
     layout = dataclasses.replace(plan.layout, actors=1, buffers=1)
     pool = SegmentPool.in_process(layout)
-    for name, values in _random_batch(plan, np.random.default_rng(cfg.seed), cfg.workers.envs_per_slot).items():
+    for name, values in random_batch(plan, np.random.default_rng(cfg.seed), cfg.workers.envs_per_slot).items():
         pool.arrays[name][0, 0] = values
     ctx = zmq.Context()
     token = new_tag()
@@ -218,7 +218,7 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
             receiver.segment(handle, buf)
             receiver.release(handle, buf)
 
-        per_segment = 1.0 / _timed_rate(one, 1, seconds)
+        per_segment = 1.0 / timed_rate(one, 1, seconds)
     finally:
         sender.close()
         receiver.close()

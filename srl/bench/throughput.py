@@ -21,13 +21,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from srl.wiring import acting_policy, make_algorithm
 from srl.api.config import ConfigError, ExperimentConfig
+from srl.api.spaces import ObsPart, action_spec, obs_parts
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
-from srl.api.spaces import ObsPart, action_spec, obs_parts
 from srl.runtime.plan import Plan, make_plan
 from srl.system.controller import Controller
+from srl.wiring import acting_policy, make_algorithm
 
 
 class _RateController(Controller):
@@ -162,7 +162,7 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
             space.seed(cfg.seed)
             actions = [np.stack([space.sample() for _ in range(B)]) for _ in range(64)]
             slot.reset(cfg.seed)
-            rates[backend] = _timed_rate(lambda i: slot.step(actions[i % 64]), B, seconds)
+            rates[backend] = timed_rate(lambda i: slot.step(actions[i % 64]), B, seconds)
         finally:
             slot.close()
     best = max((r for r in rates.values() if r), default=0.0)
@@ -176,7 +176,7 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     }
 
 
-def _timed_rate(step: Callable[[int], Any], per_call: int, seconds: float, warmup: float = 0.5) -> float:
+def timed_rate(step: Callable[[int], Any], per_call: int, seconds: float, warmup: float = 0.5) -> float:
     """Calls per second of ``step(i)`` times ``per_call``, after a warm-up."""
     i, start = 0, time.perf_counter()
     while time.perf_counter() - start < warmup:
@@ -200,13 +200,13 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     torch.set_num_threads(w.torch_threads)
     rng = np.random.default_rng(cfg.seed)
     policy = acting_policy(plan.obs_space, plan.action_space, cfg)
-    batch_obs = _random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
-    infer = _timed_rate(lambda i: policy.act(batch_obs), w.envs_per_slot, seconds / 2)
+    batch_obs = random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
+    infer = timed_rate(lambda i: policy.act(batch_obs), w.envs_per_slot, seconds / 2)
     algo = make_algorithm(plan.obs_space, plan.action_space, cfg, cfg.seed)
-    batch = _random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
+    batch = random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
     samples = int(batch["rewards"].size)
     algo.train(batch, 0.0)
-    update = _timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
+    update = timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
     bound = 1.0 / (1.0 / infer + 1.0 / update)
     return {
         "bench": "compute",
@@ -222,7 +222,7 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     }
 
 
-def _random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> dict[str, np.ndarray]:
+def random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> dict[str, np.ndarray]:
     """Observations of every part, ``[*lead, ...]``, in their stream dtypes."""
     return {p.name: _random_part(p, rng, lead) for p in obs_parts(plan.obs_space)}
 
@@ -240,7 +240,7 @@ def _random_part(p: ObsPart, rng: np.random.Generator, lead: tuple[int, ...]) ->
     return rng.standard_normal(shape).astype(p.dtype)
 
 
-def _random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+def random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """A training batch ``[T(+1), n, ...]`` with the real schema and random content."""
     parts = {p.name: p for p in obs_parts(plan.obs_space)}
     parts.update({p.final_name: p for p in parts.values()})

@@ -1,23 +1,40 @@
-"""Evaluation: play a policy for a number of episodes (the final evaluation of a run, and ``srl eval``),
-optionally recording MP4 video."""
+"""Evaluation: play a policy for a number of episodes (the final evaluation of a run, the eval worker and
+``srl eval``), optionally recording MP4 video.
+
+It plays a policy in environments and places nothing, so it lives below ``srl.runtime`` (which calls it for the
+final evaluation and the eval worker) and above ``algorithms`` and ``envs`` (the acting policy, the slots). It
+reads only the spaces and the config of a run's plan (:class:`PlannedRun`), so it needs no import of the runtime.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.api.spaces import action_spec, check_fits, obs_parts
 from srl.api.worker import Policy
-from srl.wiring import acting_policy
-from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.envs.slots import GymSlot, make_slot
-from srl.runtime.plan import Plan, make_plan
 from srl.system.trainer_worker import checkpoints, load_checkpoint
+from srl.wiring import acting_policy
+
+
+class PlannedRun(Protocol):
+    """What evaluation reads of a run's plan (``srl.runtime.plan.Plan`` has it)."""
+
+    @property
+    def cfg(self) -> ExperimentConfig: ...
+
+    @property
+    def obs_space(self) -> gym.spaces.Box: ...
+
+    @property
+    def action_space(self) -> gym.spaces.Space: ...
 
 
 def eval_seed(cfg: ExperimentConfig) -> int:
@@ -27,7 +44,12 @@ def eval_seed(cfg: ExperimentConfig) -> int:
 
 
 def evaluate(
-    plan: Plan, flat_params: np.ndarray, episodes: int, seed: int, deterministic: bool = True, max_steps: int = 100_000
+    plan: PlannedRun,
+    flat_params: np.ndarray,
+    episodes: int,
+    seed: int,
+    deterministic: bool = True,
+    max_steps: int = 100_000,
 ) -> dict[str, float]:
     """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per step).
 
@@ -150,11 +172,20 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, state["config"], prefix="checkpoint config: ")
-    plan = make_plan(cfg)
-    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
+    obs_space, action_space = _env_spaces(cfg)
+    policy = acting_policy(obs_space, action_space, cfg)
     try:
-        check_fits(state["spaces"], obs_parts(plan.obs_space), action_spec(plan.action_space), str(target))
+        check_fits(state["spaces"], obs_parts(obs_space), action_spec(action_space), str(target))
         policy.load_flat(state["policy_state"].numpy())
     except (KeyError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"{target}: does not fit its own config ({type(exc).__name__}: {exc})") from None
     return cfg, policy, {"checkpoint": str(target), "version": int(state["version"])}
+
+
+def _env_spaces(cfg: ExperimentConfig) -> tuple[gym.spaces.Space, gym.spaces.Space]:
+    """One environment's observation and action space, probed through the configured slot backend."""
+    slot = make_slot(cfg.env, 1)
+    try:
+        return slot.single_observation_space, slot.single_action_space
+    finally:
+        slot.close()
