@@ -60,7 +60,7 @@ def load(target: Path) -> LoadedPolicy:
     from gymnasium.wrappers import ClipAction
 
     from srl.envs.factory import ShiftActions, make_env
-    from srl.runtime.evaluate import load_policy
+    from srl.evaluate import load_policy
 
     cfg, policy, info = load_policy(target)
     env = make_env(cfg.env)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -19,7 +21,7 @@ OBS = spaces.Box(-np.inf, np.inf, shape=(5,), dtype=np.float32)
 def _components(out: torch.Tensor, nvec: tuple[int, ...]) -> list[torch.distributions.Categorical]:
     """The reference: one independent torch Categorical per component, on its slice of the flat output."""
     bounds = np.cumsum((0, *nvec)).tolist()
-    return [torch.distributions.Categorical(logits=out[:, lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [torch.distributions.Categorical(logits=out[:, lo:hi]) for lo, hi in itertools.pairwise(bounds)]
 
 
 def _random_actions(n: int, nvec: tuple[int, ...], g: torch.Generator) -> torch.Tensor:

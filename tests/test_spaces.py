@@ -4,7 +4,7 @@ carries them: env construction, slots, the segment pool's inference reads and an
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -60,7 +60,7 @@ CREATED: list[SpaceEnv] = []
 class SpaceEnv(gym.Env):
     """Random observations of ``SPACES[obs]``; records the actions it receives and whether it was closed."""
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(self, obs: str, action: str, max_steps: int | None) -> None:
         self.observation_space = SPACES[obs]()

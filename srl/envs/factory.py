@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.wrappers import ClipAction
+from gymnasium.wrappers import ClipAction, TimeLimit
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.plugins import resolve
@@ -71,7 +71,8 @@ def make_env(cfg: EnvConfig) -> gym.Env:
     """
     factory = _resolve(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.kwargs)
-    if cfg.max_episode_steps is not None:
+    custom = ":" in cfg.id  # a user's factory need not take max_episode_steps: its env gets a TimeLimit instead
+    if cfg.max_episode_steps is not None and not custom:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     try:
         env = factory(**kwargs)
@@ -81,6 +82,8 @@ def make_env(cfg: EnvConfig) -> gym.Env:
         raise ConfigError(f"env: cannot create {cfg.id!r}: {type(exc).__name__}: {exc}") from None
     if not isinstance(env, gym.Env):
         raise ConfigError(f"env.id: {cfg.id!r} did not return a gymnasium.Env")
+    if custom and cfg.max_episode_steps is not None:
+        env = TimeLimit(env, cfg.max_episode_steps)
     if isinstance(env.action_space, gym.spaces.Box):
         # The Gaussian policy samples unbounded actions (their log-probs refer to those); the env sees them clipped.
         env = ClipAction(env)

@@ -111,10 +111,10 @@ class MultiCategorical:
         logits = self._logits(out)
         logp_all = torch.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, actions.long().reshape(out.shape[0], -1, 1)).squeeze(-1).sum(dim=-1)
-        p_logp = logp_all.exp() * logp_all
-        if not self._uniform:  # 0 * -inf is NaN: padded categories contribute nothing
-            p_logp = p_logp.masked_fill(self._pad.to(out.device), 0.0)
-        return logp, -p_logp.sum(dim=(-2, -1))
+        probs = logp_all.exp()
+        if not self._uniform:  # 0 * -inf is NaN (and so is its gradient): padded categories contribute nothing
+            logp_all = logp_all.masked_fill(self._pad.to(out.device), 0.0)
+        return logp, -(probs * logp_all).sum(dim=(-2, -1))
 
 
 class Bernoulli:

@@ -89,6 +89,8 @@ class ObsEncoder(nn.Module):
         # layers are still owned by ``torso``.
         self._layers: tuple[nn.Module, ...] = () if images_only else tuple(self.torso)  # type: ignore[arg-type]
         self._plain = len(self.parts) == 1 and self.parts[0].kind == "vector"
+        key = _key(self.parts[0].name)
+        self._plain_rms = self.normalizers[key] if self._plain and key in self.normalizers else None
 
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
@@ -101,7 +103,7 @@ class ObsEncoder(nn.Module):
             x = obs[self.parts[0].name]
             if x.dtype != torch.float32:
                 x = x.float()
-            rms = self.obs_normalizer
+            rms = self._plain_rms
             if rms is not None:
                 x = rms.normalize(x)
             return _run_layers(self._layers, x.reshape(x.shape[0], -1))

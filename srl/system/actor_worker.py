@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from srl.api.env import Slot, SlotStep
-from srl.api.spaces import FINAL_PREFIX, Observation
+from srl.api.spaces import FINAL_PREFIX, OBS, Observation
 from srl.api.worker import Reporter, Worker
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
@@ -260,9 +260,9 @@ class ActorWorker(Worker):
         """Fail naming the env and step, or replace non-finite values by 0 and count the env steps affected."""
         bad = np.zeros(len(step.reward), bool)  # environments with a non-finite value
         changed: list[str] = []
-        checked = [("reward", step.reward)] + [(f"observation {n!r}", step.obs[n]) for n in self._float_obs]
+        checked = [(_what("observation", n), step.obs[n]) for n in self._float_obs] + [("reward", step.reward)]
         if step.final_obs is not None:
-            checked += [(f"final observation {n!r}", step.final_obs[n]) for n in self._float_obs]
+            checked += [(_what("final observation", n), step.final_obs[n]) for n in self._float_obs]
         for what, value in checked:
             rows = ~np.isfinite(value.reshape(len(bad), -1)).all(axis=1)
             if rows.any():
@@ -329,3 +329,8 @@ def _zero_nonfinite(x: np.ndarray) -> np.ndarray:
 def _finite_parts(obs: Observation | None) -> Observation | None:
     """Observation parts with NaN and inf replaced by 0."""
     return None if obs is None else {name: _zero_nonfinite(x) for name, x in obs.items()}
+
+
+def _what(kind: str, part: str) -> str:
+    """``observation`` for a plain observation, ``observation 'obs.goal'`` for a part of a nested one."""
+    return kind if part == OBS else f"{kind} {part!r}"
