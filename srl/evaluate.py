@@ -31,7 +31,7 @@ class PlannedRun(Protocol):
     def cfg(self) -> ExperimentConfig: ...
 
     @property
-    def obs_space(self) -> gym.spaces.Box: ...
+    def obs_space(self) -> gym.spaces.Space: ...
 
     @property
     def action_space(self) -> gym.spaces.Space: ...
@@ -152,7 +152,7 @@ def _write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> int:
     tmp = path.with_name(path.name + ".tmp.mp4")
     with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
         for frame in frames:
-            writer.append_data(frame)
+            writer.append_data(frame)  # type: ignore[attr-defined]
     tmp.replace(path)  # a reader never sees a half-written video
     return len(frames)
 

@@ -10,7 +10,7 @@ none) applies.
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

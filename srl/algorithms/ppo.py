@@ -18,7 +18,8 @@ weighted by its truncated importance weight against the behaviour policy
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantage
 from srl.api.algorithm import AlgorithmContext
 from srl.api.schema import Field
 from srl.api.spaces import obs_parts
+
+if TYPE_CHECKING:  # types only: the networks arrive through ``AlgorithmContext.models``
+    from srl.nets.policy import PolicyNet, ValueNet
 
 Obs = dict[str, torch.Tensor]
 """A batch of observations: part field name -> tensor."""
@@ -61,7 +65,7 @@ class ActingPolicy:
     (centralized critic).
     """
 
-    def __init__(self, net: nn.Module, critic: nn.Module | None = None) -> None:
+    def __init__(self, net: PolicyNet, critic: ValueNet | None = None) -> None:
         self.net = net.eval()
         self.critic = None if critic is None else critic.eval()
         self._actor_size = net.flat_size()
@@ -272,7 +276,8 @@ class PPO:
         rho: torch.Tensor | None,
         c: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """GAE (V-trace-corrected with ``rho``/``c``) on current values; truncated episodes bootstrap from their final obs."""
+        """GAE (V-trace-corrected with ``rho``/``c``) on current values; truncated episodes bootstrap from their
+        final obs."""
         values, next_values = v_all[:T], v_all[1:].clone()
         truncated = self._tensor(batch["truncated"])
         terminated = self._tensor(batch["terminated"])

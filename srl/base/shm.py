@@ -32,9 +32,9 @@ __all__ = [
     "ShmArray",
     "list_segments",
     "new_tag",
+    "pid_alive",
     "segment_path",
     "shm_dir",
-    "pid_alive",
     "sweep_stale",
     "unlink_all",
 ]

@@ -21,16 +21,19 @@ model (``srl/capacity/model.py``) can recombine them for a cluster:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tempfile
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import zmq
 
 from srl.api.config import ExperimentConfig
 from srl.api.schema import Field
+from srl.api.worker import Policy
 from srl.base.channel import FifoChannel
 from srl.base.shm import new_tag
 from srl.bench.params import measure as measure_params
@@ -132,7 +135,8 @@ def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, floa
     per_call: dict[int, list[float]] = {B: [], slots * B: []}
     for _ in range(rounds):
         for n, obs in ((B, small), (slots * B, large)):
-            per_call[n].append(n / timed_rate(lambda i: policy.act(obs), n, seconds / (2 * rounds), warmup=0.05))
+            rate = timed_rate(functools.partial(_act, policy, obs), n, seconds / (2 * rounds), warmup=0.05)
+            per_call[n].append(n / rate)
     t_small, t_large = (float(np.median(per_call[n])) for n in (B, slots * B))
     per_sample = max(0.0, (t_large - t_small) / ((slots - 1) * B))
     return {
@@ -284,3 +288,7 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
 def _rounded(values: Mapping[str, Any]) -> dict[str, Any]:
     """Four significant digits: the machine's noise is far larger."""
     return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in values.items()}
+
+
+def _act(policy: Policy, obs: Mapping[str, np.ndarray], i: int) -> None:
+    policy.act(obs)

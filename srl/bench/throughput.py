@@ -10,18 +10,21 @@ same machine, one after the other, and reports both and their ratio.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
 from srl.api.config import ConfigError, ExperimentConfig
+from srl.api.env import Slot
 from srl.api.spaces import ObsPart, action_spec, obs_parts
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
@@ -162,7 +165,7 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
             space.seed(cfg.seed)
             actions = [np.stack([space.sample() for _ in range(B)]) for _ in range(64)]
             slot.reset(cfg.seed)
-            rates[backend] = timed_rate(lambda i: slot.step(actions[i % 64]), B, seconds)
+            rates[backend] = timed_rate(functools.partial(_step_nth, slot, actions), B, seconds)
         finally:
             slot.close()
     best = max((r for r in rates.values() if r), default=0.0)
@@ -307,3 +310,8 @@ def train_in_fresh_process(config: str, overrides: list[str]) -> tuple[dict[str,
             raise RuntimeError(f"srl train {' '.join(overrides)} failed: {proc.stderr.strip().splitlines()[-1:]}")
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         return json.loads((run_dir / "summary.json").read_text()), records
+
+
+def _step_nth(slot: Slot, actions: list[np.ndarray], i: int) -> None:
+    """Step ``slot`` with the ``i``-th of its prepared actions (cycled)."""
+    slot.step(actions[i % len(actions)])

@@ -255,7 +255,7 @@ class EnvPoolSlot:
         if not isinstance(obs_space, gym.spaces.Box):
             raise ConfigError(f"env: {cfg.id!r} observation space {obs_space} is not a Box")
         self.num_envs = num_envs
-        self.single_observation_space: gym.spaces.Box = obs_space
+        self.single_observation_space: gym.spaces.Space = obs_space
         self.single_action_space: gym.spaces.Space
         if isinstance(act_space, gym.spaces.Discrete):
             self.single_action_space = gym.spaces.Discrete(int(act_space.n), start=int(act_space.start))
@@ -280,7 +280,8 @@ class EnvPoolSlot:
         return int(self._options["num_threads"])
 
     def _build(self, seed: int) -> None:
-        """A fresh pool seeded with ``seed`` (EnvPool seeds env ``i`` from ``seed`` and ``i``), replacing the old one."""
+        """A fresh pool seeded with ``seed`` (EnvPool seeds env ``i`` from ``seed`` and ``i``), replacing the old
+        one."""
         self.close()
         try:
             self._pool = self._envpool.make(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -105,7 +106,7 @@ class ShiftActions(gym.ActionWrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        space = env.action_space
+        space: Any = env.action_space  # Discrete or MultiDiscrete (see make_env)
         self._start = space.start
         if isinstance(space, gym.spaces.Discrete):
             self.action_space = gym.spaces.Discrete(int(space.n))

@@ -87,8 +87,6 @@ class GoalGrid(gym.Env):
     ``position``) -0.33; uniform random moves -0.32.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
-
     def __init__(self, size: int = 7, max_steps: int = 10) -> None:
         self.size, self.max_steps = size, max_steps
         lo, hi = 1, size - 2

@@ -90,7 +90,8 @@ class ObsEncoder(nn.Module):
         self._layers: tuple[nn.Module, ...] = () if images_only else tuple(self.torso)  # type: ignore[arg-type]
         self._plain = len(self.parts) == 1 and self.parts[0].kind == "vector"
         key = _key(self.parts[0].name)
-        self._plain_rms = self.normalizers[key] if self._plain and key in self.normalizers else None
+        rms = self.normalizers[key] if self._plain and key in self.normalizers else None
+        self._plain_rms = rms if isinstance(rms, RunningMeanStd) else None  # the fast path's one normalizer
 
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
@@ -114,14 +115,16 @@ class ObsEncoder(nn.Module):
     def _part(self, p: ObsPart, x: Tensor) -> Tensor:
         key = _key(p.name)
         if p.kind == "image":  # the CNN converts and scales its uint8 input itself
-            return self.cnns[key](x)
+            cnn: NatureCNN = self.cnns[key]  # type: ignore[assignment]  # ModuleDict items are typed Module
+            return cnn(x)
         if p.name in self._codes:
             offsets, width = self._codes[p.name]
             index = x.long().reshape(x.shape[0], -1) + offsets.to(x.device)
             return torch.zeros(x.shape[0], width, device=x.device).scatter_(1, index, 1.0)
         x = x.float()
         if key in self.normalizers:
-            x = self.normalizers[key].normalize(x)
+            rms: RunningMeanStd = self.normalizers[key]  # type: ignore[assignment]
+            x = rms.normalize(x)
         return x.reshape(x.shape[0], -1)
 
     def normalizer_inputs(self, obs: Mapping[str, Tensor]) -> list[tuple[RunningMeanStd, Tensor]]:
@@ -239,8 +242,11 @@ class PolicyNet(_Flattened):
     ) -> None:
         """``encoder``: a plugin encoder (an ``nn.Module`` with ``out_dim``) instead of an :class:`ObsEncoder`."""
         super().__init__()
-        self.encoder = (
-            encoder if encoder is not None else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+        # A plugin encoder offers what the heads use of an ObsEncoder: ``out_dim`` and ``forward``.
+        self.encoder: ObsEncoder = (
+            encoder  # type: ignore[assignment]
+            if encoder is not None
+            else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
         )
         self.action = action_spec(action_space)
         self.dist: ActionHead = make_action_head(self.action, init_log_std)  # a Module (registered) when it learns
@@ -297,20 +303,20 @@ class ValueNet(_Flattened):
         :class:`ObsEncoder`; ignored when ``shared_encoder`` is given."""
         super().__init__()
         self.shared: bool = shared_encoder is not None
-        self._encoder: tuple[nn.Module, ...]  # plain tuple: not registered when shared
+        self._encoder: tuple[ObsEncoder, ...]  # plain tuple: not registered when shared
         if shared_encoder is None:
             self.own_encoder = (
                 encoder if encoder is not None else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
             )
-            self._encoder = (self.own_encoder,)
+            self._encoder = (self.own_encoder,)  # type: ignore[assignment]  # a plugin encoder: out_dim, forward
         else:
-            self._encoder = (shared_encoder,)
+            self._encoder = (shared_encoder,)  # type: ignore[assignment]
         self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, 1), 1.0)
         self.return_normalizer: RunningMeanStd | None = RunningMeanStd(()) if normalize_values else None
         self._init_flat()
 
     @property
-    def encoder(self) -> nn.Module:
+    def encoder(self) -> ObsEncoder:
         """The encoder the head reads: its own, or the actor's when shared."""
         return self._encoder[0]
 

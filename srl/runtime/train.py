@@ -6,8 +6,9 @@ import dataclasses
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, TextIO
+from typing import Any, TextIO
 
 from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
 from srl.base.channel import sweep_stale_pipe_dirs

@@ -278,9 +278,9 @@ class ActorWorker(Worker):
         self.nonfinite_steps += int(bad.sum())
         return dataclasses.replace(
             step,
-            obs=_finite_parts(step.obs),
+            obs=_finite_obs(step.obs),
             reward=_zero_nonfinite(step.reward),
-            final_obs=_finite_parts(step.final_obs),
+            final_obs=None if step.final_obs is None else _finite_obs(step.final_obs),
         )
 
     def _post(self, slot: int, buf: int, t: int) -> None:
@@ -326,9 +326,9 @@ def _zero_nonfinite(x: np.ndarray) -> np.ndarray:
     return np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) if np.issubdtype(x.dtype, np.floating) else x
 
 
-def _finite_parts(obs: Observation | None) -> Observation | None:
+def _finite_obs(obs: Observation) -> Observation:
     """Observation parts with NaN and inf replaced by 0."""
-    return None if obs is None else {name: _zero_nonfinite(x) for name, x in obs.items()}
+    return {name: _zero_nonfinite(x) for name, x in obs.items()}
 
 
 def _what(kind: str, part: str) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import zmq

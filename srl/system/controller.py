@@ -12,7 +12,8 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Mapping, TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 import numpy as np
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import hmac
 import logging
 from collections import deque
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import zmq

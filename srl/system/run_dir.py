@@ -7,8 +7,9 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -31,7 +32,7 @@ def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
 def _start_wandb(cfg: ExperimentConfig, path: Path) -> Any:
     """A Weights & Biases run mirroring this run directory (``run.wandb_project``)."""
     try:
-        import wandb
+        import wandb  # type: ignore[import-not-found]  # an optional extra
     except ImportError:
         raise ConfigError("run.wandb_project: Weights & Biases is not installed (pip install wandb)") from None
     # The id follows the directory, so ``srl train --resume`` continues the same W&B run.

@@ -24,8 +24,9 @@ an actor whose slot finds no free buffer parks that slot until one frees up.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -252,7 +253,7 @@ class InlineInference:
     Same interface as :class:`InferenceClient`, so the actor does not know which one it has.
     """
 
-    def __init__(self, actor: int, pool: SegmentPool, policy: Policy, version: "VersionSource") -> None:
+    def __init__(self, actor: int, pool: SegmentPool, policy: Policy, version: VersionSource) -> None:
         self.actor, self.pool, self.policy, self.version = actor, pool, policy, version
         self._obs = pool.layout.obs_fields
         self._ready: list[int] = []

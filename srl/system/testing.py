@@ -33,7 +33,7 @@ class RandomPolicy:
         if isinstance(self.action_space, gym.spaces.Discrete):
             actions = self.rng.integers(0, self.action_space.n, n)
             return {"actions": actions.astype(np.int64), "logp": np.full(n, -np.log(self.action_space.n), np.float32)}
-        shape = (n, *self.action_space.shape)
+        shape = (n, *(self.action_space.shape or ()))
         return {"actions": self.rng.uniform(-1, 1, shape).astype(np.float32), "logp": np.zeros(n, np.float32)}
 
     def load_flat(self, flat: np.ndarray) -> None:

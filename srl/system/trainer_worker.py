@@ -16,8 +16,9 @@ when any of them is asked to stop. Rank 0 publishes and checkpoints.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch

@@ -89,7 +89,7 @@ def resolve_per_node(data: dict[str, Any]) -> dict[str, Any]:
     for key, total, least in (("actors_per_node", "actors", 1), ("policy_workers_per_node", "policy_workers", 0)):
         per_node = ray.get(key)
         valid = isinstance(per_node, int) and not isinstance(per_node, bool) and per_node >= least
-        if valid and isinstance(workers, dict):  # an invalid value is left for RayConfig to name
+        if valid and isinstance(per_node, int) and isinstance(workers, dict):  # an invalid one: RayConfig names it
             workers[total] = nodes * per_node
     params = out.setdefault("params", {})
     if isinstance(params, dict) and params.get("mode", "hierarchical") == "hierarchical":

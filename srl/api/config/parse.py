@@ -24,7 +24,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     """Check ``value`` against the annotation ``tp``; return it converted (lists to tuples, ints to floats)."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{name}: expected a mapping, got {value!r}")
         return build(tp, value, prefix=f"{name}.")
