@@ -20,12 +20,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.env import Slot
-from srl.api.spaces import ObsPart, action_spec, obs_parts
+from srl.api.spaces import ObsPart, action_spec, flatten_obs, obs_parts
+from srl.envs.factory import make_env
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
 from srl.runtime.plan import Plan, make_plan
@@ -94,11 +96,43 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
             slot.close()
 
 
+VECTOR_ENV_COUNTS = (8, 32, 64)
+"""Env counts the single-process vector-env baseline tries; its best one is the reference."""
+
+
+def sampling_vector_loop(plan: Plan, num_envs: int, seconds: float, warmup: float = 1.0) -> float:
+    """Env steps/s of the simplest fast single-process loop: one Gymnasium ``SyncVectorEnv`` of ``num_envs``
+    stepped with one batched forward pass of the same network per step (as a CleanRL-style script samples)."""
+    cfg = plan.cfg
+    torch.set_num_threads(cfg.workers.torch_threads)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
+    venv = gym.vector.SyncVectorEnv([functools.partial(make_env, cfg.env) for _ in range(num_envs)])
+    parts = obs_parts(venv.single_observation_space)
+    try:
+        obs = venv.reset(seed=cfg.seed)[0]
+        steps, start = 0, time.perf_counter()
+        t0, s0 = start, 0
+        with torch.inference_mode():
+            while True:
+                actions = policy.act(flatten_obs(parts, obs))["actions"]
+                obs = venv.step(actions)[0]
+                steps += num_envs
+                now = time.perf_counter()
+                if s0 == 0 and now - start >= warmup:
+                    t0, s0 = now, steps
+                if s0 and now - t0 >= seconds:
+                    return (steps - s0) / (now - t0)
+    finally:
+        venv.close()
+
+
 def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
-    """One JSON-ready measurement: full path, plain loop, ratio."""
+    """One JSON-ready measurement: full path, the same slots in one loop, the best single vector-env loop."""
     plan = make_plan(cfg)
     full = sampling_full_path(plan, seconds)
     plain = sampling_plain_loop(plan, seconds)
+    vector = {n: sampling_vector_loop(plan, n, seconds) for n in VECTOR_ENV_COUNTS}
+    best = max(vector, key=lambda n: vector[n])
     w = cfg.workers
     return {
         "bench": "sampling",
@@ -114,6 +148,9 @@ def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         "full_path_steps_per_second": round(full["steps_per_second"], 1),
         "plain_loop_steps_per_second": round(plain, 1),
         "ratio": round(full["steps_per_second"] / plain, 3) if plain else None,
+        "vector_loop_steps_per_second": {str(n): round(r, 1) for n, r in vector.items()},
+        "vector_loop_best_envs": best,
+        "vector_ratio": round(full["steps_per_second"] / vector[best], 3) if vector[best] else None,
         "mean_inference_batch": full["mean_inference_batch"],
     }
 
