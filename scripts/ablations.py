@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from srl.runtime.bench import train_in_fresh_process
+from srl.bench.throughput import train_in_fresh_process
 
 TWO_TRAINERS = ["workers.trainers=2", "workers.actors=2", "ppo.batch_segments=1"]
 # Staleness runs keep every segment (lags up to ~stride + pipeline) so compensation is the only difference.

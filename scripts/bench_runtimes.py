@@ -15,7 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
-from srl.runtime.bench import bench_train
+from srl.bench.throughput import bench_train
 
 
 def main() -> None:

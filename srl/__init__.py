@@ -1,1 +1,51 @@
-"""SRL: scalable distributed reinforcement learning."""
+"""SRL: scalable distributed reinforcement learning.
+
+The Python API (imports stay lazy, so ``import srl`` costs nothing on the start path):
+
+- :func:`train` runs an experiment (a YAML path, a mapping, or an ``ExperimentConfig``) and returns its summary;
+- :func:`load_policy` loads a trained policy from a run directory or a checkpoint for use in your own code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from srl.api.config import ExperimentConfig
+    from srl.loaded import LoadedPolicy
+
+__all__ = ["load_policy", "train"]
+
+
+def train(
+    config: str | Path | Mapping[str, Any] | ExperimentConfig,
+    overrides: Sequence[str] = (),
+    run_dir: str | Path | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train as ``srl train`` does and return the summary (also written to ``RUN_DIR/summary.json``).
+
+    ``config``: an experiment file, a mapping shaped like one, or an ``ExperimentConfig``; ``overrides``:
+    ``key=value`` strings as for ``--set``. Bad input raises ``srl.api.config.ConfigError`` naming the field.
+    """
+    import sys
+
+    from srl.api.config import ExperimentConfig, config_from, load_config, to_dict
+    from srl.runtime.train import train as run
+
+    if isinstance(config, ExperimentConfig):
+        cfg = config_from(to_dict(config), list(overrides))
+    elif isinstance(config, Mapping):
+        cfg = config_from(config, list(overrides))
+    else:
+        cfg = load_config(config, list(overrides))
+    return run(cfg, None if run_dir is None else Path(run_dir), progress=sys.stderr if progress else None)
+
+
+def load_policy(path: str | Path) -> LoadedPolicy:
+    """The policy of a run directory (its newest checkpoint) or of one checkpoint file, ready to ``act``."""
+    from srl.loaded import load
+
+    return load(Path(path))

@@ -9,9 +9,9 @@ import torch
 from gymnasium import spaces
 
 from srl.api.config import ConfigError, EnvConfig
+from srl.api.env import LIFE_LOSS
 from srl.envs.atari import ALE_MAX_FRAMES, EpisodicLife, FireReset, make_atari
 from srl.envs.factory import make_env
-from srl.api.env import LIFE_LOSS
 from srl.envs.slots import GymSlot
 from srl.nets.cnn import NatureCNN
 from srl.nets.policy import PolicyNet, ValueNet
@@ -163,14 +163,14 @@ def test_policy_and_value_nets_take_uint8_images() -> None:
     policy = PolicyNet(IMAGE, spaces.Discrete(6), normalize_obs=True)
     value = ValueNet(IMAGE, normalize_obs=True)
     assert policy.obs_normalizer is None and value.obs_normalizer is None  # images are scaled, not normalized
-    obs = _frames(8)
+    obs = {"obs": _frames(8)}
     actions, logp = policy.act(obs)
     assert actions.shape == (8,) and actions.dtype == torch.int64 and logp.shape == (8,)
     new_logp, entropy = policy.evaluate(obs, actions)
     torch.testing.assert_close(new_logp, logp)
     loss = -(new_logp.mean() + entropy.mean()) + value(obs).pow(2).mean()
     loss.backward()
-    assert policy.encoder.torso.layers[0].weight.grad is not None
+    assert policy.encoder.cnns["obs"].layers[0].weight.grad is not None
     assert value(obs).shape == (8,)
 
     other = PolicyNet(IMAGE, spaces.Discrete(6))

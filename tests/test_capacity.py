@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from srl.api.config import ConfigError
+from srl.capacity.model import Cluster, Costs, Layout, fan_out_candidates, param_delivery, predict, tree_depth
+from srl.capacity.recommend import Limits, recommend, scale_table
 from srl.cli.main import main
-from srl.runtime.capacity import Cluster, Costs, Layout, fan_out_candidates, param_delivery, predict, tree_depth
-from srl.runtime.capacity_plan import Limits, recommend, scale_table
 
 # Round numbers, so predictions can be checked by hand: an env step costs 100 us, an update 200 us per sample.
 COSTS = Costs(
@@ -365,7 +365,7 @@ def test_cost_measurements_run_the_real_paths():
     """Each piece of ``srl bench costs`` except the parameter service (``bench_params`` is tested on its own),
     very briefly, on CartPole: positive, finite numbers that make a valid Costs."""
     from srl.api.config import load_config
-    from srl.runtime.bench_costs import actor_overhead, inference_fit, segment_send, stream_costs
+    from srl.bench.costs import actor_overhead, inference_fit, segment_send, stream_costs
     from srl.runtime.plan import make_plan
 
     plan = make_plan(load_config("configs/cartpole_ppo.yaml"))
@@ -388,14 +388,14 @@ def test_segment_send_counts_the_bytes_the_stream_sends():
     """MuJoCo observations are float64 in the env but float32 in segments: the benchmark's segment has the
     stream's dtypes, goes through the real sender and receiver, and its bytes are those of the float32 layout."""
     from srl.api.config import load_config
-    from srl.runtime.bench import _random_batch
-    from srl.runtime.bench_costs import segment_send
+    from srl.bench.costs import segment_send
+    from srl.bench.throughput import random_batch
     from srl.runtime.plan import make_plan
 
     plan = make_plan(load_config("configs/halfcheetah_ppo.yaml"))
     assert plan.obs_space.dtype == np.float64
     w = plan.cfg.workers
-    batch = _random_batch(plan, np.random.default_rng(0), w.envs_per_slot)
+    batch = random_batch(plan, np.random.default_rng(0), w.envs_per_slot)
     assert {n: a.dtype.name for n, a in batch.items()} == {n: f.dtype for n, f in plan.layout.fields.items()}
     measured = segment_send(plan, 0.05)
     assert measured["segment_send_seconds"] > 0

@@ -29,6 +29,7 @@ def test_every_shipped_config_loads_round_trips_and_builds_its_env(tmp_path, pat
     with its options (make_plan probes one slot)."""
     import yaml
 
+    from srl.api.spaces import obs_parts
     from srl.runtime.plan import make_plan
 
     cfg = load_config(path)
@@ -36,7 +37,9 @@ def test_every_shipped_config_loads_round_trips_and_builds_its_env(tmp_path, pat
     again.write_text(yaml.safe_dump(to_dict(cfg)))
     assert load_config(again) == cfg
     plan = make_plan(cfg)
-    assert plan.param_size > 0 and plan.layout.fields["obs"].shape[2:] == plan.obs_space.shape
+    parts = obs_parts(plan.obs_space)
+    assert plan.param_size > 0 and plan.layout.obs_fields == tuple(p.name for p in parts)
+    assert all(plan.layout.fields[p.name].shape[2:] == p.shape for p in parts)
 
 
 def test_overrides_are_type_checked_and_applied():

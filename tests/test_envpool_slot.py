@@ -53,11 +53,11 @@ def test_schema_matches_gymslot(env_id, kwargs):
         assert pool.single_observation_space == ref_obs_space
         assert pool.single_action_space == ref_act_space
         assert pool.single_action_space.dtype == ref_act_space.dtype
-        obs, ref_obs = pool.reset(0), ref.reset(0)
+        obs, ref_obs = pool.reset(0)["obs"], ref.reset(0)["obs"]
         assert obs.shape == ref_obs.shape and obs.dtype == ref_obs.dtype
         actions = _random_actions(pool.single_action_space, 2, np.random.default_rng(0))
         out, ref_out = pool.step(actions), ref.step(actions)
-        assert out.obs.shape == ref_out.obs.shape and out.obs.dtype == ref_out.obs.dtype
+        assert out.obs["obs"].shape == ref_out.obs["obs"].shape and out.obs["obs"].dtype == ref_out.obs["obs"].dtype
         assert out.reward.dtype == np.float32 and out.reward.shape == (2,)
         for flags in (out.terminated, out.truncated, out.episode_end):
             assert flags.dtype == np.bool_ and flags.shape == (2,)
@@ -119,15 +119,15 @@ def test_cartpole_same_step_reset_matches_envpool_own_autoreset():
         for t in range(steps):
             out = slot.step(actions[t])
             # A returned obs is a next policy input: never a terminal CartPole state.
-            assert np.all(np.abs(out.obs[:, 0]) <= 2.4) and np.all(np.abs(out.obs[:, 2]) <= 0.2095)
+            assert np.all(np.abs(out.obs["obs"][:, 0]) <= 2.4) and np.all(np.abs(out.obs["obs"][:, 2]) <= 0.2095)
             np.testing.assert_array_equal(out.episode_end, out.terminated | out.truncated)
             since_start += 1
             for b in range(num_envs):
                 obs, reward, terminated, truncated = records[b][t]
-                np.testing.assert_array_equal(out.obs[b], obs)
+                np.testing.assert_array_equal(out.obs["obs"][b], obs)
                 assert (out.reward[b], out.terminated[b], out.truncated[b]) == (reward, terminated, truncated)
                 if out.episode_end[b]:
-                    assert np.all(np.abs(out.obs[b]) <= CARTPOLE_RESET_BOUND)
+                    assert np.all(np.abs(out.obs["obs"][b]) <= CARTPOLE_RESET_BOUND)
                     slot_lengths[b].append(int(since_start[b]))
                     since_start[b] = 0
         assert slot_lengths == raw_lengths
@@ -140,20 +140,20 @@ def test_truncation_gives_final_obs():
     num_envs = 4
     slot = EnvPoolSlot(EnvConfig(id="CartPole-v1", max_episode_steps=20), num_envs)
     try:
-        obs = slot.reset(0)
+        obs = slot.reset(0)["obs"]
         truncated_seen = False
         for t in range(60):
             previous = obs
             out = slot.step(np.full(num_envs, t % 2))  # alternate pushes: the pole stays up for 20 steps
-            obs = out.obs
+            obs = out.obs["obs"]
             if not out.truncated.any():
                 assert out.final_obs is None
                 continue
             truncated_seen = True
-            assert out.final_obs is not None and out.final_obs.shape == obs.shape
+            assert out.final_obs is not None and out.final_obs["obs"].shape == obs.shape
             for b in np.flatnonzero(out.truncated):
                 assert out.episode_end[b]
-                last = out.final_obs[b]
+                last = out.final_obs["obs"][b]
                 assert not np.array_equal(last, obs[b])  # final_obs is the cut episode's last state ...
                 assert np.all(np.abs(obs[b]) <= CARTPOLE_RESET_BOUND)  # ... and obs the next episode's first
                 assert np.abs(last[0] - previous[b][0]) < 0.1  # one step on from the previous input
@@ -193,10 +193,10 @@ def test_box_actions_are_clipped_to_bounds():
     cfg = EnvConfig(id="HalfCheetah-v5")
     wild, tame = EnvPoolSlot(cfg, 2), EnvPoolSlot(cfg, 2)
     try:
-        np.testing.assert_array_equal(wild.reset(5), tame.reset(5))
+        np.testing.assert_array_equal(wild.reset(5)["obs"], tame.reset(5)["obs"])
         actions = np.random.default_rng(1).uniform(-3.0, 3.0, (2, 6)).astype(np.float32)
         a, b = wild.step(actions), tame.step(np.clip(actions, -1.0, 1.0))
-        np.testing.assert_array_equal(a.obs, b.obs)
+        np.testing.assert_array_equal(a.obs["obs"], b.obs["obs"])
         np.testing.assert_array_equal(a.reward, b.reward)
     finally:
         wild.close()
@@ -206,11 +206,11 @@ def test_box_actions_are_clipped_to_bounds():
 def test_reset_with_a_seed_is_deterministic():
     slot = EnvPoolSlot(EnvConfig(id="CartPole-v1"), 3)
     try:
-        first = slot.reset(11)
-        after = [slot.step(np.array([0, 1, 0])).obs.copy() for _ in range(5)]
-        np.testing.assert_array_equal(slot.reset(11), first)
-        np.testing.assert_array_equal([slot.step(np.array([0, 1, 0])).obs for _ in range(5)], after)
-        assert not np.array_equal(slot.reset(12), first)
+        first = slot.reset(11)["obs"]
+        after = [slot.step(np.array([0, 1, 0])).obs["obs"].copy() for _ in range(5)]
+        np.testing.assert_array_equal(slot.reset(11)["obs"], first)
+        np.testing.assert_array_equal([slot.step(np.array([0, 1, 0])).obs["obs"] for _ in range(5)], after)
+        assert not np.array_equal(slot.reset(12)["obs"], first)
     finally:
         slot.close()
 

@@ -68,7 +68,7 @@ def test_kill_9_of_an_actor_a_policy_worker_and_the_trainer_mid_run_is_survived(
         children = children_of(proc.pid)
         for name in ("actor0", "policy0", "trainer0"):
             os.kill(first[name], signal.SIGKILL)
-            _wait_for(lambda: _pids(run).get(name) not in (None, first[name]), proc)
+            _wait_for(lambda name=name: _pids(run).get(name) not in (None, first[name]), proc)
             children |= children_of(proc.pid)
         out, err = proc.communicate(timeout=240)
     finally:

@@ -48,6 +48,12 @@ def test_bench_sampling_reports_both_paths_and_their_ratio():
     assert result["ratio"] == pytest.approx(
         result["full_path_steps_per_second"] / result["plain_loop_steps_per_second"], rel=1e-2
     )
+    vector = result["vector_loop_steps_per_second"]
+    assert set(vector) == {"8", "32", "64"} and min(vector.values()) > 0
+    assert vector[str(result["vector_loop_best_envs"])] == max(vector.values())
+    assert result["vector_ratio"] == pytest.approx(
+        result["full_path_steps_per_second"] / max(vector.values()), rel=1e-2
+    )
     assert result["mean_inference_batch"] >= 16  # at least one slot of 16 envs per forward pass
 
 

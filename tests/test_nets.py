@@ -16,10 +16,16 @@ DISCRETE = spaces.Discrete(4)
 BOX = spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
 
 
-def _obs(n: int, seed: int = 0) -> torch.Tensor:
+def _obs(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """Observations with non-trivial mean/scale so normalization matters."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 5, generator=g) * 3.0 + 2.0
+    return {"obs": torch.randn(n, 5, generator=g) * 3.0 + 2.0}
+
+
+def _fold(net: PolicyNet | ValueNet, obs: dict[str, torch.Tensor]) -> None:
+    """Fold a batch into the net's own normalizers, as the trainer does after an update."""
+    for rms, x in net.encoder.normalizer_inputs(obs):
+        rms.update(x)
 
 
 def test_running_mean_std_matches_numpy() -> None:
@@ -58,7 +64,7 @@ def test_mlp_structure() -> None:
 def test_act_shapes_and_logp_consistency(action_space: spaces.Discrete | spaces.Box) -> None:
     torch.manual_seed(0)
     net = PolicyNet(OBS, action_space, hidden=(32, 32))
-    net.update_normalizer(_obs(100))
+    _fold(net, _obs(100))
     obs = _obs(16, seed=1)
     actions, logp = net.act(obs)
     if isinstance(action_space, spaces.Discrete):
@@ -82,9 +88,9 @@ def test_discrete_sampling_frequencies_match_softmax() -> None:
     with torch.no_grad():
         net.head.weight.normal_(0.0, 1.0)  # make the distribution far from uniform
     n = 20_000
-    obs = _obs(1).expand(n, 5)
-    actions, _ = net.act(obs)
-    probs = torch.softmax(net(obs[:1]), dim=-1)[0].detach().numpy()
+    one = _obs(1)
+    actions, _ = net.act({"obs": one["obs"].expand(n, 5)})
+    probs = torch.softmax(net(one), dim=-1)[0].detach().numpy()
     counts = np.bincount(actions.numpy(), minlength=4)
     chi2 = float(((counts - n * probs) ** 2 / (n * probs)).sum())
     assert chi2 < 20.0, (counts, probs)  # 3 dof: p(chi2 > 20) ~ 2e-4
@@ -104,13 +110,12 @@ def test_deterministic_discrete_is_argmax_and_box_is_mean() -> None:
 def test_gaussian_logp_and_entropy_match_torch_distributions() -> None:
     torch.manual_seed(0)
     net = PolicyNet(OBS, BOX)
-    assert net.log_std is not None
     with torch.no_grad():
-        net.log_std.copy_(torch.tensor([-0.5, 0.0, 0.7]))
+        net.dist.log_std.copy_(torch.tensor([-0.5, 0.0, 0.7]))
     obs = _obs(32)
     actions = torch.randn(32, 3) * 2.0
     logp, entropy = net.evaluate(obs, actions)
-    dist = torch.distributions.Normal(net(obs), net.log_std.exp())
+    dist = torch.distributions.Normal(net(obs), net.dist.log_std.exp())
     torch.testing.assert_close(logp, dist.log_prob(actions).sum(-1))
     torch.testing.assert_close(entropy, dist.entropy().sum(-1))
     sampled, act_logp = net.act(obs)
@@ -136,15 +141,15 @@ def test_evaluate_has_gradients(action_space: spaces.Discrete | spaces.Box) -> N
     logp, entropy = net.evaluate(obs, actions)
     (logp.sum() + entropy.sum()).backward()
     assert net.head.weight.grad is not None and net.head.weight.grad.abs().sum() > 0
-    if net.log_std is not None:
-        assert net.log_std.grad is not None
+    if isinstance(action_space, spaces.Box):
+        assert net.dist.log_std.grad is not None
 
 
 @pytest.mark.parametrize("action_space", [DISCRETE, BOX], ids=["discrete", "box"])
 def test_flat_state_round_trip(action_space: spaces.Discrete | spaces.Box) -> None:
     torch.manual_seed(0)
     src = PolicyNet(OBS, action_space, layer_norm=True)
-    src.update_normalizer(_obs(300))
+    _fold(src, _obs(300))
     with torch.no_grad():
         for p in src.parameters():
             p.add_(torch.randn_like(p) * 0.1)
@@ -185,21 +190,21 @@ def test_flat_state_without_normalizer_has_only_parameters() -> None:
     net = PolicyNet(OBS, BOX, normalize_obs=False)
     assert net.obs_normalizer is None
     assert net.flat_size() == sum(p.numel() for p in net.parameters())
-    net.update_normalizer(_obs(4))  # a no-op, not an error
+    assert net.encoder.normalizer_inputs(_obs(4)) == []
 
 
 def test_policy_accepts_uint8_and_multi_dim_obs() -> None:
     space = spaces.Box(0, 255, shape=(2, 3), dtype=np.uint8)
     net = PolicyNet(space, DISCRETE, hidden=(8,))
-    obs = torch.randint(0, 256, (4, 2, 3), dtype=torch.uint8)
-    net.update_normalizer(obs)
+    obs = {"obs": torch.randint(0, 256, (4, 2, 3), dtype=torch.uint8)}
+    _fold(net, obs)
     actions, logp = net.act(obs)
     assert actions.shape == (4,) and torch.isfinite(logp).all()
 
 
 def test_value_net_shape_and_own_normalizer() -> None:
     critic = ValueNet(OBS, hidden=(32, 32), activation="elu", layer_norm=True, normalize_obs=True)
-    critic.update_normalizer(_obs(50))
+    _fold(critic, _obs(50))
     values = critic(_obs(10))
     assert values.shape == (10,) and values.dtype == torch.float32
     actor = PolicyNet(OBS, DISCRETE)

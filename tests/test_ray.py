@@ -21,12 +21,12 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 
 import pytest  # noqa: E402
 import ray  # noqa: E402
+from conftest import children_of  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from srl.api.config import load_config  # noqa: E402
 from srl.base.shm import list_segments  # noqa: E402
 from srl.runtime.train import train  # noqa: E402
-from conftest import children_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,15 +109,20 @@ def _wait_for(path: Path, ready: Any, timeout: float = 120.0) -> dict[str, Any]:
     raise AssertionError(f"{path} not ready in {timeout} s")
 
 
-def _wait_for_steps(run_dir: Path, steps: int, timeout: float = 120.0) -> None:
-    """Until the run's metrics show ``steps`` env steps (the run is training, not starting)."""
+def _wait_for_record(run_dir: Path, ready: Any, timeout: float = 120.0) -> dict[str, Any]:
+    """Until the run's newest metrics record satisfies ``ready``; returns that record."""
     path, deadline = run_dir / "metrics.jsonl", time.monotonic() + timeout
     while time.monotonic() < deadline:
-        lines = path.read_text().splitlines() if path.exists() else []
-        if lines and json.loads(lines[-1]).get("env_steps", 0) >= steps:
-            return
+        lines = path.read_text().split("\n")[:-1] if path.exists() else []  # complete lines only
+        if lines and ready(record := json.loads(lines[-1])):
+            return record
         time.sleep(0.2)
-    raise AssertionError(f"no {steps} env steps in {timeout} s")
+    raise AssertionError(f"{path}: no record ready in {timeout} s")
+
+
+def _wait_for_steps(run_dir: Path, steps: int, timeout: float = 120.0) -> None:
+    """Until the run's metrics show ``steps`` env steps (the run is training, not starting)."""
+    _wait_for_record(run_dir, lambda r: r.get("env_steps", 0) >= steps, timeout)
 
 
 def _node_ids(c: Cluster, nodes: list) -> tuple[str, set[str]]:
@@ -153,9 +158,11 @@ def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
     assert root["rejected"] == 0 and root["sends"] <= 2 * (summary["policy_version"] + 1)
 
 
-def _train_in_thread(cfg, run_dir: Path) -> tuple[threading.Thread, dict[str, Any]]:
+def _train_in_thread(
+    cfg, run_dir: Path, stop: threading.Event | None = None
+) -> tuple[threading.Thread, dict[str, Any]]:
     out: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: out.update(train(cfg, run_dir=run_dir, progress=None)))
+    thread = threading.Thread(target=lambda: out.update(train(cfg, run_dir=run_dir, progress=None, stop=stop)))
     thread.start()
     return thread, out
 
@@ -177,9 +184,8 @@ def test_killed_actor_policy_worker_and_trainer_processes_are_restarted(cluster,
     os.kill(workers["trainer0"]["pid"], signal.SIGSTOP)
     for name in ("actor1", "policy0", "trainer0"):
         os.kill(workers[name]["pid"], signal.SIGKILL)
-        _wait_for(
-            run_dir / "workers.json", lambda d: d.get(name, {}).get("pid", workers[name]["pid"]) != workers[name]["pid"]
-        )
+        old = workers[name]["pid"]
+        _wait_for(run_dir / "workers.json", lambda d, name=name, old=old: d.get(name, {}).get("pid", old) != old)
     thread.join(300)
     assert not thread.is_alive()
     restarts = summary["restarts"]
@@ -197,30 +203,51 @@ def test_killed_actor_policy_worker_and_trainer_processes_are_restarted(cluster,
 
 def test_lost_node_leaves_training_going_and_group_returns(cluster, tmp_path):
     """Group 0's node dies. Its relay also serves relay 1 (fan-out 1), so when the group lands on a new node and
-    the relay binds there, relay 1 (on the surviving node) must follow it to its new address."""
+    the relay binds there, relay 1 (on the surviving node) must follow it to its new address.
+
+    No budget ends the run: the test stops it once it has seen the group back, relay 1 following, and training
+    go on for ``more_steps`` env steps and ``more_versions`` policy versions after that, however fast the machine.
+    """
+    more_steps, more_versions = 3000, 5
     c, nodes = cluster
-    run_dir = tmp_path / "run"
-    thread, summary = _train_in_thread(
-        _cfg(c, "run.target_return=null", "run.total_env_steps=1000000", "run.max_wall_seconds=90", "params.fan_out=1"),
-        run_dir,
-    )
-    workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
-    victim = next(n for n in nodes if n.node_id == workers["actor0"]["node_id"])
-    _wait_for_steps(run_dir, 2000)
-    c.remove_node(victim)  # the node's raylet and every worker on it die
-    time.sleep(10.0)
-    nodes.remove(victim)
-    nodes.append(c.add_node(num_cpus=2, resources={"srl_actor": 1}, node_ip_address="127.0.0.1"))
-    back = _wait_for(run_dir / "workers.json", lambda d: d.get("actor0", {}).get("node_id") == nodes[-1].node_id)
+    run_dir, stop = tmp_path / "run", threading.Event()
+    endless = ["run.target_return=null", "run.total_env_steps=1000000000", "run.max_wall_seconds=null"]
+    thread, summary = _train_in_thread(_cfg(c, *endless, "params.fan_out=1"), run_dir, stop)
+    try:
+        workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
+        victim = next(n for n in nodes if n.node_id == workers["actor0"]["node_id"])
+        _wait_for_steps(run_dir, 2000)
+        c.remove_node(victim)  # the node's raylet and every worker on it die
+        nodes.remove(victim)
+        _wait_for_record(run_dir, lambda r: r.get("restarts", 0) >= 1)  # the run saw its workers go
+        nodes.append(c.add_node(num_cpus=2, resources={"srl_actor": 1}, node_ip_address="127.0.0.1"))
+        back = _wait_for(
+            run_dir / "workers.json",
+            lambda d: (
+                d.get("actor0", {}).get("node_id") == nodes[-1].node_id
+                and d.get("relay1", {}).get("pid") not in (None, workers["relay1"]["pid"])
+            ),  # relay 1 followed
+        )
+        then = _wait_for_record(run_dir, lambda r: True)
+        _wait_for_record(
+            run_dir,
+            lambda r: (
+                r["env_steps"] >= then["env_steps"] + more_steps
+                and r["policy_version"] >= then["policy_version"] + more_versions
+            ),
+        )
+    finally:
+        stop.set()
+        thread.join(300)
+    assert not thread.is_alive()
+    assert summary["stop_reason"] == "requested", summary
     assert back["relay0"]["node_id"] == nodes[-1].node_id
     assert back["relay1"]["node_id"] == workers["relay1"]["node_id"] != nodes[-1].node_id
-    thread.join(300)
-    assert not thread.is_alive()
-    assert summary["stop_reason"] == "wall_time", summary
     restarts = summary["restarts"]
     assert restarts.get("actor0", 0) >= 1 and restarts.get("relay0", 0) >= 1, summary
     assert restarts.get("relay1", 0) >= 1 and restarts.get("actor1", 0) == 0, summary  # only the relay followed
     assert summary["param_service"]["relay1"]["version"] >= summary["policy_version"] - 3  # and it is fed again
+    assert summary["env_steps"] >= then["env_steps"] + more_steps
     steps = [json.loads(line)["env_steps"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] > steps[len(steps) // 2] > 0  # training kept going through the loss
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import zmq
 
-from srl.api.batch import segment_fields
+from srl.api.schema import Field, sample_schema
 from srl.base import wire
 from srl.system.control import ControlReceiver, ZmqReporter
 from srl.system.remote_samples import SEGMENT, SampleReceiver, SampleSender
@@ -20,14 +21,17 @@ TOKEN = "a" * 32
 @pytest.fixture
 def ends():
     ctx = zmq.Context()
-    fields = segment_fields((4,), np.float32, (), np.int64, 8, 2, with_final_obs=True)
-    pool = SegmentPool.in_process(PoolLayout(actors=2, buffers=3, fields=fields, slots=2))
-    receiver = SampleReceiver(fields, "tcp://127.0.0.1:*", TOKEN, ctx, queue=8)
+    pool = SegmentPool.in_process(PoolLayout.of(_schema(4), 8, 2, actors=2, buffers=3, slots=2))
+    receiver = SampleReceiver(pool.layout.fields, "tcp://127.0.0.1:*", TOKEN, ctx, queue=8)
     sender = SampleSender(pool, 1, 7, receiver.address, TOKEN, ctx)
     yield pool, sender, receiver, ctx
     sender.close()
     receiver.close()
     ctx.destroy(linger=0)
+
+
+def _schema(obs_dim: int):
+    return sample_schema(gym.spaces.Box(-1, 1, (obs_dim,)), gym.spaces.Discrete(2), [Field("logp", (), "float32")])
 
 
 def _receive(receiver: SampleReceiver, n: int, timeout: float = 5.0) -> np.ndarray:
@@ -79,8 +83,7 @@ def test_a_segment_goes_out_as_soon_as_the_trainer_has_taken_the_previous_one(en
 
 def test_a_trainer_that_falls_behind_parks_the_sender(tmp_path):
     ctx = zmq.Context()
-    fields = segment_fields((64,), np.float32, (), np.int64, 32, 8, with_final_obs=True)
-    pool = SegmentPool.in_process(PoolLayout(actors=1, buffers=3, fields=fields, slots=2))
+    pool = SegmentPool.in_process(PoolLayout.of(_schema(64), 32, 8, actors=1, buffers=3, slots=2))
     sock = ctx.socket(zmq.PULL)  # bound but never read: a trainer busy with its update
     sock.setsockopt(zmq.RCVHWM, 1)
     sock.setsockopt(zmq.RCVBUF, 4096)
@@ -152,3 +155,43 @@ def test_reports_without_the_run_token_are_rejected(tmp_path):
         for r in (good, intruder, other):
             r.close()
         receiver.close()
+
+
+def test_a_dict_observation_schema_crosses_intact_field_by_field():
+    """Every declared field (observation parts, a segment-scoped field) travels in its own dtype and shape."""
+    from srl.api.schema import Scope
+    from srl.envs.testing import goal_grid
+
+    env = goal_grid()
+    schema = sample_schema(
+        env.observation_space,
+        env.action_space,
+        [Field("logp", (), "float32"), Field("h0", (3,), "float32", Scope.SEGMENT)],
+    )
+    ctx = zmq.Context()
+    pool = SegmentPool.in_process(PoolLayout.of(schema, 4, 2, actors=1, buffers=2, slots=1))
+    receiver = SampleReceiver(pool.layout.fields, "tcp://127.0.0.1:*", TOKEN, ctx, queue=4)
+    sender = SampleSender(pool, 0, 0, receiver.address, TOKEN, ctx)
+    try:
+        rng = np.random.default_rng(0)
+        buf = sender.acquire()
+        sent = {}
+        for name, arr in pool.segment(0, buf).items():
+            arr[...] = rng.integers(0, 2, arr.shape) if arr.dtype == bool else rng.integers(0, 3, arr.shape)
+            sent[name] = arr.copy()
+        sender.submit(buf)
+        records, deadline = np.zeros((0, 2), np.int32), time.monotonic() + 5.0
+        while not len(records) and time.monotonic() < deadline:
+            sender.flush()  # until the connection is up, the segment waits in its buffer (the actor's acquire does this)
+            records = receiver.receive(1, 0.05)
+        assert len(records) == 1
+        got = receiver.segment(*records[0].tolist())
+        assert set(got) == set(sent) >= {"obs.goal", "obs.position", "final_obs.goal", "actions", "h0"}
+        for name, value in sent.items():
+            assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
+            np.testing.assert_array_equal(got[name], value)
+        assert got["h0"].shape == (1, 2, 3) and got["obs.position"].shape == (5, 2, 2)
+    finally:
+        sender.close()
+        receiver.close()
+        ctx.destroy(linger=0)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -90,10 +91,13 @@ def test_checkpoint_write_is_atomic(tmp_path):
     load_checkpoint(ckpt_dir / sorted(before)[-1])
 
 
-def _start_endless_training(run: Path, *overrides: str, tmp: Path | None = None) -> subprocess.Popen:
+def _start_endless_training(
+    run: Path, *overrides: str, tmp: Path | None = None, new_session: bool = False
+) -> subprocess.Popen:
     """``srl train`` on CartPole with no target and an unreachable step budget: it runs until signalled.
 
-    ``tmp`` becomes the run's temporary folder (``TMPDIR``), where its named pipes live.
+    ``tmp`` becomes the run's temporary folder (``TMPDIR``), where its named pipes live; with ``new_session``
+    the run leads its own process group (``os.killpg(proc.pid, ...)`` reaches every worker).
     """
     sets = ["run.total_env_steps=100000000", "run.target_return=null", "run.log_interval_seconds=0.2", *overrides]
     env = dict(os.environ, TMPDIR=str(tmp)) if tmp is not None else None
@@ -113,6 +117,7 @@ def _start_endless_training(run: Path, *overrides: str, tmp: Path | None = None)
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        start_new_session=new_session,
     )
 
 
@@ -157,6 +162,71 @@ def test_signal_stops_cleanly(tmp_path, runtime, sig):
     assert not [c for c in children if Path(f"/proc/{c}").exists()]
     assert not [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
     assert not list(private_tmp.iterdir())  # the run's named pipes are gone
+
+
+def test_nothing_of_a_run_killed_with_sigkill_remains_after_the_next_run(tmp_path):
+    """kill -9 of a whole run leaves its pipe folder (pipes, sockets, token) and its segments; the next
+    ``srl train`` on the machine removes them."""
+    run, private_tmp = tmp_path / "run", tmp_path / "tmp"
+    private_tmp.mkdir()  # the runs' own temporary folder: other runs on the machine cannot disturb the check
+    proc = _start_endless_training(run, "runtime=local", tmp=private_tmp, new_session=True)
+    try:
+        _wait_for_updates(run)
+        dead = {proc.pid, *children_of(proc.pid)}
+        (pipe_dir,) = private_tmp.glob(f"srl-{proc.pid}-*")
+        assert (pipe_dir / "token").is_file() and any(p.is_fifo() for p in pipe_dir.iterdir())
+        assert [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 30
+    while any(_running(pid) for pid in dead):
+        assert time.monotonic() < deadline, "killed workers still running"
+        time.sleep(0.1)
+    assert pipe_dir.exists()  # nothing cleaned up after a SIGKILL: the next run's job
+
+    short = ["runtime=local", "run.total_env_steps=500", "run.target_return=null", "run.eval_episodes=0"]
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(tmp_path / "next")]
+    done = subprocess.run(
+        [*cmd, *[a for o in short for a in ("--set", o)]],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TMPDIR=str(private_tmp)),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not list(private_tmp.iterdir())  # the dead run's folder swept, the new run's removed at its exit
+    assert not [s for s in list_segments() if any(s.startswith(f"srl_{pid}_") for pid in dead)]
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_stop_request_ends_the_run_as_requested_and_it_is_evaluated(tmp_path):
+    """``train(..., stop=event)``: another thread ends a run that no budget would end, by a condition it saw."""
+    run = tmp_path / "run"
+    endless = ["runtime=inline", "run.total_env_steps=100000000", "run.target_return=null", "run.eval_episodes=2"]
+    cfg = load_config(CARTPOLE, [*endless, "run.log_interval_seconds=0.2"])
+    stop, out = threading.Event(), {}
+    thread = threading.Thread(target=lambda: out.update(train(cfg, run, progress=None, stop=stop)))
+    thread.start()
+    try:
+        _wait_for_updates(run, versions=2)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert out["stop_reason"] == "requested" and out["policy_version"] >= 2
+    assert out["final_eval_return_mean"] is not None  # a requested end is evaluated, unlike an interrupt
+    assert json.loads((run / "summary.json").read_text())["stop_reason"] == "requested"
 
 
 def test_local_runtime_with_several_policy_workers_serves_every_actor(tmp_path):

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from srl.base import shm
-from srl.base.channel import FifoChannel, InProcChannel, make_pipe_dir, sweep_stale_pipe_dirs, wait_any
+from srl.base.channel import (
+    PIPE_DIR_MARKER,
+    FifoChannel,
+    InProcChannel,
+    make_pipe_dir,
+    sweep_stale_pipe_dirs,
+    wait_any,
+)
 from srl.base.shm import ShmArray
 
 FORK = mp.get_context("fork")
@@ -126,19 +133,38 @@ def test_sweep_stale_removes_only_dead_creators(tag: str) -> None:
 
 def test_sweep_stale_pipe_dirs_removes_only_dead_creators_pipe_folders(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a private temp folder for this test
-    proc = FORK.Process(target=os._exit, args=(0,))
+    proc = FORK.Process(target=make_pipe_dir)  # a run's folder, its creator gone
     proc.start()
     proc.join()
-    dead, live = tmp_path / f"srl-{proc.pid}-abc", make_pipe_dir()  # ours: this process is alive
-    not_only_pipes, not_ours = tmp_path / f"srl-{proc.pid}-def", tmp_path / "srl-bench-xyz"
-    for folder in (dead, not_only_pipes, not_ours):
-        folder.mkdir()
-    for folder in (dead, live, not_only_pipes):
-        FifoChannel.create(str(folder / "req0"), 4).close()
-    (not_only_pipes / "notes.txt").write_text("a user's file")
-    assert live.name.startswith(f"srl-{os.getpid()}-")
-    assert sweep_stale_pipe_dirs() == 1
-    assert not dead.exists() and live.exists() and not_only_pipes.exists() and not_ours.exists()
+    (run,) = tmp_path.glob(f"srl-{proc.pid}-*")
+    FifoChannel.create(str(run / "req0"), 4).close()
+    (run / "token").write_text("0123abcd")  # what a run keeps there besides pipes
+    (run / "trainers.store").write_bytes(b"\0" * 8)
+    live = make_pipe_dir()  # ours: this process is alive
+    FifoChannel.create(str(live / "req0"), 4).close()
+
+    def folder(name: str, mode: int = 0o700) -> Path:
+        path = tmp_path / name
+        path.mkdir(mode=mode)
+        path.chmod(mode)
+        return path
+
+    pipes_only, empty = folder(f"srl-{proc.pid}-pipes"), folder(f"srl-{proc.pid}-empty")  # made before the marker
+    FifoChannel.create(str(pipes_only / "req0"), 4).close()
+    users_file = folder(f"srl-{proc.pid}-notes")  # no marker: plain files are not ours to delete
+    FifoChannel.create(str(users_file / "req0"), 4).close()
+    (users_file / "notes.txt").write_text("a user's file")
+    shared = folder(f"srl-{proc.pid}-shared", 0o755)  # not private: not made by mkdtemp
+    subfolder = folder(f"srl-{proc.pid}-sub")
+    (subfolder / PIPE_DIR_MARKER).touch()
+    (subfolder / "data").mkdir()
+    not_ours = folder("srl-bench-xyz")
+    (tmp_path / f"srl-{proc.pid}-file").write_text("not a folder")
+
+    assert live.name.startswith(f"srl-{os.getpid()}-") and (live / PIPE_DIR_MARKER).is_file()
+    assert sweep_stale_pipe_dirs() == 3
+    assert not run.exists() and not pipes_only.exists() and not empty.exists()
+    assert all(p.exists() for p in (live, users_file, shared, subfolder, not_ours, tmp_path / f"srl-{proc.pid}-file"))
 
 
 # ----------------------------------------------------------------- channel

@@ -17,18 +17,18 @@ from srl.system.rewards import RewardTransform
 def test_gym_slot_resets_in_the_same_step_and_keeps_final_observations():
     slot = GymSlot(EnvConfig(id="CartPole-v1", max_episode_steps=5), 3)
     try:
-        obs = slot.reset(seed=0)
+        obs = slot.reset(seed=0)["obs"]
         assert obs.shape == (3, 4) and obs.dtype == np.float32
         for t in range(5):
             prev = obs.copy()
             step = slot.step(np.zeros(3, np.int64))
-            obs = step.obs
+            obs = step.obs["obs"]
         # every env hit the 5-step limit on the 5th step (CartPole cannot fail that fast from its start state)
         assert step.truncated.all() and not step.terminated.any() and step.episode_end.all()
         assert step.final_obs is not None
-        assert not np.allclose(step.final_obs, step.obs)  # obs is already the reset observation
-        assert np.abs(step.obs).max() <= 0.05  # CartPole resets to U(-0.05, 0.05)
-        assert np.abs(step.final_obs - prev).max() > 0  # the true last state moved on from the step before
+        assert not np.allclose(step.final_obs["obs"], step.obs["obs"])  # obs is already the reset observation
+        assert np.abs(step.obs["obs"]).max() <= 0.05  # CartPole resets to U(-0.05, 0.05)
+        assert np.abs(step.final_obs["obs"] - prev).max() > 0  # the true last state moved on from the step before
         again = slot.step(np.zeros(3, np.int64))
         assert not again.episode_end.any() and again.final_obs is None
     finally:

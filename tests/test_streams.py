@@ -8,13 +8,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from srl.api.batch import segment_fields
+from srl.api.config import ExperimentConfig
+from srl.api.schema import sample_schema
 from srl.base import wire
 from srl.base.channel import InProcChannel
 from srl.base.seqlock import VersionedBuffer
-from srl.api.config import ExperimentConfig
-from srl.system.controller import Controller
 from srl.system.control import ControlReceiver, DirectReporter, ZmqReporter
+from srl.system.controller import Controller
 from srl.system.params import ParamPublisher, ParamSubscriber
 from srl.system.policy_worker import PolicyWorker
 from srl.system.streams import (
@@ -34,8 +34,8 @@ T, B = 4, 3
 
 
 def make_pool(actors: int = 3, buffers: int = 2) -> SegmentPool:
-    fields = segment_fields((2,), np.float32, (), np.int64, T, B, with_final_obs=True)
-    return SegmentPool.in_process(PoolLayout(actors, buffers, fields, slots=2))
+    schema = sample_schema(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(5), RandomPolicy(None).output_fields())
+    return SegmentPool.in_process(PoolLayout.of(schema, T, B, actors, buffers, slots=2))
 
 
 def make_policy_worker(pool: SegmentPool, actors: int, max_batch: int = 64):

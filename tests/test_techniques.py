@@ -13,16 +13,22 @@ import torch
 from gymnasium import spaces
 
 from srl.algorithms.grad_clip import GradClipper
-from srl.algorithms.ppo import PPO, ActingPolicy, make_acting_policy
+from srl.algorithms.ppo import ActingPolicy
 from srl.algorithms.ppo_math import gae, ppo_loss
 from srl.api.config import ConfigError, ExperimentConfig, ModelConfig, PPOConfig, build
 from srl.base.seqlock import VersionedBuffer
 from srl.nets.normalizer import RunningMeanStd
 from srl.nets.policy import PolicyNet, ValueNet
 from srl.system.params import ParamSubscriber
+from srl.wiring import acting_policy, make_algorithm
 
 OBS = spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = spaces.Discrete(2)
+
+
+def _ppo(model: ModelConfig, ppo: PPOConfig, seed: int, **kw):
+    """The built-in PPO for OBS/ACT, as the runtime builds it."""
+    return make_algorithm(OBS, ACT, ExperimentConfig(model=model, ppo=ppo), seed, **kw)
 
 
 # --------------------------------------------------------------------------- V-trace-corrected GAE
@@ -150,7 +156,7 @@ def test_merged_moments_equal_one_update_on_the_union() -> None:
 
 def test_value_normalization_keeps_values_in_return_units() -> None:
     net = ValueNet(OBS, hidden=(8,), normalize_values=True)
-    obs = torch.randn(10, 4)
+    obs = {"obs": torch.randn(10, 4)}
     raw = net.head_output(net.encoder(obs))
     net.return_normalizer.update(torch.randn(500, dtype=torch.float64) * 50 + 20)
     torch.testing.assert_close(net(obs), net.return_normalizer.denormalize(raw))
@@ -163,22 +169,23 @@ def test_value_normalization_keeps_values_in_return_units() -> None:
 def test_centralized_snapshot_carries_the_critic_and_decentralized_does_not() -> None:
     base = build(ExperimentConfig, {"model": {"hidden": [16]}})
     central = build(ExperimentConfig, {"model": {"hidden": [16]}, "ppo": {"critic": "centralized"}})
-    actor_only = make_acting_policy(OBS, ACT, base)
-    both = make_acting_policy(OBS, ACT, central)
+    actor_only = acting_policy(OBS, ACT, base)
+    both = acting_policy(OBS, ACT, central)
     value = ValueNet(OBS, hidden=(16,))
     assert actor_only.flat_size() == PolicyNet(OBS, ACT, hidden=(16,)).flat_size()
     assert both.flat_size() == actor_only.flat_size() + value.flat_size()
-    algo = PPO(OBS, ACT, central.model, central.ppo, seed=0)
+    algo = _ppo(central.model, central.ppo, seed=0)
     snap = algo.policy_state()
     both.load_flat(snap)
-    torch.testing.assert_close(both.critic(torch.ones(3, 4)), algo.value(torch.ones(3, 4)))
+    ones = {"obs": torch.ones(3, 4)}
+    torch.testing.assert_close(both.critic(ones), algo.value(ones))
     with pytest.raises(ValueError, match="wrong length"):
         both.load_flat(snap[:-1])
 
 
 def test_shared_encoder_critic_owns_only_its_head() -> None:
     model = ModelConfig(hidden=(16,), shared_encoder=True)
-    algo = PPO(OBS, ACT, model, PPOConfig(), seed=0)
+    algo = _ppo(model, PPOConfig(), seed=0)
     assert algo.value.encoder is algo.policy.encoder
     assert {n for n, _ in algo.value.named_parameters()} == {"head.weight", "head.bias"}
     assert len(algo.optimizer.params) == len(list(algo.policy.parameters())) + 2
@@ -217,7 +224,7 @@ def _replica(rank: int, store: str, out: str, critic: str) -> None:
         mean, var, n = coll.merge_moments(data.mean().reshape(1), data.var(unbiased=False).reshape(1), 5)
         flags = [coll.any(False), coll.any(rank == 1)]
         cfg = PPOConfig(critic=critic, epochs=2, minibatches=2, normalize_values=True)
-        algo = PPO(OBS, ACT, ModelConfig(hidden=(16,)), cfg, seed=10 + rank, collective=coll)  # different inits
+        algo = _ppo(ModelConfig(hidden=(16,)), cfg, seed=10 + rank, collective=coll)  # different inits
         algo.synchronize()
         before = coll.bytes_reduced
         for i in range(2):
@@ -292,12 +299,11 @@ def test_td_compensation_changes_nothing_on_fresh_data_and_weights_stale_data() 
     model = ModelConfig(hidden=(16,))
 
     def trained(td: bool, behaviour_shift: float, vtrace: bool = False) -> tuple[np.ndarray, dict[str, float]]:
-        algo = PPO(
-            OBS, ACT, model, PPOConfig(td_compensation=td, vtrace_targets=vtrace, epochs=2, minibatches=2), seed=0
-        )
+        algo = _ppo(model, PPOConfig(td_compensation=td, vtrace_targets=vtrace, epochs=2, minibatches=2), seed=0)
         with torch.no_grad():  # behaviour log-probs of the very policy being trained: on-policy data
             logp, _ = algo.policy.evaluate(
-                torch.from_numpy(batch["obs"][:-1].reshape(-1, 4)), torch.from_numpy(batch["actions"]).reshape(-1)
+                {"obs": torch.from_numpy(batch["obs"][:-1].reshape(-1, 4))},
+                torch.from_numpy(batch["actions"]).reshape(-1),
             )
         data = dict(batch, logp=(logp.numpy() + behaviour_shift).reshape(batch["logp"].shape).astype(np.float32))
         stats = algo.train(data, 0.0)
@@ -316,11 +322,11 @@ def test_td_compensation_changes_nothing_on_fresh_data_and_weights_stale_data() 
 
 def test_trainer_device_trains_there_or_refuses_clearly() -> None:
     if torch.cuda.is_available():
-        algo = PPO(OBS, ACT, ModelConfig(hidden=(16,)), PPOConfig(epochs=1), seed=0, device="cuda")
+        algo = _ppo(ModelConfig(hidden=(16,)), PPOConfig(epochs=1), seed=0, device="cuda")
         algo.train(_random_batch(1), 0.0)
         assert next(algo.policy.parameters()).is_cuda and algo.policy_state().dtype == np.float32
     else:
         with pytest.raises(ValueError, match="no CUDA device"):
-            PPO(OBS, ACT, ModelConfig(hidden=(16,)), PPOConfig(), seed=0, device="cuda")
+            _ppo(ModelConfig(hidden=(16,)), PPOConfig(), seed=0, device="cuda")
     with pytest.raises(ConfigError, match="trainer_device"):
         build(ExperimentConfig, {"workers": {"trainer_device": "gpu0"}})

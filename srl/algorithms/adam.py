@@ -8,7 +8,8 @@ Same update as Kingma & Ba with bias correction, applied with multi-tensor
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 
@@ -49,7 +50,7 @@ class Adam:
         denom = torch._foreach_sqrt(self.exp_avg_sq)
         torch._foreach_div_(denom, math.sqrt(bias2))
         torch._foreach_add_(denom, self.eps)
-        torch._foreach_addcdiv_(self.params, self.exp_avg, denom, value=-self.lr / bias1)
+        torch._foreach_addcdiv_(list[torch.Tensor](self.params), self.exp_avg, denom, value=-self.lr / bias1)
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and numbers only, so checkpoints load with ``weights_only=True``."""

@@ -10,11 +10,11 @@ none) applies.
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 
 class GradClipper:

@@ -18,57 +18,48 @@ weighted by its truncated importance weight against the behaviour policy
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
-import gymnasium as gym
 import numpy as np
 import torch
+from torch import nn
 
 from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
-from srl.api.config import ExperimentConfig, ModelConfig, PPOConfig
-from srl.api.worker import Collective
-from srl.nets.normalizer import RunningMeanStd
-from srl.nets.policy import PolicyNet, ValueNet
+from srl.api.algorithm import AlgorithmContext
+from srl.api.schema import Field
+from srl.api.spaces import obs_parts
+
+if TYPE_CHECKING:  # types only: the networks arrive through ``AlgorithmContext.models``
+    from srl.nets.policy import PolicyNet, ValueNet
+
+Obs = dict[str, torch.Tensor]
+"""A batch of observations: part field name -> tensor."""
 
 
-def build_policy_net(obs_space: gym.spaces.Box, action_space: gym.spaces.Space, model: ModelConfig) -> PolicyNet:
-    return PolicyNet(
-        obs_space,
-        action_space,
-        hidden=model.hidden,
-        activation=model.activation,
-        layer_norm=model.layer_norm,
-        normalize_obs=model.normalize_obs,
-        init_log_std=model.init_log_std,
-    )
+class RunningMoments(Protocol):
+    """A running mean/variance (``srl.nets.normalizer.RunningMeanStd``): fold in a batch's moments."""
+
+    def moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]: ...
+
+    def update_moments(self, mean: torch.Tensor, var: torch.Tensor, n: int) -> None: ...
 
 
-def build_value_net(obs_space: gym.spaces.Box, policy: PolicyNet, model: ModelConfig, ppo: PPOConfig) -> ValueNet:
-    """The critic; with ``model.shared_encoder`` a head on ``policy``'s encoder."""
-    return ValueNet(
-        obs_space,
-        hidden=model.hidden,
-        activation=model.activation,
-        layer_norm=model.layer_norm,
-        normalize_obs=model.normalize_obs,
-        shared_encoder=policy.encoder if model.shared_encoder else None,
-        normalize_values=ppo.normalize_values,
-    )
+def _normalizer_inputs(encoder: nn.Module, obs: Obs) -> list[tuple[RunningMoments, torch.Tensor]]:
+    """An encoder's running normalizers with their batches; a plugin encoder without any has none."""
+    inputs = getattr(encoder, "normalizer_inputs", None)
+    return [] if inputs is None else inputs(obs)
 
 
-def make_acting_policy(
-    obs_space: gym.spaces.Box, action_space: gym.spaces.Space, cfg: ExperimentConfig
-) -> ActingPolicy:
-    """What policy workers and actors hold: the actor, plus the critic when it is centralized."""
-    net = build_policy_net(obs_space, action_space, cfg.model)
-    critic = build_value_net(obs_space, net, cfg.model, cfg.ppo) if cfg.ppo.critic == "centralized" else None
-    return ActingPolicy(net, critic)
+def as_tensors(obs: Mapping[str, np.ndarray]) -> Obs:
+    """Observation parts as tensors sharing the arrays' memory (copied only when not contiguous)."""
+    return {name: torch.from_numpy(np.ascontiguousarray(x)) for name, x in obs.items()}
 
 
 class ActingPolicy:
-    """Numpy-in, numpy-out wrapper of a :class:`PolicyNet` for actors and policy workers.
+    """Numpy-in, numpy-out wrapper of an actor network (``models.policy()``) for actors and policy workers.
 
     The snapshot it loads is the actor's flat state, followed by the critic's when one is given
     (centralized critic).
@@ -79,9 +70,13 @@ class ActingPolicy:
         self.critic = None if critic is None else critic.eval()
         self._actor_size = net.flat_size()
 
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        actions, logp = self.net.act(torch.from_numpy(np.ascontiguousarray(obs)), deterministic)
-        return actions.numpy(), logp.numpy()
+    def output_fields(self) -> tuple[Field, ...]:
+        """Besides the actions: the behaviour log-prob of each step (importance weights, the PPO ratio)."""
+        return (Field("logp", (), "float32"),)
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        actions, logp = self.net.act(as_tensors(obs), deterministic)
+        return {"actions": actions.numpy(), "logp": logp.numpy()}
 
     def load_flat(self, flat: np.ndarray) -> None:
         if self.critic is None:
@@ -113,25 +108,18 @@ class PPO:
     ``collective`` this is one of several data-parallel replicas (see the module docstring).
     """
 
-    def __init__(
-        self,
-        obs_space: gym.spaces.Box,
-        action_space: gym.spaces.Space,
-        model: ModelConfig,
-        cfg: PPOConfig,
-        seed: int,
-        collective: Collective | None = None,
-        device: str = "cpu",
-    ) -> None:
-        torch.manual_seed(seed)
+    def __init__(self, ctx: AlgorithmContext) -> None:
+        cfg = ctx.cfg.ppo
+        torch.manual_seed(ctx.seed)
         self.cfg = cfg
-        self.collective = collective
+        self.collective = ctx.collective
         self.centralized = cfg.critic == "centralized"
-        self.device = torch.device(device)
+        self.device = torch.device(ctx.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"trainer device {device!r}: torch sees no CUDA device on this machine")
-        self.policy = build_policy_net(obs_space, action_space, model).to(self.device)
-        self.value = build_value_net(obs_space, self.policy, model, cfg).to(self.device)
+            raise ValueError(f"trainer device {ctx.device!r}: torch sees no CUDA device on this machine")
+        self.parts = obs_parts(ctx.obs_space)
+        self.policy = ctx.models.policy().to(self.device)
+        self.value = ctx.models.value(self.policy.encoder if ctx.cfg.model.shared_encoder else None).to(self.device)
         actor_params, critic_params = list(self.policy.parameters()), list(self.value.parameters())
         self.optimizer = Adam(actor_params + critic_params, lr=cfg.lr, eps=cfg.adam_eps)
         self._reduced = actor_params + (critic_params if self.centralized else [])
@@ -146,7 +134,16 @@ class PPO:
             )
             for name, params in (("actor", actor_params), ("critic", critic_params))
         }
-        self._gen = torch.Generator().manual_seed(seed + 1)
+        self._gen = torch.Generator().manual_seed(ctx.seed + 1)
+
+    @staticmethod
+    def acting_policy(ctx: AlgorithmContext) -> ActingPolicy:
+        """What policy workers and actors hold: the actor, plus the critic when it is centralized."""
+        net = ctx.models.policy()
+        critic = None
+        if ctx.cfg.ppo.critic == "centralized":
+            critic = ctx.models.value(net.encoder if ctx.cfg.model.shared_encoder else None)
+        return ActingPolicy(net, critic)
 
     # ------------------------------------------------------------------ Algorithm
     def policy_state(self) -> np.ndarray:
@@ -186,10 +183,9 @@ class PPO:
         cfg = self.cfg
         lr = cfg.lr * (1.0 - progress) if cfg.lr_schedule == "linear" else cfg.lr
         self.optimizer.lr = max(lr, 1e-8)
-        obs_all = self._tensor(batch["obs"])  # [T+1, N, ...]
         T, N = batch["rewards"].shape
-        flat_obs = obs_all.reshape((T + 1) * N, *obs_all.shape[2:])
-        obs = flat_obs[: T * N]
+        flat_obs = {p.name: self._rows(batch[p.name]) for p in self.parts}  # [(T+1) N, ...] per part
+        obs = {name: x[: T * N] for name, x in flat_obs.items()}
         actions = self._tensor(batch["actions"]).reshape(T * N, *batch["actions"].shape[2:])
         behaviour_logp = self._tensor(batch["logp"]).reshape(-1)
         v_all, prox_logp = self._evaluate_rollout(flat_obs, obs, actions)
@@ -229,7 +225,7 @@ class PPO:
             for start in range(0, size - mb + 1, mb):
                 idx = perm[start : start + mb]
                 stats = self._minibatch(
-                    obs[idx],
+                    {name: x[idx] for name, x in obs.items()},
                     actions[idx],
                     old_logp[idx],
                     adv[idx],
@@ -243,9 +239,11 @@ class PPO:
         # Statistics move only after the update: during it the policy sees its inputs as the behaviour policy did
         # (so the ratio starts at 1); the new statistics ship with the next snapshot. Actor statistics are merged
         # across trainers (every replica must normalize alike); a decentralized critic keeps its own.
-        self._update_rms(self.policy.obs_normalizer, obs, merged=True)
+        for rms, x in _normalizer_inputs(self.policy.encoder, obs):
+            self._update_rms(rms, x, merged=True)
         if not self.value.shared:
-            self._update_rms(self.value.obs_normalizer, obs, merged=self.centralized)
+            for rms, x in _normalizer_inputs(self.value.encoder, obs):
+                self._update_rms(rms, x, merged=self.centralized)
         self._update_rms(self.value.return_normalizer, ret, merged=self.centralized)
         out.update({k: v / count for k, v in sums.items()})
         out["explained_variance"] = explained_variance(old_v, ret)
@@ -257,14 +255,14 @@ class PPO:
     # ------------------------------------------------------------------ internals
     @torch.no_grad()
     def _evaluate_rollout(
-        self, flat_obs: torch.Tensor, obs: torch.Tensor, actions: torch.Tensor
+        self, flat_obs: Obs, obs: Obs, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Current values of all T+1 rows, and (with TD compensation) current log-probs of the taken actions."""
         want_logp = self.cfg.td_compensation or self.cfg.vtrace_targets
         if self.value.shared:  # one encoder pass serves both heads
             features = self.policy.encoder(flat_obs)
             v_all = self.value.denormalize(self.value.head_output(features))
-            logp = self.policy.evaluate_features(features[: len(obs)], actions)[0] if want_logp else None
+            logp = self.policy.evaluate_features(features[: len(actions)], actions)[0] if want_logp else None
             return v_all, logp
         return self.value(flat_obs), self.policy.evaluate(obs, actions)[0] if want_logp else None
 
@@ -278,14 +276,16 @@ class PPO:
         rho: torch.Tensor | None,
         c: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """GAE (V-trace-corrected with ``rho``/``c``) on current values; truncated episodes bootstrap from their final obs."""
+        """GAE (V-trace-corrected with ``rho``/``c``) on current values; truncated episodes bootstrap from their
+        final obs."""
         values, next_values = v_all[:T], v_all[1:].clone()
         truncated = self._tensor(batch["truncated"])
         terminated = self._tensor(batch["terminated"])
         if bool(truncated.any()):
-            if "final_obs" in batch:
-                next_values[truncated] = self.value(self._tensor(batch["final_obs"])[truncated])
-            else:  # image observations carry no final_obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
+            if self.parts[0].final_name in batch:
+                final = {p.name: self._tensor(batch[p.final_name])[truncated] for p in self.parts}
+                next_values[truncated] = self.value(final)
+            else:  # image observations carry no final obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
                 next_values[truncated] = values[truncated]
         rewards = self._tensor(batch["rewards"])
         adv, ret = gae(
@@ -305,7 +305,11 @@ class PPO:
         """A batch field as a tensor on the trainer's device (no copy on the CPU)."""
         return torch.from_numpy(array).to(self.device)
 
-    def _update_rms(self, rms: RunningMeanStd | None, x: torch.Tensor, merged: bool) -> None:
+    def _rows(self, array: np.ndarray) -> torch.Tensor:
+        """A ``[rows, N, ...]`` batch field as ``[rows * N, ...]`` on the trainer's device."""
+        return self._tensor(array).reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+
+    def _update_rms(self, rms: RunningMoments | None, x: torch.Tensor, merged: bool) -> None:
         if rms is None:
             return
         mean, var, n = rms.moments(x)
@@ -315,7 +319,7 @@ class PPO:
 
     def _minibatch(
         self,
-        obs: torch.Tensor,
+        obs: Obs,
         actions: torch.Tensor,
         old_logp: torch.Tensor,
         adv: torch.Tensor,

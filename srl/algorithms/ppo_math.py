@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["gae", "ppo_loss", "normalize_advantages", "explained_variance"]
+__all__ = ["explained_variance", "gae", "normalize_advantages", "ppo_loss"]
 
 
 def _as_float(x: Tensor, like: Tensor) -> Tensor:

@@ -2,7 +2,9 @@
 
 Backends (a Gymnasium vector env, an EnvPool batch) differ in how they reset
 finished episodes and report their last observation; a :class:`Slot` hides
-that. After ``step`` the returned ``obs`` is always the next policy input
+that. Observations are parts (``{"obs": ...}``, or ``{"obs.<key>": ...}`` for Dict
+and Tuple spaces; see :mod:`srl.api.spaces`), each ``[B, ...]``. After ``step``
+the returned ``obs`` is always the next policy input
 (reset observations where an episode ended), ``final_obs`` the true last
 observation where a time limit cut an episode (to bootstrap its value), and
 ``episode_end`` marks the end of a *real* episode: with episodic life an Atari
@@ -18,6 +20,7 @@ from typing import Protocol
 import gymnasium as gym
 import numpy as np
 
+from srl.api.spaces import Observation
 
 LIFE_LOSS = "life_loss"
 """Info key an environment sets when ``terminated`` marks a lost life, not the end of the game."""
@@ -27,12 +30,12 @@ LIFE_LOSS = "life_loss"
 class SlotStep:
     """The result of stepping one slot; arrays are ``[B, ...]``."""
 
-    obs: np.ndarray
+    obs: Observation
     reward: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
     episode_end: np.ndarray
-    final_obs: np.ndarray | None
+    final_obs: Observation | None
     """Last observations, valid where ``truncated``; None when nothing was truncated."""
 
 
@@ -40,10 +43,10 @@ class Slot(Protocol):
     """B environments stepped as one."""
 
     num_envs: int
-    single_observation_space: gym.spaces.Box
+    single_observation_space: gym.spaces.Space
     single_action_space: gym.spaces.Space
 
-    def reset(self, seed: int) -> np.ndarray:
+    def reset(self, seed: int) -> Observation:
         """Reset every environment; the first observations ``[B, ...]``."""
 
     def step(self, actions: np.ndarray) -> SlotStep:

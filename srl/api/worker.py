@@ -10,12 +10,15 @@ parameter service, a reporter) already built for them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from torch import Tensor
+
+    from srl.api.schema import Field
 
 
 class Reporter(Protocol):
@@ -28,14 +31,20 @@ class Reporter(Protocol):
 class Policy(Protocol):
     """What actors and policy workers need of a policy: act on a batch, load a parameter snapshot."""
 
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Actions and their log-probabilities for a batch of observations."""
+    def output_fields(self) -> tuple[Field, ...]:
+        """The sample fields :meth:`act` answers with besides ``actions`` (e.g. ``logp``): its schema declaration."""
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> Mapping[str, np.ndarray]:
+        """For a batch of observations (part name -> ``[N, ...]``): ``actions`` and every declared output."""
 
     def load_flat(self, flat: np.ndarray) -> None:
         """Load a flat parameter snapshot as published by the trainer."""
 
     def flat_size(self) -> int:
         """Length of the flat snapshot."""
+
+    def flat_state(self) -> np.ndarray:
+        """The snapshot this policy holds now (what :meth:`load_flat` would load to act the same)."""
 
 
 class Collective(Protocol):

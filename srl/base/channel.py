@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import select
 import shutil
 import stat
@@ -294,30 +295,50 @@ def wait_any(channels: Sequence[Channel], timeout: float | None) -> list[int]:
 
 # --------------------------------------------------------------------------- pipe folders
 PIPE_DIR_PREFIX = "srl-"
+PIPE_DIR_MARKER = ".srl-pipe-dir"
+"""Empty file :func:`make_pipe_dir` puts in every pipe folder: it marks the folder as made by srl, so the sweep
+may remove the other files a run keeps there (its token, torch.distributed's file store), not only its pipes."""
+_PIPE_DIR_NAME = re.compile(rf"{re.escape(PIPE_DIR_PREFIX)}(\d+)-[a-z0-9_]+")
 
 
 def make_pipe_dir() -> Path:
     """A new private folder for a run's named pipes, ``srl-<pid>-<random>`` in the temp folder: the pid lets
     :func:`sweep_stale_pipe_dirs` find the folders of processes that died without removing them."""
-    return Path(tempfile.mkdtemp(prefix=f"{PIPE_DIR_PREFIX}{os.getpid()}-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"{PIPE_DIR_PREFIX}{os.getpid()}-"))
+    (folder / PIPE_DIR_MARKER).touch(mode=0o600)
+    return folder
 
 
 def sweep_stale_pipe_dirs() -> int:
     """Remove pipe folders whose creating process is dead (killed with SIGKILL, or a node agent lost with its
-    node on a machine that simulates several); returns how many. Only folders of this user that hold nothing
-    but FIFOs and sockets are touched."""
+    node on a machine that simulates several); returns how many.
+
+    A folder is removed only when all of this holds: its name is ``srl-<pid>-<random>`` with ``<pid>`` not alive;
+    it is a real folder (not a link) of this user, private (mode 0700, as :func:`make_pipe_dir` makes it); it holds
+    no subfolder and no link; and it holds either the marker :data:`PIPE_DIR_MARKER` (then its plain files are
+    the run's own: the token, a file store) or nothing but FIFOs and sockets (folders made before the marker).
+    An empty folder counts as one (a creator killed between ``mkdtemp`` and the marker)."""
     removed = 0
     for folder in Path(tempfile.gettempdir()).glob(f"{PIPE_DIR_PREFIX}*-*"):
-        pid = folder.name[len(PIPE_DIR_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or pid_alive(int(pid)):
+        match = _PIPE_DIR_NAME.fullmatch(folder.name)
+        if match is None or pid_alive(int(match.group(1))):
             continue
         try:
-            if folder.stat().st_uid != os.getuid() or not all(
-                stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in (e.lstat().st_mode for e in folder.iterdir())
-            ):
+            if not _is_stale_pipe_dir(folder):
                 continue
-        except OSError:  # gone meanwhile, or not a folder
+        except OSError:  # gone meanwhile
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed += 1
     return removed
+
+
+def _is_stale_pipe_dir(folder: Path) -> bool:
+    """Whether ``folder`` is a pipe folder of this user that :func:`sweep_stale_pipe_dirs` may remove."""
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return False
+    modes = {e.name: e.lstat().st_mode for e in folder.iterdir()}
+    if any(not (stat.S_ISREG(m) or stat.S_ISFIFO(m) or stat.S_ISSOCK(m)) for m in modes.values()):
+        return False  # a subfolder or a link: not something a run puts there
+    return PIPE_DIR_MARKER in modes or all(stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in modes.values())

@@ -14,9 +14,9 @@ tell whether the run that made a segment is still alive.
 
 from __future__ import annotations
 
+import errno
 import math
 import mmap
-import errno
 import os
 import re
 import secrets
@@ -32,9 +32,9 @@ __all__ = [
     "ShmArray",
     "list_segments",
     "new_tag",
+    "pid_alive",
     "segment_path",
     "shm_dir",
-    "pid_alive",
     "sweep_stale",
     "unlink_all",
 ]

@@ -58,12 +58,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from srl.runtime import bench
+    from srl.bench import throughput
 
     overrides = ([f"env.id={args.env}"] if args.env else []) + args.overrides
     config = args.config or "configs/cartpole_ppo.yaml"
     if args.what == "params":
-        from srl.runtime.bench_params import bench_params
+        from srl.bench.params import bench_params
 
         try:
             readers = [int(n) for n in args.readers.split(",")]
@@ -83,16 +83,20 @@ def run_bench(args: argparse.Namespace) -> int:
             print(json.dumps(result) if args.json else _human(result), flush=True)
         return 0
     if args.what == "solve":
-        result = bench.bench_solve(config, args.runs, overrides)
+        result = throughput.bench_solve(config, args.runs, overrides)
     elif args.what == "train":
-        result = bench.bench_train(config, args.seconds, overrides)
+        result = throughput.bench_train(config, args.seconds, overrides)
     else:
         defaults = DEFAULT_SAMPLING if args.what == "sampling" and not args.config else []
         cfg = load_config(args.config, defaults + overrides)
         if args.what == "costs":
-            from srl.runtime.bench_costs import bench_costs as fn
+            from srl.bench.costs import bench_costs as fn
         else:
-            fn = {"env": bench.bench_env, "sampling": bench.bench_sampling, "compute": bench.bench_compute}[args.what]
+            fn = {
+                "env": throughput.bench_env,
+                "sampling": throughput.bench_sampling,
+                "compute": throughput.bench_compute,
+            }[args.what]
         result = fn(cfg, args.seconds)
     print(json.dumps(result) if args.json else _human(result), flush=True)
     return 0

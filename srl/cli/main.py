@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # Plugins named ``package.module:attr`` import from the current folder too, as under ``python -m``.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     from srl.api.config import ConfigError, load_config
 
     try:
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             return 130 if summary["stop_reason"] == "interrupted" else 0
         if args.command == "eval":
-            from srl.runtime.evaluate import eval_seed, load_policy, play
+            from srl.evaluate import eval_seed, load_policy, play
 
             if args.episodes < 1:
                 raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")

@@ -4,7 +4,7 @@
              [--link-gbps B] [--max-trainers M] [--json]
     srl plan --config CONFIG ...      (measures the costs first, as ``srl bench costs`` does)
 
-The model is ``runtime/capacity.py``; what it assumes is in docs/scaling.md.
+The model is ``srl/capacity/model.py``; what it assumes is in docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from srl.api.config import ConfigError
-from srl.runtime.capacity import STAGES, Cluster, Costs, Layout, ParamDelivery, Prediction, predict
-from srl.runtime.capacity_plan import SCALES, Limits, Recommendation, ScaleRow, recommend, scale_table
+from srl.capacity.model import STAGES, Cluster, Costs, Layout, ParamDelivery, Prediction, predict
+from srl.capacity.recommend import SCALES, Limits, Recommendation, ScaleRow, recommend, scale_table
 
 
 def add_parser(sub: Any) -> None:
@@ -171,7 +171,7 @@ def _costs(args: argparse.Namespace) -> Costs:
         costs = read_costs(args.costs)
     else:
         from srl.api.config import load_config
-        from srl.runtime.bench_costs import bench_costs
+        from srl.bench.costs import bench_costs
 
         costs = Costs.from_dict(bench_costs(load_config(args.config, args.overrides), args.seconds), "measured")
     if args.gpu_speedup is not None:

@@ -66,6 +66,7 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
+from srl.api.spaces import OBS, Observation
 
 _MUJOCO = (
     "Ant",
@@ -254,7 +255,7 @@ class EnvPoolSlot:
         if not isinstance(obs_space, gym.spaces.Box):
             raise ConfigError(f"env: {cfg.id!r} observation space {obs_space} is not a Box")
         self.num_envs = num_envs
-        self.single_observation_space: gym.spaces.Box = obs_space
+        self.single_observation_space: gym.spaces.Space = obs_space
         self.single_action_space: gym.spaces.Space
         if isinstance(act_space, gym.spaces.Discrete):
             self.single_action_space = gym.spaces.Discrete(int(act_space.n), start=int(act_space.start))
@@ -279,7 +280,8 @@ class EnvPoolSlot:
         return int(self._options["num_threads"])
 
     def _build(self, seed: int) -> None:
-        """A fresh pool seeded with ``seed`` (EnvPool seeds env ``i`` from ``seed`` and ``i``), replacing the old one."""
+        """A fresh pool seeded with ``seed`` (EnvPool seeds env ``i`` from ``seed`` and ``i``), replacing the old
+        one."""
         self.close()
         try:
             self._pool = self._envpool.make(
@@ -295,7 +297,7 @@ class EnvPoolSlot:
         self._seed = seed
         self._fresh = True
 
-    def reset(self, seed: int) -> np.ndarray:
+    def reset(self, seed: int) -> Observation:
         """Reset every environment; the same seed gives the same episodes.
 
         EnvPool seeds only at construction, so a used pool is rebuilt rather than
@@ -308,7 +310,7 @@ class EnvPoolSlot:
         obs, info = self._pool.reset()
         out = np.empty_like(obs)
         out[info["env_id"]] = obs
-        return out
+        return {OBS: out}
 
     def _actions(self, actions: np.ndarray) -> np.ndarray:
         """Actions in EnvPool's dtype (int32 / float64); Box actions clipped to the bounds, as ClipAction does."""
@@ -342,14 +344,16 @@ class EnvPoolSlot:
         if done.any():
             ids = np.flatnonzero(done).astype(np.int32)
             if truncated.any():
-                final_obs = np.zeros_like(obs)
-                final_obs[truncated] = obs[truncated]
+                final_obs = {OBS: np.zeros_like(obs)}
+                final_obs[OBS][truncated] = obs[truncated]
             # EnvPool resets a done env on its next step and ignores that step's action: take that step now,
             # for the done ids only, so obs is the next policy input as in GymSlot.
             dummy = np.zeros((len(ids), *acts.shape[1:]), dtype=acts.dtype)
             reset_obs, *_, reset_info = self._pool.step(dummy, ids)
             obs[reset_info["env_id"]] = reset_obs
-        return SlotStep(obs, reward.astype(np.float32, copy=False), terminated, truncated, episode_end, final_obs)
+        return SlotStep(
+            {OBS: obs}, reward.astype(np.float32, copy=False), terminated, truncated, episode_end, final_obs
+        )
 
     def close(self) -> None:
         """Release the pool (its threads and environments)."""

@@ -8,30 +8,24 @@ together) are built in :mod:`srl.envs.slots`.
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.wrappers import ClipAction
+from gymnasium.wrappers import ClipAction, TimeLimit
 
 from srl.api.config import ConfigError, EnvConfig
+from srl.api.plugins import resolve
+from srl.api.spaces import UnsupportedSpace, action_spec, obs_parts
 
 log = logging.getLogger(__name__)
 
 
 def _resolve(env_id: str) -> Callable[..., gym.Env]:
     if ":" in env_id:
-        module_name, _, attr = env_id.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigError(f"env.id: cannot import module {module_name!r} ({exc})") from None
-        factory = getattr(module, attr, None)
-        if not callable(factory):
-            raise ConfigError(f"env.id: {module_name!r} has no callable {attr!r}")
-        return factory
+        return resolve(env_id, {}, "env.id")
     atari = env_id.startswith("ALE/")
     if atari:
         try:
@@ -71,13 +65,15 @@ def _quiet_mujoco_compiler() -> None:
 
 
 def make_env(cfg: EnvConfig) -> gym.Env:
-    """One environment, validated: only Box observations and Discrete/Box actions are supported.
+    """One environment, validated: its spaces must be ones the streams carry (:mod:`srl.api.spaces`).
 
-    Box actions are clipped to the environment's bounds here, so every caller can pass raw policy samples.
+    Box actions are clipped to the environment's bounds here, so every caller can pass raw policy samples;
+    Discrete and MultiDiscrete actions with a ``start`` are shifted, so the policy samples from 0.
     """
     factory = _resolve(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.kwargs)
-    if cfg.max_episode_steps is not None:
+    custom = ":" in cfg.id  # a user's factory need not take max_episode_steps: its env gets a TimeLimit instead
+    if cfg.max_episode_steps is not None and not custom:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     try:
         env = factory(**kwargs)
@@ -87,18 +83,35 @@ def make_env(cfg: EnvConfig) -> gym.Env:
         raise ConfigError(f"env: cannot create {cfg.id!r}: {type(exc).__name__}: {exc}") from None
     if not isinstance(env, gym.Env):
         raise ConfigError(f"env.id: {cfg.id!r} did not return a gymnasium.Env")
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise ConfigError(f"env: {cfg.id!r} observation space {env.observation_space} is not a Box")
-    if not isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.Box)):
-        raise ConfigError(f"env: {cfg.id!r} action space {env.action_space} is not Discrete or Box")
+    if custom and cfg.max_episode_steps is not None:
+        env = TimeLimit(env, cfg.max_episode_steps)
     if isinstance(env.action_space, gym.spaces.Box):
         # The Gaussian policy samples unbounded actions (their log-probs refer to those); the env sees them clipped.
         env = ClipAction(env)
+    elif isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and np.any(
+        np.asarray(env.action_space.start) != 0
+    ):
+        env = ShiftActions(env)
+    try:
+        obs_parts(env.observation_space)
+        action_spec(env.action_space)
+    except UnsupportedSpace as exc:
+        env.close()
+        raise ConfigError(f"env: {cfg.id!r} {exc}") from None
     return env
 
 
-def action_info(action_space: gym.spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
-    """Per-environment action shape and dtype on the streams."""
-    if isinstance(action_space, gym.spaces.Discrete):
-        return (), np.dtype(np.int64)
-    return tuple(action_space.shape), np.dtype(np.float32)
+class ShiftActions(gym.ActionWrapper):
+    """Discrete / MultiDiscrete actions from 0 for the policy, shifted by the space's ``start`` for the env."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space: Any = env.action_space  # Discrete or MultiDiscrete (see make_env)
+        self._start = space.start
+        if isinstance(space, gym.spaces.Discrete):
+            self.action_space = gym.spaces.Discrete(int(space.n))
+        else:
+            self.action_space = gym.spaces.MultiDiscrete(space.nvec)
+
+    def action(self, action: Any) -> Any:
+        return action + self._start

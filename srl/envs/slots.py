@@ -7,6 +7,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from srl.api.config import EnvConfig
 from srl.api.env import LIFE_LOSS, Slot, SlotStep
+from srl.api.spaces import Observation, flatten_obs, obs_parts
 from srl.envs.factory import make_env
 
 
@@ -20,10 +21,11 @@ class GymSlot:
         self.num_envs = num_envs
         self.single_observation_space = self.venv.single_observation_space
         self.single_action_space = self.venv.single_action_space
+        self.parts = obs_parts(self.single_observation_space)
 
-    def reset(self, seed: int) -> np.ndarray:
+    def reset(self, seed: int) -> Observation:
         self.venv.action_space.seed(seed)
-        return self.venv.reset(seed=seed)[0]
+        return flatten_obs(self.parts, self.venv.reset(seed=seed)[0])
 
     def step(self, actions: np.ndarray) -> SlotStep:
         obs, reward, terminated, truncated, info = self.venv.step(actions)
@@ -34,10 +36,23 @@ class GymSlot:
             if LIFE_LOSS in final_info:
                 episode_end = episode_end & ~(final_info[LIFE_LOSS] & final_info[f"_{LIFE_LOSS}"])
             if truncated.any():
-                final_obs = np.zeros_like(obs)
-                for b in np.flatnonzero(truncated):
-                    final_obs[b] = info["final_obs"][b]
-        return SlotStep(obs, reward.astype(np.float32, copy=False), terminated, truncated, episode_end, final_obs)
+                final_obs = self._final_obs(info["final_obs"], np.flatnonzero(truncated))
+        return SlotStep(
+            flatten_obs(self.parts, obs),
+            reward.astype(np.float32, copy=False),
+            terminated,
+            truncated,
+            episode_end,
+            final_obs,
+        )
+
+    def _final_obs(self, last: np.ndarray, envs: np.ndarray) -> Observation:
+        """Per part, ``[B, ...]`` with the last observations of ``envs`` (an object array of single observations)."""
+        out = {p.name: np.zeros((self.num_envs, *p.shape), p.dtype) for p in self.parts}
+        for b in envs.tolist():
+            for name, x in flatten_obs(self.parts, last[b]).items():
+                out[name][b] = x
+        return out
 
     def close(self) -> None:
         self.venv.close()

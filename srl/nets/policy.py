@@ -5,30 +5,27 @@ parameter service ships ``PolicyNet.flat_state()`` and nothing else, and each
 trainer keeps its own ``ValueNet``. Splitting the classes (rather than one
 actor-critic module with two heads) makes that boundary impossible to blur.
 
-The acting path is written by formula instead of ``torch.distributions``:
-distribution objects validate their arguments on construction, which costs
-tens of microseconds per call, a real share of a policy worker's budget at
-small batch sizes.
+Both read observations as parts (``{"obs": ...}`` or ``{"obs.<key>": ...}``,
+see :mod:`srl.api.spaces`) through an :class:`ObsEncoder`; the actor samples
+through a head of :mod:`srl.nets.distributions`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from torch import Tensor, nn
 
-from srl.api.batch import is_image
+from srl.api.spaces import OBS, ObsPart, action_spec, obs_parts
 from srl.nets.cnn import NatureCNN
+from srl.nets.distributions import ActionHead, make_action_head
 from srl.nets.mlp import init_linear, mlp
 from srl.nets.normalizer import RunningMeanStd
 
 __all__ = ["ObsEncoder", "PolicyNet", "ValueNet"]
-
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def _run_layers(layers: Sequence[nn.Module], x: Tensor) -> Tensor:
@@ -44,60 +41,100 @@ def _run_layers(layers: Sequence[nn.Module], x: Tensor) -> Tensor:
 
 
 class ObsEncoder(nn.Module):
-    """Observation -> features: a Nature CNN for images, else a running normalizer and an MLP torso.
+    """Observation parts -> one feature vector ``[N, out_dim]``.
 
-    Image observations (3 dims, ``C, H, W``) go through :class:`NatureCNN`,
-    which scales pixels by 1/255 itself, so ``normalize_obs`` and the MLP
-    settings (``hidden``, ``activation``, ``layer_norm``) do not apply to them:
-    the head sits on its 512 features. Shared by actor and critic as a
-    *class*, never as an instance: each net owns its own weights and statistics.
+    Each part is encoded by its kind: ``[C, H, W]`` uint8 images by a
+    :class:`NatureCNN` (which scales pixels by 1/255 itself), vectors by a
+    running normalizer (with ``normalize_obs``) and a flatten, Discrete and
+    MultiDiscrete parts as one-hot codes, MultiBinary parts as 0/1 floats.
+    The features are concatenated and go through the MLP torso (``hidden``,
+    ``activation``, ``layer_norm``); an observation made of images only skips
+    the torso (the head sits on the CNN's 512 features). Shared by actor and
+    critic as a *class*, never as an instance: each net owns its own weights
+    and statistics.
     """
 
     def __init__(
         self,
-        obs_space: spaces.Box,
+        obs_space: spaces.Space,
         hidden: Sequence[int],
         activation: str,
         layer_norm: bool,
         normalize_obs: bool,
     ) -> None:
         super().__init__()
-        if not isinstance(obs_space, spaces.Box):
-            raise TypeError(f"obs_space must be gymnasium.spaces.Box, got {type(obs_space).__name__}")
-        self.obs_shape: tuple[int, ...] = tuple(int(d) for d in obs_space.shape)
-        self.obs_dim: int = int(np.prod(self.obs_shape)) if self.obs_shape else 1
-        self.is_image: bool = is_image(self.obs_shape, obs_space.dtype)
-        self.obs_normalizer: RunningMeanStd | None = (
-            RunningMeanStd(self.obs_shape) if normalize_obs and not self.is_image else None
-        )
-        self.torso: nn.Module
-        self.out_dim: int
-        # Plain tuple (not a registered container) so the hot path avoids
-        # nn.Module attribute lookup; the layers are still owned by ``torso``.
-        self._layers: tuple[nn.Module, ...]
-        if self.is_image:
-            c, h, w = self.obs_shape
-            cnn = NatureCNN((c, h, w))
-            self.torso, self.out_dim, self._layers = cnn, cnn.out_dim, (cnn,)
-        else:
-            torso = mlp(self.obs_dim, hidden, activation, layer_norm)
-            self.torso, self._layers = torso, tuple(torso)
-            self.out_dim = int(hidden[-1]) if len(hidden) else self.obs_dim
+        self.parts: tuple[ObsPart, ...] = obs_parts(obs_space)
+        self.normalizers = nn.ModuleDict()
+        self.cnns = nn.ModuleDict()
+        self._codes: dict[str, tuple[Tensor, int]] = {}  # part -> (one-hot offsets, width)
+        dim = 0
+        for p in self.parts:
+            key = _key(p.name)
+            if p.kind == "image":
+                cnn = NatureCNN(p.shape)  # type: ignore[arg-type]
+                self.cnns[key] = cnn
+                dim += cnn.out_dim
+            elif p.kind in ("discrete", "multi_discrete"):
+                offsets = torch.tensor(np.cumsum((0, *p.nvec[:-1])) - np.asarray(p.start), dtype=torch.long)
+                self._codes[p.name] = (offsets, sum(p.nvec))
+                dim += sum(p.nvec)
+            else:
+                if p.kind == "vector" and normalize_obs:
+                    self.normalizers[key] = RunningMeanStd(p.shape)
+                dim += int(np.prod(p.shape)) if p.shape else 1
+        images_only = all(p.kind == "image" for p in self.parts)
+        self.torso: nn.Module = nn.Identity() if images_only else mlp(dim, hidden, activation, layer_norm)
+        self.out_dim: int = dim if images_only or not len(hidden) else int(hidden[-1])
+        # Plain tuple (not a registered container) so the hot path avoids nn.Module attribute lookup; the
+        # layers are still owned by ``torso``.
+        self._layers: tuple[nn.Module, ...] = () if images_only else tuple(self.torso)  # type: ignore[arg-type]
+        self._plain = len(self.parts) == 1 and self.parts[0].kind == "vector"
+        key = _key(self.parts[0].name)
+        rms = self.normalizers[key] if self._plain and key in self.normalizers else None
+        self._plain_rms = rms if isinstance(rms, RunningMeanStd) else None  # the fast path's one normalizer
 
-    def forward(self, obs: Tensor) -> Tensor:
-        """``[N, *obs_shape]`` (any real dtype) -> features ``[N, out_dim]``."""
-        if self.is_image:  # the CNN converts and scales its uint8 input itself
-            return _run_layers(self._layers, obs)
-        if obs.dtype != torch.float32:
-            obs = obs.float()
-        if self.obs_normalizer is not None:
-            obs = self.obs_normalizer.normalize(obs)
-        return _run_layers(self._layers, obs.reshape(obs.shape[0], self.obs_dim))
+    @property
+    def obs_normalizer(self) -> RunningMeanStd | None:
+        """The normalizer of a plain vector observation (None otherwise, or when disabled)."""
+        return self.normalizers[OBS] if OBS in self.normalizers else None  # type: ignore[return-value]
 
-    def update_normalizer(self, obs: Tensor) -> None:
-        """Fold a batch into the normalizer statistics (no-op when disabled)."""
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.update(obs)
+    def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
+        """Parts ``{name: [N, *shape]}`` (any real dtype) -> features ``[N, out_dim]``."""
+        if self._plain:  # the common case, kept short: one vector
+            x = obs[self.parts[0].name]
+            if x.dtype != torch.float32:
+                x = x.float()
+            rms = self._plain_rms
+            if rms is not None:
+                x = rms.normalize(x)
+            return _run_layers(self._layers, x.reshape(x.shape[0], -1))
+        features = [self._part(p, obs[p.name]) for p in self.parts]
+        x = features[0] if len(features) == 1 else torch.cat(features, dim=1)
+        return _run_layers(self._layers, x)
+
+    def _part(self, p: ObsPart, x: Tensor) -> Tensor:
+        key = _key(p.name)
+        if p.kind == "image":  # the CNN converts and scales its uint8 input itself
+            cnn: NatureCNN = self.cnns[key]  # type: ignore[assignment]  # ModuleDict items are typed Module
+            return cnn(x)
+        if p.name in self._codes:
+            offsets, width = self._codes[p.name]
+            index = x.long().reshape(x.shape[0], -1) + offsets.to(x.device)
+            return torch.zeros(x.shape[0], width, device=x.device).scatter_(1, index, 1.0)
+        x = x.float()
+        if key in self.normalizers:
+            rms: RunningMeanStd = self.normalizers[key]  # type: ignore[assignment]
+            x = rms.normalize(x)
+        return x.reshape(x.shape[0], -1)
+
+    def normalizer_inputs(self, obs: Mapping[str, Tensor]) -> list[tuple[RunningMeanStd, Tensor]]:
+        """Each running normalizer with the batch of its part (to fold in after an update)."""
+        return [(self.normalizers[_key(p.name)], obs[p.name]) for p in self.parts if _key(p.name) in self.normalizers]  # type: ignore[misc]
+
+
+def _key(name: str) -> str:
+    """A part name as a module key (``nn.Module`` names may not contain dots)."""
+    return name.replace(".", "/")
 
 
 def _state_tensors(module: nn.Module) -> list[Tensor]:
@@ -185,76 +222,58 @@ class _Flattened(nn.Module):
 
 
 class PolicyNet(_Flattened):
-    """The actor: observation -> action distribution (categorical or diagonal Gaussian).
+    """The actor: observation -> action distribution (see :mod:`srl.nets.distributions`).
 
-    Discrete actions are indices ``0..n-1``; a ``Discrete(start=k)`` offset is
-    the env adapter's job. Box actions are returned unclipped, flattened to
-    ``[N, act_dim]``; clipping to bounds also belongs to the env adapter, so
-    log-probs always refer to the action actually sampled.
+    Discrete and MultiDiscrete actions are indices ``0..n-1`` (a ``start`` offset is the env adapter's job), Box
+    actions are returned unclipped, flattened to ``[N, act_dim]`` (clipping to bounds also belongs to the env
+    adapter, so log-probs always refer to the action actually sampled), MultiBinary actions are int8 0/1.
     """
 
     def __init__(
         self,
-        obs_space: spaces.Box,
-        action_space: spaces.Discrete | spaces.Box,
+        obs_space: spaces.Space,
+        action_space: spaces.Space,
         hidden: Sequence[int] = (64, 64),
         activation: str = "tanh",
         layer_norm: bool = False,
         normalize_obs: bool = True,
         init_log_std: float = 0.0,
+        encoder: nn.Module | None = None,
     ) -> None:
+        """``encoder``: a plugin encoder (an ``nn.Module`` with ``out_dim``) instead of an :class:`ObsEncoder`."""
         super().__init__()
-        self.encoder = ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
-        self.discrete: bool = isinstance(action_space, spaces.Discrete)
-        if isinstance(action_space, spaces.Discrete):
-            self.act_dim = int(action_space.n)
-        elif isinstance(action_space, spaces.Box):
-            self.act_dim = int(np.prod(action_space.shape))
-        else:
-            raise TypeError(f"action_space must be Discrete or Box, got {type(action_space).__name__}")
-        self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, self.act_dim), 0.01)
-        self.log_std: nn.Parameter | None = (
-            None if self.discrete else nn.Parameter(torch.full((self.act_dim,), float(init_log_std)))
+        # A plugin encoder offers what the heads use of an ObsEncoder: ``out_dim`` and ``forward``.
+        self.encoder: ObsEncoder = (
+            encoder  # type: ignore[assignment]
+            if encoder is not None
+            else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
         )
+        self.action = action_spec(action_space)
+        self.dist: ActionHead = make_action_head(self.action, init_log_std)  # a Module (registered) when it learns
+        self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, self.dist.out_dim), 0.01)
         self._init_flat()
 
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
-        """The actor's own normalizer (or None), shipped inside ``flat_state``."""
-        return self.encoder.obs_normalizer
+        """The actor's normalizer of a plain vector observation (or None), shipped inside ``flat_state``."""
+        return getattr(self.encoder, "obs_normalizer", None)
 
-    def forward(self, obs: Tensor) -> Tensor:
-        """Raw head output: logits (discrete) or action means (Box), ``[N, act_dim]``."""
+    def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
+        """Raw head output ``[N, out_dim]``: logits, or action means (Box)."""
         return self.head.forward(self.encoder.forward(obs))
 
     @torch.no_grad()
-    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor]:
-        """Sample actions and their log-probs for inference; no autograd, no distributions.
+    def act(self, obs: Mapping[str, Tensor], deterministic: bool = False) -> tuple[Tensor, Tensor]:
+        """Sample actions and their log-probs for inference (no autograd); log-probs float32 ``[N]``."""
+        return self.dist.act(self.forward(obs), deterministic)
 
-        Returns ``(actions, log_probs)``: int64 ``[N]`` for Discrete, float32
-        ``[N, act_dim]`` for Box; log-probs float32 ``[N]``.
-        """
-        out = self.forward(obs)
-        if self.discrete:
-            return _categorical_act(out, deterministic)
-        assert self.log_std is not None
-        return _gaussian_act(out, self.log_std, deterministic)
-
-    def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+    def evaluate(self, obs: Mapping[str, Tensor], actions: Tensor) -> tuple[Tensor, Tensor]:
         """Log-probs ``[N]`` and entropies ``[N]`` of given actions, with gradients (training)."""
         return self.evaluate_features(self.encoder.forward(obs), actions)
 
     def evaluate_features(self, features: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`evaluate` from encoder features already computed (shared with a critic head)."""
-        out = self.head.forward(features)
-        if self.discrete:
-            return _categorical_evaluate(out, actions)
-        assert self.log_std is not None
-        return _gaussian_evaluate(out, self.log_std, actions)
-
-    def update_normalizer(self, obs: Tensor) -> None:
-        """Fold a batch of observations into the actor's normalizer statistics."""
-        self.encoder.update_normalizer(obs)
+        return self.dist.evaluate(self.head.forward(features), actions)
 
 
 class ValueNet(_Flattened):
@@ -271,22 +290,27 @@ class ValueNet(_Flattened):
 
     def __init__(
         self,
-        obs_space: spaces.Box,
+        obs_space: spaces.Space,
         hidden: Sequence[int] = (64, 64),
         activation: str = "tanh",
         layer_norm: bool = False,
         normalize_obs: bool = True,
-        shared_encoder: ObsEncoder | None = None,
+        shared_encoder: nn.Module | None = None,
         normalize_values: bool = False,
+        encoder: nn.Module | None = None,
     ) -> None:
+        """``encoder``: a plugin encoder of its own (an ``nn.Module`` with ``out_dim``) instead of an
+        :class:`ObsEncoder`; ignored when ``shared_encoder`` is given."""
         super().__init__()
         self.shared: bool = shared_encoder is not None
         self._encoder: tuple[ObsEncoder, ...]  # plain tuple: not registered when shared
         if shared_encoder is None:
-            self.own_encoder = ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
-            self._encoder = (self.own_encoder,)
+            self.own_encoder = (
+                encoder if encoder is not None else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+            )
+            self._encoder = (self.own_encoder,)  # type: ignore[assignment]  # a plugin encoder: out_dim, forward
         else:
-            self._encoder = (shared_encoder,)
+            self._encoder = (shared_encoder,)  # type: ignore[assignment]
         self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, 1), 1.0)
         self.return_normalizer: RunningMeanStd | None = RunningMeanStd(()) if normalize_values else None
         self._init_flat()
@@ -299,9 +323,9 @@ class ValueNet(_Flattened):
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
         """The critic's normalizer (or None): its own, or the actor's when the encoder is shared."""
-        return self.encoder.obs_normalizer
+        return getattr(self.encoder, "obs_normalizer", None)
 
-    def forward(self, obs: Tensor) -> Tensor:
+    def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
         """Values ``[N]`` in return units."""
         return self.denormalize(self.head_output(self.encoder.forward(obs)))
 
@@ -318,58 +342,3 @@ class ValueNet(_Flattened):
         """The head's scale -> return units (identity without value normalization)."""
         rn = self.return_normalizer
         return out if rn is None else rn.denormalize(out)
-
-    def update_normalizer(self, obs: Tensor) -> None:
-        """Fold a batch into the critic's own normalizer; a shared encoder's is the actor's to update."""
-        if not self.shared:
-            self.encoder.update_normalizer(obs)
-
-
-def _categorical_act(logits: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
-    """Sample with the exponential race, a division-only form of the Gumbel-max trick.
-
-    ``argmax(p_i / E_i)`` with ``E_i ~ Exp(1)`` picks ``i`` with probability
-    ``p_i`` (it equals ``argmax(log p_i + Gumbel_i)``). Measured at batch 8-64
-    with one thread it is 2-4x faster than ``torch.multinomial``.
-    """
-    logp_all = torch.log_softmax(logits, dim=-1)
-    if deterministic:
-        actions = logp_all.argmax(dim=-1)
-    else:
-        race = logp_all.exp()
-        race.div_(torch.empty_like(race).exponential_())
-        actions = race.argmax(dim=-1)
-    return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-
-
-def _categorical_evaluate(logits: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
-    """Categorical log-prob and entropy by formula."""
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
-    return logp, entropy
-
-
-def _gaussian_logp(mean: Tensor, log_std: Tensor, actions: Tensor) -> Tensor:
-    """Diagonal Gaussian log-density summed over action dims."""
-    z = (actions - mean) * torch.exp(-log_std)
-    return (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(dim=-1)
-
-
-def _gaussian_act(mean: Tensor, log_std: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
-    """Sample ``mean + std * eps``; the log-prob follows directly from ``eps``."""
-    if deterministic:
-        eps = torch.zeros_like(mean)
-    else:
-        eps = torch.randn_like(mean)
-    actions = mean + log_std.exp() * eps
-    logp = (-0.5 * eps.pow(2) - log_std - _HALF_LOG_2PI).sum(dim=-1)
-    return actions, logp
-
-
-def _gaussian_evaluate(mean: Tensor, log_std: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
-    """Gaussian log-prob and (state-independent) entropy, broadcast to ``[N]``."""
-    actions = actions.reshape(mean.shape)
-    logp = _gaussian_logp(mean, log_std, actions)
-    entropy = (0.5 + _HALF_LOG_2PI + log_std).sum().expand(mean.shape[0])
-    return logp, entropy

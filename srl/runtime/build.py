@@ -10,14 +10,13 @@ topology) and asks the fabric for those endpoints.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import zmq
 
-from srl.algorithms.ppo import PPO, make_acting_policy
 from srl.api.config import to_dict
 from srl.api.worker import Worker
 from srl.base.fileio import atomic_save
@@ -35,6 +34,7 @@ from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
+from srl.wiring import acting_policy, make_algorithm
 
 
 @dataclass(frozen=True)
@@ -120,24 +120,22 @@ def build_relay(ctx: BuildContext) -> Worker:
 
 def build_eval(ctx: BuildContext) -> Worker:
     """The eval worker reads snapshots like a policy worker and saves its best policy next to the checkpoints."""
-    from srl.runtime.evaluate import eval_seed, play
+    from srl.evaluate import eval_seed, play
 
     plan, fabric, run_dir, wait_timeout = ctx.plan, ctx.fabric, ctx.run_dir, ctx.wait_timeout
     cfg = plan.cfg
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
 
     def save_best(version: int, return_mean: float) -> None:
         if run_dir is None:
             return
-        nets = {"policy": policy.net.state_dict()}
-        if policy.critic is not None:
-            nets["value"] = policy.critic.state_dict()
         state = {
             "format": CHECKPOINT_FORMAT,
             "version": version,
             "eval_return_mean": return_mean,
-            "algorithm": nets,
+            "policy_state": torch.from_numpy(policy.flat_state()),
             "config": to_dict(cfg),
+            "spaces": plan.spaces,
         }
         atomic_save(run_dir / "checkpoints" / "best.pt", lambda f: torch.save(state, f))
 
@@ -186,7 +184,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
     index, incarnation = ctx.worker.index, ctx.incarnation
     cfg = plan.cfg
     if plan.null_trainer:
-        snapshot = make_acting_policy(plan.obs_space, plan.action_space, cfg).flat_state()
+        snapshot = acting_policy(plan.obs_space, plan.action_space, cfg).flat_state()
         return NullTrainerWorker(
             index,
             snapshot,
@@ -200,11 +198,10 @@ def build_trainer(ctx: BuildContext) -> Worker:
         collective = TorchCollective(
             index, cfg.workers.trainers, fabric.dist_init_method(incarnation), interface=fabric.dist_interface()
         )
-    algo = PPO(
+    algo = make_algorithm(
         plan.obs_space,
         plan.action_space,
-        cfg.model,
-        cfg.ppo,
+        cfg,
         seed=cfg.seed,
         collective=collective,
         device=cfg.workers.trainer_device,
@@ -221,7 +218,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
         checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
         checkpoint_interval=cfg.run.checkpoint_interval_seconds,
         keep_checkpoints=cfg.run.keep_checkpoints,
-        checkpoint_extra={"config": to_dict(cfg)},
+        checkpoint_extra={"config": to_dict(cfg), "spaces": plan.spaces},
         wait_timeout=wait_timeout,
         collective=collective,
     )
@@ -235,7 +232,7 @@ def build_policy(ctx: BuildContext) -> Worker:
     """Policy worker ``p``: answers the requests of the actors that connect to it."""
     plan, fabric, wait_timeout, index, role = ctx.plan, ctx.fabric, ctx.wait_timeout, ctx.worker.index, ctx.worker.role
     cfg = plan.cfg
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     serves = ctx.worker.service(Stream.INFERENCE)
     assert serves is not None and serves.index is not None
     rows = [plan.actor_row(a.index) for a in plan.topology.clients_of(serves)]
@@ -259,8 +256,9 @@ def build_actor(ctx: BuildContext) -> Worker:
     cfg = plan.cfg
     w = cfg.workers
     pool, row = fabric.pool(), plan.actor_row(index)
+    inference: InlineInference | InferenceClient
     if w.policy_workers == 0:
-        policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+        policy = acting_policy(plan.obs_space, plan.action_space, cfg)
         inference = InlineInference(
             row,
             pool,

@@ -21,9 +21,10 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import torch

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
-from srl.algorithms.ppo import make_acting_policy
-from srl.api.batch import is_image, segment_fields
 from srl.api.config import ExperimentConfig, build
-from srl.envs.factory import action_info
+from srl.api.schema import sample_schema
+from srl.api.spaces import action_spec, describe, obs_parts
 from srl.envs.slots import make_slot
 from srl.runtime.topology import Topology, roles_for, topology_of
 from srl.system.streams import PoolLayout
+from srl.wiring import acting_policy
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Plan:
     """Derived, read-only facts about one experiment."""
 
     cfg: ExperimentConfig
-    obs_space: gym.spaces.Box
+    obs_space: gym.spaces.Space
     action_space: gym.spaces.Space
     layout: PoolLayout
     """One node's pool: rows for the actors of one node group (all actors, outside Ray)."""
@@ -36,6 +36,11 @@ class Plan:
     """Checkpoint the trainers continue from (``srl train --resume``)."""
     start_version: int = 0
     """Policy version the run starts at (the checkpoint's when resuming)."""
+
+    @property
+    def spaces(self) -> dict[str, Any]:
+        """The spaces as checkpoints record them (a loaded policy is checked against its env with this)."""
+        return describe(obs_parts(self.obs_space), action_spec(self.action_space))
 
     @property
     def nodes(self) -> int:
@@ -95,23 +100,20 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
         obs_space, action_space = slot.single_observation_space, slot.single_action_space
     finally:
         slot.close()
-    action_shape, action_dtype = action_info(action_space)
     w = cfg.workers
-    # float64 observations (MuJoCo) travel as float32: the networks compute in float32 anyway, half the bytes.
-    obs_dtype = np.float32 if np.dtype(obs_space.dtype) == np.float64 else obs_space.dtype
-    fields = segment_fields(
-        obs_space.shape,
-        obs_dtype,
-        action_shape,
-        action_dtype,
+    with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
+        policy = acting_policy(obs_space, action_space, cfg)
+        param_size = policy.flat_size()
+    schema = sample_schema(obs_space, action_space, policy.output_fields())
+    nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
+    layout = PoolLayout.of(
+        schema,
         w.segment_length,
         w.envs_per_slot,
-        with_final_obs=not is_image(obs_space.shape, obs_space.dtype),
+        actors=w.actors // nodes,
+        buffers=w.buffers_per_actor,
+        slots=w.ring_size,
     )
-    nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
-    layout = PoolLayout(actors=w.actors // nodes, buffers=w.buffers_per_actor, fields=fields, slots=w.ring_size)
-    with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
-        param_size = make_acting_policy(obs_space, action_space, cfg).flat_size()
     return Plan(cfg, obs_space, action_space, layout, param_size, null_trainer)
 
 

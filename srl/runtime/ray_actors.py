@@ -105,7 +105,7 @@ class NodeAgent:
         self.fabric.destroy()
 
 
-@ray.remote(concurrency_groups={"control": 1})
+@ray.remote(concurrency_groups={"control": 1})  # type: ignore[call-overload]  # Ray's stubs lack the keyword
 class WorkerActor:
     """One worker. Servers are built and bound by :meth:`prepare` first; :meth:`run` loops until :meth:`stop`."""
 

@@ -35,10 +35,11 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import ray
@@ -191,7 +192,7 @@ class RayPlacement:
 
     def _start_agent(self, group: Group) -> None:
         spec = {**self._common(), "node": group.node}
-        group.agent = NodeAgent.options(**self._options(group.node, 0)).remote(json.dumps(spec))
+        group.agent = NodeAgent.options(**self._options(group.node, 0)).remote(json.dumps(spec))  # type: ignore[attr-defined]
         group.pending = group.agent.where.remote()
 
     def _common(self) -> dict[str, Any]:
@@ -345,7 +346,8 @@ class RayPlacement:
             "min_version": launch.min_version,
             "resume": launch.resume or self.plan.resume,
         }
-        handle = WorkerActor.options(**self._options(w.group, w.cpus, w.gpus)).remote(json.dumps(spec))
+        options = self._options(w.group, w.cpus, w.gpus)
+        handle = WorkerActor.options(**options).remote(json.dumps(spec))  # type: ignore[attr-defined]
         self.workers[w.name] = Running(w, handle)
 
     def _prepare(self, servers: Sequence[WorkerSpec]) -> None:

@@ -22,9 +22,10 @@ in ``restarts`` and printed as a warning by the controller.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
 from srl.runtime.plan import Plan
 from srl.runtime.topology import ACTOR, Endpoint, Restart, WorkerSpec

@@ -18,9 +18,10 @@ the core branches on is closed and typed as enums: the kinds of stream
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from srl.system.param_service import relay_parent
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, TextIO
+from typing import Any, TextIO
 
 from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
 from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
-from srl.runtime.evaluate import eval_seed, evaluate
+from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
 from srl.system.run_dir import RunDir, default_run_dir
@@ -57,12 +59,14 @@ def train(
     start_time: float | None = None,
     progress: TextIO | None = sys.stderr,
     resume: tuple[Path, Mapping[str, Any]] | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Train, evaluate the final policy, write ``summary.json``; return the summary.
 
     ``resume`` (a checkpoint path and its content, from :func:`resume_config`) continues the run in
     ``run_dir``: trainers restore networks, optimizer, RNG state, version and step counters, and the
-    step count and metrics carry on from the checkpoint.
+    step count and metrics carry on from the checkpoint. Setting ``stop`` (from another thread) ends the run
+    as requested (``stop_reason: requested``), evaluated and summarized like any other end.
     """
     start_time = time.time() if start_time is None else start_time
     sweep_stale()  # segments left by runs that were killed with SIGKILL
@@ -74,7 +78,7 @@ def train(
         plan = dataclasses.replace(plan, resume=str(path), start_version=int(state["version"]))
         offset = int(state.get("trained_samples", state["samples"]))
     rd = RunDir(run_dir or default_run_dir(cfg), cfg, resume=resume is not None)
-    controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset)
+    controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset, stop_request=stop)
     try:
         if cfg.runtime == "inline":
             from srl.runtime.inline import run_inline as runner

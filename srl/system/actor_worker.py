@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from srl.api.env import Slot, SlotStep
+from srl.api.spaces import FINAL_PREFIX, OBS, Observation
 from srl.api.worker import Reporter, Worker
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
@@ -74,9 +76,11 @@ class ActorWorker(Worker):
         self.wait_timeout = wait_timeout
         self._reports = Every(report_interval)
         self.T = pool.layout.fields["actions"].shape[0]
-        self.has_final_obs = "final_obs" in pool.layout.fields
+        obs_fields = pool.layout.obs_fields
+        self.has_final_obs = FINAL_PREFIX + obs_fields[0] in pool.layout.fields
         self.nonfinite, self.env_name = nonfinite, env_name
-        self._float_obs = np.issubdtype(pool.layout.fields["obs"].dtype, np.floating)  # integers cannot be NaN
+        # Only float parts are checked for NaN and inf: integers cannot be NaN.
+        self._float_obs = tuple(n for n in obs_fields if np.issubdtype(pool.layout.fields[n].dtype, np.floating))
         self.nonfinite_steps = 0
         self.request_timeout = request_timeout
         self.reward_stats, self.restore_reward_stats = reward_stats, restore_reward_stats
@@ -97,7 +101,7 @@ class ActorWorker(Worker):
         self.t = np.zeros(self.ring_size, np.int64)
         self.pending = np.zeros(self.ring_size, bool)  # a request of this slot is out
         self.posted_at = np.zeros(self.ring_size)  # when it went out (perf_counter seconds)
-        self.obs: list[Any] = []
+        self.obs: list[Observation] = []
         self.parked: list[int] = []
         for slot in range(self.ring_size):
             env = self._make_slot(slot)
@@ -191,7 +195,8 @@ class ActorWorker(Worker):
                 still.append(slot)
                 continue
             self.buffer[slot], self.t[slot] = buf, 0
-            arrays["obs"][self.row, buf, 0] = self.obs[slot]
+            for name, x in self.obs[slot].items():
+                arrays[name][self.row, buf, 0] = x
             self._post(slot, buf, 0)
         self.parked = still
 
@@ -218,14 +223,16 @@ class ActorWorker(Worker):
         arrays["terminated"][a, buf, t] = step.terminated
         arrays["truncated"][a, buf, t] = step.truncated
         if self.has_final_obs and step.final_obs is not None:
-            arrays["final_obs"][a, buf, t] = step.final_obs
+            for name, x in step.final_obs.items():
+                arrays[FINAL_PREFIX + name][a, buf, t] = x
         self.ep_return[slot] += reward
         self.ep_length[slot] += 1
         if step.episode_end.any():
             self._finish_episodes(slot, step.episode_end)
         obs = self.obs[slot] = step.obs
         t += 1
-        arrays["obs"][a, buf, t] = obs
+        for name, x in obs.items():
+            arrays[name][a, buf, t] = x
         if t == self.T:
             self.producer.submit(buf)
             self.segments += 1
@@ -242,24 +249,25 @@ class ActorWorker(Worker):
         """One reduction per array (a NaN or inf poisons the sum); the exact check runs only when it fails."""
         if not math.isfinite(float(step.reward.sum())):
             return False
-        if self._float_obs and not math.isfinite(float(step.obs.sum())):
-            return False
-        return not (self._float_obs and step.final_obs is not None and not math.isfinite(float(step.final_obs.sum())))
+        for name in self._float_obs:
+            if not math.isfinite(float(step.obs[name].sum())):
+                return False
+            if step.final_obs is not None and not math.isfinite(float(step.final_obs[name].sum())):
+                return False
+        return True
 
     def _sanitize(self, step: SlotStep, slot: int) -> SlotStep:
         """Fail naming the env and step, or replace non-finite values by 0 and count the env steps affected."""
-        clean = {
-            name: np.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0) if value is not None else None
-            for name, value in (("obs", step.obs), ("reward", step.reward), ("final_obs", step.final_obs))
-        }
         bad = np.zeros(len(step.reward), bool)  # environments with a non-finite value
-        changed = []
-        for name, value in (("observation", step.obs), ("reward", step.reward), ("final observation", step.final_obs)):
-            if value is not None and np.issubdtype(value.dtype, np.floating):
-                rows = ~np.isfinite(value.reshape(len(bad), -1)).all(axis=1)
-                if rows.any():
-                    changed.append(name)
-                    bad |= rows
+        changed: list[str] = []
+        checked = [(_what("observation", n), step.obs[n]) for n in self._float_obs] + [("reward", step.reward)]
+        if step.final_obs is not None:
+            checked += [(_what("final observation", n), step.final_obs[n]) for n in self._float_obs]
+        for what, value in checked:
+            rows = ~np.isfinite(value.reshape(len(bad), -1)).all(axis=1)
+            if rows.any():
+                changed.append(what)
+                bad |= rows
         if not changed:  # a finite sum overflowed: nothing to do
             return step
         if self.nonfinite == "fail":
@@ -268,7 +276,12 @@ class ActorWorker(Worker):
                 f"after {self.env_steps} env steps (env.nonfinite: sanitize replaces them by 0)"
             )
         self.nonfinite_steps += int(bad.sum())
-        return dataclasses.replace(step, obs=clean["obs"], reward=clean["reward"], final_obs=clean["final_obs"])
+        return dataclasses.replace(
+            step,
+            obs=_finite_obs(step.obs),
+            reward=_zero_nonfinite(step.reward),
+            final_obs=None if step.final_obs is None else _finite_obs(step.final_obs),
+        )
 
     def _post(self, slot: int, buf: int, t: int) -> None:
         """Ask for the slot's next actions (its observations are already at ``obs[actor, buf, t]``)."""
@@ -307,3 +320,17 @@ class ActorWorker(Worker):
             },
         )
         self._done_returns, self._done_lengths = [], []
+
+
+def _zero_nonfinite(x: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) if np.issubdtype(x.dtype, np.floating) else x
+
+
+def _finite_obs(obs: Observation) -> Observation:
+    """Observation parts with NaN and inf replaced by 0."""
+    return {name: _zero_nonfinite(x) for name, x in obs.items()}
+
+
+def _what(kind: str, part: str) -> str:
+    """``observation`` for a plain observation, ``observation 'obs.goal'`` for a part of a nested one."""
+    return kind if part == OBS else f"{kind} {part!r}"

@@ -13,8 +13,8 @@ minibatch costs one all-reduce whatever the number of parameter tensors.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -109,7 +109,7 @@ class TorchCollective:
             ]
         )
         dist.all_reduce(packed)
-        total = int(round(packed[0].item()))
+        total = round(float(packed[0].item()))
         if total == 0:
             return mean, var, 0
         k = mean.numel()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import zmq
@@ -69,7 +70,7 @@ class ControlReceiver:
         self.handler = handler
         self.token = token
         self.rejected = 0
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.bind(address)

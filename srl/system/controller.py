@@ -9,9 +9,11 @@ records, and decides why the run stops.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import deque
-from typing import Any, Mapping, TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -29,8 +31,10 @@ class Controller:
         start_time: float,
         progress: TextIO | None = sys.stderr,
         env_steps_offset: int = 0,
+        stop_request: threading.Event | None = None,
     ) -> None:
-        """``env_steps_offset``: steps already trained before this process (a resumed run counts on from them)."""
+        """``env_steps_offset``: steps already trained before this process (a resumed run counts on from them).
+        ``stop_request``: once set (from any thread), the run stops with ``stop_reason == "requested"``."""
         self.cfg = cfg
         self.env_steps_offset = env_steps_offset
         self.run_dir = run_dir
@@ -58,6 +62,7 @@ class Controller:
         self.solved_env_steps: int | None = None
         self.solved_return_mean: float | None = None
         self.stop_reason: str | None = None
+        self.stop_request = stop_request
         self._last_tick = time.time()
         self._last_steps = env_steps_offset
         self._fps = 0.0
@@ -160,7 +165,9 @@ class Controller:
         if self.stop_reason is not None:
             return self.stop_reason
         run = self.cfg.run
-        if self.solved_at is not None:
+        if self.stop_request is not None and self.stop_request.is_set():
+            self.stop_reason = "requested"
+        elif self.solved_at is not None:
             self.stop_reason = "solved"
         elif self.env_steps >= run.total_env_steps:
             self.stop_reason = "env_steps"

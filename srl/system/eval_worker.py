@@ -11,7 +11,8 @@ networks and the config, loadable by ``srl eval``.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from srl.api.worker import Policy, Reporter, Worker
 from srl.system.params import ParamSubscriber

@@ -62,14 +62,14 @@ class PolicyWorker(Worker):
             self.params.refresh()
         obs = self.server.observations(requests)
         t2 = time.perf_counter()
-        actions, logp = self.policy.act(obs)
+        outputs = self.policy.act(obs)
         t3 = time.perf_counter()
-        self.server.answer(requests, actions, logp, self.params.current)
+        self.server.answer(requests, outputs, self.params.current)
         self.t_forward += t3 - t2
         self.t_io += (t2 - t1) + (time.perf_counter() - t3)
         self.requests += len(requests)
         self.batches += 1
-        self.samples += len(obs)
+        self.samples += len(outputs["actions"])
         self._report()
         return len(requests)
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 import hmac
 import logging
 from collections import deque
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import zmq
 
-from srl.api.batch import FieldSpec
+from srl.api.schema import FieldSpec
 from srl.base import wire
 from srl.base.channel import InProcChannel
 from srl.system.streams import FREE, READY, SampleProducer, SegmentPool

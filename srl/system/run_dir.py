@@ -7,14 +7,15 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from srl.api.config import ConfigError, ExperimentConfig, to_dict
 from srl.base.fileio import atomic_write_text
-from srl.base.tbevents import EventWriter
+from srl.base.tb_scalars import ScalarWriter
 
 
 def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
@@ -31,7 +32,7 @@ def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
 def _start_wandb(cfg: ExperimentConfig, path: Path) -> Any:
     """A Weights & Biases run mirroring this run directory (``run.wandb_project``)."""
     try:
-        import wandb
+        import wandb  # type: ignore[import-not-found]  # an optional extra
     except ImportError:
         raise ConfigError("run.wandb_project: Weights & Biases is not installed (pip install wandb)") from None
     # The id follows the directory, so ``srl train --resume`` continues the same W&B run.
@@ -62,7 +63,7 @@ class RunDir:
         atomic_write_text(self.path / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self._wandb = _start_wandb(cfg, self.path) if cfg.run.wandb_project else None
         self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
-        self._tb = EventWriter(self.path / "tb") if cfg.run.tensorboard else None
+        self._tb = ScalarWriter(self.path / "tb") if cfg.run.tensorboard else None
 
     def log(self, record: Mapping[str, Any], step: int) -> None:
         """Append one metrics record (JSON line) and mirror its numbers to TensorBoard."""

@@ -24,12 +24,13 @@ an actor whose slot finds no free buffer parks that slot until one frees up.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from srl.api.batch import FieldSpec
+from srl.api.schema import FieldSpec, SampleSchema, Scope
 from srl.api.worker import Policy
 from srl.base.channel import Channel
 from srl.base.shm import ShmArray
@@ -39,13 +40,29 @@ FREE, FILLING, READY = 0, 1, 2
 
 @dataclass(frozen=True)
 class PoolLayout:
-    """Shape of the pool: ``actors`` x ``buffers`` segments of the given fields."""
+    """Shape of the pool: ``actors`` x ``buffers`` segments of a schema's fields (see :mod:`srl.api.schema`)."""
 
     actors: int
     buffers: int
     fields: Mapping[str, FieldSpec]
     slots: int = 1
     """Environment slots per actor (the ring size): one request ticket each."""
+    obs_fields: tuple[str, ...] = ("obs",)
+    """The observation parts: what the actor writes each step and the policy reads."""
+    segment_scoped: frozenset[str] = frozenset()
+    """Fields with one row per segment, written at its first step."""
+
+    @classmethod
+    def of(cls, schema: SampleSchema, T: int, B: int, actors: int, buffers: int, slots: int = 1) -> PoolLayout:
+        """The layout of ``schema``'s fields for segments of T steps of B environments."""
+        return cls(
+            actors,
+            buffers,
+            schema.segment(T, B),
+            slots,
+            tuple(f.name for f in schema.fields.values() if f.scope is Scope.OBSERVATION),
+            frozenset(f.name for f in schema.fields.values() if f.scope is Scope.SEGMENT),
+        )
 
     def shape(self, name: str) -> tuple[int, ...]:
         return (self.actors, self.buffers, *self.fields[name].shape)
@@ -236,8 +253,9 @@ class InlineInference:
     Same interface as :class:`InferenceClient`, so the actor does not know which one it has.
     """
 
-    def __init__(self, actor: int, pool: SegmentPool, policy: Policy, version: "VersionSource") -> None:
+    def __init__(self, actor: int, pool: SegmentPool, policy: Policy, version: VersionSource) -> None:
         self.actor, self.pool, self.policy, self.version = actor, pool, policy, version
+        self._obs = pool.layout.obs_fields
         self._ready: list[int] = []
 
     def connect(self, should_stop: Callable[[], bool]) -> None:
@@ -247,8 +265,9 @@ class InlineInference:
     def request(self, slot: int, buffer: int, t: int) -> None:
         self.version.refresh()
         index = (self.actor, buffer, t)
-        actions, logp = self.policy.act(self.pool.arrays["obs"][index])
-        write_answer(self.pool, index, actions, logp, self.version.current)
+        arrays = self.pool.arrays
+        outputs = self.policy.act({name: arrays[name][index] for name in self._obs})
+        write_answer(self.pool, index, outputs, self.version.current)
         self._ready.append(slot)
 
     def ready(self, max_slots: int, timeout: float | None) -> np.ndarray:
@@ -277,6 +296,7 @@ class InferenceServer:
         self.pool, self.requests, self.replies = pool, requests, replies
         self._served = np.array(sorted(replies), np.int32)  # the actors this server answers
         self._T = pool.layout.fields["actions"].shape[0]
+        self._obs = pool.layout.obs_fields
         self.superseded = 0  # requests dropped because their slot had asked again since
 
     def gather(self, max_requests: int, timeout: float | None) -> np.ndarray:
@@ -299,23 +319,39 @@ class InferenceServer:
             records = records[current]
         return records
 
-    def observations(self, requests: np.ndarray) -> np.ndarray:
-        """The requested observations as one batch ``[n * B, ...]`` (one gather, one copy)."""
-        obs = self.pool.arrays["obs"][requests[:, 0], requests[:, 2], requests[:, 3]]
-        return obs.reshape(-1, *obs.shape[2:])
+    def observations(self, requests: np.ndarray) -> dict[str, np.ndarray]:
+        """The requested observations as one batch ``[n * B, ...]`` per part (one gather, one copy each)."""
+        index = (requests[:, 0], requests[:, 2], requests[:, 3])
+        out = {}
+        for name in self._obs:
+            obs = self.pool.arrays[name][index]
+            out[name] = obs.reshape(-1, *obs.shape[2:])
+        return out
 
-    def answer(self, requests: np.ndarray, actions: np.ndarray, logp: np.ndarray, version: int) -> None:
-        """Write actions in place and wake each requesting actor."""
+    def answer(self, requests: np.ndarray, outputs: Mapping[str, np.ndarray], version: int) -> None:
+        """Write the policy's outputs (``[n * B, ...]`` each) in place and wake each requesting actor."""
         index = (requests[:, 0], requests[:, 2], requests[:, 3])
         n = len(requests)
-        write_answer(self.pool, index, actions.reshape(n, -1, *actions.shape[1:]), logp.reshape(n, -1), version)
+        write_answer(self.pool, index, {k: v.reshape(n, -1, *v.shape[1:]) for k, v in outputs.items()}, version)
         for actor, slot, ticket in zip(requests[:, 0].tolist(), requests[:, 1].tolist(), requests[:, 4].tolist()):
             self.replies[actor].send((slot, ticket))
 
 
-def write_answer(pool: SegmentPool, index: tuple, actions: np.ndarray, logp: np.ndarray, version: int) -> None:
-    """Write an inference answer in place at ``(actor, buffer, t)`` (scalars, or arrays for a batch)."""
+def write_answer(pool: SegmentPool, index: tuple, outputs: Mapping[str, np.ndarray], version: int) -> None:
+    """Write an inference answer in place at ``(actor, buffer, t)`` (one step, or arrays of them for a batch).
+
+    Step-scoped outputs go to row ``t``; a segment-scoped output (one row per segment) only at ``t == 0``.
+    """
     arrays = pool.arrays
-    arrays["actions"][index] = actions
-    arrays["logp"][index] = logp
+    for name, value in outputs.items():
+        if name in pool.layout.segment_scoped:
+            actor, buffer, t = index
+            first = np.asarray(t) == 0
+            if first.ndim == 0:
+                if first:
+                    arrays[name][actor, buffer, 0] = value
+            elif first.any():
+                arrays[name][np.asarray(actor)[first], np.asarray(buffer)[first], 0] = value[first]
+        else:
+            arrays[name][index] = value
     arrays["version"][index] = version

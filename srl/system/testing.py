@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import gymnasium as gym
 import numpy as np
+
+from srl.api.schema import Field
 
 
 class RandomPolicy:
@@ -20,14 +24,17 @@ class RandomPolicy:
         self.batch_sizes: list[int] = []
         self.loaded: list[float] = []
 
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        n = len(obs)
+    def output_fields(self) -> tuple[Field, ...]:
+        return (Field("logp", (), "float32"),)
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        n = len(next(iter(obs.values())))
         self.batch_sizes.append(n)
         if isinstance(self.action_space, gym.spaces.Discrete):
             actions = self.rng.integers(0, self.action_space.n, n)
-            return actions.astype(np.int64), np.full(n, -np.log(self.action_space.n), np.float32)
-        shape = (n, *self.action_space.shape)
-        return self.rng.uniform(-1, 1, shape).astype(np.float32), np.zeros(n, np.float32)
+            return {"actions": actions.astype(np.int64), "logp": np.full(n, -np.log(self.action_space.n), np.float32)}
+        shape = (n, *(self.action_space.shape or ()))
+        return {"actions": self.rng.uniform(-1, 1, shape).astype(np.float32), "logp": np.zeros(n, np.float32)}
 
     def load_flat(self, flat: np.ndarray) -> None:
         if len(flat) != self.size:
@@ -36,3 +43,6 @@ class RandomPolicy:
 
     def flat_size(self) -> int:
         return self.size
+
+    def flat_state(self) -> np.ndarray:
+        return np.full(self.size, self.loaded[-1] if self.loaded else 0.0, np.float32)

@@ -16,8 +16,9 @@ when any of them is asked to stop. Rank 0 publishes and checkpoints.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +29,8 @@ from srl.base.timing import Every
 from srl.system.params import ParamPublisher
 from srl.system.streams import SegmentSource
 
-CHECKPOINT_FORMAT = "srl-checkpoint-v1"
+CHECKPOINT_FORMAT = "srl-checkpoint-v2"
+"""v2: observation parts and action heads (v1 checkpoints held one Box observation and are not read)."""
 
 
 class TrainerWorker(Worker):
@@ -197,6 +199,7 @@ class TrainerWorker(Worker):
             "samples": self.samples,
             "trained_samples": self.samples * self.world,
             "algorithm": self.algorithm.state_dict(),
+            "policy_state": torch.from_numpy(self.algorithm.policy_state()),  # what acting loads, for any algorithm
             **self.checkpoint_extra,
         }
         try:

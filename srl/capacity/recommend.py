@@ -1,4 +1,4 @@
-"""Layout recommendation and the scale table, on top of the capacity model in :mod:`srl.runtime.capacity`.
+"""Layout recommendation and the scale table, on top of the capacity model in :mod:`srl.capacity.model`.
 
 Why a search and not a formula: with integer process counts, a GPU or CPU
 trainer, inline or served inference and a relay tree, the best split of the
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from srl.api.config import ConfigError
-from srl.runtime.capacity import (
+from srl.capacity.model import (
     Cluster,
     Costs,
     Layout,

@@ -2,8 +2,8 @@
 
 Why a model: a cluster of 1k-100k cores cannot be rented for every question,
 but what each piece of the pipeline costs can be measured on one machine
-(``srl bench costs``, in ``runtime/bench_costs.py``). This module turns those
-costs into a throughput prediction for a cluster; ``runtime/capacity_plan.py``
+(``srl bench costs``, in ``srl/bench/costs.py``). This module turns those
+costs into a throughput prediction for a cluster; ``srl/capacity/recommend.py``
 searches it for values of the Ray runtime's layout settings (``ray.actor_nodes``,
 ``ray.actors_per_node``, ``ray.policy_workers_per_node``, ``workers.trainers``,
 ``workers.ring_size``, ``workers.envs_per_slot``, ``params.mode``, ``params.fan_out``).
@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from srl.api.config import ConfigError
 

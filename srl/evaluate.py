@@ -1,21 +1,40 @@
-"""Evaluation: play a policy for a number of episodes (the final evaluation of a run, and ``srl eval``),
-optionally recording MP4 video."""
+"""Evaluation: play a policy for a number of episodes (the final evaluation of a run, the eval worker and
+``srl eval``), optionally recording MP4 video.
+
+It plays a policy in environments and places nothing, so it lives below ``srl.runtime`` (which calls it for the
+final evaluation and the eval worker) and above ``algorithms`` and ``envs`` (the acting policy, the slots). It
+reads only the spaces and the config of a run's plan (:class:`PlannedRun`), so it needs no import of the runtime.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from srl.algorithms.ppo import ActingPolicy, make_acting_policy
 from srl.api.config import ConfigError, ExperimentConfig, build
+from srl.api.spaces import action_spec, check_fits, obs_parts
+from srl.api.worker import Policy
 from srl.envs.slots import GymSlot, make_slot
-from srl.runtime.plan import Plan, make_plan
 from srl.system.trainer_worker import checkpoints, load_checkpoint
+from srl.wiring import acting_policy
+
+
+class PlannedRun(Protocol):
+    """What evaluation reads of a run's plan (``srl.runtime.plan.Plan`` has it)."""
+
+    @property
+    def cfg(self) -> ExperimentConfig: ...
+
+    @property
+    def obs_space(self) -> gym.spaces.Space: ...
+
+    @property
+    def action_space(self) -> gym.spaces.Space: ...
 
 
 def eval_seed(cfg: ExperimentConfig) -> int:
@@ -25,21 +44,26 @@ def eval_seed(cfg: ExperimentConfig) -> int:
 
 
 def evaluate(
-    plan: Plan, flat_params: np.ndarray, episodes: int, seed: int, deterministic: bool = True, max_steps: int = 100_000
+    plan: PlannedRun,
+    flat_params: np.ndarray,
+    episodes: int,
+    seed: int,
+    deterministic: bool = True,
+    max_steps: int = 100_000,
 ) -> dict[str, float]:
     """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per step).
 
     An env without a time limit could run forever under a deterministic policy: after ``max_steps``
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
-    policy = make_acting_policy(plan.obs_space, plan.action_space, plan.cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     policy.load_flat(flat_params)
     return play(plan.cfg, policy, episodes, seed, deterministic, max_steps)
 
 
 def play(
     cfg: ExperimentConfig,
-    policy: ActingPolicy,
+    policy: Policy,
     episodes: int,
     seed: int,
     deterministic: bool = True,
@@ -68,7 +92,7 @@ def play(
             for _ in range(max_steps):
                 if finished.all():
                     break
-                actions, _ = policy.act(obs, deterministic=deterministic)
+                actions = policy.act(obs, deterministic=deterministic)["actions"]
                 step = slot.step(actions)
                 obs = step.obs
                 returns += np.where(finished, 0.0, step.reward)
@@ -128,12 +152,12 @@ def _write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> int:
     tmp = path.with_name(path.name + ".tmp.mp4")
     with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
         for frame in frames:
-            writer.append_data(frame)
+            writer.append_data(frame)  # type: ignore[attr-defined]
     tmp.replace(path)  # a reader never sees a half-written video
     return len(frames)
 
 
-def load_policy(target: Path) -> tuple[ExperimentConfig, ActingPolicy, dict[str, Any]]:
+def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]:
     """The config and acting policy of a run directory (its newest checkpoint) or of one checkpoint file."""
     target = Path(target)
     if target.is_dir():
@@ -148,12 +172,20 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, ActingPolicy, dict[str,
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, state["config"], prefix="checkpoint config: ")
-    plan = make_plan(cfg)
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    obs_space, action_space = _env_spaces(cfg)
+    policy = acting_policy(obs_space, action_space, cfg)
     try:
-        policy.net.load_state_dict(state["algorithm"]["policy"])
-        if policy.critic is not None:
-            policy.critic.load_state_dict(state["algorithm"]["value"])
-    except (KeyError, RuntimeError) as exc:
-        raise ConfigError(f"{target}: does not fit its own config ({type(exc).__name__})") from None
+        check_fits(state["spaces"], obs_parts(obs_space), action_spec(action_space), str(target))
+        policy.load_flat(state["policy_state"].numpy())
+    except (KeyError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"{target}: does not fit its own config ({type(exc).__name__}: {exc})") from None
     return cfg, policy, {"checkpoint": str(target), "version": int(state["version"])}
+
+
+def _env_spaces(cfg: ExperimentConfig) -> tuple[gym.spaces.Space, gym.spaces.Space]:
+    """One environment's observation and action space, probed through the configured slot backend."""
+    slot = make_slot(cfg.env, 1)
+    try:
+        return slot.single_observation_space, slot.single_action_space
+    finally:
+        slot.close()

@@ -10,23 +10,29 @@ same machine, one after the other, and reports both and their ratio.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
-from srl.algorithms.ppo import PPO, make_acting_policy
 from srl.api.config import ConfigError, ExperimentConfig
+from srl.api.env import Slot
+from srl.api.spaces import ObsPart, action_spec, flatten_obs, obs_parts
+from srl.envs.factory import make_env
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
 from srl.runtime.plan import Plan, make_plan
 from srl.system.controller import Controller
+from srl.wiring import acting_policy, make_algorithm
 
 
 class _RateController(Controller):
@@ -69,7 +75,7 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
     cfg = plan.cfg
     w = cfg.workers
     torch.set_num_threads(w.torch_threads)
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     slots = [make_slot(cfg.env, w.envs_per_slot) for i in range(w.actors * w.ring_size)]
     obs = [slot.reset(cfg.seed + i) for i, slot in enumerate(slots)]
     steps, start = 0, time.perf_counter()
@@ -77,7 +83,7 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
     try:
         while True:
             for i, slot in enumerate(slots):
-                actions, _ = policy.act(obs[i])
+                actions = policy.act(obs[i])["actions"]
                 obs[i] = slot.step(actions).obs
                 steps += w.envs_per_slot
             now = time.perf_counter()
@@ -90,11 +96,43 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
             slot.close()
 
 
+VECTOR_ENV_COUNTS = (8, 32, 64)
+"""Env counts the single-process vector-env baseline tries; its best one is the reference."""
+
+
+def sampling_vector_loop(plan: Plan, num_envs: int, seconds: float, warmup: float = 1.0) -> float:
+    """Env steps/s of the simplest fast single-process loop: one Gymnasium ``SyncVectorEnv`` of ``num_envs``
+    stepped with one batched forward pass of the same network per step (as a CleanRL-style script samples)."""
+    cfg = plan.cfg
+    torch.set_num_threads(cfg.workers.torch_threads)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
+    venv = gym.vector.SyncVectorEnv([functools.partial(make_env, cfg.env) for _ in range(num_envs)])
+    parts = obs_parts(venv.single_observation_space)
+    try:
+        obs = venv.reset(seed=cfg.seed)[0]
+        steps, start = 0, time.perf_counter()
+        t0, s0 = start, 0
+        with torch.inference_mode():
+            while True:
+                actions = policy.act(flatten_obs(parts, obs))["actions"]
+                obs = venv.step(actions)[0]
+                steps += num_envs
+                now = time.perf_counter()
+                if s0 == 0 and now - start >= warmup:
+                    t0, s0 = now, steps
+                if s0 and now - t0 >= seconds:
+                    return (steps - s0) / (now - t0)
+    finally:
+        venv.close()
+
+
 def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
-    """One JSON-ready measurement: full path, plain loop, ratio."""
+    """One JSON-ready measurement: full path, the same slots in one loop, the best single vector-env loop."""
     plan = make_plan(cfg)
     full = sampling_full_path(plan, seconds)
     plain = sampling_plain_loop(plan, seconds)
+    vector = {n: sampling_vector_loop(plan, n, seconds) for n in VECTOR_ENV_COUNTS}
+    best = max(vector, key=lambda n: vector[n])
     w = cfg.workers
     return {
         "bench": "sampling",
@@ -110,6 +148,9 @@ def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         "full_path_steps_per_second": round(full["steps_per_second"], 1),
         "plain_loop_steps_per_second": round(plain, 1),
         "ratio": round(full["steps_per_second"] / plain, 3) if plain else None,
+        "vector_loop_steps_per_second": {str(n): round(r, 1) for n, r in vector.items()},
+        "vector_loop_best_envs": best,
+        "vector_ratio": round(full["steps_per_second"] / vector[best], 3) if vector[best] else None,
         "mean_inference_batch": full["mean_inference_batch"],
     }
 
@@ -161,7 +202,7 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
             space.seed(cfg.seed)
             actions = [np.stack([space.sample() for _ in range(B)]) for _ in range(64)]
             slot.reset(cfg.seed)
-            rates[backend] = _timed_rate(lambda i: slot.step(actions[i % 64]), B, seconds)
+            rates[backend] = timed_rate(functools.partial(_step_nth, slot, actions), B, seconds)
         finally:
             slot.close()
     best = max((r for r in rates.values() if r), default=0.0)
@@ -175,7 +216,7 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     }
 
 
-def _timed_rate(step: Callable[[int], Any], per_call: int, seconds: float, warmup: float = 0.5) -> float:
+def timed_rate(step: Callable[[int], Any], per_call: int, seconds: float, warmup: float = 0.5) -> float:
     """Calls per second of ``step(i)`` times ``per_call``, after a warm-up."""
     i, start = 0, time.perf_counter()
     while time.perf_counter() - start < warmup:
@@ -198,20 +239,20 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     w, ppo = cfg.workers, cfg.ppo
     torch.set_num_threads(w.torch_threads)
     rng = np.random.default_rng(cfg.seed)
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
-    batch_obs = _random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
-    infer = _timed_rate(lambda i: policy.act(batch_obs), len(batch_obs), seconds / 2)
-    algo = PPO(plan.obs_space, plan.action_space, cfg.model, ppo, cfg.seed)
-    batch = _random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
+    batch_obs = random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
+    infer = timed_rate(lambda i: policy.act(batch_obs), w.envs_per_slot, seconds / 2)
+    algo = make_algorithm(plan.obs_space, plan.action_space, cfg, cfg.seed)
+    batch = random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
     samples = int(batch["rewards"].size)
     algo.train(batch, 0.0)
-    update = _timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
+    update = timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
     bound = 1.0 / (1.0 / infer + 1.0 / update)
     return {
         "bench": "compute",
         "env": cfg.env.id,
         "torch_threads": w.torch_threads,
-        "inference_batch": len(batch_obs),
+        "inference_batch": w.envs_per_slot,
         "inference_samples_per_second": round(infer, 1),
         "update_batch": samples,
         "epochs": ppo.epochs,
@@ -221,22 +262,37 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     }
 
 
-def _random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> np.ndarray:
-    space = plan.obs_space
-    if space.dtype == np.uint8:
-        return rng.integers(0, 256, (*lead, *space.shape), dtype=np.uint8)
-    return rng.standard_normal((*lead, *space.shape)).astype(space.dtype)
+def random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Observations of every part, ``[*lead, ...]``, in their stream dtypes."""
+    return {p.name: _random_part(p, rng, lead) for p in obs_parts(plan.obs_space)}
 
 
-def _random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+def _random_part(p: ObsPart, rng: np.random.Generator, lead: tuple[int, ...]) -> np.ndarray:
+    shape = (*lead, *p.shape)
+    if p.kind == "image":
+        return rng.integers(0, 256, shape, dtype=np.uint8)
+    if p.kind in ("discrete", "multi_discrete"):
+        return (
+            rng.integers(0, np.asarray(p.nvec).reshape(p.shape), shape) + np.asarray(p.start).reshape(p.shape)
+        ).astype(p.dtype)
+    if p.kind == "binary":
+        return rng.integers(0, 2, shape).astype(p.dtype)
+    return rng.standard_normal(shape).astype(p.dtype)
+
+
+def random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """A training batch ``[T(+1), n, ...]`` with the real schema and random content."""
+    parts = {p.name: p for p in obs_parts(plan.obs_space)}
+    parts.update({p.final_name: p for p in parts.values()})
+    action = action_spec(plan.action_space)
     out = {}
     for name, spec in plan.layout.fields.items():
         shape = (spec.shape[0], n, *spec.shape[2:])
-        if name in ("obs", "final_obs"):  # in the segment's dtype (float64 spaces are stored as float32)
-            out[name] = _random_obs(plan, rng, shape[:2]).astype(spec.dtype, copy=False)
-        elif name == "actions" and spec.dtype == "int64":
-            out[name] = rng.integers(0, plan.action_space.n, shape)
+        if name in parts:
+            out[name] = _random_part(parts[name], rng, shape[:2])
+        elif name == "actions" and action.kind != "box":
+            high = 2 if action.kind == "binary" else np.asarray(action.nvec).reshape(action.shape or ())
+            out[name] = rng.integers(0, high, shape).astype(spec.dtype)
         elif spec.dtype == "bool":
             out[name] = rng.random(shape) < 0.01
         elif name == "version":
@@ -291,3 +347,8 @@ def train_in_fresh_process(config: str, overrides: list[str]) -> tuple[dict[str,
             raise RuntimeError(f"srl train {' '.join(overrides)} failed: {proc.stderr.strip().splitlines()[-1:]}")
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         return json.loads((run_dir / "summary.json").read_text()), records
+
+
+def _step_nth(slot: Slot, actions: list[np.ndarray], i: int) -> None:
+    """Step ``slot`` with the ``i``-th of its prepared actions (cycled)."""
+    slot.step(actions[i % len(actions)])

@@ -1,7 +1,7 @@
 """``srl bench costs``: what each stage of one config costs on this machine, as the capacity model's ``Costs``.
 
 Every number comes from the real code path, one piece at a time, so that the
-model (``runtime/capacity.py``) can recombine them for a cluster:
+model (``srl/capacity/model.py``) can recombine them for a cluster:
 
 - env: ``bench_env`` (a plain loop over one slot, the configured backend);
 - actor bookkeeping: the real ``ActorWorker`` (built by ``build_worker``) stepping
@@ -14,33 +14,38 @@ model (``runtime/capacity.py``) can recombine them for a cluster:
   named pipes in one process (no context switches, no forward pass), with
   batches of one slot and of several;
 - segment send: the real ``SampleSender`` -> ``SampleReceiver`` over ZeroMQ TCP on loopback;
-- parameter transfer: ``bench_params.measure`` (a root server and one reader
+- parameter transfer: ``srl.bench.params.measure`` (a root server and one reader
   process) at two snapshot sizes, fitted as a fixed hop time plus a byte rate.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tempfile
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import zmq
 
-from srl.algorithms.ppo import make_acting_policy
 from srl.api.config import ExperimentConfig
-from srl.base.shm import new_tag
+from srl.api.schema import Field
+from srl.api.worker import Policy
 from srl.base.channel import FifoChannel
-from srl.runtime.bench import _random_batch, _random_obs, _timed_rate, bench_compute, bench_env
-from srl.runtime.bench_params import measure as measure_params
+from srl.base.shm import new_tag
+from srl.bench.params import measure as measure_params
+from srl.bench.throughput import bench_compute, bench_env, random_batch, random_obs, timed_rate
+from srl.capacity.model import Costs
 from srl.runtime.build import build_worker
-from srl.runtime.capacity import Costs
 from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, InlineFabric
 from srl.runtime.plan import Plan, make_plan
+from srl.runtime.topology import ACTOR
 from srl.system.remote_samples import SampleReceiver, SampleSender, segment_bytes
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SegmentPool
+from srl.wiring import acting_policy
 
 ACTION_SETS = 64
 """Precomputed action batches the stand-in policy cycles through (as ``bench_env`` does)."""
@@ -53,18 +58,24 @@ LARGE_SNAPSHOT_FLOATS = 2_000_000
 class _CannedPolicy:
     """Stands in for the network inside the actor: hands out precomputed actions, so the actor's own work is timed."""
 
-    def __init__(self, actions: list[np.ndarray], logp: list[np.ndarray]) -> None:
-        self.actions, self.logp, self.i = actions, logp, 0
+    def __init__(self, answers: list[Mapping[str, np.ndarray]], fields: tuple[Field, ...]) -> None:
+        self.answers, self.fields, self.i = answers, fields, 0
 
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        self.i = (self.i + 1) % len(self.actions)
-        return self.actions[self.i], self.logp[self.i]
+    def output_fields(self) -> tuple[Field, ...]:
+        return self.fields
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> Mapping[str, np.ndarray]:
+        self.i = (self.i + 1) % len(self.answers)
+        return self.answers[self.i]
 
     def load_flat(self, flat: np.ndarray) -> None:
         """Never called: the stand-in version source never has a newer snapshot."""
 
     def flat_size(self) -> int:
         return 0
+
+    def flat_state(self) -> np.ndarray:
+        return np.zeros(0, np.float32)
 
 
 class _FixedVersion:
@@ -79,12 +90,12 @@ class _FixedVersion:
         return True
 
 
-def _canned_actions(plan: Plan, n: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Real actions of the acting policy for ``n`` random slot observations (dtypes and shapes as in a run)."""
-    policy = make_acting_policy(plan.obs_space, plan.action_space, plan.cfg)
+def _canned_policy(plan: Plan, n: int) -> _CannedPolicy:
+    """Real answers of the acting policy for ``n`` random slot observations (dtypes and shapes as in a run)."""
+    policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     rng = np.random.default_rng(plan.cfg.seed)
-    pairs = [policy.act(_random_obs(plan, rng, (plan.cfg.workers.envs_per_slot,))) for _ in range(n)]
-    return [a for a, _ in pairs], [lp for _, lp in pairs]
+    answers = [policy.act(random_obs(plan, rng, (plan.cfg.workers.envs_per_slot,))) for _ in range(n)]
+    return _CannedPolicy(answers, policy.output_fields())
 
 
 def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
@@ -92,10 +103,8 @@ def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
 
     Only ``actor.poll`` is timed; releasing the finished segments (the trainer's part) is not."""
     fabric = InlineFabric(plan, lambda kind, meta, arrays: None)
-    actor: Any = build_worker(plan, fabric, "actor", 0, None, wait_timeout=0.0, report_interval=3600.0)
-    actor.inference = InlineInference(
-        0, fabric.pool(), _CannedPolicy(*_canned_actions(plan, ACTION_SETS)), _FixedVersion()
-    )
+    actor: Any = build_worker(plan, fabric, plan.topology.get(ACTOR, 0), None, wait_timeout=0.0, report_interval=3600.0)
+    actor.inference = InlineInference(0, fabric.pool(), _canned_policy(plan, ACTION_SETS), _FixedVersion())
     consumer = SampleConsumer(fabric.pool(), fabric.samples(0))
     actor.setup()
     try:
@@ -121,15 +130,14 @@ def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, floa
     cfg = plan.cfg
     B = cfg.workers.envs_per_slot
     slots = max(2, min(LARGE_BATCH_SLOTS, cfg.workers.max_inference_batch))
-    policy = make_acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     rng = np.random.default_rng(cfg.seed)
-    small, large = _random_obs(plan, rng, (B,)), _random_obs(plan, rng, (slots * B,))
+    small, large = random_obs(plan, rng, (B,)), random_obs(plan, rng, (slots * B,))
     per_call: dict[int, list[float]] = {B: [], slots * B: []}
     for _ in range(rounds):
-        for obs in (small, large):
-            per_call[len(obs)].append(
-                len(obs) / _timed_rate(lambda i: policy.act(obs), len(obs), seconds / (2 * rounds), warmup=0.05)
-            )
+        for n, obs in ((B, small), (slots * B, large)):
+            rate = timed_rate(functools.partial(_act, policy, obs), n, seconds / (2 * rounds), warmup=0.05)
+            per_call[n].append(n / rate)
     t_small, t_large = (float(np.median(per_call[n])) for n in (B, slots * B))
     per_sample = max(0.0, (t_large - t_small) / ((slots - 1) * B))
     return {
@@ -139,14 +147,14 @@ def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, floa
 
 
 def _stream_pass(
-    client: InferenceClient, server: InferenceServer, k: int, T: int, answer: tuple[np.ndarray, ...], seconds: float
+    client: InferenceClient, server: InferenceServer, k: int, T: int, answer: Mapping[str, np.ndarray], seconds: float
 ) -> tuple[float, float]:
     """Requests from ``k`` slots, served as one batch, for ``seconds``: the actor's seconds per request (post,
     take the reply) and the server's seconds per batch (gather, observations, answer)."""
     actor = serve = 0.0
     n, start = 0, time.perf_counter()
-    B = len(answer[0])
-    actions, logp = (np.concatenate([a] * k) for a in answer)
+    B = len(answer["actions"])
+    outputs = {name: np.concatenate([a] * k) for name, a in answer.items()}
     while time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
         for slot in range(k):
@@ -154,7 +162,7 @@ def _stream_pass(
         t1 = time.perf_counter()
         got = server.gather(64, 0.0)
         server.observations(got)
-        server.answer(got, actions[: len(got) * B], logp[: len(got) * B], 0)
+        server.answer(got, {name: a[: len(got) * B] for name, a in outputs.items()}, 0)
         t2 = time.perf_counter()
         client.ready(k, 0.0)
         actor += (t1 - t0) + (time.perf_counter() - t2)
@@ -169,15 +177,15 @@ def stream_costs(plan: Plan, seconds: float) -> dict[str, float]:
     a cost per request (from batches of one slot and of several)."""
     k = max(2, min(LARGE_BATCH_SLOTS, plan.cfg.workers.max_inference_batch))
     pool = SegmentPool.in_process(dataclasses.replace(plan.layout, slots=k))
-    actions, logp = _canned_actions(plan, 1)
+    answer = _canned_policy(plan, 1).answers[0]
     T = plan.cfg.workers.segment_length
     with tempfile.TemporaryDirectory(prefix="srl-bench-") as folder:
         requests = FifoChannel.create(os.path.join(folder, "requests"), REQUEST_WIDTH)
         replies = FifoChannel.create(os.path.join(folder, "replies"), REPLY_WIDTH)
         try:
             client, server = InferenceClient(0, pool, requests, replies), InferenceServer(pool, requests, {0: replies})
-            actor, one = _stream_pass(client, server, 1, T, (actions[0], logp[0]), seconds / 2)
-            _, many = _stream_pass(client, server, k, T, (actions[0], logp[0]), seconds / 2)
+            actor, one = _stream_pass(client, server, 1, T, answer, seconds / 2)
+            _, many = _stream_pass(client, server, k, T, answer, seconds / 2)
         finally:
             for ch in (requests, replies):
                 ch.close()
@@ -197,7 +205,7 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
     cfg = plan.cfg
     layout = dataclasses.replace(plan.layout, actors=1, buffers=1)
     pool = SegmentPool.in_process(layout)
-    for name, values in _random_batch(plan, np.random.default_rng(cfg.seed), cfg.workers.envs_per_slot).items():
+    for name, values in random_batch(plan, np.random.default_rng(cfg.seed), cfg.workers.envs_per_slot).items():
         pool.arrays[name][0, 0] = values
     ctx = zmq.Context()
     token = new_tag()
@@ -215,7 +223,7 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
             receiver.segment(handle, buf)
             receiver.release(handle, buf)
 
-        per_segment = 1.0 / _timed_rate(one, 1, seconds)
+        per_segment = 1.0 / timed_rate(one, 1, seconds)
     finally:
         sender.close()
         receiver.close()
@@ -281,3 +289,7 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
 def _rounded(values: Mapping[str, Any]) -> dict[str, Any]:
     """Four significant digits: the machine's noise is far larger."""
     return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in values.items()}
+
+
+def _act(policy: Policy, obs: Mapping[str, np.ndarray], i: int) -> None:
+    policy.act(obs)

@@ -1,0 +1,125 @@
+"""A custom algorithm written only against srl's public API: synchronous advantage actor-critic (A2C).
+
+Train it with ``srl train examples/a2c.yaml`` (run from the repository root): the
+experiment file names it as ``algorithm: examples.a2c:A2C`` and passes its own
+settings under ``algorithm_args``. Everything else — actors, policy workers,
+the sample stream, parameter versions, checkpoints, evaluation,
+``srl.load_policy`` — is srl's, unchanged.
+
+An algorithm is a class with ``acting_policy(ctx)`` (what actors run) and a
+constructor ``A2C(ctx)`` returning the trainer's object; ``ctx.models`` builds
+the networks from the ``model`` section (so ``model.encoder`` plugins work here
+too), ``ctx.args`` holds ``algorithm_args``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from srl.api.algorithm import AlgorithmContext
+from srl.api.schema import Field
+from srl.api.spaces import obs_parts
+
+DEFAULTS = {"lr": 1e-3, "gamma": 0.99, "vf_coef": 0.5, "ent_coef": 0.0, "max_grad_norm": 0.5}
+
+
+class A2CPolicy:
+    """What actors run: the actor network, sampling actions; A2C needs no extra field per step."""
+
+    def __init__(self, actor: torch.nn.Module) -> None:
+        self.actor = actor.eval()
+
+    def output_fields(self) -> tuple[Field, ...]:
+        return ()
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        tensors = {name: torch.from_numpy(np.ascontiguousarray(x)) for name, x in obs.items()}
+        actions, _ = self.actor.act(tensors, deterministic)
+        return {"actions": actions.numpy()}
+
+    def load_flat(self, flat: np.ndarray) -> None:
+        self.actor.load_flat_state(flat)
+
+    def flat_size(self) -> int:
+        return self.actor.flat_size()
+
+    def flat_state(self) -> np.ndarray:
+        return self.actor.flat_state()
+
+
+class A2C:
+    """One gradient step per batch of segments: n-step returns bootstrapped by the critic, policy gradient with
+    the advantage, value regression, optional entropy bonus."""
+
+    @staticmethod
+    def acting_policy(ctx: AlgorithmContext) -> A2CPolicy:
+        return A2CPolicy(ctx.models.policy())
+
+    def __init__(self, ctx: AlgorithmContext) -> None:
+        unknown = set(ctx.args) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"algorithm_args: unknown {sorted(unknown)} (A2C takes {sorted(DEFAULTS)})")
+        self.args = {**DEFAULTS, **ctx.args}
+        torch.manual_seed(ctx.seed)
+        self.actor, self.critic = ctx.models.policy(), ctx.models.value()
+        self.params = list(self.actor.parameters()) + list(self.critic.parameters())
+        self.optimizer = torch.optim.Adam(self.params, lr=self.args["lr"])
+        self.parts = obs_parts(ctx.obs_space)
+
+    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
+        a = self.args
+        T, N = batch["rewards"].shape
+        obs = {p.name: torch.from_numpy(batch[p.name]).flatten(0, 1) for p in self.parts}  # [(T + 1) N, ...]
+        values = self.critic(obs).reshape(T + 1, N)
+        rewards = torch.from_numpy(batch["rewards"])
+        terminated = torch.from_numpy(batch["terminated"])
+        truncated = torch.from_numpy(batch["truncated"])
+        with torch.no_grad():
+            next_values = values[1:].clone()
+            if truncated.any() and self.parts[0].final_name in batch:  # a time limit: bootstrap from the last state
+                final = {p.name: torch.from_numpy(batch[p.final_name])[truncated] for p in self.parts}
+                next_values[truncated] = self.critic(final)
+            returns = torch.empty(T, N)
+            ret = values[T]
+            for t in reversed(range(T)):
+                ended = terminated[t] | truncated[t]
+                ret = rewards[t] + a["gamma"] * torch.where(ended, next_values[t] * ~terminated[t], ret)
+                returns[t] = ret
+        step_obs = {name: x[: T * N] for name, x in obs.items()}
+        logp, entropy = self.actor.evaluate(step_obs, torch.from_numpy(batch["actions"]).flatten(0, 1))
+        advantages = returns.reshape(-1) - values[:T].reshape(-1)
+        policy_loss = -(logp * advantages.detach()).mean()
+        value_loss = advantages.pow(2).mean()
+        loss = policy_loss + a["vf_coef"] * value_loss - a["ent_coef"] * entropy.mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, a["max_grad_norm"])
+        self.optimizer.step()
+        return {
+            "policy_loss": float(policy_loss),
+            "value_loss": float(value_loss),
+            "entropy": float(entropy.mean()),
+            "grad_norm": float(grad_norm),
+        }
+
+    def policy_state(self) -> np.ndarray:
+        return self.actor.flat_state()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def synchronize(self) -> None:
+        """One trainer only: nothing to make identical."""

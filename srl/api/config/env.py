@@ -1,0 +1,39 @@
+"""The ``env`` section: which environment each actor slot runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from srl.api.config.errors import check
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvConfig:
+    """Which environment each actor slot runs."""
+
+    id: str = "CartPole-v1"
+    """A Gymnasium id (``CartPole-v1``) or ``package.module:factory`` returning a ``gymnasium.Env``."""
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the environment constructor."""
+    max_episode_steps: int | None = None
+    """Override of the time limit; ``None`` keeps the environment's own."""
+    backend: Literal["gymnasium", "envpool"] = "gymnasium"
+    """Slot backend: a Gymnasium vector env (the reference) or an EnvPool batch (faster, optional extra)."""
+    normalize_reward: bool = False
+    """Scale training rewards by the running std of the discounted return (MuJoCo); reported returns stay true."""
+    reward_clip: float | None = None
+    """Clip training rewards to ``[-reward_clip, reward_clip]`` after scaling (Atari: 1); ``None`` disables."""
+    nonfinite: Literal["fail", "sanitize"] = "fail"
+    """A NaN or infinite observation or reward: ``fail`` ends the run naming the env and step; ``sanitize``
+    replaces it by 0 and counts it (``nonfinite_steps`` in the metrics)."""
+
+    def __post_init__(self) -> None:
+        check(bool(self.id.strip()), "id", "must name an environment")
+        check(self.reward_clip is None or self.reward_clip > 0, "reward_clip", "must be > 0 or null")
+        check(
+            self.max_episode_steps is None or self.max_episode_steps > 0,
+            "max_episode_steps",
+            f"must be > 0, got {self.max_episode_steps}",
+        )

@@ -1,0 +1,84 @@
+"""The experiment root: the top-level fields and one field per section, and the checks across sections."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from srl.api.config.env import EnvConfig
+from srl.api.config.errors import check
+from srl.api.config.model import ModelConfig
+from srl.api.config.params import ParamsConfig
+from srl.api.config.ppo import PPOConfig
+from srl.api.config.ray import RayConfig
+from srl.api.config.run import RunConfig
+from srl.api.config.workers import WorkersConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+    """One experiment: the same file runs under every runtime."""
+
+    name: str = "experiment"
+    """Experiment name, used in the run directory name."""
+    seed: int = 0
+    """Seed of every random stream (environments, networks, sampling)."""
+    runtime: Literal["inline", "local", "ray"] = "local"
+    """Placement: ``inline`` runs every worker in this process (deterministic), ``local`` one process per worker,
+    ``ray`` the same workers as Ray actors across a cluster (see ``ray``)."""
+    algorithm: str = "ppo"
+    """The learning algorithm: ``ppo`` (reads the ``ppo`` section), or ``package.module:Algorithm``, a class
+    with ``acting_policy(ctx)`` and ``Algorithm(ctx)`` (see ``srl/api/algorithm.py``, ``examples/a2c.py``)."""
+    algorithm_args: Mapping[str, Any] = field(default_factory=dict)
+    """A plugin algorithm's own settings, handed to it as ``ctx.args``."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    """Worker counts and shapes."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Network shape."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO hyper-parameters."""
+    params: ParamsConfig = field(default_factory=ParamsConfig)
+    """The parameter service."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Stopping and recording."""
+    ray: RayConfig = field(default_factory=RayConfig)
+    """Placement on a Ray cluster; read only by ``runtime: ray``."""
+
+    def __post_init__(self) -> None:
+        check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        check(
+            self.runtime != "inline" or self.workers.trainers == 1,
+            "workers.trainers",
+            "the inline runtime runs one trainer; use runtime: local for several",
+        )
+        check(
+            self.runtime != "inline" or (self.params.mode == "hierarchical" and self.params.groups == 1),
+            "params",
+            "the inline runtime shares one buffer; relays and flat mode need runtime: local",
+        )
+        if self.runtime == "ray":
+            w, nodes = self.workers, self.ray.actor_nodes
+            check(
+                w.actors % nodes == 0,
+                "workers.actors",
+                f"{w.actors} actors do not split evenly over ray.actor_nodes={nodes}",
+            )
+            check(
+                w.policy_workers % nodes == 0,
+                "workers.policy_workers",
+                f"{w.policy_workers} policy workers do not split evenly over ray.actor_nodes={nodes}",
+            )
+            check(
+                w.trainers % self.ray.trainer_nodes == 0,
+                "workers.trainers",
+                f"{w.trainers} trainers do not split evenly over ray.trainer_nodes={self.ray.trainer_nodes}",
+            )
+            check(
+                self.params.mode == "flat" or self.params.groups == nodes,
+                "params.groups",
+                f"under runtime: ray there is one relay per actor node: must be {nodes}",
+            )
+            check(self.workers.start_method == "auto", "workers.start_method", "Ray starts the worker processes")

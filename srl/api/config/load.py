@@ -1,0 +1,97 @@
+"""Reading an experiment: the YAML file, ``--set key=value`` overrides and the per-node totals of ``runtime: ray``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from srl.api.config.errors import ConfigError
+from srl.api.config.experiment import ExperimentConfig
+from srl.api.config.parse import build
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``a.b=value`` into (["a", "b"], parsed YAML scalar/list)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected key=value, e.g. ppo.lr=0.001")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        raise ConfigError(f"{key.strip()}: cannot parse value {raw!r}") from None
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of the raw config mapping with dotted overrides applied."""
+    out: dict[str, Any] = _deep_copy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"{'.'.join(path)}: {part} is not a section")
+            node = child
+        node[path[-1]] = value
+    return out
+
+
+def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment file (or defaults when ``path`` is None) and apply overrides."""
+    data: Any = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{path}: invalid YAML{where}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+    return config_from(data, overrides)
+
+
+def config_from(data: Mapping[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
+    """An experiment from a mapping shaped like an experiment file, with overrides applied."""
+    return build(ExperimentConfig, resolve_per_node(apply_overrides(dict(data), overrides or [])))
+
+
+def resolve_per_node(data: dict[str, Any]) -> dict[str, Any]:
+    """Under ``runtime: ray``, turn per-node counts into the totals every worker reads.
+
+    ``ray.actors_per_node`` and ``ray.policy_workers_per_node`` (when given) set ``workers.actors`` and
+    ``workers.policy_workers``; a hierarchical parameter service gets one relay group per actor node. The
+    saved ``config.yaml`` holds both, consistent, so it loads back to the same experiment.
+    """
+    ray = data.get("ray") or {}
+    if data.get("runtime") != "ray" or not isinstance(ray, dict):
+        return data
+    out = _deep_copy(data)
+    nodes = ray.get("actor_nodes", 1)
+    if not isinstance(nodes, int) or isinstance(nodes, bool):
+        return out  # the typed build reports the bad value
+    workers = out.setdefault("workers", {})
+    for key, total, least in (("actors_per_node", "actors", 1), ("policy_workers_per_node", "policy_workers", 0)):
+        per_node = ray.get(key)
+        valid = isinstance(per_node, int) and not isinstance(per_node, bool) and per_node >= least
+        if valid and isinstance(per_node, int) and isinstance(workers, dict):  # an invalid one: RayConfig names it
+            workers[total] = nodes * per_node
+    params = out.setdefault("params", {})
+    if isinstance(params, dict) and params.get("mode", "hierarchical") == "hierarchical":
+        params["groups"] = nodes
+    return out

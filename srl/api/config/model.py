@@ -1,0 +1,42 @@
+"""The ``model`` section: the shape of the policy (actor) and value (critic) networks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from srl.api.config.errors import check
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Network shape, shared by the policy (actor) and value (critic) networks."""
+
+    encoder: str = "default"
+    """The observation encoder of both networks: ``default`` (one encoder per observation part: the Nature CNN for
+    images, normalized vectors, one-hot codes for discrete parts, then an MLP of ``hidden``), or
+    ``package.module:Encoder``, built as ``Encoder(obs_space, model)``: an ``nn.Module`` with an int ``out_dim``
+    mapping the observation parts to features ``[N, out_dim]`` (see ``examples/custom_network.py``)."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the MLPs."""
+    activation: Literal["tanh", "relu", "elu"] = "tanh"
+    """Hidden activation."""
+    layer_norm: bool = False
+    """LayerNorm after each hidden linear layer."""
+    normalize_obs: bool = True
+    """Running mean/std observation normalization inside the networks (its statistics ship with the parameters)."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions; state-independent, learned)."""
+    shared_encoder: bool = False
+    """The critic's head sits on the actor's encoder (one CNN/MLP torso for both) instead of its own copy.
+
+    Halves the update cost where the encoder dominates it (the Nature CNN on Atari). The critic head
+    still never leaves the trainer; the value loss then also shapes the actor's features.
+    """
+
+    def __post_init__(self) -> None:
+        check(
+            len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
+            "hidden",
+            f"must be a non-empty list of positive widths, got {list(self.hidden)}",
+        )

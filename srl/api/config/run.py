@@ -1,0 +1,50 @@
+"""The ``run`` section: when a run stops and what it records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from srl.api.config.errors import check
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """When to stop, what to record."""
+
+    total_env_steps: int = 1_000_000
+    """Stop after this many environment steps."""
+    target_return: float | None = None
+    """Stop as solved when the mean return of the last ``return_window`` episodes reaches this."""
+    return_window: int = 20
+    """Episodes averaged for the progress line and the target."""
+    max_wall_seconds: float | None = None
+    """Stop after this much wall time; ``None`` for no limit."""
+    checkpoint_interval_seconds: float = 120.0
+    """Seconds between periodic checkpoints (a final one is always written)."""
+    keep_checkpoints: int = 3
+    """Newest checkpoints kept in ``checkpoints/`` (older ones are deleted after each write)."""
+    log_interval_seconds: float = 1.0
+    """Seconds between progress lines and metrics records."""
+    eval_episodes: int = 10
+    """Deterministic episodes played with the final policy for ``final_eval_return_mean``; 0 skips."""
+    eval_every_versions: int = 0
+    """During training, an eval worker plays ``eval_episodes`` episodes every this many policy versions and keeps
+    the best policy in ``checkpoints/best.pt``; 0 (default) runs no eval worker."""
+    tensorboard: bool = True
+    """Write TensorBoard event files next to ``metrics.jsonl``."""
+    wandb_project: str | None = None
+    """Also log every metrics record to this Weights & Biases project (needs ``pip install wandb``;
+    ``WANDB_MODE=offline`` keeps it local)."""
+
+    def __post_init__(self) -> None:
+        check(self.total_env_steps >= 1, "total_env_steps", f"must be >= 1, got {self.total_env_steps}")
+        check(self.return_window >= 1, "return_window", f"must be >= 1, got {self.return_window}")
+        check(self.max_wall_seconds is None or self.max_wall_seconds > 0, "max_wall_seconds", "must be > 0 or null")
+        check(self.checkpoint_interval_seconds > 0, "checkpoint_interval_seconds", "must be > 0")
+        check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
+        check(self.log_interval_seconds > 0, "log_interval_seconds", "must be > 0")
+        check(self.eval_episodes >= 0, "eval_episodes", f"must be >= 0, got {self.eval_episodes}")
+        check(self.eval_every_versions >= 0, "eval_every_versions", f"must be >= 0, got {self.eval_every_versions}")
+        check(
+            self.eval_every_versions == 0 or self.eval_episodes >= 1, "eval_every_versions", "needs eval_episodes >= 1"
+        )

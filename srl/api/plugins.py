@@ -1,0 +1,35 @@
+"""Plugins: algorithms, networks, environments and worker roles named in the YAML, built in or ``module:attr``.
+
+Why here and not as entry points or a registry filled at import: a name in the
+experiment file is the only place a plugin is chosen, so resolution happens
+once, at the config boundary, with one error line naming the field. There are
+no import-time side effects and no global registry a test would have to reset.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from srl.api.config import ConfigError
+
+
+def resolve(spec: str, builtins: Mapping[str, str], field: str) -> Any:
+    """The object ``spec`` names: a built-in name (``ppo``) or ``package.module:attr`` (``attr`` may be dotted)."""
+    target = builtins.get(spec, spec)
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        known = ", ".join(sorted(builtins)) or "none"
+        raise ConfigError(f"{field}: {spec!r} is neither a built-in name ({known}) nor 'package.module:attr'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{field}: cannot import module {module_name!r} ({exc})") from None
+    for name in attr.split("."):
+        if not hasattr(obj, name):
+            raise ConfigError(f"{field}: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, name)
+    if not callable(obj):
+        raise ConfigError(f"{field}: {target!r} is not callable")
+    return obj

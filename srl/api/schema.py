@@ -1,0 +1,115 @@
+"""The declared sample schema: the named fields trajectory segments carry, laid out ``[T, B, ...]``.
+
+A segment is ``segment_length`` (T) steps of one actor slot's ``envs_per_slot``
+(B) environments. Nothing downstream knows the fields by heart: the segment
+pool, the actor's in-place writes, the inference answer, the wire format and
+the cross-node sample stream, the trainer's batch and the checkpoints all work
+from the :class:`SampleSchema` a run declares. Its fields come from three
+places:
+
+- the environment's spaces: one field per observation part (``obs`` or
+  ``obs.<key>``), ``actions``, ``rewards``, ``terminated``, ``truncated``, and
+  for vector observations ``final_obs...``, the true last observation of an
+  episode cut by a time limit (so the trainer bootstraps it correctly);
+- the acting policy's outputs (``logp``; an algorithm that wants rollout-time
+  values declares ``values`` through the policy it builds; later recurrent state);
+- the streams themselves: ``version``, the policy version that acted.
+
+Adding a field is one :class:`Field` in one of those declarations.
+
+Scopes say how many rows a field has per segment: ``STEP`` one per step (T),
+``OBSERVATION`` one more for the bootstrap observation (T + 1), ``SEGMENT``
+one per segment, written at its first step (e.g. the recurrent state a
+segment starts from).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from gymnasium import spaces
+
+from srl.api.spaces import ActionSpec, ObsPart, action_spec, obs_parts
+
+
+class Scope(enum.Enum):
+    """Rows of a field per segment."""
+
+    STEP = "step"
+    """T rows: one per step."""
+    OBSERVATION = "observation"
+    """T + 1 rows: the observation before each step, and the one after the last (to bootstrap)."""
+    SEGMENT = "segment"
+    """One row, written at the segment's first step."""
+
+    def rows(self, T: int) -> int:
+        return {Scope.STEP: T, Scope.OBSERVATION: T + 1, Scope.SEGMENT: 1}[self]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One declared field: per-environment shape, dtype and scope."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scope: Scope = Scope.STEP
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", np.dtype(self.dtype).name)  # "f4", np.float32 -> "float32"
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """The concrete layout of one segment field: its full shape ``[rows, B, ...]`` and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+class SampleSchema:
+    """An ordered, duplicate-free set of fields; :meth:`segment` lays them out for T steps of B envs."""
+
+    def __init__(self, fields: Iterable[Field]) -> None:
+        self.fields: dict[str, Field] = {}
+        for f in fields:
+            if f.name in self.fields and self.fields[f.name] != f:
+                raise ValueError(f"sample field {f.name!r} declared twice, differently: {self.fields[f.name]} vs {f}")
+            self.fields[f.name] = f
+
+    def segment(self, T: int, B: int) -> dict[str, FieldSpec]:
+        """Every field's layout in one segment, in declaration order."""
+        return {f.name: FieldSpec((f.scope.rows(T), B, *f.shape), f.dtype) for f in self.fields.values()}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.fields
+
+    def __repr__(self) -> str:
+        return f"SampleSchema({list(self.fields)})"
+
+
+def env_fields(parts: tuple[ObsPart, ...], action: ActionSpec) -> list[Field]:
+    """What the environment contributes. Image observations keep no final obs: a time limit in an image env
+    bootstraps from V(s_t) (rare there, and a second frame stack per step would double the bytes)."""
+    fields = [Field(p.name, p.shape, p.dtype, Scope.OBSERVATION) for p in parts]
+    fields += [
+        Field("actions", action.shape, action.dtype),
+        Field("rewards", (), "float32"),
+        Field("terminated", (), "bool"),
+        Field("truncated", (), "bool"),
+    ]
+    if not any(p.kind == "image" for p in parts):
+        fields += [Field(p.final_name, p.shape, p.dtype) for p in parts]
+    return fields
+
+
+STREAM_FIELDS = (Field("version", (), "int64"),)
+"""What the inference stream contributes: the policy version that answered each step."""
+
+
+def sample_schema(obs_space: spaces.Space, action_space: spaces.Space, policy_fields: Iterable[Field]) -> SampleSchema:
+    """A run's schema: what its env's spaces, its acting policy's outputs and the streams declare."""
+    return SampleSchema([*env_fields(obs_parts(obs_space), action_spec(action_space)), *policy_fields, *STREAM_FIELDS])

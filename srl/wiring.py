@@ -1,0 +1,115 @@
+"""A run's plugins, wired: the algorithm class the config names, its context, and the networks it is handed.
+
+Everything that turns ``algorithm:`` and ``model:`` into objects lives here, one
+layer above the algorithms and the networks (so neither imports the other) and
+below the runtimes, the evaluation and the Python API, which all build their
+policies and algorithms through :func:`acting_policy` and :func:`make_algorithm`.
+"""
+
+from __future__ import annotations
+
+from gymnasium import spaces
+from torch import nn
+
+from srl.api.algorithm import AlgorithmClass, AlgorithmContext
+from srl.api.config import ExperimentConfig
+from srl.api.plugins import resolve
+from srl.api.worker import Algorithm, Collective, Policy
+from srl.nets.policy import PolicyNet, ValueNet
+
+ALGORITHMS = {"ppo": "srl.algorithms.ppo:PPO"}
+"""Built-in names for ``algorithm:``."""
+
+ENCODERS = {"default": ""}
+"""Built-in names for ``model.encoder`` (``default``: :class:`srl.nets.policy.ObsEncoder`, one encoder per part)."""
+
+
+class NetModels:
+    """The networks of a run: actor and critic for its spaces, shaped by its ``model`` section.
+
+    With ``model.encoder: package.module:Encoder`` each network gets ``Encoder(obs_space, model)``: an
+    ``nn.Module`` with ``out_dim`` whose ``forward`` maps the observation parts (``{"obs": ...}`` or
+    ``{"obs.<key>": ...}``, see :mod:`srl.api.spaces`) to features ``[N, out_dim]``.
+    """
+
+    def __init__(self, obs_space: spaces.Space, action_space: spaces.Space, cfg: ExperimentConfig) -> None:
+        self.obs_space, self.action_space, self.cfg = obs_space, action_space, cfg
+        m = cfg.model
+        self._encoder = None if m.encoder in ENCODERS else resolve(m.encoder, {}, "model.encoder")
+
+    def encoder(self) -> nn.Module | None:
+        """A plugin encoder, or None for the built-in one (the networks build it themselves)."""
+        if self._encoder is None:
+            return None
+        enc = self._encoder(self.obs_space, self.cfg.model)
+        if not isinstance(enc, nn.Module) or not isinstance(getattr(enc, "out_dim", None), int):
+            raise TypeError(f"model.encoder: {self.cfg.model.encoder!r} must build an nn.Module with an int out_dim")
+        return enc
+
+    def policy(self) -> PolicyNet:
+        m = self.cfg.model
+        return PolicyNet(
+            self.obs_space,
+            self.action_space,
+            hidden=m.hidden,
+            activation=m.activation,
+            layer_norm=m.layer_norm,
+            normalize_obs=m.normalize_obs,
+            init_log_std=m.init_log_std,
+            encoder=self.encoder(),
+        )
+
+    def value(self, shared_encoder: nn.Module | None = None) -> ValueNet:
+        m = self.cfg.model
+        return ValueNet(
+            self.obs_space,
+            hidden=m.hidden,
+            activation=m.activation,
+            layer_norm=m.layer_norm,
+            normalize_obs=m.normalize_obs,
+            shared_encoder=shared_encoder,
+            normalize_values=self.cfg.ppo.normalize_values,
+            encoder=None if shared_encoder is not None else self.encoder(),
+        )
+
+
+def algorithm_class(cfg: ExperimentConfig) -> AlgorithmClass:
+    """The class ``algorithm:`` names (raises ConfigError naming the field)."""
+    return resolve(cfg.algorithm, ALGORITHMS, "algorithm")
+
+
+def context(
+    obs_space: spaces.Space,
+    action_space: spaces.Space,
+    cfg: ExperimentConfig,
+    seed: int = 0,
+    collective: Collective | None = None,
+    device: str = "cpu",
+) -> AlgorithmContext:
+    return AlgorithmContext(
+        obs_space,
+        action_space,
+        cfg,
+        NetModels(obs_space, action_space, cfg),
+        dict(cfg.algorithm_args),
+        seed,
+        collective,
+        device,
+    )
+
+
+def acting_policy(obs_space: spaces.Space, action_space: spaces.Space, cfg: ExperimentConfig) -> Policy:
+    """What actors, policy workers and evaluation run for this config."""
+    return algorithm_class(cfg).acting_policy(context(obs_space, action_space, cfg))
+
+
+def make_algorithm(
+    obs_space: spaces.Space,
+    action_space: spaces.Space,
+    cfg: ExperimentConfig,
+    seed: int,
+    collective: Collective | None = None,
+    device: str = "cpu",
+) -> Algorithm:
+    """What the trainer runs for this config."""
+    return algorithm_class(cfg)(context(obs_space, action_space, cfg, seed, collective, device))
