@@ -40,8 +40,9 @@ class WorkersConfig:
     """Staleness injection for experiments: policy workers load a new snapshot only once it is at least this
     many versions newer than the one they hold. 1 (always the newest) is the normal setting."""
     max_restarts: int = 3
-    """Local runtime: an actor or policy worker process that dies is restarted up to this many times each
-    (its unfinished segments are dropped and counted); one more death ends the run. 0 disables restarts."""
+    """Every runtime but ``inline``: a worker that dies is restarted up to this many times each (an actor's
+    unfinished segments are dropped and counted; trainers restart together from the newest checkpoint); one
+    more death ends the run. 0 disables restarts."""
     request_timeout_seconds: float = 10.0
     """An actor asks again for a slot's actions after waiting this long (its policy worker may have died)."""
     start_method: Literal["auto", "fork", "exec"] = "auto"
