@@ -162,7 +162,7 @@ def test_local_run_root_egress_follows_the_topology(tmp_path, mode) -> None:
             "workers.policy_workers=3",
             "workers.actors=3",
             "run.target_return=null",
-            "run.max_wall_seconds=8",
+            "run.total_env_steps=20000",  # about 39 versions, however fast the machine
             "run.eval_episodes=0",
         ],
     )
@@ -177,8 +177,9 @@ def test_local_run_root_egress_follows_the_topology(tmp_path, mode) -> None:
         assert 3 <= root["sends"] <= 3 * (versions + 1)  # one copy per reader per version (skips allowed)
     else:
         assert set(service) == {"param_root", "relay0", "relay1", "relay2"}
-        assert root["sends"] == service["relay0"]["received"] + service["relay1"]["received"]
-        assert service["relay0"]["sends"] == service["relay2"]["received"]
+        # every send arrives, except at most the last one to each relay, still in flight when the run stopped
+        assert 0 <= root["sends"] - service["relay0"]["received"] - service["relay1"]["received"] <= 2
+        assert 0 <= service["relay0"]["sends"] - service["relay2"]["received"] <= 1
         assert "sends" not in service["relay1"]  # a leaf relay serves nobody over the network
         assert root["sends"] <= 2 * (versions + 1)
         assert all(service[f"relay{g}"]["received"] >= 2 for g in range(3))
