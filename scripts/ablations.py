@@ -18,9 +18,9 @@ from pathlib import Path
 
 from srl.bench.throughput import train_in_fresh_process
 
-TWO_TRAINERS = ["workers.trainers=2", "workers.actors=2", "ppo.batch_segments=1"]
+TWO_TRAINERS = ["workers.trainers=2", "workers.actors=2", "workers.batch_segments=1"]
 # Staleness runs keep every segment (lags up to ~stride + pipeline) so compensation is the only difference.
-KEEP_ALL = ["ppo.max_policy_lag=100"]
+KEEP_ALL = ["workers.max_policy_lag=100"]
 ABLATIONS: dict[str, dict[str, list[str]]] = {
     "critic": {
         "decentralized": [*TWO_TRAINERS, "ppo.critic=decentralized"],

@@ -79,7 +79,7 @@ def test_bench_train_reports_throughput_lag_and_time_shares():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["bench"] == "train" and result["env_steps"] > 0 and result["train_fps"] > 0
     assert result["policy_version"] >= 1
-    assert 0 <= result["lag_mean"] <= 16  # ppo.max_policy_lag: older segments are dropped, not trained
+    assert 0 <= result["lag_mean"] <= 16  # workers.max_policy_lag: older segments are dropped, not trained
     assert 0 < result["time_fractions"]["trainer0/train"] <= 1
 
 
@@ -95,7 +95,7 @@ def test_two_data_parallel_trainers_solve_cartpole(tmp_path):
     # config, reduced across the trainers (gloo) every minibatch.
     cfg = load_config(
         "configs/cartpole_ppo.yaml",
-        ["workers.trainers=2", "workers.actors=2", "ppo.batch_segments=1", "run.max_wall_seconds=180"],
+        ["workers.trainers=2", "workers.actors=2", "workers.batch_segments=1", "run.max_wall_seconds=180"],
     )
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["solved"], summary

@@ -260,7 +260,7 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     plan = make_plan(
         dataclasses.replace(cfg, workers=dataclasses.replace(cfg.workers, actors=1, trainers=1, policy_workers=0))
     )
-    w, ppo = cfg.workers, cfg.ppo
+    w = cfg.workers
     env = bench_env(cfg, seconds)
     compute = bench_compute(cfg, seconds)
     fit = inference_fit(plan, seconds)
@@ -271,7 +271,7 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         env_id=cfg.env.id,
         envs_per_slot=w.envs_per_slot,
         segment_length=w.segment_length,
-        samples_per_version=ppo.batch_segments * w.segment_length * w.envs_per_slot,
+        samples_per_version=w.batch_segments * w.segment_length * w.envs_per_slot,
         max_inference_batch=w.max_inference_batch,
         env_seconds_per_step=1.0 / env[f"{cfg.env.backend}_steps_per_second"],
         actor_seconds_per_step=actor,

@@ -243,7 +243,7 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     batch_obs = random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
     infer = timed_rate(lambda i: policy.act(batch_obs), w.envs_per_slot, seconds / 2)
     algo = make_algorithm(plan.obs_space, plan.action_space, cfg, cfg.seed)
-    batch = random_batch(plan, rng, ppo.batch_segments * w.envs_per_slot)
+    batch = random_batch(plan, rng, w.batch_segments * w.envs_per_slot)
     samples = int(batch["rewards"].size)
     algo.train(batch, 0.0)
     update = timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)

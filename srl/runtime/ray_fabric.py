@@ -161,5 +161,5 @@ class NodeFabric(SharedFabric):
             address,
             self.endpoints.token,
             zmq.Context.instance(),
-            queue=self.plan.cfg.ppo.batch_segments,
+            queue=self.plan.cfg.workers.batch_segments,
         )

@@ -34,8 +34,6 @@ class PPOConfig:
     """Passes over each batch."""
     minibatches: int = 4
     """Minibatches per epoch."""
-    batch_segments: int = 4
-    """Segments per training batch; a batch holds ``batch_segments * segment_length * envs_per_slot`` samples."""
     max_grad_norm: float | None = 0.5
     """Gradient-norm clip, applied to the actor's and the critic's gradients separately; ``None`` disables it.
     With ``grad_clip: adaptive`` it is the threshold used until the window of recent norms has filled."""
@@ -56,7 +54,7 @@ class PPOConfig:
     td_compensation: bool = False
     """Correct for policy lag: the clipped ratio is taken against the current (proximal) policy, and each
     sample's surrogate is weighted by its importance weight current/behaviour truncated at ``is_rho_clip``
-    (decoupled PPO). Samples older than ``max_policy_lag`` are dropped either way."""
+    (decoupled PPO). Samples older than ``workers.max_policy_lag`` are dropped either way."""
     vtrace_targets: bool = False
     """Also correct the TD errors (weights truncated at ``is_rho_clip``) and traces (at ``is_c_clip``) of the
     advantages and value targets: V-trace with a lambda. Measured worse on CartPole (docs/benchmarks.md)."""
@@ -68,8 +66,6 @@ class PPOConfig:
     """Value normalization: the critic predicts returns standardized by running return statistics."""
     normalize_advantages: bool = True
     """Normalize advantages per minibatch."""
-    max_policy_lag: int = 16
-    """Segments whose oldest step is more than this many versions behind the trainer are dropped (and counted)."""
 
     def __post_init__(self) -> None:
         for name in ("lr", "adam_eps", "clip", "vf_coef"):
@@ -80,9 +76,8 @@ class PPOConfig:
         check(self.ent_coef >= 0, "ent_coef", f"must be >= 0, got {self.ent_coef}")
         check(self.value_clip is None or self.value_clip > 0, "value_clip", "must be > 0 or null")
         check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "must be > 0 or null")
-        for name in ("epochs", "minibatches", "batch_segments"):
+        for name in ("epochs", "minibatches"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-        check(self.max_policy_lag >= 0, "max_policy_lag", f"must be >= 0, got {self.max_policy_lag}")
         check(
             0 < self.grad_clip_percentile <= 100,
             "grad_clip_percentile",

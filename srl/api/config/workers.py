@@ -27,6 +27,12 @@ class WorkersConfig:
     """Auto-batching cap: a policy worker merges at most this many pending requests (slots) per forward pass."""
     segment_length: int = 32
     """Steps per trajectory segment ``[T, B, ...]`` sent on the sample stream."""
+    batch_segments: int = 4
+    """Segments per trainer update, for any algorithm: a batch holds ``batch_segments * segment_length *
+    envs_per_slot`` samples."""
+    max_policy_lag: int = 16
+    """Segments whose oldest step is more than this many versions behind the trainer are dropped (and counted)
+    before the algorithm sees them."""
     sample_buffers: int = 0
     """Segment buffers per actor (in flight + queued for the trainer); 0 picks ``ring_size + 2``.
     Fewer buffers bound policy lag by back-pressure; more let actors run ahead of the trainer."""
@@ -60,11 +66,13 @@ class WorkersConfig:
             "torch_threads",
             "param_pull_interval",
             "param_version_stride",
+            "batch_segments",
         ):
             value = getattr(self, name)
             check(value >= 1, name, f"must be >= 1, got {value}")
         check(self.policy_workers >= 0, "policy_workers", f"must be >= 0, got {self.policy_workers}")
         check(self.max_restarts >= 0, "max_restarts", f"must be >= 0, got {self.max_restarts}")
+        check(self.max_policy_lag >= 0, "max_policy_lag", f"must be >= 0, got {self.max_policy_lag}")
         check(
             self.request_timeout_seconds > 0,
             "request_timeout_seconds",
