@@ -9,7 +9,7 @@ One seed per process. Prints one JSON line:
 What is measured, and how it matches ``srl bench solve`` (srl/bench/throughput.py ``bench_solve``):
 
 * Clock: ``solved_wall_seconds`` is wall-clock seconds from the start of this Python process (read from
-  /proc/self/stat and the boot time in /proc/stat, as ``process_start_time`` in srl/cli/main.py does) to the
+  /proc/self/stat and the boot time in /proc/stat by srl's own ``process_start_time``) to the
   moment the target is first reached, so interpreter start-up, imports (torch, SB3, gymnasium), env and model
   construction all count, as they do for each fresh ``srl train`` process that ``bench_solve`` starts.
 * Solved: the mean return of the last 20 finished training episodes (over all 8 envs, in the order they
@@ -37,36 +37,21 @@ Nothing is downloaded at run time.
 
 from __future__ import annotations
 
-import os
+import argparse
+import json
 import time
-from pathlib import Path
+from collections import deque
 
+import numpy as np
+import stable_baselines3
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
 
-def process_start_time() -> float:
-    """Wall-clock time this process started (Linux: from /proc), as in srl/cli/main.py."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        start_ticks = int(fields[19])
-        btime = next(
-            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
-        )
-        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
-
+from srl.cli.main import process_start_time  # reads /proc: the process's start, whenever it is called
 
 START = process_start_time()
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-from collections import deque  # noqa: E402
-
-import numpy as np  # noqa: E402
-import stable_baselines3  # noqa: E402
-import torch  # noqa: E402
-from stable_baselines3 import PPO  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
-from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
 TORCH_THREADS = 1  # srl configs/cartpole_ppo.yaml: workers.torch_threads: 1
 TARGET_RETURN = 475.0  # srl configs/cartpole_ppo.yaml: run.target_return

@@ -108,20 +108,14 @@ def sampling_vector_loop(plan: Plan, num_envs: int, seconds: float, warmup: floa
     policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     venv = gym.vector.SyncVectorEnv([functools.partial(make_env, cfg.env) for _ in range(num_envs)])
     parts = obs_parts(venv.single_observation_space)
+    obs = [venv.reset(seed=cfg.seed)[0]]
+
+    def step(i: int) -> None:
+        obs[0] = venv.step(policy.act(flatten_obs(parts, obs[0]))["actions"])[0]
+
     try:
-        obs = venv.reset(seed=cfg.seed)[0]
-        steps, start = 0, time.perf_counter()
-        t0, s0 = start, 0
         with torch.inference_mode():
-            while True:
-                actions = policy.act(flatten_obs(parts, obs))["actions"]
-                obs = venv.step(actions)[0]
-                steps += num_envs
-                now = time.perf_counter()
-                if s0 == 0 and now - start >= warmup:
-                    t0, s0 = now, steps
-                if s0 and now - t0 >= seconds:
-                    return (steps - s0) / (now - t0)
+            return timed_rate(step, num_envs, seconds, warmup)
     finally:
         venv.close()
 
