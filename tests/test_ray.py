@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +18,9 @@ from typing import Any
 # Before Ray is imported: keep every Ray address on loopback (otherwise Ray resolves 127.0.0.1 to the machine's
 # external interface) and give Ray a private temp folder, apart from any other Ray user on the machine.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="srlray-"))
+if "RAY_TMPDIR" not in os.environ:  # ours: removed when the test process ends (after the cluster has shut down)
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="srlray-")
+    atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], True)
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 import pytest  # noqa: E402

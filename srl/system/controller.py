@@ -138,7 +138,7 @@ class Controller:
             {
                 "worker": worker,
                 "message": f"restarted ({self.restarts[worker]}) after: {cause}; "
-                f"{dropped_segments} unfinished segments dropped",
+                f"{dropped_segments} segments it held dropped",
             },
             {},
         )
