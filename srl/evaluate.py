@@ -19,7 +19,7 @@ import torch
 from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.api.spaces import action_spec, check_fits, obs_parts
 from srl.api.worker import Policy
-from srl.envs.slots import GymSlot, make_slot
+from srl.envs.slots import GymSlot, make_slot, probe_spaces
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 from srl.wiring import acting_policy
 
@@ -172,7 +172,7 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, state["config"], prefix="checkpoint config: ")
-    obs_space, action_space = _env_spaces(cfg)
+    obs_space, action_space = probe_spaces(cfg.env)
     policy = acting_policy(obs_space, action_space, cfg)
     try:
         check_fits(state["spaces"], obs_parts(obs_space), action_spec(action_space), str(target))
@@ -180,12 +180,3 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]
     except (KeyError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"{target}: does not fit its own config ({type(exc).__name__}: {exc})") from None
     return cfg, policy, {"checkpoint": str(target), "version": int(state["version"])}
-
-
-def _env_spaces(cfg: ExperimentConfig) -> tuple[gym.spaces.Space, gym.spaces.Space]:
-    """One environment's observation and action space, probed through the configured slot backend."""
-    slot = make_slot(cfg.env, 1)
-    try:
-        return slot.single_observation_space, slot.single_action_space
-    finally:
-        slot.close()

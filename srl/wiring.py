@@ -20,27 +20,24 @@ from srl.nets.policy import PolicyNet, ValueNet
 ALGORITHMS = {"ppo": "srl.algorithms.ppo:PPO"}
 """Built-in names for ``algorithm:``."""
 
-ENCODERS = {"default": ""}
+ENCODERS = {"default": "srl.nets.policy:ObsEncoder.from_model"}
 """Built-in names for ``model.encoder`` (``default``: :class:`srl.nets.policy.ObsEncoder`, one encoder per part)."""
 
 
 class NetModels:
     """The networks of a run: actor and critic for its spaces, shaped by its ``model`` section.
 
-    With ``model.encoder: package.module:Encoder`` each network gets ``Encoder(obs_space, model)``: an
-    ``nn.Module`` with ``out_dim`` whose ``forward`` maps the observation parts (``{"obs": ...}`` or
-    ``{"obs.<key>": ...}``, see :mod:`srl.api.spaces`) to features ``[N, out_dim]``.
+    Each network gets its own ``Encoder(obs_space, model)`` from what ``model.encoder`` names (built in, or
+    ``package.module:Encoder``): an ``nn.Module`` with ``out_dim`` whose ``forward`` maps the observation parts
+    (``{"obs": ...}`` or ``{"obs.<key>": ...}``, see :mod:`srl.api.spaces`) to features ``[N, out_dim]``.
     """
 
     def __init__(self, obs_space: spaces.Space, action_space: spaces.Space, cfg: ExperimentConfig) -> None:
         self.obs_space, self.action_space, self.cfg = obs_space, action_space, cfg
-        m = cfg.model
-        self._encoder = None if m.encoder in ENCODERS else resolve(m.encoder, {}, "model.encoder")
+        self._encoder = resolve(cfg.model.encoder, ENCODERS, "model.encoder")
 
-    def encoder(self) -> nn.Module | None:
-        """A plugin encoder, or None for the built-in one (the networks build it themselves)."""
-        if self._encoder is None:
-            return None
+    def encoder(self) -> nn.Module:
+        """A new encoder for one network."""
         enc = self._encoder(self.obs_space, self.cfg.model)
         if not isinstance(enc, nn.Module) or not isinstance(getattr(enc, "out_dim", None), int):
             raise TypeError(f"model.encoder: {self.cfg.model.encoder!r} must build an nn.Module with an int out_dim")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
@@ -65,3 +66,13 @@ def make_slot(cfg: EnvConfig, num_envs: int) -> Slot:
 
         return EnvPoolSlot(cfg, num_envs)
     return GymSlot(cfg, num_envs)
+
+
+def probe_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Space, gym.spaces.Space]:
+    """One environment's observation and action space as the streams see them, probed through the configured
+    slot backend (which itself validates the env and its options)."""
+    slot = make_slot(cfg, 1)
+    try:
+        return slot.single_observation_space, slot.single_action_space
+    finally:
+        slot.close()

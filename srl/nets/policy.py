@@ -19,7 +19,8 @@ import torch
 from gymnasium import spaces
 from torch import Tensor, nn
 
-from srl.api.spaces import OBS, ObsPart, action_spec, obs_parts
+from srl.api.config import ModelConfig
+from srl.api.spaces import ObsPart, action_spec, obs_parts
 from srl.nets.cnn import NatureCNN
 from srl.nets.distributions import ActionHead, make_action_head
 from srl.nets.mlp import init_linear, mlp
@@ -93,10 +94,15 @@ class ObsEncoder(nn.Module):
         rms = self.normalizers[key] if self._plain and key in self.normalizers else None
         self._plain_rms = rms if isinstance(rms, RunningMeanStd) else None  # the fast path's one normalizer
 
+    @staticmethod
+    def from_model(obs_space: spaces.Space, model: ModelConfig) -> ObsEncoder:
+        """The built-in encoder shaped by a ``model`` section: what ``model.encoder: default`` names."""
+        return ObsEncoder(obs_space, model.hidden, model.activation, model.layer_norm, model.normalize_obs)
+
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
-        """The normalizer of a plain vector observation (None otherwise, or when disabled)."""
-        return self.normalizers[OBS] if OBS in self.normalizers else None  # type: ignore[return-value]
+        """The normalizer of an observation made of one vector part (None otherwise, or when disabled)."""
+        return self._plain_rms
 
     def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
         """Parts ``{name: [N, *shape]}`` (any real dtype) -> features ``[N, out_dim]``."""
@@ -104,7 +110,7 @@ class ObsEncoder(nn.Module):
             x = obs[self.parts[0].name]
             if x.dtype != torch.float32:
                 x = x.float()
-            rms = self._plain_rms
+            rms = self.obs_normalizer
             if rms is not None:
                 x = rms.normalize(x)
             return _run_layers(self._layers, x.reshape(x.shape[0], -1))

@@ -14,7 +14,7 @@ import torch
 from srl.api.config import ExperimentConfig, build
 from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
-from srl.envs.slots import make_slot
+from srl.envs.slots import probe_spaces
 from srl.runtime.topology import Topology, roles_for, topology_of
 from srl.system.streams import PoolLayout
 from srl.wiring import acting_policy
@@ -95,11 +95,7 @@ class Plan:
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     """Probe the environment once and size the streams (raises ConfigError on a bad env)."""
-    slot = make_slot(cfg.env, 1)  # the configured backend itself validates the env and its options
-    try:
-        obs_space, action_space = slot.single_observation_space, slot.single_action_space
-    finally:
-        slot.close()
+    obs_space, action_space = probe_spaces(cfg.env)
     w = cfg.workers
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
         policy = acting_policy(obs_space, action_space, cfg)
