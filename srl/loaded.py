@@ -11,6 +11,7 @@ env accepts (Box actions clipped to the bounds, ``start`` offsets added).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,18 @@ class LoadedPolicy:
     """The acting policy of a checkpoint, for single observations or batches."""
 
     def __init__(
-        self, policy: Policy, cfg: ExperimentConfig, obs_space: spaces.Space, action_space: spaces.Space, info: dict
+        self,
+        policy: Policy,
+        cfg: ExperimentConfig,
+        obs_space: spaces.Space,
+        action_space: spaces.Space,
+        to_env: Callable[[np.ndarray], np.ndarray],
+        info: dict,
     ) -> None:
+        """``to_env``: the env factory's own action adapter (clipping, start offsets), applied to a batch."""
         self.policy, self.config = policy, cfg
         self.observation_space, self.action_space = obs_space, action_space
+        self._to_env = to_env
         self.version: int = int(info["version"])
         self.checkpoint: str = info["checkpoint"]
         self._parts: tuple[ObsPart, ...] = obs_parts(obs_space)
@@ -43,16 +52,10 @@ class LoadedPolicy:
         batch = {p.name: np.asarray(parts[p.name], dtype=p.dtype).reshape((-1, *p.shape)) for p in self._parts}
         with torch.inference_mode():
             actions = np.asarray(self.policy.act(batch, deterministic=deterministic)["actions"])
-        actions = self._to_env(actions)
+        if isinstance(self.action_space, spaces.Box):
+            actions = actions.reshape((-1, *self.action_space.shape))
+        actions = np.asarray(self._to_env(actions))
         return actions[0] if single else actions
-
-    def _to_env(self, actions: np.ndarray) -> np.ndarray:
-        space = self.action_space
-        if isinstance(space, spaces.Box):
-            return np.clip(actions.reshape((-1, *space.shape)), space.low, space.high).astype(space.dtype)
-        if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
-            return actions + np.asarray(space.start)
-        return actions
 
 
 def load(target: Path) -> LoadedPolicy:
@@ -67,8 +70,10 @@ def load(target: Path) -> LoadedPolicy:
     try:
         # Observations as the configured env (with its preprocessing) gives them; actions as the env takes them
         # before our own action adapter (clipping, start offsets), which act() applies instead.
-        inner = env.env if isinstance(env, (ClipAction, ShiftActions)) else env
-        obs_space, action_space = env.observation_space, inner.action_space
+        obs_space, action_space = env.observation_space, env.action_space
+        to_env: Callable[[np.ndarray], np.ndarray] = np.asarray
+        if isinstance(env, (ClipAction, ShiftActions)):
+            action_space, to_env = env.env.action_space, env.action
     finally:
         env.close()
-    return LoadedPolicy(policy, cfg, obs_space, action_space, info)
+    return LoadedPolicy(policy, cfg, obs_space, action_space, to_env, info)
