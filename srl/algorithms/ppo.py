@@ -19,7 +19,7 @@ weighted by its truncated importance weight against the behaviour policy
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -28,15 +28,9 @@ from torch import nn
 from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
-from srl.api.algorithm import AlgorithmContext
+from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs
 from srl.api.schema import Field
 from srl.api.spaces import obs_parts
-
-if TYPE_CHECKING:  # types only: the networks arrive through ``AlgorithmContext.models``
-    from srl.nets.policy import PolicyNet, ValueNet
-
-Obs = dict[str, torch.Tensor]
-"""A batch of observations: part field name -> tensor."""
 
 
 class RunningMoments(Protocol):
@@ -65,7 +59,7 @@ class ActingPolicy:
     (centralized critic).
     """
 
-    def __init__(self, net: PolicyNet, critic: ValueNet | None = None) -> None:
+    def __init__(self, net: ActorNet, critic: CriticNet | None = None) -> None:
         self.net = net.eval()
         self.critic = None if critic is None else critic.eval()
         self._actor_size = net.flat_size()
@@ -118,8 +112,10 @@ class PPO:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"trainer device {ctx.device!r}: torch sees no CUDA device on this machine")
         self.parts = obs_parts(ctx.obs_space)
-        self.policy = ctx.models.policy().to(self.device)
-        self.value = ctx.models.value(self.policy.encoder if ctx.cfg.model.shared_encoder else None).to(self.device)
+        self.policy: ActorNet = ctx.models.policy().to(self.device)
+        self.value: CriticNet = ctx.models.value(self.policy.encoder if ctx.cfg.model.shared_encoder else None).to(
+            self.device
+        )
         actor_params, critic_params = list(self.policy.parameters()), list(self.value.parameters())
         self.optimizer = Adam(actor_params + critic_params, lr=cfg.lr, eps=cfg.adam_eps)
         self._reduced = actor_params + (critic_params if self.centralized else [])

@@ -19,31 +19,86 @@ own settings (``algorithm_args:`` in the YAML); the built-in PPO reads the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 from gymnasium import spaces
 
-if TYPE_CHECKING:  # types only: at run time the networks arrive through ``Models``, never by import
-    from torch import nn
+if TYPE_CHECKING:
+    from torch import Tensor, nn
 
     from srl.api.config import ExperimentConfig
     from srl.api.worker import Algorithm, Collective, Policy
-    from srl.nets.policy import PolicyNet, ValueNet
+
+Obs = Mapping[str, "Tensor"]
+"""A batch of observation parts (``{"obs": ...}`` or ``{"obs.<key>": ...}``), each ``[N, ...]``."""
+
+
+class Net(Protocol):
+    """What an algorithm uses of any network it is handed (an ``nn.Module`` whose state also travels flat)."""
+
+    @property
+    def encoder(self) -> Any:
+        """The observation encoder: ``encoder(obs) -> features [N, out_dim]``."""
+
+    def parameters(self) -> Iterator[nn.Parameter]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], /) -> Any: ...
+
+    def to(self, device: Any, /) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+    def flat_size(self) -> int: ...
+
+    def flat_state(self, out: np.ndarray | None = None, /) -> np.ndarray: ...
+
+    def load_flat_state(self, flat: np.ndarray, /) -> None: ...
+
+
+class ActorNet(Net, Protocol):
+    """An actor (``srl.nets.policy.PolicyNet``)."""
+
+    def act(self, obs: Obs, deterministic: bool = False, /) -> tuple[Tensor, Tensor]:
+        """Actions and their log-probs, without autograd."""
+
+    def evaluate(self, obs: Obs, actions: Tensor, /) -> tuple[Tensor, Tensor]:
+        """Log-probs and entropies of ``actions``, with gradients."""
+
+    def evaluate_features(self, features: Tensor, actions: Tensor, /) -> tuple[Tensor, Tensor]:
+        """:meth:`evaluate` from encoder features already computed (shared with a critic head)."""
+
+
+class CriticNet(Net, Protocol):
+    """A critic (``srl.nets.policy.ValueNet``); values are in return units, the head may be standardized."""
+
+    shared: bool
+    """Its encoder is the actor's (it owns only its head)."""
+    return_normalizer: Any
+    """Running return statistics when values are normalized, else None."""
+
+    def __call__(self, obs: Obs, /) -> Tensor:
+        """Values ``[N]``."""
+
+    def head_output(self, features: Tensor, /) -> Tensor: ...
+
+    def normalize(self, values: Tensor, /) -> Tensor: ...
+
+    def denormalize(self, out: Tensor, /) -> Tensor: ...
 
 
 class Models(Protocol):
     """Network constructors for the run's spaces and ``model`` section."""
 
-    def policy(self) -> PolicyNet:
-        """A new actor: ``forward(obs) -> head output``, ``act(obs, deterministic) -> (actions, logp)``,
-        ``evaluate(obs, actions) -> (logp, entropy)``, ``evaluate_features``, ``encoder``, ``flat_state`` /
-        ``load_flat_state`` / ``flat_size`` (see :class:`srl.nets.policy.PolicyNet`)."""
+    def policy(self) -> ActorNet:
+        """A new actor with its own encoder."""
 
-    def value(self, shared_encoder: nn.Module | None = None) -> ValueNet:
-        """A new critic ``forward(obs) -> values [N]``, with its own encoder or a head on ``shared_encoder``
-        (see :class:`srl.nets.policy.ValueNet`)."""
+    def value(self, shared_encoder: Any = None) -> CriticNet:
+        """A new critic with its own encoder, or a head on ``shared_encoder`` (an actor's ``encoder``)."""
 
 
 @dataclass(frozen=True)
