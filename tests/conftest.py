@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,23 @@ def children_of(pid: int) -> set[int]:
         if fields[1] == str(pid) and fields[0] != "Z" and not _is_mp_helper(stat.parent):
             out.add(int(stat.parent.name))
     return out
+
+
+def wait_while_running(cond: Callable[[], object], proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Until ``cond()`` holds; fails when ``proc`` (a run) ends first or the timeout passes."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def worker_pids(run: Path) -> dict[str, int]:
+    """A local run's ``workers.json`` (worker name -> pid), or {} before it is written."""
+    try:
+        return json.loads((run / "workers.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _children() -> set[int]:

@@ -404,3 +404,43 @@ def test_segment_send_counts_the_bytes_the_stream_sends():
         for n, f in plan.layout.fields.items()
     ) / (w.segment_length * w.envs_per_slot)
     assert measured["bytes_per_sample"] < 0.7 * float64_obs
+
+
+# ---------------------------------------------------------------------------------------------- a config's own layout
+def test_the_layout_a_config_runs_is_read_from_its_topology():
+    from srl.api.config import load_config
+    from srl.capacity.model import layout_of
+    from srl.runtime.plan import make_plan
+
+    local = layout_of(make_plan(load_config("configs/cartpole_ppo.yaml", ["workers.actors=3", "workers.trainers=1"])))
+    assert (local.actor_nodes, local.trainer_nodes, local.actors_per_node) == (1, 0, 3)
+    assert local.policy_workers_per_node == 0
+    ray = layout_of(
+        make_plan(
+            load_config(
+                "configs/cartpole_ppo.yaml",
+                [
+                    "runtime=ray",
+                    "ray.actor_nodes=4",
+                    "ray.actors_per_node=3",
+                    "ray.policy_workers_per_node=1",
+                    "ray.trainer_nodes=2",
+                    "workers.trainers=2",
+                    "params.mode=flat",
+                ],
+            )
+        )
+    )
+    assert dataclasses.asdict(ray) == {
+        **dataclasses.asdict(ray),
+        "actor_nodes": 4,
+        "trainer_nodes": 2,
+        "actors_per_node": 3,
+        "policy_workers_per_node": 1,
+        "trainers": 2,
+        "params_mode": "flat",
+    }
+    pred = predict(COSTS, Cluster(nodes=6, cores_per_node=8), ray)
+    assert pred.steps_per_second > 0
+    with pytest.raises(ConfigError, match="exceed 5 nodes"):
+        predict(COSTS, Cluster(nodes=5, cores_per_node=8), ray)  # 4 actor + 2 trainer nodes do not fit

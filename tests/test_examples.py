@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+
+from conftest import wait_while_running, worker_pids
 
 import srl
 from srl.api.config import ConfigError
@@ -64,6 +68,50 @@ def test_custom_network_trains_cartpole(tmp_path):
 
     keys = load_checkpoint(ckpt)["algorithm"]["policy"]
     assert any(k.startswith("encoder.blocks.") for k in keys)  # the plugin's own layers were trained
+
+
+def _last_record(run: Path) -> dict:
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []  # complete lines only
+    return json.loads(lines[-1]) if lines else {}
+
+
+def test_custom_dataflow_a_stage_drops_stale_segments():
+    """examples/fresh_segments.yaml adds a stage by configuration. Under the inline runtime (deterministic) every
+    other segment reaches it two versions behind: with max_lag 1 it drops those, and the run still solves."""
+    summary = srl.train("examples/fresh_segments.yaml", ["runtime=inline", "stage.args.max_lag=1"], run_dir=None)
+    assert summary["solved"] and summary["solved_return_mean"] >= 475, summary
+    stage = summary["stages"]["stage0"]
+    assert stage["kept"] > 0 and stage["dropped"] > 0, stage
+    assert summary["dropped_segments"] == 0  # the stage's decisions are not losses
+
+
+def test_custom_dataflow_under_local_a_killed_stage_restarts_alone(tmp_path):
+    """The same file under the local runtime: the stage is its own process; killed with -9 mid-run, it restarts
+    alone and the run solves. The trainer is frozen (SIGSTOP) from before the kill until the stage is back, so
+    the run cannot solve first."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", "examples/fresh_segments.yaml", "--quiet"]
+    proc = subprocess.Popen(
+        [*cmd, "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        wait_while_running(lambda: _last_record(run).get("stage0_kept", 0) > 0, proc)
+        first = worker_pids(run)
+        os.kill(first["trainer0"], signal.SIGSTOP)
+        os.kill(first["stage0"], signal.SIGKILL)
+        wait_while_running(lambda: worker_pids(run).get("stage0") not in (None, first["stage0"]), proc)
+        os.kill(first["trainer0"], signal.SIGCONT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["solved"] and summary["solved_return_mean"] >= 475, summary
+    assert summary["restarts"] == {"stage0": 1}, summary
+    assert summary["stages"]["stage0"]["kept"] > 0
 
 
 @pytest.mark.parametrize("runtime", ["inline", "local"])
@@ -131,6 +179,7 @@ def test_load_policy_refuses_what_is_not_a_policy(tmp_path):
         ("algorithm=ppo2", "algorithm: 'ppo2' is neither a built-in name (ppo) nor 'package.module:attr'"),
         ("algorithm=no_such_pkg.mod:Algo", "algorithm: cannot import module 'no_such_pkg.mod'"),
         ("model.encoder=examples.custom_network:Missing", "model.encoder: 'examples.custom_network' has no attribute"),
+        ("stage.worker=examples.fresh_segments", "stage.worker: 'examples.fresh_segments' is neither a built-in"),
     ],
 )
 def test_a_bad_plugin_name_is_one_line_and_exit_2(override, message):

@@ -7,10 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from conftest import children_of
+from conftest import children_of, wait_while_running, worker_pids
 
 from srl.api.config import load_config
 from srl.base.shm import list_segments
@@ -19,25 +18,10 @@ from srl.runtime.train import train
 CARTPOLE = "configs/cartpole_ppo.yaml"
 
 
-def _wait_for(cond, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def _steps(run: Path) -> int:
     metrics = run / "metrics.jsonl"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
     return json.loads(lines[-1])["env_steps"] if lines else 0
-
-
-def _pids(run: Path) -> dict[str, int]:
-    try:
-        return json.loads((run / "workers.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _versions(run: Path) -> list[int]:
@@ -62,13 +46,15 @@ def test_kill_9_of_an_actor_a_policy_worker_and_the_trainer_mid_run_is_survived(
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     children: set[int] = set()
     try:
-        _wait_for(lambda: list((run / "checkpoints").glob("ckpt_*.pt")) and "policy0" in _pids(run), proc)
-        first = _pids(run)
+        wait_while_running(
+            lambda: list((run / "checkpoints").glob("ckpt_*.pt")) and "policy0" in worker_pids(run), proc
+        )
+        first = worker_pids(run)
         os.kill(first["trainer0"], signal.SIGSTOP)
         children = children_of(proc.pid)
         for name in ("actor0", "policy0", "trainer0"):
             os.kill(first[name], signal.SIGKILL)
-            _wait_for(lambda name=name: _pids(run).get(name) not in (None, first[name]), proc)
+            wait_while_running(lambda name=name: worker_pids(run).get(name) not in (None, first[name]), proc)
             children |= children_of(proc.pid)
         out, err = proc.communicate(timeout=240)
     finally:

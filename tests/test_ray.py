@@ -86,9 +86,9 @@ def cluster():
     assert not children_of(os.getpid()) - before, "Ray processes outlived the cluster"
 
 
-def _cfg(c: Cluster, *overrides: str):
+def _cfg(c: Cluster, *overrides: str, config: str = "configs/cartpole_ppo.yaml"):
     return load_config(
-        ROOT / "configs" / "cartpole_ppo.yaml",
+        ROOT / config,
         [
             "runtime=ray",
             f"ray.address={c.address}",
@@ -160,6 +160,26 @@ def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
     assert summary["rejected_segment_messages"] == 0
     root = summary["param_service"]["param_root"]
     assert root["rejected"] == 0 and root["sends"] <= 2 * (summary["policy_version"] + 1)
+
+
+def test_a_stage_on_each_actor_node_filters_before_the_network(cluster, tmp_path):
+    """The custom dataflow of examples/fresh_segments.yaml under Ray: one stage per actor node, placed with the
+    actors it serves, sends what it keeps to the trainer's node over TCP; CartPole solves."""
+    c, nodes = cluster
+    cfg = _cfg(
+        c,
+        "ray.policy_workers_per_node=1",
+        "ray.cpus_per_policy_worker=0.5",
+        config="examples/fresh_segments.yaml",
+    )
+    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    assert summary["solved"], summary
+    workers = json.loads((tmp_path / "run" / "workers.json").read_text())
+    head, actor_nodes = _node_ids(c, nodes)
+    assert {workers[f"stage{g}"]["node_id"] for g in range(2)} == actor_nodes
+    assert all(workers[f"stage{g}"]["node_id"] == workers[f"actor{g}"]["node_id"] for g in range(2))
+    assert all(summary["stages"][f"stage{g}"]["kept"] > 0 for g in range(2)), summary["stages"]
+    assert summary["rejected_segment_messages"] == 0
 
 
 def _train_in_thread(

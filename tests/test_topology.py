@@ -11,12 +11,12 @@ from srl.runtime.fabric import InlineFabric
 from srl.runtime.plan import Plan, make_plan
 from srl.runtime.topology import (
     ACTOR,
-    BUILTIN_ROLES,
     EVAL,
     LOCAL_GROUP,
     PARAM_ROOT,
     POLICY,
     RELAY,
+    ROLES,
     TRAINER,
     TRAINER_NODE,
     Endpoint,
@@ -145,11 +145,11 @@ def test_ray_flat_parameters_and_actors_that_infer_themselves():
 def test_every_builtin_role_names_a_builder_and_a_distinct_seed():
     import importlib
 
-    for role in BUILTIN_ROLES:
+    for role in ROLES:
         module, _, attr = role.builder.partition(":")
         assert callable(getattr(importlib.import_module(module), attr)), role.name
-    assert len({role.seed_salt for role in BUILTIN_ROLES}) == len(BUILTIN_ROLES)
-    assert len({role.name for role in BUILTIN_ROLES}) == len(BUILTIN_ROLES)
+    assert len({role.seed_salt for role in ROLES}) == len(ROLES)
+    assert len({role.name for role in ROLES}) == len(ROLES)
 
 
 # --------------------------------------------------------------------------- a role declared outside the core
@@ -179,7 +179,7 @@ COUNTER = Role(
 
 def test_a_new_role_is_its_worker_class_plus_one_declaration():
     plan = _plan()
-    topology: Topology = topology_of(plan, (*BUILTIN_ROLES, COUNTER))
+    topology: Topology = topology_of(plan, (*ROLES, COUNTER))
     assert _names(topology.workers) == ["trainer0", "actor0", "counter0", "counter1"]
     assert _names(topology.clients_of(_samples(0))) == ["actor0", "counter0", "counter1"]
     fabric = InlineFabric(plan, lambda kind, meta, arrays: None)

@@ -23,8 +23,8 @@ It is a pipeline-throughput model and nothing more:
 
 Not modelled (see docs/scaling.md): queueing and latency (a ring of two slots is
 assumed to hide each inference round trip), the gradient all-reduce between
-data-parallel trainers, policy workers on GPUs, relay and controller CPU time,
-stragglers and failures, and how many samples learning needs.
+data-parallel trainers, policy workers on GPUs, relay, stage and controller CPU
+time, stragglers and failures, and how many samples learning needs.
 """
 
 from __future__ import annotations
@@ -33,9 +33,12 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from srl.api.config import ConfigError
+
+if TYPE_CHECKING:
+    from srl.runtime.plan import Plan
 
 STAGES = ("env", "inference", "trainer", "network", "params", "cores")
 """Stage names, in the order ties are broken when naming the bottleneck."""
@@ -205,6 +208,28 @@ class Layout:
     envs_per_slot: int
     params_mode: Literal["hierarchical", "flat"] = "hierarchical"
     fan_out: int = 8
+
+
+def layout_of(plan: Plan) -> Layout:
+    """The layout a config runs, read from its topology table: how many workers of each role each node group
+    holds. Under Ray the trainers have nodes of their own; on one machine they share it (``trainer_nodes`` 0)."""
+    from srl.runtime.topology import ACTOR, POLICY, TRAINER
+
+    topology, cfg = plan.topology, plan.cfg
+    first = min(w.group for w in topology.of(ACTOR))  # actor node groups are alike (checked by the config)
+    trainers = topology.of(TRAINER)
+    return Layout(
+        actor_nodes=len({w.group for w in topology.of(ACTOR)}),
+        trainer_nodes=len({w.group for w in trainers}) if cfg.runtime == "ray" else 0,
+        actors_per_node=sum(1 for w in topology.of(ACTOR) if w.group == first),
+        policy_workers_per_node=sum(1 for w in topology.of(POLICY) if w.group == first),
+        trainers=len(trainers),
+        trainer_device="cpu" if cfg.workers.trainer_device == "cpu" else "gpu",
+        ring_size=cfg.workers.ring_size,
+        envs_per_slot=cfg.workers.envs_per_slot,
+        params_mode=cfg.params.mode,
+        fan_out=cfg.params.fan_out,
+    )
 
 
 @dataclass(frozen=True)

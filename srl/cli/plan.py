@@ -170,15 +170,33 @@ def _costs(args: argparse.Namespace) -> Costs:
     if args.costs is not None:
         costs = read_costs(args.costs)
     else:
-        from srl.api.config import load_config
         from srl.bench.costs import bench_costs
 
-        costs = Costs.from_dict(bench_costs(load_config(args.config, args.overrides), args.seconds), "measured")
+        costs = Costs.from_dict(bench_costs(_config(args), args.seconds), "measured")
     if args.gpu_speedup is not None:
         costs = dataclasses.replace(costs, gpu_update_speedup=args.gpu_speedup)
     if args.gpus_per_node and costs.gpu_update_speedup is None:
         raise ConfigError("--gpu-speedup: needed with --gpus-per-node > 0 (the costs file has no gpu_update_speedup)")
     return costs
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from srl.api.config import load_config
+
+    return load_config(args.config, args.overrides)
+
+
+def _own_layout(args: argparse.Namespace, costs: Costs, cluster: Cluster) -> tuple[Recommendation | None, str]:
+    """With ``--config``: the config's own layout (from its topology) and its prediction on the cluster, or why it
+    cannot run there."""
+    from srl.capacity.model import layout_of
+    from srl.runtime.plan import make_plan
+
+    layout = layout_of(make_plan(_config(args)))
+    try:
+        return Recommendation(layout, predict(costs, cluster, layout)), ""
+    except ConfigError as exc:
+        return None, f"the config's own layout does not fit this cluster: {exc}"
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -193,6 +211,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.layout:
         layout = parse_layout(args.layout, rec.layout)
         given = Recommendation(layout, predict(costs, cluster, layout))
+    own, own_note = _own_layout(args, costs, cluster) if args.config is not None else (None, "")
     rows = scale_table(costs, args.cores_per_node, args.gpus_per_node, args.link_gbps, SCALES, limits)
     if args.markdown:
         print(scale_markdown(rows))
@@ -200,9 +219,20 @@ def run_plan(args: argparse.Namespace) -> int:
         out = plan_json(costs, cluster, rec, rows)
         if given is not None:
             out["given"] = {"layout": dataclasses.asdict(given.layout), **_prediction_json(given.prediction)}
+        if own is not None:
+            out["config"] = {"layout": dataclasses.asdict(own.layout), **_prediction_json(own.prediction)}
+        elif own_note:
+            out["config"] = {"error": own_note}
         print(json.dumps(out))
     else:
-        print(plan_text(costs, cluster, rec, rows) + ("" if given is None else "\n\n" + given_text(given)))
+        text = plan_text(costs, cluster, rec, rows)
+        if given is not None:
+            text += "\n\n" + given_text(given)
+        if own is not None:
+            text += "\n\n" + given_text(own, "the config's layout")
+        elif own_note:
+            text += "\n\n" + own_note
+        print(text)
     return 0
 
 
@@ -318,11 +348,11 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
     return "\n".join(lines)
 
 
-def given_text(given: Recommendation) -> str:
+def given_text(given: Recommendation, title: str = "given layout") -> str:
     lay, pred = given.layout, given.prediction
     fields = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(lay).items())
     return (
-        f"given layout ({fields})\n"
+        f"{title} ({fields})\n"
         f"predicted   {pred.steps_per_second:,.0f} env steps/s   bottleneck: {pred.bottleneck}\n"
         "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES)
     )

@@ -18,6 +18,8 @@ import torch
 import zmq
 
 from srl.api.config import to_dict
+from srl.api.plugins import resolve
+from srl.api.stage import StageClass, StageContext
 from srl.api.worker import Worker
 from srl.base.fileio import atomic_save
 from srl.envs.slots import make_slot
@@ -32,6 +34,7 @@ from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
 from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
 from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
+from srl.system.stage_worker import StageWorker
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
 from srl.wiring import acting_policy, make_algorithm
@@ -246,6 +249,25 @@ def build_policy(ctx: BuildContext) -> Worker:
         max_batch=cfg.workers.max_inference_batch,
         pull_interval=cfg.workers.param_pull_interval,
         wait_timeout=wait_timeout,
+    )
+
+
+def build_stage(ctx: BuildContext) -> Worker:
+    """Stage worker ``s``: the class ``stage.worker`` names decides on each segment its actors submit."""
+    plan, fabric, index = ctx.plan, ctx.fabric, ctx.worker.index
+    cfg = plan.cfg
+    assert cfg.stage.worker is not None
+    make: StageClass = resolve(cfg.stage.worker, {}, "stage.worker")
+    snapshots = _param_source(plan, fabric, ctx.worker.role, index)
+    stage = make(StageContext(index, plan.layout.fields, dict(cfg.stage.args), cfg, snapshots.version))
+    return StageWorker(
+        index,
+        stage,
+        fabric.stage_consumer(index),
+        fabric.stage_forwarder(index),
+        fabric.reporter(),
+        wait_timeout=ctx.wait_timeout,
+        report_interval=max(ctx.report_interval, 0.5),
     )
 
 

@@ -25,14 +25,17 @@ from srl.base.channel import Channel, FifoChannel, InProcChannel, make_pipe_dir
 from srl.base.seqlock import VersionedBuffer
 from srl.base.shm import ShmArray, new_tag
 from srl.runtime.plan import Plan
-from srl.runtime.topology import ACTOR, Endpoint, Stream, WorkerSpec
+from srl.runtime.topology import ACTOR, STAGE, TRAINER, Endpoint, Stream, WorkerSpec
 from srl.system.control import DirectReporter, Handler, ZmqReporter
 from srl.system.streams import (
     FILLING,
     FREE,
     READY,
+    STAGED,
+    PoolForwarder,
     SampleConsumer,
     SampleProducer,
+    SegmentForwarder,
     SegmentPool,
     SegmentSink,
     SegmentSource,
@@ -58,6 +61,10 @@ class Fabric(ABC):
 
     @abstractmethod
     def samples(self, trainer: int) -> Channel: ...
+
+    @abstractmethod
+    def staged(self, stage: int) -> Channel:
+        """Stage worker ``stage``'s channel of submitted segments."""
 
     @abstractmethod
     def params(self, group: int | None = None) -> VersionedBuffer:
@@ -89,18 +96,30 @@ class Fabric(ABC):
         """A one-element int32 array; non-zero asks every worker to finish."""
 
     def sample_producer(self, actor: int) -> SegmentSink:
-        """Actor ``actor``'s end of the sample stream (to the trainer its record connects it to)."""
-        return SampleProducer(self.pool(), self.plan.actor_row(actor), self.samples(self.trainer_of(actor)))
-
-    def trainer_of(self, actor: int) -> int:
-        """The trainer actor ``actor`` feeds."""
-        samples = self.plan.topology.get(ACTOR, actor).connection(Stream.SAMPLES)
-        assert samples is not None and samples.index is not None
-        return samples.index
+        """Actor ``actor``'s end of the sample stream: to the stage its record connects it to, or its trainer."""
+        row, stage = self.plan.actor_row(actor), self.plan.topology.get(ACTOR, actor).connection(Stream.STAGE)
+        if stage is not None and stage.index is not None:
+            return SampleProducer(self.pool(), row, self.staged(stage.index), submitted=STAGED)
+        return SampleProducer(self.pool(), row, self.samples(self.plan.trainer_of(actor)))
 
     def sample_consumer(self, trainer: int) -> SegmentSource:
         """Trainer ``trainer``'s end of the sample stream."""
         return SampleConsumer(self.pool(), self.samples(trainer))
+
+    def stage_consumer(self, stage: int) -> SegmentSource:
+        """Stage worker ``stage``'s end of its actors' sample streams."""
+        return SampleConsumer(self.pool(), self.staged(stage), accepts=STAGED)
+
+    def stage_forwarder(self, stage: int) -> SegmentForwarder:
+        """Where stage worker ``stage`` sends what it keeps: each of its actors' rows to that actor's trainer."""
+        plan = self.plan
+        return PoolForwarder(
+            self.pool(), {plan.actor_row(a): self.samples(plan.trainer_of(a)) for a in self.stage_clients(stage)}
+        )
+
+    def stage_clients(self, stage: int) -> list[int]:
+        """The actors that submit to stage worker ``stage``."""
+        return [w.index for w in self.plan.topology.clients_of(Endpoint(Stream.STAGE, stage))]
 
 
 class InlineFabric(Fabric):
@@ -113,6 +132,7 @@ class InlineFabric(Fabric):
         self._requests = {e.index: InProcChannel(REQUEST_WIDTH) for e in topology.endpoints(Stream.INFERENCE)}
         self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(plan.layout.actors)]
         self._samples = {e.index: InProcChannel(SAMPLE_WIDTH) for e in topology.endpoints(Stream.SAMPLES)}
+        self._staged = {e.index: InProcChannel(SAMPLE_WIDTH) for e in topology.endpoints(Stream.STAGE)}
         self._params = VersionedBuffer.in_process(plan.param_size, np.float32)
         self._reporter = DirectReporter(handler)
         self._stop = np.zeros(1, np.int32)
@@ -128,6 +148,9 @@ class InlineFabric(Fabric):
 
     def samples(self, trainer: int) -> Channel:
         return self._samples[trainer]
+
+    def staged(self, stage: int) -> Channel:
+        return self._staged[stage]
 
     def params(self, group: int | None = None) -> VersionedBuffer:
         if group is not None:
@@ -186,21 +209,32 @@ class SharedFabric(Fabric):
                 self._opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
             for e in topology.endpoints(Stream.SAMPLES):
                 self._opened[f"smp{e.index}"] = FifoChannel.create(str(self.dir / f"smp{e.index}"), SAMPLE_WIDTH)
+            for e in topology.endpoints(Stream.STAGE):
+                self._opened[e.name] = FifoChannel.create(str(self.dir / e.name), SAMPLE_WIDTH)
         except BaseException:
             self.destroy()
             raise
 
     def free_buffers(self, worker: WorkerSpec) -> int:
         """Before restarting dead ``worker`` (controller): free the pool buffers it held; how many segments that
-        drops. An actor held those it was filling; a trainer, those handed to it (their records went down its
-        pipe, and what it had read of them died with it). A record still in the pipe for a freed buffer is
-        ignored on receipt (the buffer is no longer READY)."""
-        state = self.pool().state
+        drops. A record still in a pipe for a freed buffer is ignored on receipt (the buffer is no longer in the
+        state its reader accepts)."""
+        held = self.held_by(worker)
+        return sum(_free(self.pool().state[row], states) for row, states in held.items()) if held else 0
+
+    def held_by(self, worker: WorkerSpec) -> dict[int, tuple[int, ...]]:
+        """Pool row -> the buffer states in which dead ``worker`` held that row's buffers. An actor: those it was
+        filling. A stage: those submitted to it. A trainer: those handed to it (their records went down its
+        pipe, and what it had read of them died with it)."""
+        plan = self.plan
         if worker.role is ACTOR:
-            return _free(state[self.plan.actor_row(worker.index)], FILLING)
-        samples = worker.service(Stream.SAMPLES)
-        clients = self.plan.topology.clients_of(samples) if samples is not None else ()
-        return sum(_free(state[self.plan.actor_row(a.index)], READY) for a in clients)
+            return {plan.actor_row(worker.index): (FILLING,)}
+        if worker.role is STAGE:
+            return {plan.actor_row(a): (STAGED,) for a in self.stage_clients(worker.index)}
+        if worker.role is TRAINER:
+            actors = range(plan.cfg.workers.actors)
+            return {plan.actor_row(a): (READY,) for a in actors if plan.trainer_of(a) == worker.index}
+        return {}
 
     def destroy(self) -> None:
         """Close and remove everything this run created; safe to call twice."""
@@ -246,6 +280,10 @@ class SharedFabric(Fabric):
     def samples(self, trainer: int) -> Channel:
         return self._get(f"smp{trainer}", lambda: FifoChannel.open(str(self.dir / f"smp{trainer}"), SAMPLE_WIDTH))
 
+    def staged(self, stage: int) -> Channel:
+        name = Endpoint(Stream.STAGE, stage).name
+        return self._get(name, lambda: FifoChannel.open(str(self.dir / name), SAMPLE_WIDTH))
+
     def params(self, group: int | None = None) -> VersionedBuffer:
         key = Endpoint(Stream.SNAPSHOTS, group).name
         return self._get(
@@ -270,8 +308,8 @@ class SharedFabric(Fabric):
         return self._get("stop", lambda: ShmArray.attach(f"{self.tag}_stop", (1,), "int32")).array
 
 
-def _free(row_state: np.ndarray, state: int) -> int:
-    """Mark the buffers of one pool row that are in ``state`` FREE; how many there were."""
-    held = row_state == state
+def _free(row_state: np.ndarray, states: tuple[int, ...]) -> int:
+    """Mark the buffers of one pool row that are in one of ``states`` FREE; how many there were."""
+    held = np.isin(row_state, states)
     row_state[held] = FREE
     return int(held.sum())

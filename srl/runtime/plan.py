@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -12,10 +14,11 @@ import gymnasium as gym
 import torch
 
 from srl.api.config import ExperimentConfig, build
+from srl.api.plugins import resolve
 from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
 from srl.envs.slots import probe_spaces
-from srl.runtime.topology import Topology, roles_for, topology_of
+from srl.runtime.topology import ROLES, Topology, topology_of
 from srl.system.streams import PoolLayout
 from srl.wiring import acting_policy
 
@@ -79,6 +82,24 @@ class Plan:
         return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
 
     @property
+    def stages_per_node(self) -> int:
+        """Stage workers of one node group (0: the run has no stage)."""
+        return 0 if self.cfg.stage.worker is None else self.cfg.stage.per_node
+
+    def stage_node(self, stage: int) -> int:
+        """The node group stage worker ``stage`` lives in (with the actors it serves)."""
+        return stage // self.stages_per_node
+
+    def stage_of(self, actor: int) -> int:
+        """The stage worker actor ``actor`` submits to: one of its own node's, spread by row."""
+        per_node = self.stages_per_node
+        return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
+
+    def trainer_of(self, actor: int) -> int:
+        """The trainer actor ``actor``'s segments go to (through the stage, when there is one)."""
+        return actor % self.cfg.workers.trainers
+
+    @property
     def trainer_nodes(self) -> int:
         """Node groups the trainers are split over (one outside Ray)."""
         return self.cfg.ray.trainer_nodes if self.cfg.runtime == "ray" else 1
@@ -90,12 +111,14 @@ class Plan:
     @cached_property
     def topology(self) -> Topology:
         """Every worker of the run: role, index, node group, endpoints, restart policy (computed once)."""
-        return topology_of(self, roles_for(self.cfg))
+        return topology_of(self, ROLES)
 
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     """Probe the environment once and size the streams (raises ConfigError on a bad env)."""
     obs_space, action_space = probe_spaces(cfg.env)
+    if cfg.stage.worker is not None:  # a wrong name is one line now, not a failing worker later
+        resolve(cfg.stage.worker, {}, "stage.worker")
     w = cfg.workers
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
         policy = acting_policy(obs_space, action_space, cfg)
@@ -114,7 +137,12 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
 
 
 def plan_from_spec(spec: Mapping[str, Any]) -> Plan:
-    """Rebuild the controller's plan in a worker process from the JSON spec it was handed."""
+    """Rebuild the controller's plan in a worker process from the JSON spec it was handed. Plugins named
+    ``module:attr`` are imported from where the run was started (``plugin_path``: the controller's working
+    directory, which a Ray worker does not start in), when that folder exists here."""
+    path = spec.get("plugin_path")
+    if isinstance(path, str) and path not in sys.path and os.path.isdir(path):
+        sys.path.append(path)
     cfg = build(ExperimentConfig, spec["config"])
     return dataclasses.replace(
         make_plan(cfg, null_trainer=bool(spec["null_trainer"])),

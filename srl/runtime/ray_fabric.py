@@ -27,12 +27,12 @@ import zmq
 from srl.api.worker import Reporter
 from srl.base.channel import FifoChannel
 from srl.base.seqlock import VersionedBuffer
-from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, SharedFabric
+from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, SAMPLE_WIDTH, SharedFabric
 from srl.runtime.plan import Plan
-from srl.runtime.topology import ACTOR, TRAINER_NODE, Endpoint, Stream, WorkerSpec
+from srl.runtime.topology import ACTOR, STAGE, TRAINER_NODE, Endpoint, Stream, WorkerSpec
 from srl.system.control import ZmqReporter
-from srl.system.remote_samples import SampleReceiver, SampleSender
-from srl.system.streams import FREE, SegmentPool
+from srl.system.remote_samples import RemoteForwarder, SampleReceiver, SampleSender
+from srl.system.streams import FILLING, READY, STAGED, SegmentPool, SegmentSink
 
 
 def interface_of(address: str) -> str | None:
@@ -108,20 +108,23 @@ class NodeFabric(SharedFabric):
                 opened[f"req{e.index}"] = FifoChannel.create(str(self.dir / f"req{e.index}"), REQUEST_WIDTH)
             for row in range(plan.layout.actors):
                 opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
+            for e in topology.endpoints(Stream.STAGE, self.node):
+                opened[e.name] = FifoChannel.create(str(self.dir / e.name), SAMPLE_WIDTH)
         except BaseException:
             self.destroy()
             raise
 
-    def free_buffers(self, worker: WorkerSpec) -> int:
-        """Before restarting dead ``worker`` (its node agent): free the buffers of this node's pool it held; how
-        many segments that drops. An actor: its unfinished and its unsent ones (READY but still waiting to be
-        sent: either way the segment is gone). Segments leave the node as copies, so a trainer holds none here."""
-        if worker.role is not ACTOR:
-            return 0
-        state = self.pool().state[self.plan.actor_row(worker.index)]
-        lost = state != FREE
-        state[lost] = FREE
-        return int(lost.sum())
+    def held_by(self, worker: WorkerSpec) -> dict[int, tuple[int, ...]]:
+        """What dead ``worker`` held of this node's pool (its node agent frees it). Whoever sends a row's segments
+        across nodes holds them while they are READY (waiting to be sent): an actor that feeds its trainer
+        directly, or a stage. Segments leave the node as copies, so a trainer holds none here."""
+        row = self.plan.actor_row
+        if worker.role is ACTOR:
+            direct = self.plan.topology.get(ACTOR, worker.index).connection(Stream.STAGE) is None
+            return {row(worker.index): (FILLING, READY) if direct else (FILLING,)}
+        if worker.role is STAGE:
+            return {row(a): (STAGED, READY) for a in self.stage_clients(worker.index)}
+        return {}
 
     def param_address(self, server: Endpoint) -> str:
         # A server not yet bound picks a free port on this node; a restarted one takes its old address back.
@@ -144,12 +147,21 @@ class NodeFabric(SharedFabric):
     def stop_flag(self) -> np.ndarray:
         return self._stop
 
-    def sample_producer(self, actor: int) -> SampleSender:
+    def sample_producer(self, actor: int) -> SegmentSink:
+        if self.plan.topology.get(ACTOR, actor).connection(Stream.STAGE) is not None:
+            return super().sample_producer(actor)  # to a stage on this node, through its pool
+        return self._sender(actor)
+
+    def stage_forwarder(self, stage: int) -> RemoteForwarder:
+        return RemoteForwarder({self.plan.actor_row(a): self._sender(a) for a in self.stage_clients(stage)})
+
+    def _sender(self, actor: int) -> SampleSender:
+        """Sends actor ``actor``'s row to its trainer, on another node."""
         return SampleSender(
             self.pool(),
             self.plan.actor_row(actor),
             actor,
-            self.endpoints.servers[Endpoint(Stream.SAMPLES, self.trainer_of(actor)).name],
+            self.endpoints.servers[Endpoint(Stream.SAMPLES, self.plan.trainer_of(actor)).name],
             self.endpoints.token,
             zmq.Context.instance(),
         )

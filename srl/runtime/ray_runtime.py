@@ -204,6 +204,7 @@ class RayPlacement:
             "start_version": p.start_version,
             "endpoints": self.endpoints.to_json(),
             "run_dir": None if self.run_dir is None else str(self.run_dir),
+            "plugin_path": os.getcwd(),
         }
 
     def _ready(self, group: Group) -> bool:

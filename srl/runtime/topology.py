@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 from srl.system.param_service import relay_parent
 
 if TYPE_CHECKING:
-    from srl.api.config import ExperimentConfig
     from srl.runtime.plan import Plan
 
 TRAINER_NODE = -1
@@ -53,6 +52,8 @@ class Stream(Enum):
     """A parameter server's socket: the root (index None) or relay ``g``."""
     SNAPSHOTS = "snapshots"
     """A node-local snapshot buffer: the lead trainer's (index None) or the one relay ``g`` mirrors into."""
+    STAGE = "stage"
+    """Stage worker ``s``'s stream of submitted segments (actors -> stage, in its node's pool)."""
 
     @property
     def bound(self) -> bool:
@@ -67,6 +68,7 @@ _ENDPOINT_NAMES = {
     Stream.INFERENCE: ("policy{}", None),
     Stream.PARAMS: ("relay{}", "root"),
     Stream.SNAPSHOTS: ("params{}", "params"),
+    Stream.STAGE: ("stage{}", None),
 }
 
 
@@ -249,12 +251,24 @@ def _relay_serves(plan: Plan, relay: int) -> tuple[Endpoint, ...]:
 
 
 def _actor_connects(plan: Plan, actor: int) -> tuple[Endpoint, ...]:
-    """Actor ``a`` feeds trainer ``a % trainers``; a policy worker of its node group answers it (spread by pool
-    row), or it runs the policy itself and reads snapshots like a policy worker."""
-    samples = Endpoint(Stream.SAMPLES, actor % plan.cfg.workers.trainers)
+    """Actor ``a`` feeds trainer ``a % trainers``, through a stage of its node group when the run has one; a
+    policy worker of its node group answers it (spread by pool row), or it runs the policy itself and reads
+    snapshots like a policy worker."""
+    if plan.stages_per_node:
+        samples = Endpoint(Stream.STAGE, plan.stage_of(actor))
+    else:
+        samples = Endpoint(Stream.SAMPLES, plan.trainer_of(actor))
     if plan.cfg.workers.policy_workers == 0:
         return samples, _snapshots(plan, plan.actor_node(actor), actor)
     return samples, Endpoint(Stream.INFERENCE, plan.policy_of(actor))
+
+
+def _stage_connects(plan: Plan, stage: int) -> tuple[Endpoint, ...]:
+    """The sample streams of the trainers its actors feed, and snapshots (read for their version only) as a
+    policy worker of its node group reads them."""
+    actors = (a for a in range(plan.cfg.workers.actors) if plan.stages_per_node and plan.stage_of(a) == stage)
+    samples = tuple(Endpoint(Stream.SAMPLES, t) for t in sorted({plan.trainer_of(a) for a in actors}))
+    return (*samples, _snapshots(plan, plan.stage_node(stage), stage))
 
 
 def _has_root(plan: Plan) -> int:
@@ -299,6 +313,16 @@ POLICY = Role(
     connects=lambda plan, p: (_snapshots(plan, plan.policy_node(p), p),),
     cpus=lambda plan: plan.cfg.ray.cpus_per_policy_worker,
 )
+STAGE = Role(
+    "stage",
+    count=lambda plan: plan.stages_per_node * plan.nodes,
+    builder="srl.runtime.build:build_stage",
+    seed_salt=6,
+    group=lambda plan, s: plan.stage_node(s),
+    serves=lambda plan, s: (Endpoint(Stream.STAGE, s),),
+    connects=_stage_connects,
+    cpus=lambda plan: plan.cfg.ray.cpus_per_stage,
+)
 ACTOR = Role(
     "actor",
     count=lambda plan: plan.cfg.workers.actors,
@@ -316,13 +340,9 @@ EVAL = Role(
     connects=lambda plan, i: (_snapshots(plan, TRAINER_NODE, i),),
 )
 
-BUILTIN_ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, ACTOR, EVAL)
-"""In start order: trainers publish the first snapshot, parameter servers bind before their readers."""
-
-
-def roles_for(cfg: ExperimentConfig) -> tuple[Role, ...]:
-    """The roles of a run, in start order: the built-in ones (roles declared by configuration join here)."""
-    return BUILTIN_ROLES
+ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, STAGE, ACTOR, EVAL)
+"""In start order: trainers publish the first snapshot, parameter servers bind before their readers, a stage
+(when the config names one: ``stage.worker``) before the actors that submit to it."""
 
 
 def topology_of(plan: Plan, roles: Sequence[Role]) -> Topology:

@@ -47,6 +47,9 @@ class Controller:
         self.trainers: dict[int, Mapping[str, Any]] = {}
         self.policy: dict[int, Mapping[str, Any]] = {}
         self.param_service: dict[str, Mapping[str, Any]] = {}
+        self.stages: dict[str, dict[str, Any]] = {}
+        """The newest report of each stage worker, by name (its counters include its earlier incarnations)."""
+        self._stage_before: dict[str, dict[str, int]] = {}
         self.evals: list[Mapping[str, Any]] = []
         self.warnings: list[str] = []
         self.supervised: frozenset[str] = frozenset()
@@ -71,7 +74,7 @@ class Controller:
     # ------------------------------------------------------------------ reports
     def handle(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """Take one worker report (dispatched by the control channel or called directly)."""
-        if "t_total" in meta and kind in ("actor", "policy", "trainer"):
+        if "t_total" in meta and kind in ("actor", "policy", "trainer", "stage"):
             self.timing[f"{kind}{meta[kind]}"] = {k[2:]: float(v) for k, v in meta.items() if k.startswith("t_")}
         if kind == "actor":
             self.actor_steps[int(meta["actor"])] = int(meta["env_steps"])
@@ -98,6 +101,13 @@ class Controller:
             self.evals.append(dict(meta))
         elif kind == "params":
             self.param_service[str(meta["service"])] = dict(meta)
+        elif kind == "stage":
+            name = f"stage{int(meta['stage'])}"
+            before = self._stage_before.get(name, {})
+            stats = {k: v for k, v in meta.items() if k != "stage" and not k.startswith("t_")}
+            for key in ("kept", "dropped"):
+                stats[key] = int(meta[key]) + before.get(key, 0)
+            self.stages[name] = stats
         elif kind == "error":
             worker = str(meta.get("worker", "?"))
             if worker in self.supervised:
@@ -133,6 +143,8 @@ class Controller:
         self.restart_dropped_segments += dropped_segments
         if actor is not None:
             self._actor_steps_before[actor] = self._actor_steps_before.get(actor, 0) + self.actor_steps.pop(actor, 0)
+        if worker in self.stages:  # its new process counts from 0 again
+            self._stage_before[worker] = {key: int(self.stages[worker][key]) for key in ("kept", "dropped")}
         self.handle(
             "info",
             {
@@ -227,6 +239,8 @@ class Controller:
             for key in ("sends", "bytes_sent", "rejected"):
                 if key in stats:
                     rec[f"{name}_{key}"] = int(stats[key])
+        for name, stats in self.stages.items():
+            rec.update({f"{name}_{k}": v for k, v in stats.items()})
         return rec
 
     def time_fractions(self) -> dict[str, float]:
@@ -289,6 +303,7 @@ class Controller:
                 name: {k: v for k, v in stats.items() if k != "service"}
                 for name, stats in sorted(self.param_service.items())
             },
+            "stages": dict(sorted(self.stages.items())),
             "time_fractions": self.time_fractions(),
         }
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran

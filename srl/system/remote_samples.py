@@ -159,3 +159,22 @@ class SampleReceiver:
     def close(self) -> None:
         self._held.clear()
         self._sock.close()
+
+
+class RemoteForwarder:
+    """A stage's way on to trainers on other nodes: one :class:`SampleSender` per pool row it serves (each row's
+    segments go to the trainer its actor feeds). A kept buffer stays READY until ZeroMQ has queued its copy."""
+
+    def __init__(self, senders: Mapping[int, SampleSender]) -> None:
+        self.senders = senders
+
+    def forward(self, actor: int, buffer: int) -> None:
+        self.senders[actor].submit(buffer)
+
+    def flush(self) -> None:
+        for sender in self.senders.values():
+            sender.flush()
+
+    def close(self) -> None:
+        for sender in self.senders.values():
+            sender.close()

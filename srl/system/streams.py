@@ -7,7 +7,7 @@ memory. Only small integer records travel through channels:
 
 - inference request  ``(actor, slot, buffer, t, ticket)``  actor -> policy worker
 - inference reply    ``(slot, ticket)``                    policy worker -> actor
-- sample ready       ``(actor, buffer)``                   actor -> trainer
+- sample ready       ``(actor, buffer)``                   actor -> trainer (or -> stage -> trainer)
 
 Tickets make requests safe to repeat and actors safe to restart: each post
 of a slot takes the next ticket from ``tickets[actor, slot]`` in the pool, a
@@ -19,6 +19,10 @@ process that died, is dropped instead of answered twice.
 Each buffer has a state flag (FREE -> FILLING by its actor -> READY when
 submitted -> FREE when the trainer released it). A full pool is back-pressure:
 an actor whose slot finds no free buffer parks that slot until one frees up.
+When the run has a stage between actors and trainers (``stage:`` in the
+config), an actor submits as STAGED to the stage instead; the stage forwards
+a buffer (READY, its record sent on to the trainer: the segment itself does
+not move) or drops it (FREE).
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from srl.api.worker import Policy
 from srl.base.channel import Channel
 from srl.base.shm import ShmArray
 
-FREE, FILLING, READY = 0, 1, 2
+FREE, FILLING, READY, STAGED = 0, 1, 2, 3
+"""Buffer states; who holds a buffer in each is the rule by which a dead worker's buffers are freed."""
 
 
 @dataclass(frozen=True)
@@ -163,8 +168,9 @@ class SegmentSource(Protocol):
 class SampleProducer:
     """Actor side of the sample stream: takes free buffers, hands full ones to a trainer."""
 
-    def __init__(self, pool: SegmentPool, actor: int, channel: Channel) -> None:
-        self.pool, self.actor, self.channel = pool, actor, channel
+    def __init__(self, pool: SegmentPool, actor: int, channel: Channel, submitted: int = READY) -> None:
+        """``submitted``: the state a finished buffer is handed over in (READY to a trainer, STAGED to a stage)."""
+        self.pool, self.actor, self.channel, self.submitted = pool, actor, channel, submitted
         self._state = pool.state[actor]
 
     def acquire(self) -> int | None:
@@ -177,8 +183,8 @@ class SampleProducer:
         return buf
 
     def submit(self, buffer: int) -> None:
-        """The segment in ``buffer`` is complete: mark it READY and notify the trainer."""
-        self._state[buffer] = READY
+        """The segment in ``buffer`` is complete: mark it submitted and notify the trainer (or stage)."""
+        self._state[buffer] = self.submitted
         self.channel.send((self.actor, buffer))
 
     def close(self) -> None:
@@ -186,10 +192,11 @@ class SampleProducer:
 
 
 class SampleConsumer:
-    """Trainer side of the sample stream."""
+    """Trainer (or stage) side of the sample stream."""
 
-    def __init__(self, pool: SegmentPool, channel: Channel) -> None:
-        self.pool, self.channel = pool, channel
+    def __init__(self, pool: SegmentPool, channel: Channel, accepts: int = READY) -> None:
+        """``accepts``: the state its buffers arrive in (STAGED for a stage)."""
+        self.pool, self.channel, self.accepts = pool, channel, accepts
 
     @property
     def fields(self) -> Mapping[str, FieldSpec]:
@@ -207,7 +214,7 @@ class SampleConsumer:
             & (records[:, 1] < layout.buffers)
         )
         records = records[ok]
-        return records[self.pool.state[records[:, 0], records[:, 1]] == READY]  # a duplicate record is ignored
+        return records[self.pool.state[records[:, 0], records[:, 1]] == self.accepts]  # a duplicate is ignored
 
     def segment(self, actor: int, buffer: int) -> dict[str, np.ndarray]:
         """Views of a received segment's fields."""
@@ -216,6 +223,36 @@ class SampleConsumer:
     def release(self, actor: int, buffer: int) -> None:
         """Give a consumed buffer back to its actor."""
         self.pool.state[actor, buffer] = FREE
+
+
+class SegmentForwarder(Protocol):
+    """A stage's way on to the trainers: hands a kept buffer on (the segment is not copied inside a node)."""
+
+    def forward(self, actor: int, buffer: int) -> None:
+        """Send kept segment ``(actor, buffer)`` to the trainer its actor feeds."""
+
+    def flush(self) -> None:
+        """Retry what could not go out yet (across nodes, while a trainer is behind)."""
+
+    def close(self) -> None: ...
+
+
+class PoolForwarder:
+    """Inside a node: a kept buffer becomes READY and its record goes down the trainer's channel."""
+
+    def __init__(self, pool: SegmentPool, channels: Mapping[int, Channel]) -> None:
+        """``channels``: the trainer channel of each pool row this stage serves."""
+        self.pool, self.channels = pool, channels
+
+    def forward(self, actor: int, buffer: int) -> None:
+        self.pool.state[actor, buffer] = READY
+        self.channels[actor].send((actor, buffer))
+
+    def flush(self) -> None:
+        """Records never wait: a channel takes them at once."""
+
+    def close(self) -> None:
+        """The pool and channels belong to the fabric."""
 
 
 TICKET_MASK = 0x7FFFFFFF

@@ -7,7 +7,7 @@ key, type or value raises :class:`ConfigError` whose message names the field,
 so the CLI can print one line and exit non-zero. Configs are never mutated
 after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
-One module per section (``env``, ``workers``, ``model``, ``ppo``, ``params``, ``ray``, ``run``), the root in
+One module per section (``env``, ``workers``, ``model``, ``ppo``, ``params``, ``stage``, ``ray``, ``run``), the root in
 ``experiment``, typed building in ``parse`` and the YAML / ``--set`` reading in ``load``; every public name is
 imported from this package.
 """
@@ -24,6 +24,7 @@ from srl.api.config.parse import build, to_dict
 from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
 from srl.api.config.run import RunConfig
+from srl.api.config.stage import StageConfig
 from srl.api.config.workers import WorkersConfig
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "ParamsConfig",
     "RayConfig",
     "RunConfig",
+    "StageConfig",
     "WorkersConfig",
     "apply_overrides",
     "build",

@@ -13,6 +13,7 @@ from srl.api.config.params import ParamsConfig
 from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
 from srl.api.config.run import RunConfig
+from srl.api.config.stage import StageConfig
 from srl.api.config.workers import WorkersConfig
 
 
@@ -42,6 +43,8 @@ class ExperimentConfig:
     """PPO hyper-parameters."""
     params: ParamsConfig = field(default_factory=ParamsConfig)
     """The parameter service."""
+    stage: StageConfig = field(default_factory=StageConfig)
+    """An optional worker between actors and trainers."""
     run: RunConfig = field(default_factory=RunConfig)
     """Stopping and recording."""
     ray: RayConfig = field(default_factory=RayConfig)
@@ -59,8 +62,14 @@ class ExperimentConfig:
             "params",
             "the inline runtime shares one buffer; relays and flat mode need runtime: local",
         )
+        nodes = self.ray.actor_nodes if self.runtime == "ray" else 1
+        check(
+            self.stage.worker is None or self.stage.per_node <= self.workers.actors // nodes,
+            "stage.per_node",
+            f"each stage worker needs an actor: {self.stage.per_node} per node, {self.workers.actors // nodes} actors",
+        )
         if self.runtime == "ray":
-            w, nodes = self.workers, self.ray.actor_nodes
+            w = self.workers
             check(
                 w.actors % nodes == 0,
                 "workers.actors",

@@ -44,6 +44,8 @@ class RayConfig:
     """CPUs claimed per policy worker."""
     cpus_per_trainer: float = 1.0
     """CPUs claimed per trainer."""
+    cpus_per_stage: float = 0.5
+    """CPUs claimed per stage worker (``stage``): one decision per segment is light work."""
     start_timeout_seconds: float = 300.0
     """How long to wait for the cluster to place every node group before giving up with an error."""
 
@@ -57,6 +59,6 @@ class RayConfig:
                 name,
                 f"must be >= {1 if name == 'actors_per_node' else 0}, got {value}",
             )
-        for name in ("trainer_gpus", "cpus_per_actor", "cpus_per_policy_worker", "cpus_per_trainer"):
+        for name in ("trainer_gpus", "cpus_per_actor", "cpus_per_policy_worker", "cpus_per_trainer", "cpus_per_stage"):
             check(getattr(self, name) >= 0, name, f"must be >= 0, got {getattr(self, name)}")
         check(self.start_timeout_seconds > 0, "start_timeout_seconds", "must be > 0")
