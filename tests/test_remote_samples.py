@@ -195,3 +195,23 @@ def test_a_dict_observation_schema_crosses_intact_field_by_field():
         sender.close()
         receiver.close()
         ctx.destroy(linger=0)
+
+
+def test_a_stage_forwards_staged_buffers_across_nodes_and_holds_them_until_sent(ends):
+    """A stage's forwarder sends a kept buffer of its row from where it is (STAGED in the pool) and frees it once
+    ZeroMQ has the copy; until then ``flush`` says something still waits."""
+    from srl.system.remote_samples import RemoteForwarder
+    from srl.system.streams import STAGED
+
+    pool, sender, receiver, _ = ends
+    forwarder = RemoteForwarder({1: sender})
+    time.sleep(0.3)  # the TCP connection comes up in the background
+    pool.state[1, 2] = STAGED
+    pool.segment(1, 2)["rewards"][...] = 5.0
+    forwarder.forward(1, 2)
+    deadline = time.monotonic() + 5.0
+    while not forwarder.flush() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert forwarder.flush() and pool.state[1, 2] == FREE
+    (record,) = _receive(receiver, 1).tolist()
+    assert float(receiver.segment(*record)["rewards"].mean()) == 5.0

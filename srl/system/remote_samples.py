@@ -62,6 +62,11 @@ class SampleSender(SampleProducer):
         self._unsent: deque[int] = deque()
         self.sent = 0
 
+    @property
+    def unsent(self) -> int:
+        """Finished segments waiting for ZeroMQ to take them."""
+        return len(self._unsent)
+
     def acquire(self) -> int | None:
         """A free buffer now marked FILLING, or None when all are in use or waiting to be sent."""
         self.flush()
@@ -171,9 +176,10 @@ class RemoteForwarder:
     def forward(self, actor: int, buffer: int) -> None:
         self.senders[actor].submit(buffer)
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
         for sender in self.senders.values():
             sender.flush()
+        return not any(sender.unsent for sender in self.senders.values())
 
     def close(self) -> None:
         for sender in self.senders.values():

@@ -47,8 +47,8 @@ class StageWorker(Worker):
         self._t_start = time.perf_counter()
 
     def poll(self) -> int:
-        self.forwarder.flush()
-        records = self.source.receive(self.max_segments, self.wait_timeout)
+        idle = self.forwarder.flush()  # while kept segments wait to go out, wait for new ones only briefly
+        records = self.source.receive(self.max_segments, self.wait_timeout if idle else min(self.wait_timeout, 0.001))
         t0 = time.perf_counter()
         for actor, buf in records.tolist():
             if self.stage.keep(self.source.segment(actor, buf)):

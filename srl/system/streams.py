@@ -231,8 +231,8 @@ class SegmentForwarder(Protocol):
     def forward(self, actor: int, buffer: int) -> None:
         """Send kept segment ``(actor, buffer)`` to the trainer its actor feeds."""
 
-    def flush(self) -> None:
-        """Retry what could not go out yet (across nodes, while a trainer is behind)."""
+    def flush(self) -> bool:
+        """Retry what could not go out yet (across nodes, while a trainer is behind); True when nothing waits."""
 
     def close(self) -> None: ...
 
@@ -248,8 +248,9 @@ class PoolForwarder:
         self.pool.state[actor, buffer] = READY
         self.channels[actor].send((actor, buffer))
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
         """Records never wait: a channel takes them at once."""
+        return True
 
     def close(self) -> None:
         """The pool and channels belong to the fabric."""
