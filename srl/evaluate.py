@@ -82,9 +82,10 @@ def play(
     frames: list[np.ndarray] = []
     try:
         obs = slot.reset(seed)
-        returns = np.zeros(episodes)
-        lengths = np.zeros(episodes, np.int64)
-        finished = np.zeros(episodes, bool)
+        columns = slot.num_envs  # episodes x agents: every agent's return counts
+        returns = np.zeros(columns)
+        lengths = np.zeros(columns, np.int64)
+        finished = np.zeros(columns, bool)
         first = slot.venv.envs[0] if video is not None and isinstance(slot, GymSlot) else None
         if first is not None:
             frames.append(_frame(first))
@@ -106,6 +107,7 @@ def play(
         "return_mean": float(returns.mean()),
         "return_std": float(returns.std()),
         "episodes": episodes,
+        "agents_per_episode": slot.agents_per_env,
         "unfinished": int((~finished).sum()),
         "returns": returns.tolist(),
         "lengths": lengths.tolist(),
@@ -172,7 +174,7 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, state["config"], prefix="checkpoint config: ")
-    obs_space, action_space = probe_spaces(cfg.env)
+    obs_space, action_space, _ = probe_spaces(cfg.env)
     policy = acting_policy(obs_space, action_space, cfg)
     try:
         check_fits(state["spaces"], obs_parts(obs_space), action_spec(action_space), str(target))

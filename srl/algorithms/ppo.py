@@ -258,7 +258,8 @@ class PPO:
         if self.value.shared:  # one encoder pass serves both heads
             features = self.policy.encoder(flat_obs)
             v_all = self.value.denormalize(self.value.head_output(features))
-            logp = self.policy.evaluate_features(features[: len(actions)], actions)[0] if want_logp else None
+            legal = self.policy.legal(flat_obs, len(actions))
+            logp = self.policy.evaluate_features(features[: len(actions)], actions, legal)[0] if want_logp else None
             return v_all, logp
         return self.value(flat_obs), self.policy.evaluate(obs, actions)[0] if want_logp else None
 
@@ -328,7 +329,7 @@ class PPO:
             adv = normalize_advantages(adv)
         if self.value.shared:  # one encoder pass feeds both heads
             features = self.policy.encoder(obs)
-            logp, entropy = self.policy.evaluate_features(features, actions)
+            logp, entropy = self.policy.evaluate_features(features, actions, self.policy.legal(obs))
             v = self.value.head_output(features)
         else:
             logp, entropy = self.policy.evaluate(obs, actions)

@@ -69,8 +69,14 @@ class ActorNet(Net, Protocol):
     def evaluate(self, obs: Obs, actions: Tensor, /) -> tuple[Tensor, Tensor]:
         """Log-probs and entropies of ``actions``, with gradients."""
 
-    def evaluate_features(self, features: Tensor, actions: Tensor, /) -> tuple[Tensor, Tensor]:
-        """:meth:`evaluate` from encoder features already computed (shared with a critic head)."""
+    def legal(self, obs: Obs, rows: int | None = None, /) -> Tensor | None:
+        """The legal-action mask of the first ``rows`` observations, or None when the observation has none."""
+
+    def evaluate_features(
+        self, features: Tensor, actions: Tensor, legal: Tensor | None = None, /
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`evaluate` from encoder features already computed (shared with a critic head), masked by
+        ``legal`` (:meth:`legal`) when the observation has an action mask."""
 
 
 class CriticNet(Net, Protocol):

@@ -40,9 +40,11 @@ class SlotStep:
 
 
 class Slot(Protocol):
-    """B environments stepped as one."""
+    """B environments stepped as one: ``num_envs`` columns, ``agents_per_env`` of them per environment (every
+    agent of a multi-agent env is a column)."""
 
     num_envs: int
+    agents_per_env: int
     single_observation_space: gym.spaces.Space
     single_action_space: gym.spaces.Space
 

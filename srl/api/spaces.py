@@ -26,6 +26,11 @@ from gymnasium import spaces
 OBS = "obs"
 """Field name of a plain (not nested) observation, and the prefix of nested parts."""
 
+ACTION_MASK = f"{OBS}.action_mask"
+"""The part of a Dict observation's ``action_mask`` key (PettingZoo's classic games, OpenSpiel): 1 where an action
+is legal. It travels like any part, is not encoded, and masks the Discrete head's logits, so an illegal action is
+never sampled."""
+
 FINAL_PREFIX = "final_"
 """``final_obs.<key>`` holds the true last observation of part ``obs.<key>`` where a time limit cut an episode."""
 
@@ -59,6 +64,26 @@ class ObsPart:
     def final_name(self) -> str:
         """The field of this part's final observations (``final_obs``, ``final_obs.goal``)."""
         return FINAL_PREFIX + self.name
+
+
+def mask_part(parts: tuple[ObsPart, ...], action: ActionSpec) -> ObsPart | None:
+    """The legal-action mask among ``parts`` (:data:`ACTION_MASK`), checked against the action space; None when
+    the observation has none."""
+    mask = next((p for p in parts if p.name == ACTION_MASK), None)
+    if mask is None:
+        return None
+    if action.kind != "discrete":
+        raise UnsupportedSpace(
+            f"observation part {ACTION_MASK!r}: action masks apply to Discrete actions, not {action.kind}"
+        )
+    if mask.shape != (action.nvec[0],) or mask.kind not in ("binary", "vector"):
+        raise UnsupportedSpace(
+            f"observation part {ACTION_MASK!r}: expected {action.nvec[0]} 0/1 entries (one per action), got "
+            f"{mask.kind} of shape {mask.shape}"
+        )
+    if len(parts) == 1:
+        raise UnsupportedSpace(f"observation part {ACTION_MASK!r}: the observation has nothing else to act on")
+    return mask
 
 
 def is_image(shape: tuple[int, ...], dtype: np.dtype | str) -> bool:

@@ -255,6 +255,7 @@ class EnvPoolSlot:
         if not isinstance(obs_space, gym.spaces.Box):
             raise ConfigError(f"env: {cfg.id!r} observation space {obs_space} is not a Box")
         self.num_envs = num_envs
+        self.agents_per_env = 1
         self.single_observation_space: gym.spaces.Space = obs_space
         self.single_action_space: gym.spaces.Space
         if isinstance(act_space, gym.spaces.Discrete):

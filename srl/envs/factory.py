@@ -65,11 +65,23 @@ def _quiet_mujoco_compiler() -> None:
 
 
 def make_env(cfg: EnvConfig) -> gym.Env:
-    """One environment, validated: its spaces must be ones the streams carry (:mod:`srl.api.spaces`).
+    """One Gymnasium environment, validated: its spaces must be ones the streams carry (:mod:`srl.api.spaces`).
 
     Box actions are clipped to the environment's bounds here, so every caller can pass raw policy samples;
     Discrete and MultiDiscrete actions with a ``start`` are shifted, so the policy samples from 0.
     """
+    env = create_env(cfg)
+    if not isinstance(env, gym.Env):  # create_env lets only a PettingZoo ParallelEnv through besides
+        env.close()
+        raise ConfigError(
+            f"env.id: {cfg.id!r} is a multi-agent env (a PettingZoo ParallelEnv); this needs a gymnasium.Env"
+        )
+    return wrap_env(cfg, env)
+
+
+def create_env(cfg: EnvConfig) -> Any:
+    """What ``env.id`` makes, unwrapped: a ``gymnasium.Env`` or a PettingZoo ``ParallelEnv`` (see
+    :func:`srl.envs.slots.make_slot`); one line naming the env for anything else."""
     factory = _resolve(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.kwargs)
     custom = ":" in cfg.id  # a user's factory need not take max_episode_steps: its env gets a TimeLimit instead
@@ -81,8 +93,20 @@ def make_env(cfg: EnvConfig) -> gym.Env:
         raise
     except Exception as exc:  # an env constructor can raise anything; report it in one line
         raise ConfigError(f"env: cannot create {cfg.id!r}: {type(exc).__name__}: {exc}") from None
-    if not isinstance(env, gym.Env):
-        raise ConfigError(f"env.id: {cfg.id!r} did not return a gymnasium.Env")
+    if isinstance(env, gym.Env):
+        return env
+    from srl.envs.multiagent import is_parallel_env
+
+    if is_parallel_env(env):
+        if cfg.max_episode_steps is not None:
+            raise ConfigError(f"env.max_episode_steps: {cfg.id!r} is a multi-agent env; set its own episode length")
+        return env
+    raise ConfigError(f"env.id: {cfg.id!r} did not return a gymnasium.Env or a PettingZoo ParallelEnv")
+
+
+def wrap_env(cfg: EnvConfig, env: gym.Env) -> gym.Env:
+    """``env`` (made by :func:`create_env`) with its time limit and action adapters, its spaces checked."""
+    custom = ":" in cfg.id
     if custom and cfg.max_episode_steps is not None:
         env = TimeLimit(env, cfg.max_episode_steps)
     if isinstance(env.action_space, gym.spaces.Box):

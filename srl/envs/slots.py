@@ -1,4 +1,5 @@
-"""Slot backends: Gymnasium vector envs (the default and the reference)."""
+"""Slot backends: Gymnasium vector envs (the default and the reference), chosen with the others by
+:func:`make_slot` from what ``env.id`` makes."""
 
 from __future__ import annotations
 
@@ -9,16 +10,21 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from srl.api.config import EnvConfig
 from srl.api.env import LIFE_LOSS, Slot, SlotStep
 from srl.api.spaces import Observation, flatten_obs, obs_parts
-from srl.envs.factory import make_env
+from srl.envs.factory import create_env, make_env, wrap_env
+from srl.envs.multiagent import ParallelSlot, is_parallel_env
 
 
 class GymSlot:
     """B environments in one ``SyncVectorEnv`` that resets finished episodes within the same step."""
 
-    def __init__(self, cfg: EnvConfig, num_envs: int) -> None:
-        self.venv = SyncVectorEnv(
-            [lambda: make_env(cfg) for _ in range(num_envs)], copy=False, autoreset_mode=AutoresetMode.SAME_STEP
-        )
+    agents_per_env = 1
+
+    def __init__(self, cfg: EnvConfig, num_envs: int, first: gym.Env | None = None) -> None:
+        """``first``: one environment already made by :func:`~srl.envs.factory.make_env` (it is reused)."""
+        makers = [lambda: make_env(cfg) for _ in range(num_envs)]
+        if first is not None:
+            makers[0] = lambda: first
+        self.venv = SyncVectorEnv(makers, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
         self.num_envs = num_envs
         self.single_observation_space = self.venv.single_observation_space
         self.single_action_space = self.venv.single_action_space
@@ -60,19 +66,24 @@ class GymSlot:
 
 
 def make_slot(cfg: EnvConfig, num_envs: int) -> Slot:
-    """The slot backend named by ``env.backend``."""
+    """``num_envs`` environments as one slot: the backend ``env.backend`` names, and for ``gymnasium`` the one
+    that fits what ``env.id`` makes (a PettingZoo ``ParallelEnv`` is a slot of every agent of every env)."""
     if cfg.backend == "envpool":
         from srl.envs.envpool_slot import EnvPoolSlot
 
         return EnvPoolSlot(cfg, num_envs)
-    return GymSlot(cfg, num_envs)
+    env = create_env(cfg)
+    if is_parallel_env(env):
+        return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg))
+    return GymSlot(cfg, num_envs, wrap_env(cfg, env))
 
 
-def probe_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Space, gym.spaces.Space]:
-    """One environment's observation and action space as the streams see them, probed through the configured
-    slot backend (which itself validates the env and its options)."""
+def probe_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Space, gym.spaces.Space, int]:
+    """One column's observation and action space as the streams see them, and how many columns (agents) one
+    environment is, probed through the configured slot backend (which itself validates the env and its
+    options)."""
     slot = make_slot(cfg, 1)
     try:
-        return slot.single_observation_space, slot.single_action_space
+        return slot.single_observation_space, slot.single_action_space, slot.agents_per_env
     finally:
         slot.close()

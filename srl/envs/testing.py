@@ -124,3 +124,46 @@ class GoalGrid(gym.Env):
 def goal_grid(size: int = 7, max_steps: int = 10) -> gym.Env:
     """``env.id: srl.envs.testing:goal_grid``: Dict observations (Box + Discrete), MultiDiscrete actions."""
     return GoalGrid(size, max_steps)
+
+
+class MaskedChoice(gym.Env):
+    """Pick the one rewarded action among the legal ones. Each step ``legal`` of ``n`` actions are legal (the
+    ``action_mask`` part, PettingZoo's convention); the observation's one-hot names a legal action, picking it
+    pays 1. An illegal action raises: a run on this env fails if its policy ever samples one. Episodes are
+    ``length`` steps; a uniformly random *legal* choice scores ``length / legal``."""
+
+    def __init__(self, n: int = 6, legal: int = 3, length: int = 8) -> None:
+        self.n, self.legal, self.length = n, legal, length
+        self.observation_space = gym.spaces.Dict(
+            {"observation": gym.spaces.Box(0.0, 1.0, (n,), np.float32), "action_mask": gym.spaces.MultiBinary(n)}
+        )
+        self.action_space = gym.spaces.Discrete(n)
+        self._mask = np.zeros(n, np.int8)
+        self._target = 0
+        self._t = 0
+
+    def _draw(self) -> dict[str, np.ndarray]:
+        self._mask[:] = 0
+        allowed = self.np_random.choice(self.n, self.legal, replace=False)
+        self._mask[allowed] = 1
+        self._target = int(self.np_random.choice(allowed))
+        obs = np.zeros(self.n, np.float32)
+        obs[self._target] = 1.0
+        return {"observation": obs, "action_mask": self._mask.copy()}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._draw(), {}
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        if not self._mask[int(action)]:
+            raise RuntimeError(f"illegal action {int(action)} sampled (legal: {np.flatnonzero(self._mask).tolist()})")
+        reward = float(int(action) == self._target)
+        self._t += 1
+        return self._draw(), reward, False, self._t >= self.length, {}
+
+
+def masked_choice(**kwargs: Any) -> gym.Env:
+    """``env.id: srl.envs.testing:masked_choice``."""
+    return MaskedChoice(**kwargs)

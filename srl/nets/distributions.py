@@ -61,6 +61,24 @@ def categorical_evaluate(logits: Tensor, actions: Tensor) -> tuple[Tensor, Tenso
     return logp, entropy
 
 
+def mask_logits(logits: Tensor, legal: Tensor) -> Tensor:
+    """``logits`` with illegal actions (``legal`` 0) at -inf, so they are never sampled and carry no probability.
+    A row with no legal action at all is left as it is (nothing to choose; it cannot be made NaN)."""
+    legal = legal.bool()
+    legal = legal | ~legal.any(dim=-1, keepdim=True)
+    return logits.masked_fill(~legal, float("-inf"))
+
+
+def masked_categorical_evaluate(logits: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`categorical_evaluate` over logits that may hold -inf (masked actions): their ``p log p`` is 0, not
+    NaN, and they get no gradient."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    finite = logp_all.clamp_min(torch.finfo(logp_all.dtype).min)
+    entropy = -(logp_all.exp() * finite).sum(dim=-1)
+    return logp, entropy
+
+
 class Categorical:
     """Discrete(n): int64 actions ``[N]``."""
 

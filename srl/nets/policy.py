@@ -20,9 +20,9 @@ from gymnasium import spaces
 from torch import Tensor, nn
 
 from srl.api.config import ModelConfig
-from srl.api.spaces import ObsPart, action_spec, obs_parts
+from srl.api.spaces import ACTION_MASK, ObsPart, action_spec, mask_part, obs_parts
 from srl.nets.cnn import NatureCNN
-from srl.nets.distributions import ActionHead, make_action_head
+from srl.nets.distributions import ActionHead, make_action_head, mask_logits, masked_categorical_evaluate
 from srl.nets.mlp import init_linear, mlp
 from srl.nets.normalizer import RunningMeanStd
 
@@ -64,7 +64,8 @@ class ObsEncoder(nn.Module):
         normalize_obs: bool,
     ) -> None:
         super().__init__()
-        self.parts: tuple[ObsPart, ...] = obs_parts(obs_space)
+        # an action mask is not a feature: it only masks the actor's logits (PolicyNet)
+        self.parts: tuple[ObsPart, ...] = tuple(p for p in obs_parts(obs_space) if p.name != ACTION_MASK)
         self.normalizers = nn.ModuleDict()
         self.cnns = nn.ModuleDict()
         self._codes: dict[str, tuple[Tensor, int]] = {}  # part -> (one-hot offsets, width)
@@ -255,6 +256,9 @@ class PolicyNet(_Flattened):
             else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
         )
         self.action = action_spec(action_space)
+        mask = mask_part(obs_parts(obs_space), self.action)
+        self.mask: str | None = None if mask is None else mask.name
+        """The observation part that holds legal actions (:data:`~srl.api.spaces.ACTION_MASK`), or None."""
         self.dist: ActionHead = make_action_head(self.action, init_log_std)  # a Module (registered) when it learns
         self.head: nn.Linear = init_linear(nn.Linear(self.encoder.out_dim, self.dist.out_dim), 0.01)
         self._init_flat()
@@ -265,8 +269,16 @@ class PolicyNet(_Flattened):
         return getattr(self.encoder, "obs_normalizer", None)
 
     def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
-        """Raw head output ``[N, out_dim]``: logits, or action means (Box)."""
-        return self.head.forward(self.encoder.forward(obs))
+        """Raw head output ``[N, out_dim]``: logits (illegal actions at -inf when the observation has a mask), or
+        action means (Box)."""
+        out = self.head.forward(self.encoder.forward(obs))
+        return out if self.mask is None else mask_logits(out, obs[self.mask])
+
+    def legal(self, obs: Mapping[str, Tensor], rows: int | None = None) -> Tensor | None:
+        """The legal-action mask of the first ``rows`` observations (all by default), or None without one."""
+        if self.mask is None:
+            return None
+        return obs[self.mask] if rows is None else obs[self.mask][:rows]
 
     @torch.no_grad()
     def act(self, obs: Mapping[str, Tensor], deterministic: bool = False) -> tuple[Tensor, Tensor]:
@@ -275,11 +287,17 @@ class PolicyNet(_Flattened):
 
     def evaluate(self, obs: Mapping[str, Tensor], actions: Tensor) -> tuple[Tensor, Tensor]:
         """Log-probs ``[N]`` and entropies ``[N]`` of given actions, with gradients (training)."""
-        return self.evaluate_features(self.encoder.forward(obs), actions)
+        return self.evaluate_features(self.encoder.forward(obs), actions, self.legal(obs))
 
-    def evaluate_features(self, features: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
-        """:meth:`evaluate` from encoder features already computed (shared with a critic head)."""
-        return self.dist.evaluate(self.head.forward(features), actions)
+    def evaluate_features(
+        self, features: Tensor, actions: Tensor, legal: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`evaluate` from encoder features already computed (shared with a critic head); ``legal``: the
+        rows' action mask (:meth:`legal`) when the observation has one."""
+        out = self.head.forward(features)
+        if legal is None:
+            return self.dist.evaluate(out, actions)
+        return masked_categorical_evaluate(mask_logits(out, legal), actions.reshape(-1))
 
 
 class ValueNet(_Flattened):

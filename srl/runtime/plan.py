@@ -116,7 +116,7 @@ class Plan:
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     """Probe the environment once and size the streams (raises ConfigError on a bad env)."""
-    obs_space, action_space = probe_spaces(cfg.env)
+    obs_space, action_space, agents = probe_spaces(cfg.env)
     if cfg.stage.worker is not None:  # a wrong name is one line now, not a failing worker later
         resolve(cfg.stage.worker, {}, "stage.worker")
     w = cfg.workers
@@ -128,7 +128,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     layout = PoolLayout.of(
         schema,
         w.segment_length,
-        w.envs_per_slot,
+        w.envs_per_slot * agents,  # every agent of every env is a column
         actors=w.actors // nodes,
         buffers=w.buffers_per_actor,
         slots=w.ring_size,

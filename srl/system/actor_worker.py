@@ -109,6 +109,7 @@ class ActorWorker(Worker):
             self.obs.append(env.reset(seed=self.seed + slot * 10_007))
             self.parked.append(slot)
         B = self.slots[0].num_envs
+        self.agents_per_env = self.slots[0].agents_per_env
         self.reward_transforms = (
             [self._make_reward_transform(B) for _ in self.slots] if self._make_reward_transform else None
         )
@@ -241,7 +242,7 @@ class ActorWorker(Worker):
         else:
             self.t[slot] = t
             self._post(slot, buf, t)
-        n = len(reward)
+        n = len(reward) // self.agents_per_env  # environment transitions: one per env, however many agents it has
         self.env_steps += n
         return n
 

@@ -1,0 +1,80 @@
+"""Multi-agent environments for tests (PettingZoo ``ParallelEnv``; needs ``pip install -e '.[multiagent]'``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from pettingzoo.utils.env import ParallelEnv
+
+
+class CoopTargets(ParallelEnv):
+    """A cooperative task for ``agents`` agents: each step every agent is shown its own target (one of ``n``,
+    one-hot, plus a one-hot of its own index) and the team's reward is the fraction of agents that picked their
+    target. An episode is ``length`` steps; a random team scores ``length / n``, a perfect one ``length``.
+    Every agent's observation is its own, so a run that mixed up which column is which agent could not learn.
+
+    ``finish_early``: agent 0 is done after half the episode while the others go on (for the adapter's refusal).
+    ``odd_spaces``: the last agent has a larger observation (for the refusal of agents with other spaces).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "coop_targets_v0"}
+
+    def __init__(
+        self, agents: int = 2, n: int = 4, length: int = 8, finish_early: bool = False, odd_spaces: bool = False
+    ) -> None:
+        self.possible_agents = [f"agent_{i}" for i in range(agents)]
+        self.agents: list[str] = []
+        self.n, self.length, self.finish_early = n, length, finish_early
+        size = n + agents
+        self._obs_spaces = {a: gym.spaces.Box(0.0, 1.0, (size,), np.float32) for a in self.possible_agents}
+        if odd_spaces:
+            self._obs_spaces[self.possible_agents[-1]] = gym.spaces.Box(0.0, 1.0, (size + 1,), np.float32)
+        self._rng = np.random.default_rng(0)
+        self._targets = np.zeros(agents, np.int64)
+        self._t = 0
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return self._obs_spaces[agent]
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return gym.spaces.Discrete(self.n)
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        out = {}
+        for i, agent in enumerate(self.agents):
+            obs = np.zeros(self._obs_spaces[agent].shape, np.float32)
+            obs[self._targets[i]] = 1.0
+            obs[self.n + i] = 1.0
+            out[agent] = obs
+        return out
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self._t = 0
+        self._targets = self._rng.integers(0, self.n, len(self.possible_agents))
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        hits = [int(actions[a]) == int(self._targets[i]) for i, a in enumerate(self.possible_agents) if a in actions]
+        reward = float(np.mean(hits))
+        self._t += 1
+        self._targets = self._rng.integers(0, self.n, len(self.possible_agents))
+        done = self._t >= self.length
+        terminated = {a: False for a in self.agents}
+        truncated = {a: done for a in self.agents}
+        if self.finish_early and self._t == self.length // 2:
+            terminated[self.agents[0]] = True
+        obs = self._observe()
+        rewards = {a: reward for a in self.agents}
+        infos: dict[str, dict] = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        return obs, rewards, terminated, truncated, infos
+
+
+def coop_targets(**kwargs: Any) -> CoopTargets:
+    """``env.id: srl.envs.ma_testing:coop_targets``."""
+    return CoopTargets(**kwargs)

@@ -1,0 +1,155 @@
+"""Multi-agent environments as slots: each agent of each environment is one column of the slot.
+
+A PettingZoo ``ParallelEnv`` with N agents, B of them in a slot, is a slot of
+``B * N`` columns (environment-major: column ``e * N + i`` is agent ``i`` of
+environment ``e``). Everything downstream (the segment pool, inference,
+the trainer's batch, episode returns) sees columns and needs nothing more: with
+every agent mapped to one shared policy this is parameter-shared independent
+PPO, the way Sample Factory runs multi-agent envs. An episode's return is
+reported per agent, so a run's return is the mean over agents.
+
+Agents are the env's ``possible_agents``, in that order, and must have one
+observation space and one action space (one shared policy). An agent that is
+done while others go on is refused with one line for now: the streams carry no
+per-agent activity mask yet.
+
+The B environments are stepped in a loop, as Gymnasium's ``SyncVectorEnv``
+steps single-agent ones; PettingZoo's own vectorization lives in another
+package (SuperSuit) and is not needed for this.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from srl.api.config import ConfigError, EnvConfig
+from srl.api.env import SlotStep
+from srl.api.spaces import Observation, UnsupportedSpace, action_spec, flatten_obs, obs_parts
+
+
+def is_parallel_env(env: Any) -> bool:
+    """A PettingZoo ``ParallelEnv`` (checked without importing PettingZoo when it is not installed)."""
+    try:
+        from pettingzoo.utils.env import ParallelEnv
+    except ImportError:
+        return False
+    return isinstance(env, ParallelEnv)
+
+
+def agent_spaces(env: Any, name: str) -> tuple[list[str], gym.spaces.Space, gym.spaces.Space]:
+    """The agents of a ParallelEnv and their one observation and action space (one line when they differ)."""
+    agents = list(env.possible_agents)
+    if not agents:
+        raise ConfigError(f"env: {name!r} has no agents")
+    obs_space, action_space = env.observation_space(agents[0]), env.action_space(agents[0])
+    for agent in agents[1:]:
+        if env.observation_space(agent) != obs_space or env.action_space(agent) != action_space:
+            raise ConfigError(
+                f"env: {name!r}: agent {agent!r} has other spaces than {agents[0]!r} "
+                f"({env.observation_space(agent)}, {env.action_space(agent)}); agents sharing a policy need one"
+            )
+    try:
+        obs_parts(obs_space)
+        action_spec(action_space)
+    except UnsupportedSpace as exc:
+        raise ConfigError(f"env: {name!r} {exc}") from None
+    return agents, obs_space, action_space
+
+
+def _action_adapter(space: gym.spaces.Space) -> tuple[gym.spaces.Space, Any]:
+    """What the policy samples and how the env gets it: Box actions clipped to the bounds, Discrete and
+    MultiDiscrete ones shifted by their ``start`` (as ``envs.factory`` wraps single-agent envs)."""
+    if isinstance(space, gym.spaces.Box):
+        low, high = space.low, space.high
+        return space, lambda a: np.clip(a, low, high)
+    if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
+        start = int(space.start)
+        return gym.spaces.Discrete(int(space.n)), lambda a: a + start
+    if isinstance(space, gym.spaces.MultiDiscrete) and np.any(space.start != 0):
+        start_v = space.start
+        return gym.spaces.MultiDiscrete(space.nvec), lambda a: a + start_v
+    return space, lambda a: a
+
+
+class ParallelSlot:
+    """B PettingZoo parallel environments, every agent a column; finished episodes reset within the step."""
+
+    def __init__(self, cfg: EnvConfig, num_envs: int, first: Any, make: Any) -> None:
+        """``first``: one environment already made (it is reused); ``make()`` makes the others."""
+        self.envs = [first, *(make() for _ in range(num_envs - 1))]
+        self.name = cfg.id
+        self.agents, self.single_observation_space, env_actions = agent_spaces(first, cfg.id)
+        self.single_action_space, self._to_env = _action_adapter(env_actions)
+        self.agents_per_env = len(self.agents)
+        self.num_envs = num_envs * self.agents_per_env
+        self.parts = obs_parts(self.single_observation_space)
+        self._reward = np.zeros(self.num_envs, np.float32)
+        self._terminated = np.zeros(self.num_envs, bool)
+        self._truncated = np.zeros(self.num_envs, bool)
+        self._seed = 0
+
+    def reset(self, seed: int) -> Observation:
+        self._seed = seed
+        for e, env in enumerate(self.envs):
+            env.action_space(self.agents[0]).seed(seed + e)
+        return self._stack([env.reset(seed=seed + e)[0] for e, env in enumerate(self.envs)])
+
+    def step(self, actions: np.ndarray) -> SlotStep:
+        N = self.agents_per_env
+        actions = self._to_env(actions)
+        per_env: list[dict[str, Any]] = []
+        final: dict[int, dict[str, Any]] = {}
+        for e, env in enumerate(self.envs):
+            acts = {agent: actions[e * N + i] for i, agent in enumerate(self.agents)}
+            obs, reward, terminated, truncated, _ = env.step(acts)
+            for i, agent in enumerate(self.agents):
+                c = e * N + i
+                self._reward[c] = reward.get(agent, 0.0)
+                self._terminated[c] = bool(terminated.get(agent, False))
+                self._truncated[c] = bool(truncated.get(agent, False)) and not self._terminated[c]
+            done = self._terminated[e * N : (e + 1) * N] | self._truncated[e * N : (e + 1) * N]
+            if done.any():
+                if not done.all() or env.agents:
+                    finished = [a for a, d in zip(self.agents, done.tolist()) if d]
+                    raise RuntimeError(
+                        f"env {self.name}: agents {finished} finished before the others; per-agent episode ends "
+                        "are not carried by the streams yet"
+                    )
+                final[e] = obs
+                self._seed += len(self.envs)
+                obs = env.reset(seed=self._seed + e)[0]
+            per_env.append(obs)
+        episode_end = self._terminated | self._truncated
+        final_obs = None
+        if self._truncated.any():
+            final_obs = self._stack([final.get(e, per_env[e]) for e in range(len(self.envs))])
+        return SlotStep(
+            self._stack(per_env),
+            self._reward.copy(),
+            self._terminated.copy(),
+            self._truncated.copy(),
+            episode_end,
+            final_obs,
+        )
+
+    def _stack(self, per_env: list[dict[str, Any]]) -> Observation:
+        """Per part ``[B * N, ...]`` from each environment's dict of agent observations."""
+        try:
+            rows = [obs[agent] for obs in per_env for agent in self.agents]
+        except KeyError as exc:
+            raise RuntimeError(f"env {self.name}: no observation for agent {exc.args[0]!r}") from None
+        if len(self.parts) == 1 and self.parts[0].name == "obs":
+            part = self.parts[0]
+            return {"obs": np.asarray(rows, dtype=part.dtype).reshape(self.num_envs, *part.shape)}
+        out = {p.name: np.empty((self.num_envs, *p.shape), p.dtype) for p in self.parts}
+        for c, row in enumerate(rows):
+            for name, x in flatten_obs(self.parts, row).items():
+                out[name][c] = x
+        return out
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -1,0 +1,151 @@
+"""Multi-agent envs as slots: PettingZoo parallel envs, every agent a column, and a cooperative task that learns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import srl
+from srl.api.config import ConfigError, EnvConfig
+from srl.envs.slots import make_slot, probe_spaces
+
+COOP = "srl.envs.ma_testing:coop_targets"
+SPREAD = EnvConfig(
+    id="mpe2.simple_spread_v3:parallel_env", kwargs={"N": 3, "max_cycles": 25, "continuous_actions": False}
+)
+
+
+def _target(obs: np.ndarray, n: int = 4) -> np.ndarray:
+    return obs[:, :n].argmax(1)
+
+
+def test_every_agent_of_every_env_is_a_column_in_agent_order():
+    slot = make_slot(EnvConfig(id=COOP, kwargs={"agents": 3}), 2)
+    try:
+        assert (slot.num_envs, slot.agents_per_env) == (6, 3)
+        obs = slot.reset(seed=5)["obs"]
+        assert obs.shape == (6, 7)
+        # column e * 3 + i is agent i of env e: its own index is one-hot after the target
+        assert (obs[:, 4:].argmax(1) == np.tile(np.arange(3), 2)).all()
+        # agents 0 and 2 of env 0 and agent 1 of env 1 pick their targets: each env's team reward is its share
+        actions = (_target(obs) + 1) % 4
+        actions[[0, 2, 4]] = _target(obs)[[0, 2, 4]]
+        step = slot.step(actions)
+        assert step.reward.tolist() == pytest.approx([2 / 3] * 3 + [1 / 3] * 3)
+        assert not step.episode_end.any() and step.final_obs is None
+    finally:
+        slot.close()
+
+
+def test_episodes_end_for_all_agents_together_with_their_final_observations():
+    slot = make_slot(EnvConfig(id=COOP, kwargs={"length": 3}), 2)
+    try:
+        slot.reset(seed=0)
+        for _ in range(2):
+            assert not slot.step(np.zeros(4, np.int64)).episode_end.any()
+        last = slot.step(np.zeros(4, np.int64))
+        assert last.truncated.all() and not last.terminated.any() and last.episode_end.all()
+        assert last.final_obs is not None and last.final_obs["obs"].shape == (4, 6)
+        assert not slot.step(np.zeros(4, np.int64)).episode_end.any()  # the envs were reset within the step
+    finally:
+        slot.close()
+
+
+def test_mpe_simple_spread_is_three_columns_per_env():
+    obs_space, action_space, agents = probe_spaces(SPREAD)
+    assert (obs_space.shape, action_space.n, agents) == ((18,), 5, 3)
+    slot = make_slot(SPREAD, 4)
+    try:
+        slot.reset(seed=0)
+        ends = 0
+        for _ in range(50):
+            step = slot.step(np.random.default_rng(0).integers(0, 5, 12))
+            ends += int(step.episode_end.sum())
+        assert ends == 2 * 12  # 25-step episodes, every agent of every env
+    finally:
+        slot.close()
+
+
+def test_agents_with_other_spaces_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"agent 'agent_1' has other spaces than 'agent_0'"):
+        probe_spaces(EnvConfig(id=COOP, kwargs={"odd_spaces": True}))
+
+
+def test_an_agent_that_finishes_before_the_others_is_refused():
+    slot = make_slot(EnvConfig(id=COOP, kwargs={"finish_early": True}), 1)
+    try:
+        slot.reset(seed=0)
+        with pytest.raises(RuntimeError, match=r"agents \['agent_0'\] finished before the others"):
+            for _ in range(8):
+                slot.step(np.zeros(2, np.int64))
+    finally:
+        slot.close()
+
+
+@pytest.mark.parametrize("runtime", ["inline", "local"])
+def test_a_two_agent_cooperative_env_learns_with_default_settings(runtime, tmp_path):
+    """Random play scores 2 of 8; the threshold needs both agents to pick their own targets most of the time."""
+    summary = srl.train(
+        {
+            "runtime": runtime,
+            "env": {"id": COOP},
+            "run": {"total_env_steps": 400_000, "target_return": 6.5, "return_window": 100},
+        },
+        run_dir=tmp_path / "run",
+    )
+    assert summary["solved"] and summary["solved_return_mean"] >= 6.5, summary
+    assert summary["final_eval_agents_per_episode"] == 2
+
+
+# ---------------------------------------------------------------------------------------------- action masks
+def test_masked_logits_never_sample_an_illegal_action_and_renormalize():
+    import torch
+
+    from srl.nets.distributions import categorical_act, mask_logits, masked_categorical_evaluate
+
+    logits = torch.randn(4000, 5)
+    legal = torch.tensor([[1, 0, 1, 0, 0]] * 2000 + [[0, 0, 0, 0, 1]] * 1999 + [[0, 0, 0, 0, 0]], dtype=torch.int8)
+    masked = mask_logits(logits, legal)
+    actions, logp = categorical_act(masked, deterministic=False)
+    assert set(actions[:2000].tolist()) <= {0, 2} and (actions[2000:3999] == 4).all()
+    assert (logp[2000:3999] == 0).all()  # the only legal action has probability 1
+    # the first rows: p renormalized over actions 0 and 2 only
+    p0 = torch.softmax(logits[0, [0, 2]], 0)
+    lp, ent = masked_categorical_evaluate(masked[:1], torch.tensor([2]))
+    assert lp.item() == pytest.approx(p0[1].log().item(), abs=1e-6)
+    assert ent.item() == pytest.approx(-(p0 * p0.log()).sum().item(), abs=1e-6)
+    assert torch.isfinite(masked[3999]).all()  # no legal action at all: left unmasked, never NaN
+    masked.requires_grad_(True)
+    lp, ent = masked_categorical_evaluate(mask_logits(logits.requires_grad_(True), legal), actions)
+    (lp.sum() + ent.sum()).backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+def test_an_action_mask_part_is_not_encoded_and_must_fit_the_actions():
+    import gymnasium as gym
+
+    from srl.nets.policy import ObsEncoder, PolicyNet
+
+    space = gym.spaces.Dict({"observation": gym.spaces.Box(0, 1, (6,)), "action_mask": gym.spaces.MultiBinary(6)})
+    assert [p.name for p in ObsEncoder(space, (8,), "tanh", False, True).parts] == ["obs.observation"]
+    assert PolicyNet(space, gym.spaces.Discrete(6)).mask == "obs.action_mask"
+    with pytest.raises(ValueError, match="expected 5 0/1 entries"):
+        PolicyNet(space, gym.spaces.Discrete(5))
+    with pytest.raises(ValueError, match="apply to Discrete actions"):
+        PolicyNet(space, gym.spaces.MultiDiscrete([2, 3]))
+
+
+@pytest.mark.parametrize("overrides", [["runtime=inline"], ["workers.policy_workers=1", "workers.actors=2"]])
+def test_a_masked_env_learns_and_never_gets_an_illegal_action(overrides, tmp_path):
+    """MaskedChoice raises on an illegal action, so the run itself is the check (inference in the actor and in
+    a policy worker); picking among legal actions at random scores 8/3, the threshold needs the target."""
+    summary = srl.train(
+        {
+            "env": {"id": "srl.envs.testing:masked_choice"},
+            "run": {"total_env_steps": 300_000, "target_return": 7.0, "return_window": 100},
+        },
+        overrides,
+        run_dir=tmp_path / "run",
+    )
+    assert "error" not in summary, summary["error"]
+    assert summary["solved"], summary
