@@ -174,7 +174,8 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, state["config"], prefix="checkpoint config: ")
-    obs_space, action_space, _ = probe_spaces(cfg.env)
+    probed = probe_spaces(cfg.env)
+    obs_space, action_space = probed.obs, probed.action
     policy = acting_policy(obs_space, action_space, cfg)
     try:
         check_fits(state["spaces"], obs_parts(obs_space), action_spec(action_space), str(target))

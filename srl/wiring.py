@@ -14,6 +14,7 @@ from torch import nn
 from srl.api.algorithm import AlgorithmClass, AlgorithmContext
 from srl.api.config import ExperimentConfig
 from srl.api.plugins import resolve
+from srl.api.spaces import STATE
 from srl.api.worker import Algorithm, Collective, Policy
 from srl.nets.policy import PolicyNet, ValueNet
 
@@ -32,8 +33,15 @@ class NetModels:
     (``{"obs": ...}`` or ``{"obs.<key>": ...}``, see :mod:`srl.api.spaces`) to features ``[N, out_dim]``.
     """
 
-    def __init__(self, obs_space: spaces.Space, action_space: spaces.Space, cfg: ExperimentConfig) -> None:
-        self.obs_space, self.action_space, self.cfg = obs_space, action_space, cfg
+    def __init__(
+        self,
+        obs_space: spaces.Space,
+        action_space: spaces.Space,
+        cfg: ExperimentConfig,
+        state_space: spaces.Space | None = None,
+    ) -> None:
+        """``state_space``: the env's global state, which the critic then reads instead of the observation."""
+        self.obs_space, self.action_space, self.cfg, self.state_space = obs_space, action_space, cfg, state_space
         self._encoder = resolve(cfg.model.encoder, ENCODERS, "model.encoder")
 
     def encoder(self) -> nn.Module:
@@ -57,7 +65,19 @@ class NetModels:
         )
 
     def value(self, shared_encoder: nn.Module | None = None) -> ValueNet:
+        """The critic: on the observation (its encoder from ``model.encoder``, or the actor's), or on the global
+        state (the built-in encoder over its parts, named ``state...``)."""
         m = self.cfg.model
+        if self.state_space is not None:
+            return ValueNet(
+                self.state_space,
+                hidden=m.hidden,
+                activation=m.activation,
+                layer_norm=m.layer_norm,
+                normalize_obs=m.normalize_obs,
+                normalize_values=self.cfg.ppo.normalize_values,
+                root=STATE,
+            )
         return ValueNet(
             self.obs_space,
             hidden=m.hidden,
@@ -82,16 +102,18 @@ def context(
     seed: int = 0,
     collective: Collective | None = None,
     device: str = "cpu",
+    state_space: spaces.Space | None = None,
 ) -> AlgorithmContext:
     return AlgorithmContext(
         obs_space,
         action_space,
         cfg,
-        NetModels(obs_space, action_space, cfg),
+        NetModels(obs_space, action_space, cfg, state_space),
         dict(cfg.algorithm_args),
         seed,
         collective,
         device,
+        state_space,
     )
 
 
@@ -107,6 +129,7 @@ def make_algorithm(
     seed: int,
     collective: Collective | None = None,
     device: str = "cpu",
+    state_space: spaces.Space | None = None,
 ) -> Algorithm:
-    """What the trainer runs for this config."""
-    return algorithm_class(cfg)(context(obs_space, action_space, cfg, seed, collective, device))
+    """What the trainer runs for this config (``state_space``: the global state its critic reads, if any)."""
+    return algorithm_class(cfg)(context(obs_space, action_space, cfg, seed, collective, device, state_space))

@@ -52,8 +52,8 @@ def test_episodes_end_for_all_agents_together_with_their_final_observations():
 
 
 def test_mpe_simple_spread_is_three_columns_per_env():
-    obs_space, action_space, agents = probe_spaces(SPREAD)
-    assert (obs_space.shape, action_space.n, agents) == ((18,), 5, 3)
+    probed = probe_spaces(SPREAD)
+    assert (probed.obs.shape, probed.action.n, probed.agents, probed.state.shape) == ((18,), 5, 3, (54,))
     slot = make_slot(SPREAD, 4)
     try:
         slot.reset(seed=0)
@@ -149,3 +149,49 @@ def test_a_masked_env_learns_and_never_gets_an_illegal_action(overrides, tmp_pat
     )
     assert "error" not in summary, summary["error"]
     assert summary["solved"], summary
+
+
+# ---------------------------------------------------------------------------------------------- MAPPO's global state
+def test_the_global_state_rides_with_every_agent_and_is_never_acted_on():
+    from srl.api.config import load_config
+    from srl.runtime.plan import make_plan
+
+    slot = make_slot(EnvConfig(id=COOP, kwargs={"agents": 3}), 2, state=True)
+    try:
+        obs = slot.reset(seed=1)
+        assert obs["state"].shape == (6, 12)
+        assert (obs["state"][:3] == obs["state"][0]).all() and (obs["state"][3:] == obs["state"][3]).all()
+        # the state is every agent's target: agent i's own target sits in block i
+        targets = obs["state"][0].reshape(3, 4).argmax(1)
+        assert (targets == _target(obs["obs"][:3])).all()
+        step = slot.step(np.zeros(6, np.int64))
+        assert step.obs["state"].shape == (6, 12)
+    finally:
+        slot.close()
+    plan = make_plan(load_config("configs/mpe_simple_spread_mappo.yaml"))
+    assert plan.state_space is not None and plan.state_space.shape == (54,)
+    assert "state" in plan.layout.fields and "final_state" in plan.layout.fields
+    assert plan.layout.obs_fields == ("obs",)  # inference never gathers the state
+    ippo = make_plan(load_config("configs/mpe_simple_spread_ippo.yaml"))
+    assert "state" not in ippo.layout.fields  # carried only when the critic reads it
+
+
+def test_a_critic_on_the_state_needs_an_env_with_one():
+    with pytest.raises(ConfigError, match=r"ppo.critic_input: state: env 'CartPole-v1' has no global state"):
+        srl.train({"env": {"id": "CartPole-v1"}, "ppo": {"critic_input": "state"}})
+    with pytest.raises(ConfigError, match="needs model.shared_encoder: false"):
+        srl.train({"env": {"id": COOP}, "ppo": {"critic_input": "state"}, "model": {"shared_encoder": True}})
+
+
+@pytest.mark.parametrize("overrides", [["runtime=inline"], ["workers.policy_workers=1", "workers.actors=2"]])
+def test_mappo_with_a_critic_on_the_global_state_learns_the_cooperative_task(overrides, tmp_path):
+    summary = srl.train(
+        {
+            "env": {"id": COOP},
+            "ppo": {"critic_input": "state"},
+            "run": {"total_env_steps": 400_000, "target_return": 6.5, "return_window": 100},
+        },
+        overrides,
+        run_dir=tmp_path / "run",
+    )
+    assert summary["solved"] and summary["solved_return_mean"] >= 6.5, summary

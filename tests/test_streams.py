@@ -180,3 +180,19 @@ def test_control_channel_rejects_malformed_messages_and_keeps_running(tmp_path):
     finally:
         sender.close()
         receiver.close()
+
+
+def test_a_shared_pool_holds_fields_named_like_its_own_flags():
+    """A global state travels as the field ``state``; the pool's buffer flags must not collide with it."""
+    from srl.api.schema import Field, SampleSchema
+
+    schema = SampleSchema(
+        [Field("state", (3,), "float32"), Field("tickets", (), "int64"), Field("actions", (), "int64")]
+    )
+    layout = PoolLayout.of(schema, T, B, actors=2, buffers=2)
+    pool = SegmentPool.shared(layout, f"srl_{__import__('os').getpid()}_fieldnames", create=True)
+    try:
+        pool.arrays["state"][...] = 1.5
+        assert (pool.state == FREE).all() and pool.arrays["state"].shape == (2, 2, T, B, 3)
+    finally:
+        pool.close(unlink=True)

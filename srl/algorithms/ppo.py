@@ -30,7 +30,7 @@ from srl.algorithms.grad_clip import GradClipper
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
 from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs
 from srl.api.schema import Field
-from srl.api.spaces import obs_parts
+from srl.api.spaces import STATE, obs_parts
 
 
 class RunningMoments(Protocol):
@@ -112,6 +112,8 @@ class PPO:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"trainer device {ctx.device!r}: torch sees no CUDA device on this machine")
         self.parts = obs_parts(ctx.obs_space)
+        # the critic's inputs: the observation parts, or (MAPPO) the env's global state carried for the trainer
+        self.critic_parts = self.parts if ctx.state_space is None else obs_parts(ctx.state_space, STATE)
         self.policy: ActorNet = ctx.models.policy().to(self.device)
         self.value: CriticNet = ctx.models.value(self.policy.encoder if ctx.cfg.model.shared_encoder else None).to(
             self.device
@@ -182,9 +184,14 @@ class PPO:
         T, N = batch["rewards"].shape
         flat_obs = {p.name: self._rows(batch[p.name]) for p in self.parts}  # [(T+1) N, ...] per part
         obs = {name: x[: T * N] for name, x in flat_obs.items()}
+        if self.critic_parts is self.parts:
+            flat_critic, critic_obs = flat_obs, obs
+        else:
+            flat_critic = {p.name: self._rows(batch[p.name]) for p in self.critic_parts}
+            critic_obs = {name: x[: T * N] for name, x in flat_critic.items()}
         actions = self._tensor(batch["actions"]).reshape(T * N, *batch["actions"].shape[2:])
         behaviour_logp = self._tensor(batch["logp"]).reshape(-1)
-        v_all, prox_logp = self._evaluate_rollout(flat_obs, obs, actions)
+        v_all, prox_logp = self._evaluate_rollout(flat_obs, obs, actions, flat_critic)
         out: dict[str, float] = {}
         weights = rho = c = None
         old_logp = behaviour_logp
@@ -220,8 +227,10 @@ class PPO:
             perm = torch.randperm(size, generator=self._gen).to(self.device)
             for start in range(0, size - mb + 1, mb):
                 idx = perm[start : start + mb]
+                mb_obs = {name: x[idx] for name, x in obs.items()}
                 stats = self._minibatch(
-                    {name: x[idx] for name, x in obs.items()},
+                    mb_obs,
+                    mb_obs if critic_obs is obs else {name: x[idx] for name, x in critic_obs.items()},
                     actions[idx],
                     old_logp[idx],
                     adv[idx],
@@ -238,7 +247,7 @@ class PPO:
         for rms, x in _normalizer_inputs(self.policy.encoder, obs):
             self._update_rms(rms, x, merged=True)
         if not self.value.shared:
-            for rms, x in _normalizer_inputs(self.value.encoder, obs):
+            for rms, x in _normalizer_inputs(self.value.encoder, critic_obs):
                 self._update_rms(rms, x, merged=self.centralized)
         self._update_rms(self.value.return_normalizer, ret, merged=self.centralized)
         out.update({k: v / count for k, v in sums.items()})
@@ -251,9 +260,10 @@ class PPO:
     # ------------------------------------------------------------------ internals
     @torch.no_grad()
     def _evaluate_rollout(
-        self, flat_obs: Obs, obs: Obs, actions: torch.Tensor
+        self, flat_obs: Obs, obs: Obs, actions: torch.Tensor, flat_critic: Obs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Current values of all T+1 rows, and (with TD compensation) current log-probs of the taken actions."""
+        """Current values of all T+1 rows (from the critic's inputs), and (with TD compensation) current
+        log-probs of the taken actions."""
         want_logp = self.cfg.td_compensation or self.cfg.vtrace_targets
         if self.value.shared:  # one encoder pass serves both heads
             features = self.policy.encoder(flat_obs)
@@ -261,7 +271,7 @@ class PPO:
             legal = self.policy.legal(flat_obs, len(actions))
             logp = self.policy.evaluate_features(features[: len(actions)], actions, legal)[0] if want_logp else None
             return v_all, logp
-        return self.value(flat_obs), self.policy.evaluate(obs, actions)[0] if want_logp else None
+        return self.value(flat_critic), self.policy.evaluate(obs, actions)[0] if want_logp else None
 
     @torch.no_grad()
     def _advantages(
@@ -279,8 +289,8 @@ class PPO:
         truncated = self._tensor(batch["truncated"])
         terminated = self._tensor(batch["terminated"])
         if bool(truncated.any()):
-            if self.parts[0].final_name in batch:
-                final = {p.name: self._tensor(batch[p.final_name])[truncated] for p in self.parts}
+            if self.critic_parts[0].final_name in batch:
+                final = {p.name: self._tensor(batch[p.final_name])[truncated] for p in self.critic_parts}
                 next_values[truncated] = self.value(final)
             else:  # image observations carry no final obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
                 next_values[truncated] = values[truncated]
@@ -317,6 +327,7 @@ class PPO:
     def _minibatch(
         self,
         obs: Obs,
+        critic_obs: Obs,
         actions: torch.Tensor,
         old_logp: torch.Tensor,
         adv: torch.Tensor,
@@ -333,7 +344,7 @@ class PPO:
             v = self.value.head_output(features)
         else:
             logp, entropy = self.policy.evaluate(obs, actions)
-            v = self.value.head_output(self.value.encoder(obs))
+            v = self.value.head_output(self.value.encoder(critic_obs))
         loss, stats = ppo_loss(
             logp,
             old_logp,

@@ -121,6 +121,9 @@ class AlgorithmContext:
     collective: Collective | None = None
     """Set for data-parallel trainers: average gradients through it."""
     device: str = "cpu"
+    state_space: spaces.Space | None = None
+    """The env's global state when the critic reads it (``ppo.critic_input: state``): segments then carry it as
+    ``state...`` fields (and ``final_state...``), and ``models.value()`` builds the critic on it."""
 
 
 class AlgorithmClass(Protocol):

@@ -45,6 +45,8 @@ class Slot(Protocol):
 
     num_envs: int
     agents_per_env: int
+    state_space: gym.spaces.Space | None
+    """A multi-agent env's global state space (carried in ``obs["state"]`` when the slot was asked to), or None."""
     single_observation_space: gym.spaces.Space
     single_action_space: gym.spaces.Space
 

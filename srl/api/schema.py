@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium import spaces
 
-from srl.api.spaces import ActionSpec, ObsPart, action_spec, obs_parts
+from srl.api.spaces import STATE, ActionSpec, ObsPart, action_spec, obs_parts
 
 
 class Scope(enum.Enum):
@@ -57,6 +57,9 @@ class Field:
     shape: tuple[int, ...]
     dtype: str
     scope: Scope = Scope.STEP
+    acting: bool = True
+    """For ``OBSERVATION`` fields: the acting policy reads it (an observation part). False: carried for the
+    trainer only (a centralized critic's global state), never gathered for inference."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", np.dtype(self.dtype).name)  # "f4", np.float32 -> "float32"
@@ -91,10 +94,12 @@ class SampleSchema:
         return f"SampleSchema({list(self.fields)})"
 
 
-def env_fields(parts: tuple[ObsPart, ...], action: ActionSpec) -> list[Field]:
+def env_fields(parts: tuple[ObsPart, ...], action: ActionSpec, state_parts: tuple[ObsPart, ...] = ()) -> list[Field]:
     """What the environment contributes. Image observations keep no final obs: a time limit in an image env
-    bootstraps from V(s_t) (rare there, and a second frame stack per step would double the bytes)."""
+    bootstraps from V(s_t) (rare there, and a second frame stack per step would double the bytes). A global
+    state (``state_parts``) is observation-scoped but not acted on, and keeps its final rows too."""
     fields = [Field(p.name, p.shape, p.dtype, Scope.OBSERVATION) for p in parts]
+    fields += [Field(p.name, p.shape, p.dtype, Scope.OBSERVATION, acting=False) for p in state_parts]
     fields += [
         Field("actions", action.shape, action.dtype),
         Field("rewards", (), "float32"),
@@ -103,6 +108,7 @@ def env_fields(parts: tuple[ObsPart, ...], action: ActionSpec) -> list[Field]:
     ]
     if not any(p.kind == "image" for p in parts):
         fields += [Field(p.final_name, p.shape, p.dtype) for p in parts]
+    fields += [Field(p.final_name, p.shape, p.dtype) for p in state_parts if p.kind != "image"]
     return fields
 
 
@@ -110,6 +116,14 @@ STREAM_FIELDS = (Field("version", (), "int64"),)
 """What the inference stream contributes: the policy version that answered each step."""
 
 
-def sample_schema(obs_space: spaces.Space, action_space: spaces.Space, policy_fields: Iterable[Field]) -> SampleSchema:
-    """A run's schema: what its env's spaces, its acting policy's outputs and the streams declare."""
-    return SampleSchema([*env_fields(obs_parts(obs_space), action_spec(action_space)), *policy_fields, *STREAM_FIELDS])
+def sample_schema(
+    obs_space: spaces.Space,
+    action_space: spaces.Space,
+    policy_fields: Iterable[Field],
+    state_space: spaces.Space | None = None,
+) -> SampleSchema:
+    """A run's schema: what its env's spaces (and, for a centralized critic, its global state), its acting
+    policy's outputs and the streams declare."""
+    state = () if state_space is None else obs_parts(state_space, STATE)
+    env = env_fields(obs_parts(obs_space), action_spec(action_space), state)
+    return SampleSchema([*env, *policy_fields, *STREAM_FIELDS])

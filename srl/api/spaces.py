@@ -26,6 +26,10 @@ from gymnasium import spaces
 OBS = "obs"
 """Field name of a plain (not nested) observation, and the prefix of nested parts."""
 
+STATE = "state"
+"""Field name of a multi-agent env's global state (PettingZoo ``state()``), carried for a centralized critic
+(``ppo.critic_input: state``) and never read by the acting policy."""
+
 ACTION_MASK = f"{OBS}.action_mask"
 """The part of a Dict observation's ``action_mask`` key (PettingZoo's classic games, OpenSpiel): 1 where an action
 is legal. It travels like any part, is not encoded, and masks the Discrete head's logits, so an illegal action is
@@ -91,9 +95,10 @@ def is_image(shape: tuple[int, ...], dtype: np.dtype | str) -> bool:
     return len(shape) == 3 and np.dtype(dtype) == np.uint8
 
 
-def obs_parts(space: spaces.Space) -> tuple[ObsPart, ...]:
-    """The parts of an observation space, depth first in the space's own key order."""
-    return tuple(_parts(space, OBS))
+def obs_parts(space: spaces.Space, root: str = OBS) -> tuple[ObsPart, ...]:
+    """The parts of an observation space, depth first in the space's own key order, named from ``root``
+    (``obs``, or :data:`STATE` for a global state)."""
+    return tuple(_parts(space, root))
 
 
 def _parts(space: spaces.Space, name: str) -> Iterator[ObsPart]:
@@ -108,7 +113,7 @@ def _parts(space: spaces.Space, name: str) -> Iterator[ObsPart]:
 
 
 def _leaf(space: spaces.Space, name: str) -> ObsPart:
-    where = "observation" if name == OBS else f"observation part {name!r}"
+    where = "observation" if name == OBS else f"observation part {name!r}" if name.startswith(OBS) else name
     if isinstance(space, spaces.Box):
         shape = tuple(int(d) for d in space.shape)
         if is_image(shape, space.dtype):

@@ -236,7 +236,7 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     batch_obs = random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
     infer = timed_rate(lambda i: policy.act(batch_obs), w.envs_per_slot, seconds / 2)
-    algo = make_algorithm(plan.obs_space, plan.action_space, cfg, cfg.seed)
+    algo = make_algorithm(plan.obs_space, plan.action_space, cfg, cfg.seed, state_space=plan.state_space)
     batch = random_batch(plan, rng, w.batch_segments * w.envs_per_slot)
     samples = int(batch["rewards"].size)
     algo.train(batch, 0.0)

@@ -256,6 +256,7 @@ class EnvPoolSlot:
             raise ConfigError(f"env: {cfg.id!r} observation space {obs_space} is not a Box")
         self.num_envs = num_envs
         self.agents_per_env = 1
+        self.state_space: gym.spaces.Space | None = None
         self.single_observation_space: gym.spaces.Space = obs_space
         self.single_action_space: gym.spaces.Space
         if isinstance(act_space, gym.spaces.Discrete):

@@ -12,7 +12,8 @@ from pettingzoo.utils.env import ParallelEnv
 class CoopTargets(ParallelEnv):
     """A cooperative task for ``agents`` agents: each step every agent is shown its own target (one of ``n``,
     one-hot, plus a one-hot of its own index) and the team's reward is the fraction of agents that picked their
-    target. An episode is ``length`` steps; a random team scores ``length / n``, a perfect one ``length``.
+    target. ``state()`` is every agent's target (for a centralized critic). An episode is ``length`` steps; a
+    random team scores ``length / n``, a perfect one ``length``.
     Every agent's observation is its own, so a run that mixed up which column is which agent could not learn.
 
     ``finish_early``: agent 0 is done after half the episode while the others go on (for the adapter's refusal).
@@ -31,9 +32,16 @@ class CoopTargets(ParallelEnv):
         self._obs_spaces = {a: gym.spaces.Box(0.0, 1.0, (size,), np.float32) for a in self.possible_agents}
         if odd_spaces:
             self._obs_spaces[self.possible_agents[-1]] = gym.spaces.Box(0.0, 1.0, (size + 1,), np.float32)
+        self.state_space = gym.spaces.Box(0.0, 1.0, (agents * n,), np.float32)
         self._rng = np.random.default_rng(0)
         self._targets = np.zeros(agents, np.int64)
         self._t = 0
+
+    def state(self) -> np.ndarray:
+        """The global state: every agent's target, one-hot, side by side."""
+        out = np.zeros((len(self.possible_agents), self.n), np.float32)
+        out[np.arange(len(self.possible_agents)), self._targets] = 1.0
+        return out.reshape(-1)
 
     def observation_space(self, agent: str) -> gym.spaces.Space:
         return self._obs_spaces[agent]

@@ -8,6 +8,10 @@ every agent mapped to one shared policy this is parameter-shared independent
 PPO, the way Sample Factory runs multi-agent envs. An episode's return is
 reported per agent, so a run's return is the mean over agents.
 
+With ``state``, each column's observation also carries the env's global state
+(``env.state()``, field ``state``, the same for every agent of one env) for a
+centralized critic (MAPPO); the acting policy never reads it.
+
 Agents are the env's ``possible_agents``, in that order, and must have one
 observation space and one action space (one shared policy). An agent that is
 done while others go on is refused with one line for now: the streams carry no
@@ -27,7 +31,7 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
-from srl.api.spaces import Observation, UnsupportedSpace, action_spec, flatten_obs, obs_parts
+from srl.api.spaces import STATE, Observation, UnsupportedSpace, action_spec, flatten_obs, obs_parts
 
 
 def is_parallel_env(env: Any) -> bool:
@@ -59,6 +63,12 @@ def agent_spaces(env: Any, name: str) -> tuple[list[str], gym.spaces.Space, gym.
     return agents, obs_space, action_space
 
 
+def global_state_space(env: Any) -> gym.spaces.Space | None:
+    """A ParallelEnv's global state space (PettingZoo's ``state_space`` with ``state()``), when it is a Box."""
+    space = getattr(env, "state_space", None)
+    return space if isinstance(space, gym.spaces.Box) and callable(getattr(env, "state", None)) else None
+
+
 def _action_adapter(space: gym.spaces.Space) -> tuple[gym.spaces.Space, Any]:
     """What the policy samples and how the env gets it: Box actions clipped to the bounds, Discrete and
     MultiDiscrete ones shifted by their ``start`` (as ``envs.factory`` wraps single-agent envs)."""
@@ -77,10 +87,15 @@ def _action_adapter(space: gym.spaces.Space) -> tuple[gym.spaces.Space, Any]:
 class ParallelSlot:
     """B PettingZoo parallel environments, every agent a column; finished episodes reset within the step."""
 
-    def __init__(self, cfg: EnvConfig, num_envs: int, first: Any, make: Any) -> None:
-        """``first``: one environment already made (it is reused); ``make()`` makes the others."""
+    def __init__(self, cfg: EnvConfig, num_envs: int, first: Any, make: Any, state: bool = False) -> None:
+        """``first``: one environment already made (it is reused); ``make()`` makes the others; ``state``: carry
+        the global state in every observation."""
         self.envs = [first, *(make() for _ in range(num_envs - 1))]
         self.name = cfg.id
+        self.state_space: gym.spaces.Space | None = global_state_space(first)
+        if state and self.state_space is None:
+            raise ConfigError(f"ppo.critic_input: state: env {cfg.id!r} has no global state (state_space, state())")
+        self._state = state
         self.agents, self.single_observation_space, env_actions = agent_spaces(first, cfg.id)
         self.single_action_space, self._to_env = _action_adapter(env_actions)
         self.agents_per_env = len(self.agents)
@@ -95,13 +110,16 @@ class ParallelSlot:
         self._seed = seed
         for e, env in enumerate(self.envs):
             env.action_space(self.agents[0]).seed(seed + e)
-        return self._stack([env.reset(seed=seed + e)[0] for e, env in enumerate(self.envs)])
+        obs = self._stack([env.reset(seed=seed + e)[0] for e, env in enumerate(self.envs)])
+        return self._with_state(obs, [env.state() for env in self.envs] if self._state else None)
 
     def step(self, actions: np.ndarray) -> SlotStep:
         N = self.agents_per_env
         actions = self._to_env(actions)
         per_env: list[dict[str, Any]] = []
         final: dict[int, dict[str, Any]] = {}
+        states: list[np.ndarray] = []
+        final_states: dict[int, np.ndarray] = {}
         for e, env in enumerate(self.envs):
             acts = {agent: actions[e * N + i] for i, agent in enumerate(self.agents)}
             obs, reward, terminated, truncated, _ = env.step(acts)
@@ -119,15 +137,21 @@ class ParallelSlot:
                         "are not carried by the streams yet"
                     )
                 final[e] = obs
+                if self._state:
+                    final_states[e] = env.state()
                 self._seed += len(self.envs)
                 obs = env.reset(seed=self._seed + e)[0]
             per_env.append(obs)
+            if self._state:
+                states.append(env.state())
         episode_end = self._terminated | self._truncated
         final_obs = None
         if self._truncated.any():
             final_obs = self._stack([final.get(e, per_env[e]) for e in range(len(self.envs))])
+            if self._state:
+                final_obs = self._with_state(final_obs, [final_states.get(e, states[e]) for e in range(len(states))])
         return SlotStep(
-            self._stack(per_env),
+            self._with_state(self._stack(per_env), states if self._state else None),
             self._reward.copy(),
             self._terminated.copy(),
             self._truncated.copy(),
@@ -149,6 +173,12 @@ class ParallelSlot:
             for name, x in flatten_obs(self.parts, row).items():
                 out[name][c] = x
         return out
+
+    def _with_state(self, obs: Observation, states: list[np.ndarray] | None) -> Observation:
+        """``obs`` with each env's global state repeated for its agents (``[B * N, ...]``), when carried."""
+        if states is not None:
+            obs[STATE] = np.repeat(np.asarray(states, np.float32), self.agents_per_env, axis=0)
+        return obs
 
     def close(self) -> None:
         for env in self.envs:

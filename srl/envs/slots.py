@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from srl.api.config import EnvConfig
+from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import LIFE_LOSS, Slot, SlotStep
 from srl.api.spaces import Observation, flatten_obs, obs_parts
 from srl.envs.factory import create_env, make_env, wrap_env
@@ -18,6 +20,7 @@ class GymSlot:
     """B environments in one ``SyncVectorEnv`` that resets finished episodes within the same step."""
 
     agents_per_env = 1
+    state_space: gym.spaces.Space | None = None
 
     def __init__(self, cfg: EnvConfig, num_envs: int, first: gym.Env | None = None) -> None:
         """``first``: one environment already made by :func:`~srl.envs.factory.make_env` (it is reused)."""
@@ -65,25 +68,45 @@ class GymSlot:
         self.venv.close()
 
 
-def make_slot(cfg: EnvConfig, num_envs: int) -> Slot:
+def make_slot(cfg: EnvConfig, num_envs: int, state: bool = False) -> Slot:
     """``num_envs`` environments as one slot: the backend ``env.backend`` names, and for ``gymnasium`` the one
-    that fits what ``env.id`` makes (a PettingZoo ``ParallelEnv`` is a slot of every agent of every env)."""
+    that fits what ``env.id`` makes (a PettingZoo ``ParallelEnv`` is a slot of every agent of every env).
+    ``state``: observations also carry the env's global state (field ``state``; multi-agent envs only)."""
     if cfg.backend == "envpool":
         from srl.envs.envpool_slot import EnvPoolSlot
 
-        return EnvPoolSlot(cfg, num_envs)
-    env = create_env(cfg)
-    if is_parallel_env(env):
-        return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg))
-    return GymSlot(cfg, num_envs, wrap_env(cfg, env))
+        slot: Slot = EnvPoolSlot(cfg, num_envs)
+    else:
+        env = create_env(cfg)
+        if is_parallel_env(env):
+            return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg), state)
+        slot = GymSlot(cfg, num_envs, wrap_env(cfg, env))
+    if state:
+        slot.close()
+        raise ConfigError(f"ppo.critic_input: state: env {cfg.id!r} has no global state (a multi-agent env's state())")
+    return slot
 
 
-def probe_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Space, gym.spaces.Space, int]:
-    """One column's observation and action space as the streams see them, and how many columns (agents) one
-    environment is, probed through the configured slot backend (which itself validates the env and its
-    options)."""
+@dataclass(frozen=True)
+class SlotSpaces:
+    """What the streams need to know of an env, probed once."""
+
+    obs: gym.spaces.Space
+    """One column's observation space."""
+    action: gym.spaces.Space
+    agents: int
+    """Columns (agents) per environment."""
+    state: gym.spaces.Space | None
+    """The global state space of a multi-agent env, or None."""
+
+
+def probe_spaces(cfg: EnvConfig) -> SlotSpaces:
+    """One column's spaces as the streams see them, probed through the configured slot backend (which itself
+    validates the env and its options)."""
     slot = make_slot(cfg, 1)
     try:
-        return slot.single_observation_space, slot.single_action_space, slot.agents_per_env
+        return SlotSpaces(
+            slot.single_observation_space, slot.single_action_space, slot.agents_per_env, slot.state_space
+        )
     finally:
         slot.close()

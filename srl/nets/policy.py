@@ -20,7 +20,7 @@ from gymnasium import spaces
 from torch import Tensor, nn
 
 from srl.api.config import ModelConfig
-from srl.api.spaces import ACTION_MASK, ObsPart, action_spec, mask_part, obs_parts
+from srl.api.spaces import ACTION_MASK, OBS, ObsPart, action_spec, mask_part, obs_parts
 from srl.nets.cnn import NatureCNN
 from srl.nets.distributions import ActionHead, make_action_head, mask_logits, masked_categorical_evaluate
 from srl.nets.mlp import init_linear, mlp
@@ -62,10 +62,12 @@ class ObsEncoder(nn.Module):
         activation: str,
         layer_norm: bool,
         normalize_obs: bool,
+        root: str = OBS,
     ) -> None:
+        """``root``: the field names of the parts (``obs...``; ``state...`` for a global state)."""
         super().__init__()
         # an action mask is not a feature: it only masks the actor's logits (PolicyNet)
-        self.parts: tuple[ObsPart, ...] = tuple(p for p in obs_parts(obs_space) if p.name != ACTION_MASK)
+        self.parts: tuple[ObsPart, ...] = tuple(p for p in obs_parts(obs_space, root) if p.name != ACTION_MASK)
         self.normalizers = nn.ModuleDict()
         self.cnns = nn.ModuleDict()
         self._codes: dict[str, tuple[Tensor, int]] = {}  # part -> (one-hot offsets, width)
@@ -322,15 +324,19 @@ class ValueNet(_Flattened):
         shared_encoder: nn.Module | None = None,
         normalize_values: bool = False,
         encoder: nn.Module | None = None,
+        root: str = OBS,
     ) -> None:
         """``encoder``: a plugin encoder of its own (an ``nn.Module`` with ``out_dim``) instead of an
-        :class:`ObsEncoder`; ignored when ``shared_encoder`` is given."""
+        :class:`ObsEncoder`; ignored when ``shared_encoder`` is given. ``root``: the field names its built-in
+        encoder reads (``obs...``, or ``state...`` for a critic on the global state)."""
         super().__init__()
         self.shared: bool = shared_encoder is not None
         self._encoder: tuple[ObsEncoder, ...]  # plain tuple: not registered when shared
         if shared_encoder is None:
             self.own_encoder = (
-                encoder if encoder is not None else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs)
+                encoder
+                if encoder is not None
+                else ObsEncoder(obs_space, hidden, activation, layer_norm, normalize_obs, root)
             )
             self._encoder = (self.own_encoder,)  # type: ignore[assignment]  # a plugin encoder: out_dim, forward
         else:

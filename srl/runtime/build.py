@@ -208,6 +208,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
         seed=cfg.seed,
         collective=collective,
         device=cfg.workers.trainer_device,
+        state_space=plan.state_space,
     )
     trainer = TrainerWorker(
         index,
@@ -297,7 +298,7 @@ def build_actor(ctx: BuildContext) -> Worker:
         rewards = lambda n: RewardTransform(n, cfg.ppo.gamma, env.normalize_reward, env.reward_clip)  # noqa: E731
     return ActorWorker(
         index,
-        lambda slot: make_slot(env, w.envs_per_slot),
+        lambda slot: make_slot(env, w.envs_per_slot, state=plan.state_space is not None),
         w.ring_size,
         pool,
         inference,

@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from srl.api.config import ExperimentConfig, build
+from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.api.plugins import resolve
 from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
@@ -33,6 +33,8 @@ class Plan:
     layout: PoolLayout
     """One node's pool: rows for the actors of one node group (all actors, outside Ray)."""
     param_size: int
+    state_space: gym.spaces.Space | None = None
+    """The env's global state when the critic reads it (``ppo.critic_input: state``): carried in segments."""
     null_trainer: bool = False
     """Replace the trainer by one that discards segments (sampling benchmarks)."""
     resume: str | None = None
@@ -116,24 +118,32 @@ class Plan:
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     """Probe the environment once and size the streams (raises ConfigError on a bad env)."""
-    obs_space, action_space, agents = probe_spaces(cfg.env)
+    probed = probe_spaces(cfg.env)
+    obs_space, action_space = probed.obs, probed.action
+    state_space = None
+    if cfg.ppo.critic_input == "state":
+        if probed.state is None:
+            raise ConfigError(
+                f"ppo.critic_input: state: env {cfg.env.id!r} has no global state (a multi-agent env's state())"
+            )
+        state_space = probed.state
     if cfg.stage.worker is not None:  # a wrong name is one line now, not a failing worker later
         resolve(cfg.stage.worker, {}, "stage.worker")
     w = cfg.workers
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
         policy = acting_policy(obs_space, action_space, cfg)
         param_size = policy.flat_size()
-    schema = sample_schema(obs_space, action_space, policy.output_fields())
+    schema = sample_schema(obs_space, action_space, policy.output_fields(), state_space)
     nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
     layout = PoolLayout.of(
         schema,
         w.segment_length,
-        w.envs_per_slot * agents,  # every agent of every env is a column
+        w.envs_per_slot * probed.agents,  # every agent of every env is a column
         actors=w.actors // nodes,
         buffers=w.buffers_per_actor,
         slots=w.ring_size,
     )
-    return Plan(cfg, obs_space, action_space, layout, param_size, null_trainer)
+    return Plan(cfg, obs_space, action_space, layout, param_size, state_space, null_trainer)
 
 
 def plan_from_spec(spec: Mapping[str, Any]) -> Plan:

@@ -65,7 +65,7 @@ class PoolLayout:
             buffers,
             schema.segment(T, B),
             slots,
-            tuple(f.name for f in schema.fields.values() if f.scope is Scope.OBSERVATION),
+            tuple(f.name for f in schema.fields.values() if f.scope is Scope.OBSERVATION and f.acting),
             frozenset(f.name for f in schema.fields.values() if f.scope is Scope.SEGMENT),
         )
 
@@ -107,8 +107,8 @@ class SegmentPool:
         open_ = ShmArray.create if create else ShmArray.attach
         handles: list[ShmArray] = []
         try:
-            for name, spec in layout.fields.items():
-                handles.append(open_(f"{tag}_pool_{name}", layout.shape(name), spec.dtype))
+            for name, spec in layout.fields.items():  # fields apart from the flags: a field may be named "state"
+                handles.append(open_(f"{tag}_field_{name}", layout.shape(name), spec.dtype))
             handles.append(open_(f"{tag}_pool_state", (layout.actors, layout.buffers), "int32"))
             handles.append(open_(f"{tag}_pool_tickets", (layout.actors, layout.slots), "int32"))
         except BaseException:

@@ -62,6 +62,11 @@ class ExperimentConfig:
             "params",
             "the inline runtime shares one buffer; relays and flat mode need runtime: local",
         )
+        check(
+            self.ppo.critic_input == "obs" or not self.model.shared_encoder,
+            "ppo.critic_input",
+            "a critic on the global state has its own encoder: needs model.shared_encoder: false",
+        )
         nodes = self.ray.actor_nodes if self.runtime == "ray" else 1
         check(
             self.stage.worker is None or self.stage.per_node <= self.workers.actors // nodes,

@@ -51,6 +51,10 @@ class PPOConfig:
     """``decentralized``: snapshots carry the actor only, and with several trainers each keeps and trains its
     own critic (only actor gradients are all-reduced). ``centralized``: the critic is all-reduced and
     broadcast with the actor, as in designs that evaluate values on the policy workers."""
+    critic_input: Literal["obs", "state"] = "obs"
+    """What the critic sees: each agent's own observation (``obs``; IPPO in a multi-agent env), or the env's
+    global state (``state``: MAPPO's centralized value function, for multi-agent envs with ``state()``; the
+    state travels for the trainer only and never reaches policy workers)."""
     td_compensation: bool = False
     """Correct for policy lag: the clipped ratio is taken against the current (proximal) policy, and each
     sample's surrogate is weighted by its importance weight current/behaviour truncated at ``is_rho_clip``
