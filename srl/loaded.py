@@ -6,7 +6,9 @@ that the env's spaces are the ones it was trained on, and loads the policy
 snapshot (so it works for any algorithm plugin, not only PPO). ``act`` takes
 observations as the env gives them: one observation, or a batch of them
 (nested dicts and tuples for Dict and Tuple spaces), and returns actions the
-env accepts (Box actions clipped to the bounds, ``start`` offsets added).
+env accepts (Box actions clipped to the bounds, ``start`` offsets added). For
+a multi-agent env (a PettingZoo ``ParallelEnv``) it takes the env's dict of
+per-agent observations and returns a dict of per-agent actions.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ class LoadedPolicy:
         action_space: spaces.Space,
         to_env: Callable[[np.ndarray], np.ndarray],
         info: dict,
+        agents: list[str] | None = None,
     ) -> None:
-        """``to_env``: the env factory's own action adapter (clipping, start offsets), applied to a batch."""
-        self.policy, self.config = policy, cfg
+        """``to_env``: the env factory's own action adapter (clipping, start offsets), applied to a batch;
+        ``agents``: a multi-agent env's agent ids (the spaces are then each agent's)."""
+        self.policy, self.config, self.agents = policy, cfg, agents
         self.observation_space, self.action_space = obs_space, action_space
         self._to_env = to_env
         self.version: int = int(info["version"])
@@ -45,28 +49,48 @@ class LoadedPolicy:
         self._parts: tuple[ObsPart, ...] = obs_parts(obs_space)
 
     def act(self, obs: Any, deterministic: bool = True) -> Any:
-        """Actions for ``obs`` (one observation, or a batch with a leading dimension); greedy unless told not."""
+        """Actions for ``obs`` (one observation, or a batch with a leading dimension; for a multi-agent env, a
+        dict of agent id -> observation, answered with agent id -> action); greedy unless told not."""
+        if self.agents is not None:
+            if not isinstance(obs, dict) or not set(obs) <= set(self.agents):
+                raise ValueError(f"a multi-agent policy acts on a dict of agent id -> observation ({self.agents})")
+            ids = list(obs)
+            rows = [flatten_obs(self._parts, obs[a]) for a in ids]
+            batch = {p.name: np.stack([np.asarray(r[p.name], p.dtype) for r in rows]) for p in self._parts}
+            return dict(zip(ids, self._act(batch, deterministic)))
         parts = flatten_obs(self._parts, obs)
         first = self._parts[0]
         single = np.ndim(parts[first.name]) == len(first.shape)
         batch = {p.name: np.asarray(parts[p.name], dtype=p.dtype).reshape((-1, *p.shape)) for p in self._parts}
+        actions = self._act(batch, deterministic)
+        return actions[0] if single else actions
+
+    def _act(self, batch: dict[str, np.ndarray], deterministic: bool) -> np.ndarray:
+        """Env actions for a batch of flat observation parts."""
         with torch.inference_mode():
             actions = np.asarray(self.policy.act(batch, deterministic=deterministic)["actions"])
         if isinstance(self.action_space, spaces.Box):
             actions = actions.reshape((-1, *self.action_space.shape))
-        actions = np.asarray(self._to_env(actions))
-        return actions[0] if single else actions
+        return np.asarray(self._to_env(actions))
 
 
 def load(target: Path) -> LoadedPolicy:
     """See :func:`srl.load_policy`."""
     from gymnasium.wrappers import ClipAction
 
-    from srl.envs.factory import ShiftActions, make_env
+    from srl.envs.factory import ShiftActions, create_env, wrap_env
+    from srl.envs.multiagent import action_adapter, agent_spaces, is_parallel_env
     from srl.evaluate import load_policy
 
     cfg, policy, info = load_policy(target)
-    env = make_env(cfg.env)
+    raw = create_env(cfg.env)
+    if is_parallel_env(raw):
+        try:
+            agents, obs_space, action_space = agent_spaces(raw, cfg.env.id)
+        finally:
+            raw.close()
+        return LoadedPolicy(policy, cfg, obs_space, action_space, action_adapter(action_space)[1], info, agents)
+    env = wrap_env(cfg.env, raw)
     try:
         # Observations as the configured env (with its preprocessing) gives them; actions as the env takes them
         # before our own action adapter (clipping, start offsets), which act() applies instead.

@@ -195,3 +195,24 @@ def test_mappo_with_a_critic_on_the_global_state_learns_the_cooperative_task(ove
         run_dir=tmp_path / "run",
     )
     assert summary["solved"] and summary["solved_return_mean"] >= 6.5, summary
+
+
+def test_load_policy_answers_a_dict_of_agent_observations(tmp_path):
+    from srl.envs.ma_testing import coop_targets
+
+    summary = srl.train(
+        {"runtime": "inline", "env": {"id": COOP}, "run": {"total_env_steps": 200_000, "target_return": 7.0}},
+        run_dir=tmp_path / "run",
+    )
+    assert summary["solved"], summary
+    policy = srl.load_policy(tmp_path / "run")
+    assert policy.agents == ["agent_0", "agent_1"]
+    env = coop_targets()
+    obs, _ = env.reset(seed=11)
+    actions = policy.act(obs)
+    assert set(actions) == {"agent_0", "agent_1"}
+    assert all(env.action_space(a).contains(int(x)) for a, x in actions.items())
+    # a policy that solved the task picks each agent's own target
+    assert [int(actions[a]) for a in env.agents] == [int(obs[a][:4].argmax()) for a in env.agents]
+    with pytest.raises(ValueError, match="dict of agent id -> observation"):
+        policy.act(obs["agent_0"])

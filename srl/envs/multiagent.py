@@ -69,7 +69,7 @@ def global_state_space(env: Any) -> gym.spaces.Space | None:
     return space if isinstance(space, gym.spaces.Box) and callable(getattr(env, "state", None)) else None
 
 
-def _action_adapter(space: gym.spaces.Space) -> tuple[gym.spaces.Space, Any]:
+def action_adapter(space: gym.spaces.Space) -> tuple[gym.spaces.Space, Any]:
     """What the policy samples and how the env gets it: Box actions clipped to the bounds, Discrete and
     MultiDiscrete ones shifted by their ``start`` (as ``envs.factory`` wraps single-agent envs)."""
     if isinstance(space, gym.spaces.Box):
@@ -97,7 +97,7 @@ class ParallelSlot:
             raise ConfigError(f"ppo.critic_input: state: env {cfg.id!r} has no global state (state_space, state())")
         self._state = state
         self.agents, self.single_observation_space, env_actions = agent_spaces(first, cfg.id)
-        self.single_action_space, self._to_env = _action_adapter(env_actions)
+        self.single_action_space, self._to_env = action_adapter(env_actions)
         self.agents_per_env = len(self.agents)
         self.num_envs = num_envs * self.agents_per_env
         self.parts = obs_parts(self.single_observation_space)
