@@ -216,3 +216,45 @@ def test_load_policy_answers_a_dict_of_agent_observations(tmp_path):
     assert [int(actions[a]) for a in env.agents] == [int(obs[a][:4].argmax()) for a in env.agents]
     with pytest.raises(ValueError, match="dict of agent id -> observation"):
         policy.act(obs["agent_0"])
+
+
+# ---------------------------------------------------------------------------------------------- VMAS
+VMAS = EnvConfig(
+    id="vmas:make_env",
+    kwargs={"scenario": "balance", "n_agents": 3, "max_steps": 6, "continuous_actions": True, "device": "cpu"},
+)
+
+
+def test_a_vmas_env_is_one_batched_slot_of_worlds_times_agents():
+    probed = probe_spaces(VMAS)
+    assert (probed.obs.shape, probed.action.shape, probed.agents) == ((16,), (2,), 3)
+    slot = make_slot(VMAS, 4)
+    try:
+        assert slot.env.num_envs == 4 and slot.num_envs == 12  # one VMAS env: num_envs worlds
+        obs = slot.reset(seed=0)["obs"]
+        assert obs.shape == (12, 16)
+        for _ in range(5):
+            step = slot.step(np.zeros((12, 2), np.float32))
+            assert not step.episode_end.any()
+            # one team reward per world, the same in its 3 columns
+            assert (step.reward.reshape(4, 3) == step.reward.reshape(4, 3)[:, :1]).all()
+        last = slot.step(np.full((12, 2), 5.0, np.float32))  # clipped to the bounds, not refused
+        assert last.truncated.all() and not last.terminated.any()  # max_steps is a time limit
+        assert last.final_obs is not None and last.final_obs["obs"].shape == (12, 16)
+        assert not slot.step(np.zeros((12, 2), np.float32)).episode_end.any()  # every world was reset
+    finally:
+        slot.close()
+
+
+def test_a_vmas_run_trains_end_to_end(tmp_path):
+    summary = srl.train(
+        {
+            "runtime": "inline",
+            "env": {"id": VMAS.id, "kwargs": {**VMAS.kwargs, "max_steps": 50}},
+            "workers": {"envs_per_slot": 8, "segment_length": 25},
+            "run": {"total_env_steps": 4_000},
+        },
+        run_dir=tmp_path / "run",
+    )
+    assert summary["stop_reason"] == "env_steps" and summary["episodes"] > 0, summary
+    assert summary["final_eval_agents_per_episode"] == 3

@@ -8,6 +8,7 @@ together) are built in :mod:`srl.envs.slots`.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -71,19 +72,23 @@ def make_env(cfg: EnvConfig) -> gym.Env:
     Discrete and MultiDiscrete actions with a ``start`` are shifted, so the policy samples from 0.
     """
     env = create_env(cfg)
-    if not isinstance(env, gym.Env):  # create_env lets only a PettingZoo ParallelEnv through besides
-        env.close()
+    if not isinstance(env, gym.Env):  # create_env lets only multi-agent envs through besides
+        if hasattr(env, "close"):
+            env.close()
         raise ConfigError(
             f"env.id: {cfg.id!r} is a multi-agent env (a PettingZoo ParallelEnv); this needs a gymnasium.Env"
         )
     return wrap_env(cfg, env)
 
 
-def create_env(cfg: EnvConfig) -> Any:
-    """What ``env.id`` makes, unwrapped: a ``gymnasium.Env`` or a PettingZoo ``ParallelEnv`` (see
-    :func:`srl.envs.slots.make_slot`); one line naming the env for anything else."""
+def create_env(cfg: EnvConfig, num_envs: int = 1) -> Any:
+    """What ``env.id`` makes, unwrapped: a ``gymnasium.Env``, a PettingZoo ``ParallelEnv`` or a VMAS env (see
+    :func:`srl.envs.slots.make_slot`); one line naming the env for anything else. A factory that takes a
+    ``num_envs`` argument makes a batch of environments at once (VMAS): it gets ``num_envs``."""
     factory = _resolve(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.kwargs)
+    if _takes_num_envs(factory):
+        kwargs["num_envs"] = num_envs
     custom = ":" in cfg.id  # a user's factory need not take max_episode_steps: its env gets a TimeLimit instead
     if cfg.max_episode_steps is not None and not custom:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
@@ -96,12 +101,21 @@ def create_env(cfg: EnvConfig) -> Any:
     if isinstance(env, gym.Env):
         return env
     from srl.envs.multiagent import is_parallel_env
+    from srl.envs.vmas_slot import is_vmas_env
 
-    if is_parallel_env(env):
+    if is_parallel_env(env) or is_vmas_env(env):
         if cfg.max_episode_steps is not None:
             raise ConfigError(f"env.max_episode_steps: {cfg.id!r} is a multi-agent env; set its own episode length")
         return env
-    raise ConfigError(f"env.id: {cfg.id!r} did not return a gymnasium.Env or a PettingZoo ParallelEnv")
+    raise ConfigError(f"env.id: {cfg.id!r} did not return a gymnasium.Env, a PettingZoo ParallelEnv or a VMAS env")
+
+
+def _takes_num_envs(factory: Callable[..., Any]) -> bool:
+    """Whether ``factory`` has a ``num_envs`` parameter (it makes a batch of environments)."""
+    try:
+        return "num_envs" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return False
 
 
 def wrap_env(cfg: EnvConfig, env: gym.Env) -> gym.Env:

@@ -14,6 +14,7 @@ from srl.api.env import LIFE_LOSS, Slot, SlotStep
 from srl.api.spaces import Observation, flatten_obs, obs_parts
 from srl.envs.factory import create_env, make_env, wrap_env
 from srl.envs.multiagent import ParallelSlot, is_parallel_env
+from srl.envs.vmas_slot import VmasSlot, is_vmas_env
 
 
 class GymSlot:
@@ -70,17 +71,21 @@ class GymSlot:
 
 def make_slot(cfg: EnvConfig, num_envs: int, state: bool = False) -> Slot:
     """``num_envs`` environments as one slot: the backend ``env.backend`` names, and for ``gymnasium`` the one
-    that fits what ``env.id`` makes (a PettingZoo ``ParallelEnv`` is a slot of every agent of every env).
+    that fits what ``env.id`` makes (a PettingZoo ``ParallelEnv`` or a VMAS env is a slot of every agent of
+    every env).
     ``state``: observations also carry the env's global state (field ``state``; multi-agent envs only)."""
     if cfg.backend == "envpool":
         from srl.envs.envpool_slot import EnvPoolSlot
 
         slot: Slot = EnvPoolSlot(cfg, num_envs)
     else:
-        env = create_env(cfg)
+        env = create_env(cfg, num_envs)
         if is_parallel_env(env):
             return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg), state)
-        slot = GymSlot(cfg, num_envs, wrap_env(cfg, env))
+        if is_vmas_env(env):
+            slot = VmasSlot(cfg.id, env)
+        else:
+            slot = GymSlot(cfg, num_envs, wrap_env(cfg, env))
     if state:
         slot.close()
         raise ConfigError(f"ppo.critic_input: state: env {cfg.id!r} has no global state (a multi-agent env's state())")
