@@ -75,9 +75,7 @@ def make_env(cfg: EnvConfig) -> gym.Env:
     if not isinstance(env, gym.Env):  # create_env lets only multi-agent envs through besides
         if hasattr(env, "close"):
             env.close()
-        raise ConfigError(
-            f"env.id: {cfg.id!r} is a multi-agent env (a PettingZoo ParallelEnv); this needs a gymnasium.Env"
-        )
+        raise ConfigError(f"env.id: {cfg.id!r} is a multi-agent env (PettingZoo or VMAS); this needs a gymnasium.Env")
     return wrap_env(cfg, env)
 
 
