@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -135,6 +138,28 @@ def test_an_action_mask_part_is_not_encoded_and_must_fit_the_actions():
         PolicyNet(space, gym.spaces.MultiDiscrete([2, 3]))
 
 
+def test_a_mask_that_does_not_fit_the_actions_is_one_line():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "train",
+            "configs/cartpole_ppo.yaml",
+            "--set",
+            "env.id=srl.envs.testing:masked_choice",
+            "--set",
+            "env.kwargs={mask_size: 4}",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "expected 6 0/1 entries (one per action)" in proc.stderr
+
+
 @pytest.mark.parametrize("overrides", [["runtime=inline"], ["workers.policy_workers=1", "workers.actors=2"]])
 def test_a_masked_env_learns_and_never_gets_an_illegal_action(overrides, tmp_path):
     """MaskedChoice raises on an illegal action, so the run itself is the check (inference in the actor and in
@@ -179,7 +204,7 @@ def test_the_global_state_rides_with_every_agent_and_is_never_acted_on():
 def test_a_critic_on_the_state_needs_an_env_with_one():
     with pytest.raises(ConfigError, match=r"ppo.critic_input: state: env 'CartPole-v1' has no global state"):
         srl.train({"env": {"id": "CartPole-v1"}, "ppo": {"critic_input": "state"}})
-    with pytest.raises(ConfigError, match="needs model.shared_encoder: false"):
+    with pytest.raises(ConfigError, match=r"needs model\.shared_encoder: false"):
         srl.train({"env": {"id": COOP}, "ppo": {"critic_input": "state"}, "model": {"shared_encoder": True}})
 
 

@@ -90,6 +90,12 @@ def mask_part(parts: tuple[ObsPart, ...], action: ActionSpec) -> ObsPart | None:
     return mask
 
 
+def check_spaces(obs_space: spaces.Space, action_space: spaces.Space) -> None:
+    """Raise :class:`UnsupportedSpace` naming what the streams cannot carry: a part, the actions, or an action
+    mask that does not fit them."""
+    mask_part(obs_parts(obs_space), action_spec(action_space))
+
+
 def is_image(shape: tuple[int, ...], dtype: np.dtype | str) -> bool:
     """Image observations (``[C, H, W]`` uint8) go through a CNN, and are neither normalized nor kept as final obs."""
     return len(shape) == 3 and np.dtype(dtype) == np.uint8

@@ -19,7 +19,7 @@ from gymnasium.wrappers import ClipAction, TimeLimit
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.plugins import resolve
-from srl.api.spaces import UnsupportedSpace, action_spec, obs_parts
+from srl.api.spaces import UnsupportedSpace, check_spaces
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,7 @@ def wrap_env(cfg: EnvConfig, env: gym.Env) -> gym.Env:
     ):
         env = ShiftActions(env)
     try:
-        obs_parts(env.observation_space)
-        action_spec(env.action_space)
+        check_spaces(env.observation_space, env.action_space)
     except UnsupportedSpace as exc:
         env.close()
         raise ConfigError(f"env: {cfg.id!r} {exc}") from None

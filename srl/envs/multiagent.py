@@ -31,7 +31,7 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
-from srl.api.spaces import STATE, Observation, UnsupportedSpace, action_spec, flatten_obs, obs_parts
+from srl.api.spaces import STATE, Observation, UnsupportedSpace, check_spaces, flatten_obs, obs_parts
 
 
 def is_parallel_env(env: Any) -> bool:
@@ -56,8 +56,7 @@ def agent_spaces(env: Any, name: str) -> tuple[list[str], gym.spaces.Space, gym.
                 f"({env.observation_space(agent)}, {env.action_space(agent)}); agents sharing a policy need one"
             )
     try:
-        obs_parts(obs_space)
-        action_spec(action_space)
+        check_spaces(obs_space, action_space)
     except UnsupportedSpace as exc:
         raise ConfigError(f"env: {name!r} {exc}") from None
     return agents, obs_space, action_space

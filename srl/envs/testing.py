@@ -132,10 +132,12 @@ class MaskedChoice(gym.Env):
     pays 1. An illegal action raises: a run on this env fails if its policy ever samples one. Episodes are
     ``length`` steps; a uniformly random *legal* choice scores ``length / legal``."""
 
-    def __init__(self, n: int = 6, legal: int = 3, length: int = 8) -> None:
+    def __init__(self, n: int = 6, legal: int = 3, length: int = 8, mask_size: int | None = None) -> None:
+        """``mask_size``: declare a mask of another size than the actions (for the refusal of such a space)."""
         self.n, self.legal, self.length = n, legal, length
+        mask = gym.spaces.MultiBinary(n if mask_size is None else mask_size)
         self.observation_space = gym.spaces.Dict(
-            {"observation": gym.spaces.Box(0.0, 1.0, (n,), np.float32), "action_mask": gym.spaces.MultiBinary(n)}
+            {"observation": gym.spaces.Box(0.0, 1.0, (n,), np.float32), "action_mask": mask}
         )
         self.action_space = gym.spaces.Discrete(n)
         self._mask = np.zeros(n, np.int8)

@@ -23,7 +23,7 @@ import torch
 
 from srl.api.config import ConfigError
 from srl.api.env import SlotStep
-from srl.api.spaces import OBS, Observation, UnsupportedSpace, action_spec, obs_parts
+from srl.api.spaces import OBS, Observation, UnsupportedSpace, check_spaces
 
 
 def is_vmas_env(env: Any) -> bool:
@@ -65,8 +65,7 @@ class VmasSlot:
             raise ConfigError(f"env: {name!r}: agents have different spaces; agents sharing a policy need one")
         self.single_observation_space, self.single_action_space = obs_spaces[0], act_spaces[0]
         try:
-            self.parts = obs_parts(self.single_observation_space)
-            action_spec(self.single_action_space)
+            check_spaces(self.single_observation_space, self.single_action_space)
         except UnsupportedSpace as exc:
             raise ConfigError(f"env: {name!r} {exc}") from None
         box = self.single_action_space
