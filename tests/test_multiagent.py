@@ -74,15 +74,35 @@ def test_agents_with_other_spaces_are_refused_in_one_line():
         probe_spaces(EnvConfig(id=COOP, kwargs={"odd_spaces": True}))
 
 
-def test_an_agent_that_finishes_before_the_others_is_refused():
+def test_an_agent_done_before_the_others_leaves_its_column_idle_until_the_env_ends():
+    """agent_0 terminates after 4 of 8 steps: its column is not alive (zero reward, no episode end) until the env
+    resets with both agents."""
     slot = make_slot(EnvConfig(id=COOP, kwargs={"finish_early": True}), 1)
     try:
         slot.reset(seed=0)
-        with pytest.raises(RuntimeError, match=r"agents \['agent_0'\] finished before the others"):
-            for _ in range(8):
-                slot.step(np.zeros(2, np.int64))
+        steps = [slot.step(np.zeros(2, np.int64)) for _ in range(9)]
+        assert [s.alive.tolist() for s in steps] == [[True, True]] * 4 + [[False, True]] * 4 + [[True, True]]
+        assert [s.episode_end.tolist() for s in steps[:8]] == [[False, False]] * 3 + [[True, False]] + [
+            [False, False]
+        ] * 3 + [[False, True]]
+        assert steps[3].terminated[0] and steps[7].truncated[1] and not steps[7].truncated[0]
+        assert all(s.reward[0] == 0 and (s.obs["obs"][0] == 0).all() for s in steps[4:7])  # idle, not acting
+        assert (steps[7].obs["obs"] != 0).any(axis=1).all()  # the env reset: both agents observe again
     finally:
         slot.close()
+
+
+def test_agents_that_finish_apart_still_learn(tmp_path):
+    """Only the steps an agent acted in are samples (the ``alive`` field); agent_0 plays 4 steps, agent_1 8, so
+    a perfect team's mean return is 6 and a random one's 1.5."""
+    summary = srl.train(
+        {
+            "env": {"id": COOP, "kwargs": {"finish_early": True}},
+            "run": {"total_env_steps": 400_000, "target_return": 5.0, "return_window": 100},
+        },
+        run_dir=tmp_path / "run",
+    )
+    assert summary["solved"] and summary["solved_return_mean"] >= 5.0, summary
 
 
 @pytest.mark.parametrize("runtime", ["inline", "local"])

@@ -219,13 +219,18 @@ class PPO:
         adv, ret, old_v = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
         # The critic regresses on its own scale (standardized returns with value normalization).
         ret_head, old_v_head = self.value.normalize(ret), self.value.normalize(old_v)
-        size = T * N
+        # Multi-agent segments say which columns acted; the idle steps of an agent that is done are not samples.
+        # (Their advantages are never read across: the agent's last step is terminal or bootstrapped.)
+        rows = None if "alive" not in batch else self._tensor(batch["alive"]).reshape(-1).nonzero().squeeze(-1)
+        size = T * N if rows is None else len(rows)
         mb = max(1, size // cfg.minibatches)
         sums: dict[str, float] = {}
         count = 0
         for _ in range(cfg.epochs):
             perm = torch.randperm(size, generator=self._gen).to(self.device)
-            for start in range(0, size - mb + 1, mb):
+            if rows is not None:
+                perm = rows[perm]
+            for start in range(0, mb * cfg.minibatches, mb):  # exactly ``minibatches``: peers stay in lockstep
                 idx = perm[start : start + mb]
                 mb_obs = {name: x[idx] for name, x in obs.items()}
                 stats = self._minibatch(
@@ -244,6 +249,10 @@ class PPO:
         # Statistics move only after the update: during it the policy sees its inputs as the behaviour policy did
         # (so the ratio starts at 1); the new statistics ship with the next snapshot. Actor statistics are merged
         # across trainers (every replica must normalize alike); a decentralized critic keeps its own.
+        if rows is not None:  # statistics of the steps that were acted in only
+            obs = {name: x[rows] for name, x in obs.items()}
+            critic_obs = {name: x[rows] for name, x in critic_obs.items()}
+            ret, old_v = ret[rows], old_v[rows]
         for rms, x in _normalizer_inputs(self.policy.encoder, obs):
             self._update_rms(rms, x, merged=True)
         if not self.value.shared:

@@ -37,6 +37,9 @@ class SlotStep:
     episode_end: np.ndarray
     final_obs: Observation | None
     """Last observations, valid where ``truncated``; None when nothing was truncated."""
+    alive: np.ndarray | None = None
+    """Multi-agent slots: the columns whose agent acted in this step (an agent done before the others, or not
+    yet in the env, is not alive: its column carries no sample). None: every column acted."""
 
 
 class Slot(Protocol):

@@ -116,14 +116,20 @@ STREAM_FIELDS = (Field("version", (), "int64"),)
 """What the inference stream contributes: the policy version that answered each step."""
 
 
+ALIVE = Field("alive", (), "bool")
+"""Declared by multi-agent slots: whether the column's agent acted at each step (trainers learn from those
+steps only)."""
+
+
 def sample_schema(
     obs_space: spaces.Space,
     action_space: spaces.Space,
     policy_fields: Iterable[Field],
     state_space: spaces.Space | None = None,
+    alive: bool = False,
 ) -> SampleSchema:
-    """A run's schema: what its env's spaces (and, for a centralized critic, its global state), its acting
-    policy's outputs and the streams declare."""
+    """A run's schema: what its env's spaces (and, for a centralized critic, its global state; for a
+    multi-agent env, which agents acted), its acting policy's outputs and the streams declare."""
     state = () if state_space is None else obs_parts(state_space, STATE)
-    env = env_fields(obs_parts(obs_space), action_spec(action_space), state)
+    env = env_fields(obs_parts(obs_space), action_spec(action_space), state) + ([ALIVE] if alive else [])
     return SampleSchema([*env, *policy_fields, *STREAM_FIELDS])

@@ -14,8 +14,10 @@ centralized critic (MAPPO); the acting policy never reads it.
 
 Agents are the env's ``possible_agents``, in that order, and must have one
 observation space and one action space (one shared policy). An agent that is
-done while others go on is refused with one line for now: the streams carry no
-per-agent activity mask yet.
+done while others go on, or that is not in the env yet, leaves its column idle
+(zero observation and reward) and not ``alive``: segments carry which columns
+acted (the ``alive`` field), and trainers learn from those steps only. Its
+episode ends when the agent is done; the env's ends when every agent is.
 
 The B environments are stepped in a loop, as Gymnasium's ``SyncVectorEnv``
 steps single-agent ones; PettingZoo's own vectorization lives in another
@@ -103,6 +105,7 @@ class ParallelSlot:
         self._reward = np.zeros(self.num_envs, np.float32)
         self._terminated = np.zeros(self.num_envs, bool)
         self._truncated = np.zeros(self.num_envs, bool)
+        self._alive = np.ones(self.num_envs, bool)
         self._seed = 0
 
     def reset(self, seed: int) -> Observation:
@@ -119,22 +122,22 @@ class ParallelSlot:
         final: dict[int, dict[str, Any]] = {}
         states: list[np.ndarray] = []
         final_states: dict[int, np.ndarray] = {}
+        self._reward[:] = 0.0
+        self._terminated[:] = False
+        self._truncated[:] = False
+        alive = self._alive
         for e, env in enumerate(self.envs):
-            acts = {agent: actions[e * N + i] for i, agent in enumerate(self.agents)}
+            live = set(env.agents)
+            acts = {agent: actions[e * N + i] for i, agent in enumerate(self.agents) if agent in live}
             obs, reward, terminated, truncated, _ = env.step(acts)
             for i, agent in enumerate(self.agents):
                 c = e * N + i
-                self._reward[c] = reward.get(agent, 0.0)
-                self._terminated[c] = bool(terminated.get(agent, False))
-                self._truncated[c] = bool(truncated.get(agent, False)) and not self._terminated[c]
-            done = self._terminated[e * N : (e + 1) * N] | self._truncated[e * N : (e + 1) * N]
-            if done.any():
-                if not done.all() or env.agents:
-                    finished = [a for a, d in zip(self.agents, done.tolist()) if d]
-                    raise RuntimeError(
-                        f"env {self.name}: agents {finished} finished before the others; per-agent episode ends "
-                        "are not carried by the streams yet"
-                    )
+                alive[c] = agent in live
+                if alive[c]:
+                    self._reward[c] = reward.get(agent, 0.0)
+                    self._terminated[c] = bool(terminated.get(agent, False))
+                    self._truncated[c] = bool(truncated.get(agent, False)) and not self._terminated[c]
+            if not env.agents:  # every agent is done: the episode ends, the env starts the next one
                 final[e] = obs
                 if self._state:
                     final_states[e] = env.state()
@@ -145,7 +148,7 @@ class ParallelSlot:
                 states.append(env.state())
         episode_end = self._terminated | self._truncated
         final_obs = None
-        if self._truncated.any():
+        if self._truncated.any():  # an agent's last observation is in the obs of the step it ended in
             final_obs = self._stack([final.get(e, per_env[e]) for e in range(len(self.envs))])
             if self._state:
                 final_obs = self._with_state(final_obs, [final_states.get(e, states[e]) for e in range(len(states))])
@@ -156,21 +159,21 @@ class ParallelSlot:
             self._truncated.copy(),
             episode_end,
             final_obs,
+            alive.copy(),
         )
 
     def _stack(self, per_env: list[dict[str, Any]]) -> Observation:
-        """Per part ``[B * N, ...]`` from each environment's dict of agent observations."""
-        try:
-            rows = [obs[agent] for obs in per_env for agent in self.agents]
-        except KeyError as exc:
-            raise RuntimeError(f"env {self.name}: no observation for agent {exc.args[0]!r}") from None
-        if len(self.parts) == 1 and self.parts[0].name == "obs":
+        """Per part ``[B * N, ...]`` from each environment's dict of agent observations (zeros for an agent that
+        has none: it is done, or not in the env yet)."""
+        rows = [obs.get(agent) for obs in per_env for agent in self.agents]
+        if len(self.parts) == 1 and self.parts[0].name == "obs" and all(r is not None for r in rows):
             part = self.parts[0]
             return {"obs": np.asarray(rows, dtype=part.dtype).reshape(self.num_envs, *part.shape)}
-        out = {p.name: np.empty((self.num_envs, *p.shape), p.dtype) for p in self.parts}
+        out = {p.name: np.zeros((self.num_envs, *p.shape), p.dtype) for p in self.parts}
         for c, row in enumerate(rows):
-            for name, x in flatten_obs(self.parts, row).items():
-                out[name][c] = x
+            if row is not None:
+                for name, x in flatten_obs(self.parts, row).items():
+                    out[name][c] = x
         return out
 
     def _with_state(self, obs: Observation, states: list[np.ndarray] | None) -> Observation:

@@ -103,6 +103,8 @@ class SlotSpaces:
     """Columns (agents) per environment."""
     state: gym.spaces.Space | None
     """The global state space of a multi-agent env, or None."""
+    alive: bool
+    """Its steps say which agents acted (a multi-agent env whose agents may finish apart)."""
 
 
 def probe_spaces(cfg: EnvConfig) -> SlotSpaces:
@@ -111,7 +113,11 @@ def probe_spaces(cfg: EnvConfig) -> SlotSpaces:
     slot = make_slot(cfg, 1)
     try:
         return SlotSpaces(
-            slot.single_observation_space, slot.single_action_space, slot.agents_per_env, slot.state_space
+            slot.single_observation_space,
+            slot.single_action_space,
+            slot.agents_per_env,
+            slot.state_space,
+            isinstance(slot, ParallelSlot),
         )
     finally:
         slot.close()

@@ -133,7 +133,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
         policy = acting_policy(obs_space, action_space, cfg)
         param_size = policy.flat_size()
-    schema = sample_schema(obs_space, action_space, policy.output_fields(), state_space)
+    schema = sample_schema(obs_space, action_space, policy.output_fields(), state_space, alive=probed.alive)
     nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
     layout = PoolLayout.of(
         schema,

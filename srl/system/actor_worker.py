@@ -227,7 +227,11 @@ class ActorWorker(Worker):
             for name, x in step.final_obs.items():
                 arrays[FINAL_PREFIX + name][a, buf, t] = x
         self.ep_return[slot] += reward
-        self.ep_length[slot] += 1
+        if step.alive is None:
+            self.ep_length[slot] += 1
+        else:  # a column whose agent is done (or not yet there) counts no steps
+            arrays["alive"][a, buf, t] = step.alive
+            self.ep_length[slot] += step.alive
         if step.episode_end.any():
             self._finish_episodes(slot, step.episode_end)
         obs = self.obs[slot] = step.obs
