@@ -303,3 +303,21 @@ def test_a_vmas_run_trains_end_to_end(tmp_path):
     )
     assert summary["stop_reason"] == "env_steps" and summary["episodes"] > 0, summary
     assert summary["final_eval_agents_per_episode"] == 3
+
+
+def test_a_multi_agent_run_resumes_counting_env_steps_not_agent_steps(tmp_path):
+    from srl.api.config import load_config
+    from srl.runtime.train import resume_config, train
+    from srl.system.trainer_worker import checkpoints, load_checkpoint
+
+    run = tmp_path / "run"
+    cfg = load_config("configs/mpe_simple_spread_ippo.yaml", ["runtime=inline", "run.total_env_steps=3000"])
+    first = train(cfg, run, progress=None)
+    ckpt = load_checkpoint(checkpoints(run / "checkpoints")[-1])
+    per_update = 4 * 25 * 8  # batch_segments x segment_length x envs_per_slot env steps (x 3 agents = samples)
+    assert ckpt["trained_samples"] == int(ckpt["version"]) * per_update
+    cfg2, path, state = resume_config(run, ["run.total_env_steps=6000"])
+    second = train(cfg2, run, progress=None, resume=(path, state))
+    assert first["env_steps"] >= 3000 and second["env_steps"] >= 6000
+    assert second["env_steps"] < 6000 + 3 * per_update  # counted on from env steps, not from 3x as many samples
+    assert second["policy_version"] > first["policy_version"]

@@ -182,6 +182,22 @@ def test_a_stage_on_each_actor_node_filters_before_the_network(cluster, tmp_path
     assert summary["rejected_segment_messages"] == 0
 
 
+def test_a_multi_agent_env_trains_across_nodes(cluster, tmp_path):
+    """PettingZoo agents as columns and MAPPO's global state, under Ray: the state crosses to the trainers' node
+    with each segment, and the two-agent cooperative task is learned."""
+    c, _ = cluster
+    cfg = _cfg(
+        c,
+        "env.id=srl.envs.ma_testing:coop_targets",
+        "ppo.critic_input=state",
+        "run.target_return=6.5",
+        "run.return_window=100",
+    )
+    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    assert summary["solved"], summary
+    assert summary["rejected_segment_messages"] == 0 and summary["final_eval_agents_per_episode"] == 2
+
+
 def _train_in_thread(
     cfg, run_dir: Path, stop: threading.Event | None = None
 ) -> tuple[threading.Thread, dict[str, Any]]:

@@ -225,6 +225,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
         checkpoint_extra={"config": to_dict(cfg), "spaces": plan.spaces},
         wait_timeout=wait_timeout,
         collective=collective,
+        agents_per_env=plan.agents_per_env,
     )
     if plan.resume is not None:  # every trainer starts from the lead trainer's checkpoint
         trainer.restore(load_checkpoint(Path(plan.resume)))

@@ -35,6 +35,8 @@ class Plan:
     param_size: int
     state_space: gym.spaces.Space | None = None
     """The env's global state when the critic reads it (``ppo.critic_input: state``): carried in segments."""
+    agents_per_env: int = 1
+    """Columns per environment (a multi-agent env's agents): a segment of B columns is B / this env steps wide."""
     null_trainer: bool = False
     """Replace the trainer by one that discards segments (sampling benchmarks)."""
     resume: str | None = None
@@ -143,7 +145,16 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
         buffers=w.buffers_per_actor,
         slots=w.ring_size,
     )
-    return Plan(cfg, obs_space, action_space, layout, param_size, state_space, null_trainer)
+    return Plan(
+        cfg,
+        obs_space,
+        action_space,
+        layout,
+        param_size,
+        state_space=state_space,
+        agents_per_env=probed.agents,
+        null_trainer=null_trainer,
+    )
 
 
 def plan_from_spec(spec: Mapping[str, Any]) -> Plan:

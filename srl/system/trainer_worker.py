@@ -52,7 +52,9 @@ class TrainerWorker(Worker):
         checkpoint_extra: Mapping[str, Any] | None = None,
         wait_timeout: float = 0.05,
         collective: Collective | None = None,
+        agents_per_env: int = 1,
     ) -> None:
+        """``agents_per_env``: columns per env step (a multi-agent env's agents): ``samples`` counts env steps."""
         self.name = f"trainer{index}"
         self.index = index
         self.algorithm, self.consumer, self.publisher, self.reporter = algorithm, consumer, publisher, reporter
@@ -65,6 +67,7 @@ class TrainerWorker(Worker):
         self.checkpoint_extra = dict(checkpoint_extra or {})
         self.wait_timeout = wait_timeout
         self.collective = collective
+        self.agents_per_env = agents_per_env
         self.world = 1 if collective is None else collective.world_size
         self.leader = collective is None or collective.rank == 0
         self._left = False  # left the lockstep (every trainer agreed to stop): no more collective calls
@@ -159,7 +162,7 @@ class TrainerWorker(Worker):
         stats = self.algorithm.train(self.batch, progress)
         self._in_step = False
         self.t_train += time.perf_counter() - t0
-        n = int(self.batch["rewards"].size)
+        n = int(self.batch["rewards"].size) // self.agents_per_env  # env steps: one per env, however many agents
         self.samples += n
         self.version += 1
         self.updates += 1
