@@ -14,7 +14,7 @@ from torch import nn
 from srl.api.algorithm import AlgorithmClass, AlgorithmContext
 from srl.api.config import ExperimentConfig
 from srl.api.plugins import resolve
-from srl.api.spaces import STATE
+from srl.api.spaces import OBS, STATE
 from srl.api.worker import Algorithm, Collective, Policy
 from srl.nets.policy import PolicyNet, ValueNet
 
@@ -68,25 +68,17 @@ class NetModels:
         """The critic: on the observation (its encoder from ``model.encoder``, or the actor's), or on the global
         state (the built-in encoder over its parts, named ``state...``)."""
         m = self.cfg.model
-        if self.state_space is not None:
-            return ValueNet(
-                self.state_space,
-                hidden=m.hidden,
-                activation=m.activation,
-                layer_norm=m.layer_norm,
-                normalize_obs=m.normalize_obs,
-                normalize_values=self.cfg.ppo.normalize_values,
-                root=STATE,
-            )
+        on_state = self.state_space is not None
         return ValueNet(
-            self.obs_space,
+            self.state_space if self.state_space is not None else self.obs_space,
             hidden=m.hidden,
             activation=m.activation,
             layer_norm=m.layer_norm,
             normalize_obs=m.normalize_obs,
-            shared_encoder=shared_encoder,
+            shared_encoder=None if on_state else shared_encoder,
             normalize_values=self.cfg.ppo.normalize_values,
-            encoder=None if shared_encoder is not None else self.encoder(),
+            encoder=None if on_state or shared_encoder is not None else self.encoder(),
+            root=STATE if on_state else OBS,
         )
 
 

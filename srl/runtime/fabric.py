@@ -97,10 +97,14 @@ class Fabric(ABC):
 
     def sample_producer(self, actor: int) -> SegmentSink:
         """Actor ``actor``'s end of the sample stream: to the stage its record connects it to, or its trainer."""
-        row, stage = self.plan.actor_row(actor), self.plan.topology.get(ACTOR, actor).connection(Stream.STAGE)
+        stage = self.plan.topology.get(ACTOR, actor).connection(Stream.STAGE)
         if stage is not None and stage.index is not None:
-            return SampleProducer(self.pool(), row, self.staged(stage.index), submitted=STAGED)
-        return SampleProducer(self.pool(), row, self.samples(self.plan.trainer_of(actor)))
+            return SampleProducer(self.pool(), self.plan.actor_row(actor), self.staged(stage.index), submitted=STAGED)
+        return self.trainer_sink(actor)
+
+    def trainer_sink(self, actor: int) -> SegmentSink:
+        """What sends actor ``actor``'s pool row straight to the trainer it feeds (inside a node: its channel)."""
+        return SampleProducer(self.pool(), self.plan.actor_row(actor), self.samples(self.plan.trainer_of(actor)))
 
     def sample_consumer(self, trainer: int) -> SegmentSource:
         """Trainer ``trainer``'s end of the sample stream."""

@@ -32,7 +32,7 @@ from srl.runtime.plan import Plan
 from srl.runtime.topology import ACTOR, STAGE, TRAINER_NODE, Endpoint, Stream, WorkerSpec
 from srl.system.control import ZmqReporter
 from srl.system.remote_samples import RemoteForwarder, SampleReceiver, SampleSender
-from srl.system.streams import FILLING, READY, STAGED, SegmentPool, SegmentSink
+from srl.system.streams import FILLING, READY, STAGED, SegmentPool
 
 
 def interface_of(address: str) -> str | None:
@@ -147,16 +147,11 @@ class NodeFabric(SharedFabric):
     def stop_flag(self) -> np.ndarray:
         return self._stop
 
-    def sample_producer(self, actor: int) -> SegmentSink:
-        if self.plan.topology.get(ACTOR, actor).connection(Stream.STAGE) is not None:
-            return super().sample_producer(actor)  # to a stage on this node, through its pool
-        return self._sender(actor)
-
     def stage_forwarder(self, stage: int) -> RemoteForwarder:
-        return RemoteForwarder({self.plan.actor_row(a): self._sender(a) for a in self.stage_clients(stage)})
+        return RemoteForwarder({self.plan.actor_row(a): self.trainer_sink(a) for a in self.stage_clients(stage)})
 
-    def _sender(self, actor: int) -> SampleSender:
-        """Sends actor ``actor``'s row to its trainer, on another node."""
+    def trainer_sink(self, actor: int) -> SampleSender:
+        """Sends actor ``actor``'s row to its trainer, on another node (from the actor, or from its stage)."""
         return SampleSender(
             self.pool(),
             self.plan.actor_row(actor),
