@@ -52,6 +52,13 @@ def worker_pids(run: Path) -> dict[str, int]:
         return {}
 
 
+def last_record(run: Path) -> dict:
+    """A run's newest complete ``metrics.jsonl`` record, or {} before the first."""
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []  # complete lines only
+    return json.loads(lines[-1]) if lines else {}
+
+
 def _children() -> set[int]:
     return children_of(os.getpid())
 

@@ -315,29 +315,3 @@ def test_policy_net_product_actions_evaluate_has_finite_gradients(name: str) -> 
         finite = bool(torch.isfinite(p.grad).all())
         assert finite, f"non-finite gradient in {pname}"
     assert net.head.weight.grad.abs().sum() > 0
-
-
-@pytest.mark.parametrize("name", list(PRODUCT_SPACES))
-def test_policy_net_product_actions_flat_state_round_trip(name: str) -> None:
-    space = PRODUCT_SPACES[name]
-    torch.manual_seed(15)
-    src = PolicyNet(OBS, space, layer_norm=True)
-    _fold(src, _obs(300))
-    with torch.no_grad():
-        for p in src.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    flat = src.flat_state()
-    assert flat.shape == (src.flat_size(),) and flat.dtype == np.float32
-    assert src.flat_size() == sum(p.numel() for p in src.parameters()) + 5 + 5 + 1
-    torch.manual_seed(16)
-    dst = PolicyNet(OBS, space, layer_norm=True)
-    obs = _obs(16, seed=2)
-    assert not torch.equal(dst(obs), src(obs))
-    flat.setflags(write=False)
-    dst.load_flat_state(flat)
-    torch.testing.assert_close(dst(obs), src(obs), rtol=0, atol=0)
-    det_src, logp_src = src.act(obs, deterministic=True)
-    det_dst, logp_dst = dst.act(obs, deterministic=True)
-    torch.testing.assert_close(det_dst, det_src, rtol=0, atol=0)
-    torch.testing.assert_close(logp_dst, logp_src, rtol=0, atol=0)
-    np.testing.assert_array_equal(dst.flat_state(), flat)

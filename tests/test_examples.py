@@ -13,8 +13,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-
-from conftest import wait_while_running, worker_pids
+from conftest import last_record, wait_while_running, worker_pids
 
 import srl
 from srl.api.config import ConfigError
@@ -70,12 +69,6 @@ def test_custom_network_trains_cartpole(tmp_path):
     assert any(k.startswith("encoder.blocks.") for k in keys)  # the plugin's own layers were trained
 
 
-def _last_record(run: Path) -> dict:
-    metrics = run / "metrics.jsonl"
-    lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []  # complete lines only
-    return json.loads(lines[-1]) if lines else {}
-
-
 def test_custom_dataflow_a_stage_drops_stale_segments():
     """examples/fresh_segments.yaml adds a stage by configuration. Under the inline runtime (deterministic) every
     other segment reaches it two versions behind: with max_lag 1 it drops those, and the run still solves."""
@@ -88,17 +81,18 @@ def test_custom_dataflow_a_stage_drops_stale_segments():
 
 def test_custom_dataflow_under_local_a_killed_stage_restarts_alone(tmp_path):
     """The same file under the local runtime: the stage is its own process; killed with -9 mid-run, it restarts
-    alone and the run solves. The trainer is frozen (SIGSTOP) from before the kill until the stage is back, so
-    the run cannot solve first."""
+    alone and the run solves. The trainer is frozen (SIGSTOP) from the first env steps (the first snapshot is out)
+    until the stage is back, so the run cannot solve first however fast the machine; the actors fill the pool
+    meanwhile, so the stage has kept segments before it is killed."""
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "srl.cli.main", "train", "examples/fresh_segments.yaml", "--quiet"]
-    proc = subprocess.Popen(
-        [*cmd, "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-    )
+    cmd += ["--run-dir", str(run), "--set", "run.log_interval_seconds=0.1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        wait_while_running(lambda: _last_record(run).get("stage0_kept", 0) > 0, proc)
+        wait_while_running(lambda: last_record(run).get("env_steps", 0) > 0, proc)
         first = worker_pids(run)
         os.kill(first["trainer0"], signal.SIGSTOP)
+        wait_while_running(lambda: last_record(run).get("stage0_kept", 0) > 0, proc)
         os.kill(first["stage0"], signal.SIGKILL)
         wait_while_running(lambda: worker_pids(run).get("stage0") not in (None, first["stage0"]), proc)
         os.kill(first["trainer0"], signal.SIGCONT)

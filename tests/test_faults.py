@@ -18,12 +18,6 @@ from srl.runtime.train import train
 CARTPOLE = "configs/cartpole_ppo.yaml"
 
 
-def _steps(run: Path) -> int:
-    metrics = run / "metrics.jsonl"
-    lines = metrics.read_text().splitlines() if metrics.exists() else []
-    return json.loads(lines[-1])["env_steps"] if lines else 0
-
-
 def _versions(run: Path) -> list[int]:
     return [json.loads(line)["policy_version"] for line in (run / "metrics.jsonl").read_text().splitlines()]
 

@@ -145,8 +145,19 @@ def test_evaluate_has_gradients(action_space: spaces.Discrete | spaces.Box) -> N
         assert net.dist.log_std.grad is not None
 
 
-@pytest.mark.parametrize("action_space", [DISCRETE, BOX], ids=["discrete", "box"])
-def test_flat_state_round_trip(action_space: spaces.Discrete | spaces.Box) -> None:
+ACTION_SPACES = {
+    "discrete": DISCRETE,
+    "box": BOX,
+    "multi_discrete": spaces.MultiDiscrete([2, 5, 3]),
+    "multi_discrete_equal": spaces.MultiDiscrete([3, 3]),
+    "multi_binary": spaces.MultiBinary(4),
+}
+
+
+@pytest.mark.parametrize("name", list(ACTION_SPACES))
+def test_flat_state_round_trip(name: str) -> None:
+    """Every action head: the flat snapshot carries parameters and normalizer statistics, and loads exactly."""
+    action_space = ACTION_SPACES[name]
     torch.manual_seed(0)
     src = PolicyNet(OBS, action_space, layer_norm=True)
     _fold(src, _obs(300))
@@ -161,8 +172,9 @@ def test_flat_state_round_trip(action_space: spaces.Discrete | spaces.Box) -> No
     torch.manual_seed(123)
     dst = PolicyNet(OBS, action_space, layer_norm=True)
     flat.setflags(write=False)  # as a read-only shared-memory view would be
-    dst.load_flat_state(flat)
     obs = _obs(16, seed=7)
+    assert not torch.equal(dst(obs), src(obs))
+    dst.load_flat_state(flat)
     torch.testing.assert_close(dst(obs), src(obs), rtol=0, atol=0)
     assert dst.obs_normalizer is not None and src.obs_normalizer is not None
     torch.testing.assert_close(dst.obs_normalizer.mean, src.obs_normalizer.mean, rtol=0, atol=0)
@@ -175,6 +187,7 @@ def test_flat_state_round_trip(action_space: spaces.Discrete | spaces.Box) -> No
     out = np.zeros(src.flat_size(), dtype=np.float32)
     assert src.flat_state(out) is out
     np.testing.assert_array_equal(out, flat)
+    np.testing.assert_array_equal(dst.flat_state(), flat)
 
 
 def test_load_flat_state_rejects_wrong_length() -> None:
