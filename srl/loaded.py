@@ -38,10 +38,12 @@ class LoadedPolicy:
         to_env: Callable[[np.ndarray], np.ndarray],
         info: dict,
         agents: list[str] | None = None,
+        seat_key: str | None = None,
     ) -> None:
         """``to_env``: the env factory's own action adapter (clipping, start offsets), applied to a batch;
-        ``agents``: a multi-agent env's agent ids (the spaces are then each agent's)."""
-        self.policy, self.config, self.agents = policy, cfg, agents
+        ``agents``: a multi-agent env's agent ids (the spaces are then each agent's); ``seat_key``: the
+        observation key that tells the policy which agent it plays (``env.agent_id``), filled in here."""
+        self.policy, self.config, self.agents, self._seat_key = policy, cfg, agents, seat_key
         self.observation_space, self.action_space = obs_space, action_space
         self._to_env = to_env
         self.version: int = int(info["version"])
@@ -55,7 +57,9 @@ class LoadedPolicy:
             if not isinstance(obs, dict) or not set(obs) <= set(self.agents):
                 raise ValueError(f"a multi-agent policy acts on a dict of agent id -> observation ({self.agents})")
             ids = list(obs)
-            rows = [flatten_obs(self._parts, obs[a]) for a in ids]
+            seat = self._seat_key
+            own = [obs[a] if seat is None else {**obs[a], seat: self.agents.index(a)} for a in ids]
+            rows = [flatten_obs(self._parts, o) for o in own]
             batch = {p.name: np.stack([np.asarray(r[p.name], p.dtype) for r in rows]) for p in self._parts}
             return dict(zip(ids, self._act(batch, deterministic)))
         parts = flatten_obs(self._parts, obs)
@@ -80,10 +84,21 @@ def load(target: Path) -> LoadedPolicy:
 
     from srl.envs.factory import ShiftActions, create_env, wrap_env
     from srl.envs.multiagent import action_adapter, agent_spaces, is_parallel_env
+    from srl.envs.turns import AGENT, TurnSlot, is_aec_env, is_openspiel_game
     from srl.evaluate import load_policy
 
     cfg, policy, info = load_policy(target)
     raw = create_env(cfg.env)
+    if is_aec_env(raw) or is_openspiel_game(raw):
+        slot = TurnSlot(cfg.env, 1, raw, lambda: create_env(cfg.env), cfg.env.agent_id)
+        try:
+            obs_space: spaces.Space = slot.single_observation_space
+            action_space: spaces.Space = slot.single_action_space
+            agents = slot.agents
+        finally:
+            slot.close()
+        seat = AGENT if cfg.env.agent_id else None
+        return LoadedPolicy(policy, cfg, obs_space, action_space, lambda a: a, info, agents, seat)
     if is_parallel_env(raw):
         try:
             agents, obs_space, action_space = agent_spaces(raw, cfg.env.id)

@@ -1,11 +1,11 @@
-"""League math against values worked out by hand: Elo expectations and updates, PFSP draw probabilities."""
+"""League math against values worked out by hand: Elo expectations and fitted ratings, PFSP draw probabilities."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from srl.league.ratings import elo_update, expected_score, pfsp_weights
+from srl.league.ratings import expected_score, fit_elo, pfsp_weights
 
 
 def test_elo_expectation_is_logistic_in_the_rating_gap():
@@ -15,15 +15,34 @@ def test_elo_expectation_is_logistic_in_the_rating_gap():
     assert expected_score(1400, 1200) == pytest.approx(1 / (1 + 10**-0.5))  # 0.7597
 
 
-def test_elo_update_moves_both_ratings_by_the_surprise():
-    # equal ratings, k = 16: a win moves each by 8, a draw by nothing
-    assert elo_update(1200, 1200, 1.0) == (pytest.approx(1208), pytest.approx(1192))
-    assert elo_update(1200, 1200, 0.5) == (pytest.approx(1200), pytest.approx(1200))
-    # the favourite (expected 10/11) loses with k = 32: it drops 32 * 10/11 = 29.09
-    a, b = elo_update(1600, 1200, 0.0, k=32)
-    assert a == pytest.approx(1600 - 320 / 11) and b == pytest.approx(1200 + 320 / 11)
-    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
-        elo_update(1200, 1200, 2.0)
+def test_fitted_elo_matches_the_odds_of_the_results():
+    # B scores 3 of 4 against the anchor A: odds 3, 400 * log10(3) = 190.85 points
+    score, games = np.array([[0, 1], [3, 0]]), np.array([[0, 4], [4, 0]])
+    assert fit_elo(score, games, prior_games=0).tolist() == pytest.approx([0.0, 400 * np.log10(3)])
+    # one virtual draw with the anchor: B scores 3.5 of 5, odds 7/3
+    assert fit_elo(score, games).tolist() == pytest.approx([0.0, 400 * np.log10(7 / 3)])
+    # a chain: C beats B as B beats A; the ratings add up (C never met A)
+    chain = fit_elo(np.array([[0, 1, 0], [3, 0, 1], [0, 3, 0]]), np.array([[0, 4, 0], [4, 0, 4], [0, 4, 0]]), 0, 0)
+    assert chain.tolist() == pytest.approx([0.0, 190.849, 381.697], abs=1e-3)
+    # the anchor can be anyone, and an unbeaten player stays finite thanks to the prior
+    assert fit_elo(np.array([[0, 0], [5, 0]]), np.array([[0, 5], [5, 0]]), anchor=1)[1] == 0.0
+    assert np.isfinite(fit_elo(np.array([[0, 0], [5, 0]]), np.array([[0, 5], [5, 0]]))).all()
+    with pytest.raises(ValueError, match="symmetric"):
+        fit_elo(np.array([[0, 1], [1, 0]]), np.array([[0, 2], [3, 0]]))
+
+
+def test_league_ratings_of_recorded_results_put_random_at_zero():
+    from srl.system.league_worker import ratings
+
+    # version 10 beat random 48 of 64 (odds 3), version 20 scored 48 of 64 against version 10 (odds 3 again)
+    elo = ratings([[10, -1, 48.0, 64], [20, 10, 48.0, 64]])
+    # players sorted: -1, 10, 20; the table the results make
+    table = fit_elo(np.array([[0, 16, 0], [48, 0, 16], [0, 48, 0]]), np.array([[0, 64, 0], [64, 0, 64], [0, 64, 0]]))
+    assert [elo["-1"], elo["10"], elo["20"]] == pytest.approx(table.tolist())
+    assert elo["-1"] == 0.0
+    # near the odds (the virtual draws with random pull a little towards 0)
+    assert elo["10"] == pytest.approx(400 * np.log10(3), abs=12)
+    assert elo["20"] == pytest.approx(2 * 400 * np.log10(3), abs=20)
 
 
 def test_pfsp_hard_prefers_the_opponents_the_learner_loses_to():
@@ -43,3 +62,77 @@ def test_pfsp_falls_back_to_uniform_and_refuses_bad_win_rates():
     for bad in ([], [1.5], [np.nan]):
         with pytest.raises(ValueError):
             pfsp_weights(np.array(bad))
+
+
+# ---------------------------------------------------------------------------------------------- the league worker
+class _Reports:
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def report(self, kind, meta, arrays=None) -> None:
+        assert kind == "league"
+        self.records.append(dict(meta))
+
+
+def _worker(tmp_path, results, **league):
+    """A league worker whose matches return ``results`` in turn (the learner's (wins, draws, losses))."""
+    from srl.api.config import EnvConfig, ExperimentConfig, LeagueConfig
+    from srl.envs.slots import probe_spaces
+    from srl.league.match import MatchResult
+    from srl.league.pool import read_index
+    from srl.system.league_worker import LeagueWorker
+    from srl.wiring import acting_policy
+
+    env = EnvConfig(id="srl.envs.turns:game", kwargs={"name": "tic_tac_toe"}, agent_id=True)
+    probed = probe_spaces(env)
+    cfg = ExperimentConfig(env=env)
+    make = lambda: acting_policy(probed.obs, probed.action, cfg)  # noqa: E731
+    queue = list(results)
+    played = []
+
+    def play(policy, other):
+        played.append(type(other).__name__)
+        return MatchResult(*queue.pop(0))
+
+    reports = _Reports()
+    worker = LeagueWorker(LeagueConfig(opponent="pfsp", **league), make(), None, tmp_path, make, play, reports, 0)
+    worker.index = read_index(tmp_path)
+    return worker, reports, played
+
+
+def test_the_league_freezes_when_the_learner_beats_the_pool_and_drops_the_oldest(tmp_path):
+    from srl.league.pool import read_index, snapshot_path
+
+    rounds = [
+        (48, 0, 16),  # v10: vs random only (empty pool): frozen
+        (60, 0, 4),
+        (40, 0, 24),  # v20: random, then 40/64 = 0.625 against v10: frozen
+        (60, 0, 4),
+        (20, 0, 44),
+        (30, 4, 30),  # v30: 0.31 and 0.5 against the pool: not frozen
+        (60, 0, 4),
+        (50, 0, 14),
+        (45, 0, 19),  # v40: 0.78 (v10) and 0.70 (v20): frozen; the pool of 2 drops v10
+    ]
+    worker, reports, played = _worker(tmp_path, rounds, pool_size=2, freeze_score=0.6)
+    for version in (10, 20, 30, 40):
+        worker.round(version)
+    index = read_index(tmp_path)
+    assert [r["froze"] for r in reports.records] == [True, True, False, True]
+    assert index.frozen == [10, 20, 40] and [m.version for m in index.members] == [20, 40]
+    assert not snapshot_path(tmp_path, 10).exists() and snapshot_path(tmp_path, 40).exists()
+    assert (
+        played
+        == ["RandomOpponent"]
+        + ["RandomOpponent", "PolicyOpponent"]
+        + ["RandomOpponent"]
+        + ["PolicyOpponent"] * 2
+        + ["RandomOpponent"]
+        + ["PolicyOpponent"] * 2
+    )
+    # the learner's last scores against the members are what PFSP reads: v20 was met last at 45/64
+    assert index.members[0].score == 45 / 64 and index.members[1].score == 0.5  # v40: just frozen
+    # ratings: random is the anchor, every version beat it; the members carry their fitted ratings
+    assert index.ratings["-1"] == 0.0 and all(index.ratings[str(v)] > 0 for v in (10, 20, 30, 40))
+    assert [m.elo for m in index.members] == [index.ratings["20"], index.ratings["40"]]
+    assert reports.records[-1]["pool_size"] == 2 and reports.records[-1]["rounds"] == 4

@@ -219,29 +219,31 @@ class PPO:
         adv, ret, old_v = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
         # The critic regresses on its own scale (standardized returns with value normalization).
         ret_head, old_v_head = self.value.normalize(ret), self.value.normalize(old_v)
-        # Multi-agent segments say which columns acted; the idle steps of an agent that is done are not samples.
-        # (Their advantages are never read across: the agent's last step is terminal or bootstrapped.)
-        rows = None if "alive" not in batch else self._tensor(batch["alive"]).reshape(-1).nonzero().squeeze(-1)
-        size = T * N if rows is None else len(rows)
+        # Multi-agent segments say which columns acted (``alive``). The critic learns from every step, since a
+        # column waiting for its turn or done before the others still has a value (and rewards may reach it
+        # while it waits: an opponent's winning move); the policy learns from the steps it acted in only.
+        acted = None if "alive" not in batch else self._tensor(batch["alive"]).reshape(-1)
+        size = T * N
         mb = max(1, size // cfg.minibatches)
         sums: dict[str, float] = {}
         count = 0
         for _ in range(cfg.epochs):
             perm = torch.randperm(size, generator=self._gen).to(self.device)
-            if rows is not None:
-                perm = rows[perm]
             for start in range(0, mb * cfg.minibatches, mb):  # exactly ``minibatches``: peers stay in lockstep
                 idx = perm[start : start + mb]
+                local = None if acted is None else acted[idx].nonzero().squeeze(-1)
+                pi = idx if local is None else idx[local]
                 mb_obs = {name: x[idx] for name, x in obs.items()}
                 stats = self._minibatch(
                     mb_obs,
                     mb_obs if critic_obs is obs else {name: x[idx] for name, x in critic_obs.items()},
-                    actions[idx],
-                    old_logp[idx],
-                    adv[idx],
+                    local,
+                    actions[pi],
+                    old_logp[pi],
+                    adv[pi],
                     ret_head[idx],
                     old_v_head[idx],
-                    None if weights is None else weights[idx],
+                    None if weights is None else weights[pi],
                 )
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -249,10 +251,9 @@ class PPO:
         # Statistics move only after the update: during it the policy sees its inputs as the behaviour policy did
         # (so the ratio starts at 1); the new statistics ship with the next snapshot. Actor statistics are merged
         # across trainers (every replica must normalize alike); a decentralized critic keeps its own.
-        if rows is not None:  # statistics of the steps that were acted in only
+        if acted is not None:  # the policy's statistics come from the steps that were acted in only
+            rows = acted.nonzero().squeeze(-1)
             obs = {name: x[rows] for name, x in obs.items()}
-            critic_obs = {name: x[rows] for name, x in critic_obs.items()}
-            ret, old_v = ret[rows], old_v[rows]
         for rms, x in _normalizer_inputs(self.policy.encoder, obs):
             self._update_rms(rms, x, merged=True)
         if not self.value.shared:
@@ -337,6 +338,7 @@ class PPO:
         self,
         obs: Obs,
         critic_obs: Obs,
+        acted: torch.Tensor | None,
         actions: torch.Tensor,
         old_logp: torch.Tensor,
         adv: torch.Tensor,
@@ -344,15 +346,19 @@ class PPO:
         old_v: torch.Tensor,
         weights: torch.Tensor | None,
     ) -> dict[str, float]:
+        """One gradient step: the critic on every row of ``obs``, the policy on the rows ``acted`` picks (all when
+        None); ``actions``, ``old_logp``, ``adv`` and ``weights`` are the acted rows' already."""
         cfg = self.cfg
         if cfg.normalize_advantages:
             adv = normalize_advantages(adv)
+        policy_obs = obs if acted is None else {name: x[acted] for name, x in obs.items()}
         if self.value.shared:  # one encoder pass feeds both heads
             features = self.policy.encoder(obs)
-            logp, entropy = self.policy.evaluate_features(features, actions, self.policy.legal(obs))
+            policy_features = features if acted is None else features[acted]
+            logp, entropy = self.policy.evaluate_features(policy_features, actions, self.policy.legal(policy_obs))
             v = self.value.head_output(features)
         else:
-            logp, entropy = self.policy.evaluate(obs, actions)
+            logp, entropy = self.policy.evaluate(policy_obs, actions)
             v = self.value.head_output(self.value.encoder(critic_obs))
         loss, stats = ppo_loss(
             logp,

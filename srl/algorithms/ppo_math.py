@@ -91,7 +91,8 @@ def ppo_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Total PPO loss (clipped surrogate + value + entropy bonus) and stats.
 
-    All inputs are flat ``[N]`` tensors (a minibatch). The stats are detached
+    All inputs are flat tensors of a minibatch: the policy's terms (log-probs, advantages, entropies, weights)
+    over the rows acted in, the critic's over all its rows. The stats are detached
     scalars so the caller can log them without holding the graph alive.
     ``approx_kl`` uses the low-variance ``(r - 1) - log r`` estimator.
     ``weights`` (per sample, no gradient) scale the clipped surrogate: the
@@ -105,19 +106,24 @@ def ppo_loss(
     surrogate = torch.minimum(surr1, surr2)
     if weights is not None:
         surrogate = weights * surrogate
-    policy_loss = -surrogate.mean()
+    policy_loss = -_mean(surrogate)
     value_loss = _value_loss(new_values, old_values, returns, value_clip)
-    entropy_mean = entropy.mean()
+    entropy_mean = _mean(entropy)
     total = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
     with torch.no_grad():
         stats = {
             "policy_loss": policy_loss.detach(),
             "value_loss": value_loss.detach(),
             "entropy": entropy_mean.detach(),
-            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
-            "clip_fraction": ((ratio - 1.0).abs() > clip).float().mean(),
+            "approx_kl": _mean((ratio - 1.0) - log_ratio),
+            "clip_fraction": _mean(((ratio - 1.0).abs() > clip).float()),
         }
     return total, stats
+
+
+def _mean(x: Tensor) -> Tensor:
+    """The mean, and 0 for no elements (a minibatch in which no agent acted has no policy terms)."""
+    return x.sum() / max(1, x.numel())
 
 
 def normalize_advantages(adv: Tensor, eps: float = 1e-8) -> Tensor:

@@ -26,7 +26,7 @@ import torch
 
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.env import Slot
-from srl.api.spaces import ObsPart, action_spec, flatten_obs, obs_parts
+from srl.api.spaces import ACTION_MASK, Observation, ObsPart, action_spec, flatten_obs, obs_parts
 from srl.envs.factory import make_env
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
@@ -179,7 +179,9 @@ def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
 def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     """Env-only ceiling on this machine: a plain loop over one slot of each available backend, random actions.
 
-    Actions are drawn up front (``action_space.sample()`` per step would halve a cheap env's rate).
+    Actions are drawn up front (``action_space.sample()`` per step would halve a cheap env's rate); where the
+    observation has a legal-action mask, each step picks a random legal action from it instead. Rates are env
+    steps (a multi-agent env's step moves all its agents).
     """
     B = cfg.workers.envs_per_slot
     rates: dict[str, float | None] = {}
@@ -194,9 +196,13 @@ def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         try:
             space = slot.single_action_space
             space.seed(cfg.seed)
-            actions = [np.stack([space.sample() for _ in range(B)]) for _ in range(64)]
-            slot.reset(cfg.seed)
-            rates[backend] = timed_rate(functools.partial(_step_nth, slot, actions), B, seconds)
+            obs = slot.reset(cfg.seed)
+            if ACTION_MASK in obs:
+                step = functools.partial(_step_legal, slot, [obs], np.random.default_rng(cfg.seed))
+            else:
+                actions = [np.stack([space.sample() for _ in range(slot.num_envs)]) for _ in range(64)]
+                step = functools.partial(_step_nth, slot, actions)
+            rates[backend] = timed_rate(step, B, seconds)
         finally:
             slot.close()
     best = max((r for r in rates.values() if r), default=0.0)
@@ -341,6 +347,12 @@ def train_in_fresh_process(config: str, overrides: list[str]) -> tuple[dict[str,
             raise RuntimeError(f"srl train {' '.join(overrides)} failed: {proc.stderr.strip().splitlines()[-1:]}")
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         return json.loads((run_dir / "summary.json").read_text()), records
+
+
+def _step_legal(slot: Slot, last: list[Observation], rng: np.random.Generator, i: int) -> None:
+    """Step ``slot`` with a random legal action per column, from the mask of its last observation."""
+    mask = last[0][ACTION_MASK]
+    last[0] = slot.step((rng.random(mask.shape) * mask).argmax(axis=1)).obs
 
 
 def _step_nth(slot: Slot, actions: list[np.ndarray], i: int) -> None:

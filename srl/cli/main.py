@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=None, help="environment seed (default: the run's evaluation seed, as in training)"
     )
     e.add_argument("--video", type=Path, default=None, metavar="PATH", help="write the first episode as MP4")
+    e.add_argument(
+        "--opponent",
+        default=None,
+        metavar="random|mcts:N|RUN_DIR",
+        help="two-player turn-based games: play --episodes games against this opponent (seats alternate) and "
+        "print win, draw and loss rates",
+    )
     from srl.cli import bench, plan, plot
 
     bench.add_parser(sub)
@@ -100,6 +107,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")
             cfg, policy, source = load_policy(args.target)
             seed = eval_seed(cfg) if args.seed is None else args.seed
+            if args.opponent is not None:
+                from srl.league.match import play_match
+
+                if args.video is not None:
+                    raise ConfigError("--video: not with --opponent")
+                match = play_match(cfg, policy, args.opponent, args.episodes, seed, not args.stochastic)
+                print(json.dumps({**source, "opponent": args.opponent, **match.as_dict()}))
+                return 0
             result = play(cfg, policy, args.episodes, seed, deterministic=not args.stochastic, video=args.video)
             print(json.dumps({**source, **result}))
             return 0

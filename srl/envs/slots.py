@@ -14,6 +14,7 @@ from srl.api.env import LIFE_LOSS, Slot, SlotStep
 from srl.api.spaces import Observation, flatten_obs, obs_parts
 from srl.envs.factory import create_env, make_env, wrap_env
 from srl.envs.multiagent import ParallelSlot, is_parallel_env
+from srl.envs.turns import TurnSlot, is_aec_env, is_openspiel_game
 from srl.envs.vmas_slot import VmasSlot, is_vmas_env
 
 
@@ -80,6 +81,15 @@ def make_slot(cfg: EnvConfig, num_envs: int, state: bool = False) -> Slot:
         slot: Slot = EnvPoolSlot(cfg, num_envs)
     else:
         env = create_env(cfg, num_envs)
+        if is_aec_env(env) or is_openspiel_game(env):
+            slot = TurnSlot(cfg, num_envs, env, lambda: create_env(cfg), cfg.agent_id)
+            if state:
+                slot.close()
+                raise ConfigError(f"ppo.critic_input: state: turn-based game {cfg.id!r} has no global state")
+            return slot
+        if cfg.agent_id:
+            env.close()
+            raise ConfigError(f"env.agent_id: {cfg.id!r} is not a turn-based game (OpenSpiel or PettingZoo AEC)")
         if is_parallel_env(env):
             return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg), state)
         if is_vmas_env(env):
@@ -105,6 +115,8 @@ class SlotSpaces:
     """The global state space of a multi-agent env, or None."""
     alive: bool
     """Its steps say which agents acted (a multi-agent env whose agents may finish apart)."""
+    turn_based: bool = False
+    """A turn-based game (OpenSpiel, PettingZoo AEC): one player moves at a time."""
 
 
 def probe_spaces(cfg: EnvConfig) -> SlotSpaces:
@@ -117,7 +129,8 @@ def probe_spaces(cfg: EnvConfig) -> SlotSpaces:
             slot.single_action_space,
             slot.agents_per_env,
             slot.state_space,
-            isinstance(slot, ParallelSlot),
+            isinstance(slot, (ParallelSlot, TurnSlot)),
+            isinstance(slot, TurnSlot) and not slot.games[0].simultaneous,
         )
     finally:
         slot.close()

@@ -2,8 +2,9 @@
 
 Elo (the logistic form chess uses): a player rated ``a`` is expected to score
 ``1 / (1 + 10 ** ((b - a) / 400))`` against one rated ``b``, where a win
-scores 1, a draw 0.5 and a loss 0; after a game each rating moves by
-``k * (score - expected)``, so the two changes cancel.
+scores 1, a draw 0.5 and a loss 0. A league's ratings are fitted to all its
+results at once (:func:`fit_elo`), so they do not depend on the order in
+which the games were played.
 
 PFSP (Vinyals et al. 2019, AlphaStar) draws an opponent from the pool with
 probability proportional to ``f(p)``, ``p`` being the learner's win rate
@@ -27,12 +28,36 @@ def expected_score(rating: float, opponent: float) -> float:
     return 1.0 / (1.0 + 10.0 ** ((opponent - rating) / ELO_SCALE))
 
 
-def elo_update(rating: float, opponent: float, score: float, k: float = 16.0) -> tuple[float, float]:
-    """Both ratings after one game in which the first player scored ``score`` (1 win, 0.5 draw, 0 loss)."""
-    if not 0.0 <= score <= 1.0:
-        raise ValueError(f"a game's score is in [0, 1], got {score}")
-    delta = k * (score - expected_score(rating, opponent))
-    return rating + delta, opponent - delta
+def fit_elo(
+    score: np.ndarray, games: np.ndarray, anchor: int = 0, prior_games: float = 1.0, iters: int = 500
+) -> np.ndarray:
+    """Elo ratings that best explain a table of results (the Bradley-Terry maximum-likelihood fit, by Hunter's
+    MM iterations), with player ``anchor`` fixed at 0.
+
+    ``score[i, j]``: the points ``i`` scored against ``j`` (a win 1, a draw 0.5); ``games[i, j]``: the games they
+    played (symmetric). Every player also gets ``prior_games`` virtual draws against the anchor, which keeps
+    the ratings of a player who won or lost every game finite. Unlike updating after each game, the fit does
+    not depend on the order of the games and does not drift with their number.
+    """
+    score, games = np.asarray(score, np.float64), np.asarray(games, np.float64)
+    n = len(score)
+    if score.shape != (n, n) or games.shape != (n, n) or not 0 <= anchor < n:
+        raise ValueError(f"fit_elo needs square score and games tables and an anchor among them, got {score.shape}")
+    if np.any(score < 0) or np.any(score > games) or not np.allclose(games, games.T):
+        raise ValueError("fit_elo: scores must lie in [0, games] and games must be symmetric")
+    games = games.copy()
+    wins = score.sum(axis=1)
+    others = np.arange(n) != anchor
+    games[anchor, others] += prior_games
+    games[others, anchor] += prior_games
+    wins[others] += 0.5 * prior_games
+    wins[anchor] += 0.5 * prior_games * others.sum()
+    strength = np.ones(n)
+    for _ in range(iters):
+        denom = (games / (strength[:, None] + strength[None, :])).sum(axis=1)
+        strength = np.where(denom > 0, np.maximum(wins, 1e-12) / np.maximum(denom, 1e-300), strength)
+        strength /= strength[anchor]
+    return ELO_SCALE * np.log10(strength)
 
 
 Weighting = Literal["hard", "variance", "uniform"]

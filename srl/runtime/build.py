@@ -17,15 +17,17 @@ from pathlib import Path
 import torch
 import zmq
 
-from srl.api.config import to_dict
+from srl.api.config import ConfigError, to_dict
+from srl.api.env import Slot
 from srl.api.plugins import resolve
 from srl.api.stage import StageClass, StageContext
 from srl.api.worker import Worker
 from srl.base.fileio import atomic_save
 from srl.envs.slots import make_slot
+from srl.envs.turns import TurnSlot
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan
-from srl.runtime.topology import EVAL, Role, Stream, WorkerSpec
+from srl.runtime.topology import EVAL, LEAGUE, Role, Stream, WorkerSpec
 from srl.system.actor_worker import ActorWorker
 from srl.system.collective import TorchCollective
 from srl.system.eval_worker import EvalWorker
@@ -151,6 +153,35 @@ def build_eval(ctx: BuildContext) -> Worker:
         save_best,
         wait_timeout=max(wait_timeout, 0.0),
     )
+
+
+def build_league(ctx: BuildContext) -> Worker:
+    """The league worker reads snapshots like the eval worker and keeps the pool in ``RUN_DIR/league``."""
+    from srl.league.match import match_slot, play_games
+    from srl.system.league_worker import LeagueWorker
+
+    plan, fabric = ctx.plan, ctx.fabric
+    cfg = plan.cfg
+    learner = acting_policy(plan.obs_space, plan.action_space, cfg)
+    slot = match_slot(cfg, cfg.league.match_games, "league.opponent")
+    seed = worker_seed(plan, LEAGUE, 0)
+    return LeagueWorker(
+        cfg.league,
+        learner,
+        ParamSubscriber(_param_source(plan, fabric, LEAGUE, 0), learner),
+        league_folder(ctx.run_dir),
+        lambda: acting_policy(plan.obs_space, plan.action_space, cfg),
+        lambda policy, other: play_games(slot, policy, other, seed, deterministic=False),
+        fabric.reporter(),
+        seed,
+        wait_timeout=max(ctx.wait_timeout, 0.0),
+    )
+
+
+def league_folder(run_dir: Path | None) -> Path:
+    if run_dir is None:
+        raise ConfigError("league.opponent: a league keeps its pool in the run directory; this run has none")
+    return run_dir / "league"
 
 
 def worker_seed(plan: Plan, role: Role, index: int) -> int:
@@ -297,9 +328,21 @@ def build_actor(ctx: BuildContext) -> Worker:
     rewards = None
     if env.normalize_reward or env.reward_clip is not None:
         rewards = lambda n: RewardTransform(n, cfg.ppo.gamma, env.normalize_reward, env.reward_clip)  # noqa: E731
+
+    def slot_of(i: int) -> Slot:
+        slot = make_slot(env, w.envs_per_slot, state=plan.state_space is not None)
+        if not cfg.league.pool:
+            return slot
+        from srl.league.slot import LeagueSlot
+
+        assert isinstance(slot, TurnSlot)
+        folder = league_folder(run_dir)
+        make_policy = lambda: acting_policy(plan.obs_space, plan.action_space, cfg)  # noqa: E731
+        return LeagueSlot(slot, folder, cfg.league, make_policy, worker_seed(plan, role, index) + i * 31)
+
     return ActorWorker(
         index,
-        lambda slot: make_slot(env, w.envs_per_slot, state=plan.state_space is not None),
+        slot_of,
         w.ring_size,
         pool,
         inference,

@@ -129,18 +129,26 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
                 f"ppo.critic_input: state: env {cfg.env.id!r} has no global state (a multi-agent env's state())"
             )
         state_space = probed.state
+    agents, alive = probed.agents, probed.alive
+    if cfg.league.pool:  # the learner holds one seat of each game; pool members play the others inside the slot
+        if not probed.turn_based or probed.agents < 2:
+            raise ConfigError(
+                f"league.opponent: {cfg.league.opponent}: env {cfg.env.id!r} is not a turn-based game of two or "
+                "more players"
+            )
+        agents, alive = 1, False
     if cfg.stage.worker is not None:  # a wrong name is one line now, not a failing worker later
         resolve(cfg.stage.worker, {}, "stage.worker")
     w = cfg.workers
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
         policy = acting_policy(obs_space, action_space, cfg)
         param_size = policy.flat_size()
-    schema = sample_schema(obs_space, action_space, policy.output_fields(), state_space, alive=probed.alive)
+    schema = sample_schema(obs_space, action_space, policy.output_fields(), state_space, alive=alive)
     nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
     layout = PoolLayout.of(
         schema,
         w.segment_length,
-        w.envs_per_slot * probed.agents,  # every agent of every env is a column
+        w.envs_per_slot * agents,  # every agent of every env is a column
         actors=w.actors // nodes,
         buffers=w.buffers_per_actor,
         slots=w.ring_size,
@@ -152,7 +160,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
         layout,
         param_size,
         state_space=state_space,
-        agents_per_env=probed.agents,
+        agents_per_env=agents,
         null_trainer=null_trainer,
     )
 

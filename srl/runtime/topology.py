@@ -340,7 +340,15 @@ EVAL = Role(
     connects=lambda plan, i: (_snapshots(plan, TRAINER_NODE, i),),
 )
 
-ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, STAGE, ACTOR, EVAL)
+LEAGUE = Role(
+    "league",
+    count=lambda plan: int(plan.cfg.league.pool),
+    builder="srl.runtime.build:build_league",
+    seed_salt=7,
+    connects=lambda plan, i: (_snapshots(plan, TRAINER_NODE, i),),
+)
+
+ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, STAGE, ACTOR, EVAL, LEAGUE)
 """In start order: trainers publish the first snapshot, parameter servers bind before their readers, a stage
 (when the config names one: ``stage.worker``) before the actors that submit to it."""
 

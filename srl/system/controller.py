@@ -51,6 +51,8 @@ class Controller:
         """The newest report of each stage worker, by name (its counters include its earlier incarnations)."""
         self._stage_before: dict[str, dict[str, int]] = {}
         self.evals: list[Mapping[str, Any]] = []
+        self.league: dict[str, Any] = {}
+        """The league worker's newest round (its Elo ratings, scores and pool)."""
         self.warnings: list[str] = []
         self.supervised: frozenset[str] = frozenset()
         """Workers the runtime restarts (by name): their error reports are kept for it instead of ending the run."""
@@ -99,6 +101,8 @@ class Controller:
                 self.progress.write(f"\nwarning: {self.warnings[-1]}\n")
         elif kind == "eval":
             self.evals.append(dict(meta))
+        elif kind == "league":
+            self.league = dict(meta)
         elif kind == "params":
             self.param_service[str(meta["service"])] = dict(meta)
         elif kind == "stage":
@@ -229,6 +233,7 @@ class Controller:
         if self.evals:
             rec["eval_return_mean"] = float(self.evals[-1]["return_mean"])
             rec["eval_version"] = int(self.evals[-1]["version"])
+        rec.update({f"league_{k}": float(v) for k, v in self.league.items() if k not in ("version", "froze")})
         rec["lag_histogram"] = self.lag_hist.tolist()  # samples per policy lag so far (TensorBoard: lag_mean/max)
         rec.update(self.time_fractions())
         for stats in self.policy.values():
@@ -306,6 +311,8 @@ class Controller:
             "stages": dict(sorted(self.stages.items())),
             "time_fractions": self.time_fractions(),
         }
+        if self.league:
+            out["league"] = dict(self.league)
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran
         if final_eval is not None:
             out.update({f"final_eval_{k}": v for k, v in final_eval.items()})

@@ -7,9 +7,9 @@ key, type or value raises :class:`ConfigError` whose message names the field,
 so the CLI can print one line and exit non-zero. Configs are never mutated
 after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
-One module per section (``env``, ``workers``, ``model``, ``ppo``, ``params``, ``stage``, ``ray``, ``run``), the root in
-``experiment``, typed building in ``parse`` and the YAML / ``--set`` reading in ``load``; every public name is
-imported from this package.
+One module per section (``env``, ``workers``, ``model``, ``ppo``, ``params``, ``stage``, ``league``, ``ray``,
+``run``), the root in ``experiment``, typed building in ``parse`` and the YAML / ``--set`` reading in ``load``;
+every public name is imported from this package.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import ConfigError
 from srl.api.config.experiment import ExperimentConfig
+from srl.api.config.league import LeagueConfig
 from srl.api.config.load import apply_overrides, config_from, load_config, parse_override, resolve_per_node
 from srl.api.config.model import ModelConfig
 from srl.api.config.params import ParamsConfig
@@ -31,6 +32,7 @@ __all__ = [
     "ConfigError",
     "EnvConfig",
     "ExperimentConfig",
+    "LeagueConfig",
     "ModelConfig",
     "PPOConfig",
     "ParamsConfig",

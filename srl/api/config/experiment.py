@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import check
+from srl.api.config.league import LeagueConfig
 from srl.api.config.model import ModelConfig
 from srl.api.config.params import ParamsConfig
 from srl.api.config.ppo import PPOConfig
@@ -45,6 +46,8 @@ class ExperimentConfig:
     """The parameter service."""
     stage: StageConfig = field(default_factory=StageConfig)
     """An optional worker between actors and trainers."""
+    league: LeagueConfig = field(default_factory=LeagueConfig)
+    """Self-play against a pool of past selves (two-player turn-based games)."""
     run: RunConfig = field(default_factory=RunConfig)
     """Stopping and recording."""
     ray: RayConfig = field(default_factory=RayConfig)

@@ -1,0 +1,177 @@
+"""Matches in two-player turn-based games: a policy against an opponent, counted as wins, draws and losses.
+
+The games are a :class:`~srl.envs.turns.TurnSlot` of G games, played once each
+to their end. The policy takes seat ``g % 2`` in game ``g`` (first and second
+mover alike); every move of its seat comes from one batched forward over the
+slot, every move of the other seat from the opponent:
+
+- ``random``: a uniform legal move;
+- ``mcts:N``: OpenSpiel's MCTS bot with N simulations and random rollouts
+  (OpenSpiel games only);
+- another policy (a run directory): its most likely legal move.
+
+A game counts as a win for the policy when its return in that game is above the
+opponent's, a draw when equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from srl.api.config import ConfigError, ExperimentConfig
+from srl.api.spaces import ACTION_MASK, Observation
+from srl.api.worker import Policy
+from srl.envs.slots import make_slot
+from srl.envs.turns import TurnSlot
+
+
+class Opponent(Protocol):
+    """Moves for the columns ``cols`` of ``slot`` (each the mover of its game)."""
+
+    def moves(self, slot: TurnSlot, obs: Observation, cols: np.ndarray) -> np.ndarray: ...
+
+
+class RandomOpponent:
+    """A uniform legal move (every move when the game has no mask)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def moves(self, slot: TurnSlot, obs: Observation, cols: np.ndarray) -> np.ndarray:
+        n = int(slot.games[0].action_space.n)
+        mask = obs[ACTION_MASK][cols].astype(bool) if ACTION_MASK in obs else np.ones((len(cols), n), bool)
+        return np.array([self.rng.choice(np.flatnonzero(row)) for row in mask], np.int64)
+
+
+class MctsOpponent:
+    """OpenSpiel's MCTS bot (UCT, c = 2, one random rollout per leaf), ``simulations`` per move."""
+
+    def __init__(self, slot: TurnSlot, simulations: int, seed: int) -> None:
+        from open_spiel.python.algorithms import mcts
+
+        game = getattr(slot.games[0], "game", None)
+        if game is None:
+            raise ConfigError("--opponent mcts:N: needs an OpenSpiel game (env.id srl.envs.turns:game)")
+        rng = np.random.RandomState(seed)
+        evaluator = mcts.RandomRolloutEvaluator(n_rollouts=1, random_state=rng)
+        self.bot = mcts.MCTSBot(game, 2.0, simulations, evaluator, random_state=rng, solve=True)
+
+    def moves(self, slot: TurnSlot, obs: Observation, cols: np.ndarray) -> np.ndarray:
+        N = slot.agents_per_env
+        return np.array([self.bot.step(slot.games[c // N].state) for c in cols.tolist()], np.int64)
+
+
+class PolicyOpponent:
+    """A policy: its most likely legal move, or (``deterministic=False``) one sampled from it."""
+
+    def __init__(self, policy: Policy, deterministic: bool = True) -> None:
+        self.policy, self.deterministic = policy, deterministic
+
+    def moves(self, slot: TurnSlot, obs: Observation, cols: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            out = self.policy.act({k: v[cols] for k, v in obs.items()}, deterministic=self.deterministic)
+        return np.asarray(out["actions"]).reshape(-1)
+
+
+def opponent(spec: str, slot: TurnSlot, seed: int) -> Opponent:
+    """The opponent ``--opponent`` names: ``random``, ``mcts:N`` or a run directory (one line when wrong)."""
+    if spec == "random":
+        return RandomOpponent(seed)
+    if spec.startswith("mcts:"):
+        try:
+            n = int(spec.split(":", 1)[1])
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ConfigError(f"--opponent: {spec!r}: expected mcts:N with N >= 1 simulations")
+        return MctsOpponent(slot, n, seed)
+    from pathlib import Path
+
+    from srl.evaluate import load_policy
+
+    path = Path(spec)
+    if not path.exists():
+        raise ConfigError(f"--opponent: {spec!r} is not random, mcts:N or a run directory")
+    _, policy, _ = load_policy(path)
+    return PolicyOpponent(policy)
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    wins: int
+    draws: int
+    losses: int
+
+    @property
+    def games(self) -> int:
+        return self.wins + self.draws + self.losses
+
+    @property
+    def points(self) -> float:
+        """Wins plus half the draws."""
+        return self.wins + 0.5 * self.draws
+
+    def as_dict(self) -> dict[str, Any]:
+        g = max(1, self.games)
+        return {
+            "games": self.games,
+            "win_rate": self.wins / g,
+            "draw_rate": self.draws / g,
+            "loss_rate": self.losses / g,
+            "score": self.points / g,
+        }
+
+
+def play_match(
+    cfg: ExperimentConfig,
+    policy: Policy,
+    spec: str,
+    games: int,
+    seed: int,
+    deterministic: bool = True,
+) -> MatchResult:
+    """``games`` games of ``policy`` against the opponent ``spec`` names (seats alternate by game)."""
+    slot = match_slot(cfg, games, "--opponent")
+    try:
+        return play_games(slot, policy, opponent(spec, slot, seed), seed, deterministic)
+    finally:
+        slot.close()
+
+
+def match_slot(cfg: ExperimentConfig, games: int, what: str) -> TurnSlot:
+    """``games`` games of the config's env, checked to be a two-player turn-based game (one line naming
+    ``what`` when it is not)."""
+    slot = make_slot(cfg.env, games)
+    if not isinstance(slot, TurnSlot) or slot.agents_per_env != 2 or slot.games[0].simultaneous:
+        slot.close()
+        raise ConfigError(f"{what}: {cfg.env.id!r} is not a two-player turn-based game")
+    return slot
+
+
+def play_games(slot: TurnSlot, policy: Policy, other: Opponent, seed: int, deterministic: bool) -> MatchResult:
+    """Every game of ``slot`` once, from ``reset(seed)``: ``policy`` in seat ``g % 2`` of game ``g``."""
+    G, N = len(slot.games), slot.agents_per_env
+    ours = np.arange(G) * N + np.arange(G) % 2  # the policy's column in each game
+    theirs = np.arange(G) * N + 1 - np.arange(G) % 2
+    obs = slot.reset(seed)
+    returns = np.zeros(slot.num_envs)
+    finished = np.zeros(G, bool)
+    while not finished.all():
+        movers = np.array(
+            [not finished[c // N] and (c % N) in slot.games[c // N].to_move() for c in range(len(returns))]
+        )
+        with torch.inference_mode():
+            actions = np.asarray(policy.act(obs, deterministic=deterministic)["actions"]).copy()
+        their_cols = theirs[movers[theirs]]
+        if len(their_cols):
+            actions[their_cols] = other.moves(slot, obs, their_cols)
+        step = slot.step(actions)
+        returns += np.where(np.repeat(finished, N), 0.0, step.reward)
+        finished |= step.episode_end.reshape(G, N).any(axis=1)
+        obs = step.obs
+    diff = returns[ours] - returns[theirs]
+    return MatchResult(int((diff > 0).sum()), int((diff == 0).sum()), int((diff < 0).sum()))

@@ -1,0 +1,213 @@
+"""A slot of games against the league: the learner holds one seat of each game, pool members play the others.
+
+Each of the B games draws, when it starts, the learner's seat (uniformly) and
+its opponent: a uniform random legal move with probability
+``league.random_opponent`` (always while the pool is empty), otherwise a pool
+member, uniformly or by PFSP on the learner's last scores against each (the
+league worker writes them to the pool index). The opponent's moves are made
+inside the slot, one batched forward per member per step over the games it
+plays, with its frozen parameters from ``RUN_DIR/league``; they are sampled, so
+that a game is not one fixed line of play.
+
+The slot is then an ordinary single-agent slot of B columns: every step is one
+move of the learner followed by the opponents' replies, and the reward of the
+step includes what those replies brought (the -1 of a lost game). Its env
+steps are the learner's moves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from srl.api.config import ConfigError, LeagueConfig
+from srl.api.env import SlotStep
+from srl.api.spaces import Observation
+from srl.api.worker import Policy
+from srl.envs.turns import TurnSlot
+from srl.league.pool import PoolIndex, read_index, read_snapshot
+from srl.league.ratings import pfsp_weights
+
+RANDOM = -1
+"""The opponent id of a uniform random legal move."""
+REFRESH_SECONDS = 2.0
+"""How often a slot looks whether the pool index changed."""
+
+
+class LeagueSlot:
+    """B games of a :class:`~srl.envs.turns.TurnSlot`, the learner one seat of each (``agents_per_env`` 1)."""
+
+    agents_per_env = 1
+    state_space: gym.spaces.Space | None = None
+
+    def __init__(
+        self, turns: TurnSlot, folder: Path, cfg: LeagueConfig, make_policy: Callable[[], Policy], seed: int
+    ) -> None:
+        if turns.games[0].simultaneous:
+            raise ConfigError(f"league.opponent: {turns.name!r} is a simultaneous-move game; a league needs turns")
+        self.turns, self.folder, self.cfg, self._make_policy = turns, folder, cfg, make_policy
+        self.games = turns.games
+        self.num_envs = len(turns.games)
+        self.single_observation_space = turns.single_observation_space
+        self.single_action_space = turns.single_action_space
+        self.parts = turns.parts
+        self.rng = np.random.default_rng(seed)
+        N = turns.agents_per_env
+        self.seat = np.zeros(self.num_envs, np.int64)
+        self.opponent = np.full(self.num_envs, RANDOM, np.int64)
+        self._index = PoolIndex()
+        self._index_mtime = -1.0
+        self._checked = float("-inf")
+        self._policies: dict[int, Policy] = {}
+        self._n = N
+        self._seed = 0
+
+    # ------------------------------------------------------------------ the slot
+    def reset(self, seed: int) -> Observation:
+        self.rng = np.random.default_rng(seed)
+        self._seed = seed
+        for e, g in enumerate(self.games):
+            g.reset(seed + e)
+            self._draw(e)
+        self._advance(np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool))
+        return self._observe()
+
+    def step(self, actions: np.ndarray) -> SlotStep:
+        B = self.num_envs
+        reward = np.zeros(B, np.float32)
+        terminated, truncated = np.zeros(B, bool), np.zeros(B, bool)
+        final: dict[int, dict[str, np.ndarray]] = {}
+        for e, g in enumerate(self.games):
+            me = int(self.seat[e])
+            r, term, trunc = g.play({me: int(actions[e])})
+            reward[e] += r[me]
+            if term[me] or trunc[me] or g.over():
+                terminated[e], truncated[e] = bool(term[me]), bool(trunc[me]) and not term[me]
+                if truncated[e]:
+                    final[e] = g.observe(me)
+        self._restart(terminated | truncated)
+        self._advance(reward, terminated | truncated, final, terminated, truncated)
+        final_obs = None
+        if truncated.any():
+            final_obs = self.turns.blank(B)
+            for e, obs in final.items():
+                self.turns.write(final_obs, e, obs, int(self.seat[e]), False)
+        end = terminated | truncated
+        return SlotStep(self._observe(), reward, terminated, truncated, end, final_obs)
+
+    def close(self) -> None:
+        self.turns.close()
+
+    # ------------------------------------------------------------------ internals
+    def _advance(
+        self,
+        reward: np.ndarray,
+        ended: np.ndarray,
+        final: dict[int, dict[str, np.ndarray]] | None = None,
+        terminated: np.ndarray | None = None,
+        truncated: np.ndarray | None = None,
+    ) -> None:
+        """Let the opponents move until the learner is to move in every game; a game that ends on their move ends
+        the learner's episode (restarted games may open with an opponent's move too)."""
+        while True:
+            waiting = [e for e, g in enumerate(self.games) if int(self.seat[e]) not in g.to_move()]
+            if not waiting:
+                return
+            moves = self._opponent_moves(waiting)
+            over = np.zeros(self.num_envs, bool)
+            for e in waiting:
+                g, me = self.games[e], int(self.seat[e])
+                r, term, trunc = g.play(moves[e])
+                if not ended[e]:
+                    reward[e] += r[me]
+                    if term[me] or trunc[me] or g.over():
+                        ended[e] = over[e] = True
+                        if terminated is not None and truncated is not None:
+                            terminated[e], truncated[e] = bool(term[me]), bool(trunc[me]) and not term[me]
+                            if truncated[e] and final is not None:
+                                final[e] = g.observe(me)
+                elif g.over():  # a restarted game ended on the opponent's moves alone: start another
+                    over[e] = True
+            self._restart(over)
+
+    def _restart(self, games: np.ndarray) -> None:
+        for e in np.flatnonzero(games).tolist():
+            self._seed += self.num_envs
+            self.games[e].reset(self._seed + e)
+            self._draw(e)
+
+    def _draw(self, e: int) -> None:
+        """The learner's seat and the opponent of game ``e``."""
+        self.seat[e] = self.rng.integers(self._n)
+        self._refresh()
+        members = self._index.members
+        if not members or self.rng.random() < self.cfg.random_opponent:
+            self.opponent[e] = RANDOM
+            return
+        if self.cfg.opponent == "pfsp":
+            weights = pfsp_weights(np.array([m.score for m in members]), self.cfg.pfsp, self.cfg.pfsp_power)
+        else:
+            weights = np.full(len(members), 1.0 / len(members))
+        self.opponent[e] = members[int(self.rng.choice(len(members), p=weights))].version
+
+    def _refresh(self) -> None:
+        """Re-read the pool index when it changed (looked at every ``REFRESH_SECONDS``); load new members."""
+        now = time.monotonic()
+        if now - self._checked < REFRESH_SECONDS:
+            return
+        self._checked = now
+        path = self.folder / "pool.json"
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if mtime == self._index_mtime:
+            return
+        index = read_index(self.folder)
+        versions = {m.version for m in index.members}
+        for version in [v for v in self._policies if v not in versions]:
+            del self._policies[version]
+        for version in versions - set(self._policies):
+            policy = self._make_policy()
+            policy.load_flat(read_snapshot(self.folder, version, policy.flat_size()))
+            self._policies[version] = policy
+        self._index, self._index_mtime = index, mtime
+
+    def _opponent_moves(self, games: list[int]) -> dict[int, dict[int, int]]:
+        """The moves of every opponent seat to move in ``games``: one forward per member over its games."""
+        rows: list[tuple[int, int]] = [(e, p) for e in games for p in self.games[e].to_move()]
+        obs = self.turns.blank(len(rows))
+        for i, (e, p) in enumerate(rows):
+            self.turns.write(obs, i, self.games[e].observe(p), p, True)
+        actions = np.zeros(len(rows), np.int64)
+        ids = np.array([self.opponent[e] for e, _ in rows])
+        for member in np.unique(ids).tolist():
+            sel = np.flatnonzero(ids == member)
+            policy = self._policies.get(member)
+            if policy is None:  # a random opponent, or a member that left the pool during this game
+                actions[sel] = [self._random_move(obs, i) for i in sel.tolist()]
+                continue
+            with torch.inference_mode():
+                picked = policy.act({k: v[sel] for k, v in obs.items()}, deterministic=False)["actions"]
+            actions[sel] = np.asarray(picked).reshape(-1)
+        moves: dict[int, dict[int, int]] = {e: {} for e in games}
+        for (e, p), a in zip(rows, actions.tolist()):
+            moves[e][p] = a
+        return moves
+
+    def _random_move(self, obs: Observation, row: int) -> int:
+        mask = self.turns.mask
+        if mask is None:
+            return int(self.rng.integers(int(self.games[0].action_space.n)))
+        return int(self.rng.choice(np.flatnonzero(obs[mask][row])))
+
+    def _observe(self) -> Observation:
+        out = self.turns.blank(self.num_envs)
+        for e, g in enumerate(self.games):
+            self.turns.write(out, e, g.observe(int(self.seat[e])), int(self.seat[e]), True)
+        return out

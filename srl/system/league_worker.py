@@ -1,0 +1,140 @@
+"""The league worker: the population manager of self-play (the SRL paper's PBT / PSRO manager, for one learner).
+
+Every ``league.check_every_versions`` policy versions it reads the newest
+snapshot from the parameter service (like the eval worker) and plays a round:
+``league.match_games`` games of the learner against each pool member and
+against a uniform random legal move, seats alternating, both sides sampling.
+From the round it
+
+- records the results and fits Elo ratings to all of them
+  (:func:`srl.league.ratings.fit_elo`): every version of the learner that
+  played a round is a player, the members among them. The random player is the
+  fixed anchor at 0, so a rating reads as strength over random play;
+- stores the learner's score against each member in the pool index, which the
+  actors' PFSP draws read;
+- freezes the learner into the pool (its parameters to ``RUN_DIR/league``)
+  when the pool is empty or the learner's mean score against it reaches
+  ``league.freeze_score``; a full pool drops its oldest member.
+
+It reports ``league_*`` metrics (Elo, scores, pool size) to the controller.
+The pool lives in the run directory, so a resumed run goes on with its league.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from srl.api.config import LeagueConfig
+from srl.api.worker import Policy, Reporter, Worker
+from srl.league.match import MatchResult, Opponent, PolicyOpponent, RandomOpponent
+from srl.league.pool import Member, read_index, read_snapshot, snapshot_path, write_index, write_snapshot
+from srl.league.ratings import fit_elo
+from srl.system.params import ParamSubscriber
+
+RANDOM_PLAYER = -1
+"""The uniform random player's id in the results: the anchor of the ratings."""
+
+
+class LeagueWorker(Worker):
+    """Plays the learner against the pool every few versions, rates, and freezes."""
+
+    def __init__(
+        self,
+        cfg: LeagueConfig,
+        learner: Policy,
+        params: ParamSubscriber,
+        folder: Path,
+        make_policy: Callable[[], Policy],
+        play: Callable[[Policy, Opponent], MatchResult],
+        reporter: Reporter,
+        seed: int,
+        wait_timeout: float = 0.05,
+    ) -> None:
+        self.name = "league0"
+        self.cfg, self.learner, self.params, self.folder = cfg, learner, params, folder
+        self._make_policy, self.play, self.reporter = make_policy, play, reporter
+        self.seed, self.wait_timeout = seed, wait_timeout
+        self.checked = -1
+        self._members: dict[int, Policy] = {}
+
+    def setup(self) -> None:
+        self.index = read_index(self.folder)  # a resumed run goes on with its pool
+        self.params.wait_first(self.should_stop)
+
+    def poll(self) -> int:
+        self.params.refresh()
+        version = self.params.current
+        if version < 0 or (self.checked >= 0 and version < self.checked + self.cfg.check_every_versions):
+            time.sleep(self.wait_timeout)
+            return 0
+        self.checked = version
+        self.round(version)
+        return 1
+
+    def round(self, version: int) -> None:
+        """One round of matches with the learner at ``version``; the pool index is rewritten once, at its end."""
+        index, cfg = self.index, self.cfg
+        index.rounds += 1
+        vs_random = self.play(self.learner, RandomOpponent(self.seed + index.rounds * 7_919))
+        index.results.append([version, RANDOM_PLAYER, vs_random.points, vs_random.games])
+        scores = []
+        for member in index.members:
+            result = self.play(self.learner, PolicyOpponent(self._member(member.version), deterministic=False))
+            member.score = result.points / result.games
+            scores.append(member.score)
+            index.results.append([version, member.version, result.points, result.games])
+        index.ratings = ratings(index.results)
+        for member in index.members:
+            member.elo = index.ratings[str(member.version)]
+        score_vs_pool = float(np.mean(scores)) if scores else 1.0
+        froze = not index.members or score_vs_pool >= cfg.freeze_score
+        if froze:
+            write_snapshot(self.folder, version, self.learner.flat_state())
+            index.members.append(Member(version, index.ratings[str(version)]))
+            index.frozen.append(version)
+        dropped = index.members[: max(0, len(index.members) - cfg.pool_size)]
+        index.members = index.members[len(dropped) :]
+        write_index(self.folder, index)
+        for member in dropped:  # after the index no longer names them
+            self._members.pop(member.version, None)
+            snapshot_path(self.folder, member.version).unlink(missing_ok=True)
+        self.reporter.report(
+            "league",
+            {
+                "version": version,
+                "rounds": index.rounds,
+                "pool_size": len(index.members),
+                "frozen": len(index.frozen),
+                "learner_elo": index.ratings[str(version)],
+                "score_vs_pool": score_vs_pool,
+                "win_rate_vs_random": vs_random.wins / vs_random.games,
+                "froze": froze,
+            },
+        )
+
+    def _member(self, version: int) -> Policy:
+        policy = self._members.get(version)
+        if policy is None:
+            policy = self._make_policy()
+            policy.load_flat(read_snapshot(self.folder, version, policy.flat_size()))
+            self._members[version] = policy
+        return policy
+
+
+def ratings(results: list[list[float]]) -> dict[str, float]:
+    """Elo of every player in ``results`` (``[a, b, points of a, games]``), fitted with the random player at 0."""
+    players = sorted({int(r[0]) for r in results} | {int(r[1]) for r in results} | {RANDOM_PLAYER})
+    at = {p: i for i, p in enumerate(players)}
+    score, games = np.zeros((len(players), len(players))), np.zeros((len(players), len(players)))
+    for a, b, points, n in results:
+        i, j = at[int(a)], at[int(b)]
+        score[i, j] += points
+        score[j, i] += n - points
+        games[i, j] += n
+        games[j, i] += n
+    elo = fit_elo(score, games, anchor=at[RANDOM_PLAYER])
+    return {str(p): float(elo[at[p]]) for p in players}

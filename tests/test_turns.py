@@ -1,0 +1,233 @@
+"""Turn-based games as slots (OpenSpiel, PettingZoo AEC): seats as columns, who moves, rewards that reach the one
+who waits, masks that keep every sampled move legal, and the league's slot where pool members play the other seat."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from srl.api.config import ConfigError, EnvConfig, ExperimentConfig, LeagueConfig
+from srl.api.spaces import ACTION_MASK
+from srl.envs.slots import make_slot, probe_spaces
+from srl.envs.turns import TurnSlot
+from srl.league import slot as league_slot
+from srl.league.pool import Member, PoolIndex, write_index, write_snapshot
+from srl.wiring import acting_policy
+
+TTT = EnvConfig(id="srl.envs.turns:game", kwargs={"name": "tic_tac_toe"}, agent_id=True)
+AEC_TTT = EnvConfig(id="pettingzoo.classic.tictactoe_v3:env")
+C4 = EnvConfig(id="srl.envs.turns:game", kwargs={"name": "connect_four"}, agent_id=True)
+
+# x takes the top row (0, 1, 2) while o plays 3 and 4: x wins on the fifth move
+X_WINS = [0, 3, 1, 4, 2]
+
+
+def _play_line(slot: TurnSlot, moves: list[int]):
+    """Play ``moves`` in game 0 (other games copy them); every step's result."""
+    steps = []
+    for move in moves:
+        steps.append(slot.step(np.full(slot.num_envs, move)))
+    return steps
+
+
+@pytest.mark.parametrize("cfg", [TTT, AEC_TTT], ids=["openspiel", "pettingzoo_aec"])
+def test_seats_are_columns_one_moves_and_the_one_who_waits_gets_its_reward(cfg):
+    slot = make_slot(cfg, 2)
+    try:
+        assert (slot.num_envs, slot.agents_per_env) == (4, 2)
+        obs = slot.reset(seed=0)
+        mask = obs[ACTION_MASK]
+        assert mask.tolist() == [[1] * 9] * 4  # the first mover's legal moves; the waiting seat may pick any
+        steps = _play_line(slot, X_WINS)
+        # seats alternate: x (column 0 of each game) moves first
+        assert [s.alive.tolist() for s in steps] == [[True, False] * 2, [False, True] * 2] * 2 + [[True, False] * 2]
+        assert not any(s.episode_end.any() for s in steps[:-1])
+        last = steps[-1]
+        # the winning move pays x +1 and o, who did not move, -1 in the same step; both episodes end
+        assert last.reward.tolist() == [1.0, -1.0] * 2
+        assert last.terminated.all() and last.episode_end.all() and not last.truncated.any()
+        # the game restarted within the step: an empty board, x to move
+        assert (last.obs[ACTION_MASK] == 1).all()
+        mid = steps[2].obs[ACTION_MASK]  # after x 0, o 3, x 1: o to move, 6 free cells
+        assert mid[1].tolist() == [0, 0, 1, 0, 1, 1, 1, 1, 1] and mid[0].tolist() == [1] * 9
+    finally:
+        slot.close()
+
+
+def test_agent_id_tells_each_column_its_seat():
+    probed = probe_spaces(TTT)
+    assert (probed.agents, probed.alive, probed.turn_based) == (2, True, True)
+    slot = make_slot(TTT, 3)
+    try:
+        assert slot.reset(seed=1)["obs.agent"].tolist() == [0, 1] * 3
+    finally:
+        slot.close()
+    with pytest.raises(ConfigError, match="env.agent_id: 'CartPole-v1' is not a turn-based game"):
+        make_slot(EnvConfig(id="CartPole-v1", agent_id=True), 1)
+
+
+def test_a_simultaneous_game_has_every_seat_move_each_step():
+    slot = make_slot(EnvConfig(id="srl.envs.turns:game", kwargs={"name": "markov_soccer"}), 2)
+    try:
+        assert not probe_spaces(EnvConfig(id="srl.envs.turns:game", kwargs={"name": "markov_soccer"})).turn_based
+        obs = slot.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            actions = np.array([rng.choice(np.flatnonzero(m)) for m in obs[ACTION_MASK]])
+            step = slot.step(actions)
+            assert step.alive.all()
+            obs = step.obs
+    finally:
+        slot.close()
+
+
+def test_a_masked_policy_never_samples_an_illegal_move():
+    """OpenSpiel raises on an illegal move: a fresh policy plays 3,000 connect-four moves, sampling."""
+    cfg = ExperimentConfig(env=C4)
+    probed = probe_spaces(C4)
+    policy = acting_policy(probed.obs, probed.action, cfg)
+    slot = make_slot(C4, 16)
+    try:
+        obs = slot.reset(seed=3)
+        ends = 0
+        with torch.inference_mode():
+            for _ in range(200):
+                actions = np.asarray(policy.act(obs)["actions"])
+                # the mover's mask is its legal moves, the waiting seat's allows all: every pick fits its mask
+                assert (obs[ACTION_MASK][np.arange(len(actions)), actions] == 1).all()
+                step = slot.step(actions)
+                ends += int(step.episode_end.sum())
+                obs = step.obs
+        assert ends > 0  # games were finished (and restarted) on the way
+    finally:
+        slot.close()
+
+
+def test_unknown_openspiel_game_is_one_line():
+    with pytest.raises(ConfigError, match="env.kwargs.name: 'no_such_game'"):
+        make_slot(EnvConfig(id="srl.envs.turns:game", kwargs={"name": "no_such_game"}), 1)
+
+
+def _league_slot(tmp_path, monkeypatch, **league):
+    monkeypatch.setattr(league_slot, "REFRESH_SECONDS", 0.0)
+    turns = make_slot(TTT, 8)
+    assert isinstance(turns, TurnSlot)
+    probed = probe_spaces(TTT)
+    cfg = ExperimentConfig(env=TTT)
+    make = lambda: acting_policy(probed.obs, probed.action, cfg)  # noqa: E731
+    return league_slot.LeagueSlot(turns, tmp_path, LeagueConfig(opponent="pfsp", **league), make, seed=0), make
+
+
+def test_league_slot_is_the_learners_seat_and_opponents_reply_within_the_step(tmp_path, monkeypatch):
+    slot, _ = _league_slot(tmp_path, monkeypatch)
+    try:
+        assert (slot.num_envs, slot.agents_per_env) == (8, 1)
+        obs = slot.reset(seed=4)
+        rng = np.random.default_rng(0)
+        outcomes = []
+        for _ in range(300):
+            # every game waits for the learner's seat: its column is the one that moves
+            for e, g in enumerate(slot.games):
+                assert g.to_move() == [int(slot.seat[e])]
+            assert (obs["obs.agent"] == slot.seat).all()
+            actions = np.array([rng.choice(np.flatnonzero(m)) for m in obs[ACTION_MASK]])
+            step = slot.step(actions)
+            assert step.alive is None
+            outcomes += step.reward[step.episode_end].tolist()
+            assert (step.reward[~step.episode_end] == 0).all()  # tic-tac-toe pays only at the end
+            obs = step.obs
+        # random against random: both seats win, and the losses reach the learner on the opponent's move
+        assert set(outcomes) <= {-1.0, 0.0, 1.0} and {-1.0, 1.0} <= set(outcomes)
+        assert set(slot.seat.tolist()) == {0, 1} and (slot.opponent == league_slot.RANDOM).all()
+    finally:
+        slot.close()
+
+
+def test_league_slot_loads_pool_members_and_plays_them(tmp_path, monkeypatch):
+    slot, make = _league_slot(tmp_path, monkeypatch, random_opponent=0.0)
+    try:
+        member = make()
+        write_snapshot(tmp_path, 7, member.flat_state())
+        write_index(tmp_path, PoolIndex(members=[Member(7, 100.0, 0.3)]))
+        obs = slot.reset(seed=0)
+        assert set(slot._policies) == {7} and (slot.opponent == 7).all()
+        for _ in range(20):
+            obs = slot.step(np.array([np.flatnonzero(m)[0] for m in obs[ACTION_MASK]])).obs
+        # the member leaves the pool: games drawn after that play random moves
+        write_index(tmp_path, PoolIndex())
+        slot._index_mtime = -1.0
+        slot._refresh()
+        assert slot._policies == {}
+    finally:
+        slot.close()
+
+
+# ---------------------------------------------------------------------------------------------- self-play, end to end
+def test_a_league_learns_tic_tac_toe_and_srl_eval_plays_it_against_opponents(tmp_path):
+    """Self-play against a PFSP league; random against random scores about 0.5 with seats alternating."""
+    import json
+    import subprocess
+    import sys
+
+    import srl
+
+    run = tmp_path / "run"
+    summary = srl.train(
+        {
+            "runtime": "inline",
+            "env": {"id": TTT.id, "kwargs": dict(TTT.kwargs), "agent_id": True},
+            "workers": {"envs_per_slot": 16, "segment_length": 16},
+            "model": {"hidden": [128, 128]},
+            "league": {"opponent": "pfsp", "check_every_versions": 10, "match_games": 32},
+            "run": {"total_env_steps": 100_000},
+        },
+        run_dir=run,
+    )
+    assert "error" not in summary, summary["error"]
+    league = summary["league"]
+    assert league["rounds"] >= 5 and league["pool_size"] >= 2 and league["learner_elo"] > 100, league
+    record = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert record["league_pool_size"] == league["pool_size"] and "league_learner_elo" in record
+
+    # srl.load_policy answers a dict of player -> observation, filling in the seat itself
+    import pyspiel
+
+    state = pyspiel.load_game("tic_tac_toe").new_initial_state()
+    for move in (4, 0):
+        state.apply_action(move)
+    player = {
+        "observation": np.asarray(state.observation_tensor(0), np.float32).reshape(3, 3, 3),
+        "action_mask": np.asarray(state.legal_actions_mask(0), np.int8),
+    }
+    loaded = srl.load_policy(run)
+    assert loaded.agents == ["player_0", "player_1"]
+    move = loaded.act({"player_0": player})["player_0"]
+    assert move in state.legal_actions()
+
+    def srl_eval(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "srl.cli.main", "eval", str(run), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    vs_random = srl_eval("--opponent", "random", "--episodes", "200")
+    assert vs_random.returncode == 0, vs_random.stderr
+    result = json.loads(vs_random.stdout)
+    assert result["games"] == 200 and result["score"] >= 0.7, result
+    assert result["win_rate"] + result["draw_rate"] + result["loss_rate"] == pytest.approx(1.0)
+    mcts = json.loads(srl_eval("--opponent", "mcts:10", "--episodes", "4").stdout)
+    assert mcts["games"] == 4
+    itself = json.loads(srl_eval("--opponent", str(run), "--episodes", "4").stdout)
+    assert itself["games"] == 4
+    for bad, line in [
+        ("mcts:0", "expected mcts:N with N >= 1"),
+        ("nobody", "'nobody' is not random, mcts:N or a run directory"),
+    ]:
+        proc = srl_eval("--opponent", bad)
+        assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and line in proc.stderr, proc.stderr
+
+
+def test_a_league_needs_a_turn_based_game():
+    import srl
+
+    with pytest.raises(ConfigError, match="league.opponent: pfsp: env 'CartPole-v1' is not a turn-based game"):
+        srl.train({"env": {"id": "CartPole-v1"}, "league": {"opponent": "pfsp"}})
