@@ -75,6 +75,17 @@ def test_one_node_prediction_by_hand():
     assert pred.bottleneck == "trainer" and pred.steps_per_second == pytest.approx(5_000)
 
 
+def test_multi_agent_steps_cost_one_sample_per_agent():
+    """Three agents per env: inference and the update run three samples per env step; the env is per env step."""
+    costs = dataclasses.replace(COSTS, agents_per_env=3, inference_seconds_per_sample=10e-6)
+    pred = predict(costs, Cluster(nodes=1, cores_per_node=2), one_node(1))
+    assert pred.stages["env"] == pytest.approx(1 / (100e-6 + 3 * 10e-6))  # inline inference: 3 forwards' worth
+    assert pred.stages["trainer"] == pytest.approx(1 / (3 * 200e-6))
+    # a costs file written before agents_per_env existed reads as single-agent
+    old = {k: v for k, v in COSTS.to_dict().items() if k != "agents_per_env"}
+    assert Costs.from_dict(old).agents_per_env == 1
+
+
 def test_more_env_cores_raise_throughput_until_the_trainer_binds():
     costs = dataclasses.replace(COSTS, env_seconds_per_step=1e-3)  # 1k env steps/s per actor
     cluster = Cluster(nodes=1, cores_per_node=64)

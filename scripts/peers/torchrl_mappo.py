@@ -42,8 +42,9 @@ Environments
     process, stepped one after another; ``--spread-backend parallel`` uses
     ``ParallelEnv``, one worker process per env, instead).  By default the
     number of envs follows the tutorial's rule,
-    ``num_envs = frames_per_batch // max_cycles`` (= 240); ``--num-envs``
-    overrides it.  Each env contributes ``frames_per_batch // num_envs``
+    ``num_envs = frames_per_batch // max_cycles`` (= 240; with
+    ``--spread-backend parallel`` the default is ``os.cpu_count()`` instead,
+    as each env is a process); ``--num-envs`` overrides it.  Each env contributes ``frames_per_batch // num_envs``
     consecutive steps per batch; episodes run on across batch boundaries
     (the collector does not reset at each iteration).  Policy: categorical
     over the 5 discrete actions (logits from the shared MLP).
@@ -119,7 +120,8 @@ def parse_args(argv=None):
                    help="decentralised critic (IPPO) instead of MAPPO")
     # env batching
     p.add_argument("--num-envs", type=int, default=None,
-                   help="default frames_per_batch // max_steps (tutorial rule)")
+                   help="default frames_per_batch // max_steps (tutorial rule); "
+                        "cpu_count for --spread-backend parallel")
     p.add_argument("--spread-backend", choices=["serial", "parallel"], default="serial",
                    help="mpe_spread only: SerialEnv (one process) or ParallelEnv")
     p.add_argument("--quiet", action="store_true")
@@ -259,7 +261,12 @@ def main(argv=None):
     continuous = args.env == "vmas_navigation"
     max_steps = args.max_steps or (100 if continuous else 25)
     fpb = args.frames_per_batch
-    num_envs = args.num_envs or max(1, fpb // max_steps)
+    if args.num_envs:
+        num_envs = args.num_envs
+    elif args.env == "mpe_spread" and args.spread_backend == "parallel":
+        num_envs = os.cpu_count() or 1  # one worker process per env: keep it small
+    else:
+        num_envs = max(1, fpb // max_steps)
     if fpb % num_envs:
         sys.exit(f"frames_per_batch {fpb} is not a multiple of num_envs {num_envs}")
     n_iters = max(1, math.ceil(args.frames / fpb))

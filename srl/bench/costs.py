@@ -94,7 +94,7 @@ def _canned_policy(plan: Plan, n: int) -> _CannedPolicy:
     """Real answers of the acting policy for ``n`` random slot observations (dtypes and shapes as in a run)."""
     policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     rng = np.random.default_rng(plan.cfg.seed)
-    answers = [policy.act(random_obs(plan, rng, (plan.cfg.workers.envs_per_slot,))) for _ in range(n)]
+    answers = [policy.act(random_obs(plan, rng, (plan.columns_per_slot,))) for _ in range(n)]
     return _CannedPolicy(answers, policy.output_fields())
 
 
@@ -128,7 +128,7 @@ def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, floa
     """Fixed seconds per forward pass and seconds per sample, fitted from one slot's batch and from several
     slots' batch, timed in alternation (medians of ``rounds``) so that the machine's noise hits both alike."""
     cfg = plan.cfg
-    B = cfg.workers.envs_per_slot
+    B = plan.columns_per_slot  # samples per slot
     slots = max(2, min(LARGE_BATCH_SLOTS, cfg.workers.max_inference_batch))
     policy = acting_policy(plan.obs_space, plan.action_space, cfg)
     rng = np.random.default_rng(cfg.seed)
@@ -205,7 +205,7 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
     cfg = plan.cfg
     layout = dataclasses.replace(plan.layout, actors=1, buffers=1)
     pool = SegmentPool.in_process(layout)
-    for name, values in random_batch(plan, np.random.default_rng(cfg.seed), cfg.workers.envs_per_slot).items():
+    for name, values in random_batch(plan, np.random.default_rng(cfg.seed), plan.columns_per_slot).items():
         pool.arrays[name][0, 0] = values
     ctx = zmq.Context()
     token = new_tag()
@@ -230,8 +230,8 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
         ctx.term()
     if receiver.rejected:
         raise RuntimeError(f"segment_send: {receiver.rejected} segments rejected by the receiver")
-    samples = cfg.workers.segment_length * cfg.workers.envs_per_slot
-    return {"segment_send_seconds": per_segment, "bytes_per_sample": segment_bytes(layout.fields) / samples}
+    steps = cfg.workers.segment_length * cfg.workers.envs_per_slot  # env steps (every agent's column in each)
+    return {"segment_send_seconds": per_segment, "bytes_per_sample": segment_bytes(layout.fields) / steps}
 
 
 def param_transfer(floats: int, dtype: str, versions: int = 6, interval: float = 0.15) -> dict[str, float]:
@@ -270,6 +270,7 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     costs = Costs(
         env_id=cfg.env.id,
         envs_per_slot=w.envs_per_slot,
+        agents_per_env=plan.agents_per_env,
         segment_length=w.segment_length,
         samples_per_version=w.batch_segments * w.segment_length * w.envs_per_slot,
         max_inference_batch=w.max_inference_batch,

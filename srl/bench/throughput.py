@@ -233,26 +233,28 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     """This machine's compute bound for a config: inference and PPO update cost per sample, measured.
 
     bound = 1 / (inference seconds per sample + update seconds per sample), where the update cost
-    already contains all epochs (one ``train`` call over a full batch divided by its samples).
+    already contains all epochs (one ``train`` call over a full batch divided by its samples). A sample is one
+    column step (an agent's); the bound is in env steps (a multi-agent env's step is one sample per agent).
     """
     plan = make_plan(cfg)
     w, ppo = cfg.workers, cfg.ppo
     torch.set_num_threads(w.torch_threads)
     rng = np.random.default_rng(cfg.seed)
     policy = acting_policy(plan.obs_space, plan.action_space, cfg)
-    batch_obs = random_obs(plan, rng, (w.envs_per_slot,))  # one slot per forward pass, as in the sampling path
-    infer = timed_rate(lambda i: policy.act(batch_obs), w.envs_per_slot, seconds / 2)
+    C = plan.columns_per_slot
+    batch_obs = random_obs(plan, rng, (C,))  # one slot per forward pass, as in the sampling path
+    infer = timed_rate(lambda i: policy.act(batch_obs), C, seconds / 2)
     algo = make_algorithm(plan.obs_space, plan.action_space, cfg, cfg.seed, state_space=plan.state_space)
-    batch = random_batch(plan, rng, w.batch_segments * w.envs_per_slot)
+    batch = random_batch(plan, rng, w.batch_segments * C)
     samples = int(batch["rewards"].size)
     algo.train(batch, 0.0)
     update = timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
-    bound = 1.0 / (1.0 / infer + 1.0 / update)
+    bound = 1.0 / (1.0 / infer + 1.0 / update) / plan.agents_per_env
     return {
         "bench": "compute",
         "env": cfg.env.id,
         "torch_threads": w.torch_threads,
-        "inference_batch": w.envs_per_slot,
+        "inference_batch": C,
         "inference_samples_per_second": round(infer, 1),
         "update_batch": samples,
         "epochs": ppo.epochs,

@@ -59,10 +59,13 @@ class Costs:
     """The environment measured (informational)."""
     envs_per_slot: int
     """Environments per slot in the measurement (one inference request covers them all)."""
+    agents_per_env: int = 1
+    """Columns per environment: a multi-agent env's step is one sample (inference, update) per agent. Every other
+    cost, and every rate the model predicts, is per env step."""
     segment_length: int
     """Steps per trajectory segment."""
     samples_per_version: int
-    """Samples one trainer consumes per parameter version (``batch_segments x segment_length x envs_per_slot``)."""
+    """Env steps one trainer consumes per parameter version (``batch_segments x segment_length x envs_per_slot``)."""
     max_inference_batch: int
     """The config's cap on slots per forward pass of a policy worker."""
     env_seconds_per_step: float
@@ -91,7 +94,7 @@ class Costs:
     segment_send_seconds: float
     """One segment through ZeroMQ TCP on loopback: encode, send, receive, decode (split between the two ends)."""
     bytes_per_sample: float
-    """Segment bytes per sample on the wire."""
+    """Segment bytes per env step on the wire (every agent's column of it)."""
     param_bytes: int
     """One parameter snapshot on the wire (``params.transfer_dtype``)."""
     param_hop_seconds: float
@@ -134,7 +137,8 @@ class Costs:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ConfigError(f"{source}: {unknown[0]}: unknown field")
-        missing = sorted(n for n in names - set(data) if n != "gpu_update_speedup")
+        optional = {"gpu_update_speedup", "agents_per_env"}  # files measured before agents_per_env: single-agent
+        missing = sorted(n for n in names - set(data) if n not in optional)
         if missing:
             raise ConfigError(f"{source}: {missing[0]}: missing")
         values: dict[str, Any] = {
@@ -265,7 +269,8 @@ def actor_seconds(costs: Costs, layout: Layout) -> float:
     side of each inference request), and across nodes its half of sending each segment."""
     s = costs.env_seconds_per_step + costs.actor_seconds_per_step
     if layout.policy_workers_per_node == 0:
-        s += costs.inference_seconds_per_sample + costs.inference_seconds_per_batch / layout.envs_per_slot
+        s += costs.agents_per_env * costs.inference_seconds_per_sample
+        s += costs.inference_seconds_per_batch / layout.envs_per_slot
     else:
         s += costs.request_seconds / layout.envs_per_slot
     if layout.trainer_nodes:
@@ -274,7 +279,7 @@ def actor_seconds(costs: Costs, layout: Layout) -> float:
 
 
 def inference_batch(costs: Costs, layout: Layout) -> float:
-    """Samples per forward pass of a policy worker when inference binds: every actor it serves has about half
+    """Env steps per forward pass of a policy worker when inference binds: every actor it serves has about half
     its ring waiting (the other half is being stepped), capped by ``max_inference_batch`` slots. When inference
     does not bind, batches are smaller, which costs spare cores only."""
     actors = layout.actors_per_node / layout.policy_workers_per_node
@@ -283,20 +288,20 @@ def inference_batch(costs: Costs, layout: Layout) -> float:
 
 
 def policy_seconds(costs: Costs, layout: Layout) -> float:
-    """CPU seconds of a policy worker per sample: the forward pass and its stream work, fixed costs amortised
-    over the batch, per-request costs over the slot."""
+    """CPU seconds of a policy worker per env step: the forward pass (one sample per agent) and its stream work,
+    fixed costs amortised over the batch, per-request costs over the slot."""
     per_batch = costs.inference_seconds_per_batch + costs.serve_seconds_per_batch
     return (
-        costs.inference_seconds_per_sample
+        costs.agents_per_env * costs.inference_seconds_per_sample
         + per_batch / inference_batch(costs, layout)
         + costs.serve_seconds_per_request / layout.envs_per_slot
     )
 
 
 def trainer_seconds(costs: Costs, layout: Layout) -> float:
-    """Seconds one trainer needs per sample: the update (divided by the GPU speed-up on a GPU) and, across
-    nodes, its half of receiving segments."""
-    s = costs.update_seconds_per_sample
+    """Seconds one trainer needs per env step: the update (one sample per agent; divided by the GPU speed-up on
+    a GPU) and, across nodes, its half of receiving segments."""
+    s = costs.agents_per_env * costs.update_seconds_per_sample
     if layout.trainer_device == "gpu":
         if costs.gpu_update_speedup is None:
             raise ConfigError("gpu_update_speedup: needed for trainers on GPUs (not measurable without a GPU)")

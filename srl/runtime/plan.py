@@ -50,6 +50,11 @@ class Plan:
         return describe(obs_parts(self.obs_space), action_spec(self.action_space))
 
     @property
+    def columns_per_slot(self) -> int:
+        """Columns of one slot: every agent of every env (the rows of one inference request)."""
+        return self.cfg.workers.envs_per_slot * self.agents_per_env
+
+    @property
     def nodes(self) -> int:
         """Actor node groups: each has its own pool of segment buffers and its own policy workers."""
         return self.cfg.ray.actor_nodes if self.cfg.runtime == "ray" else 1
