@@ -198,6 +198,27 @@ def test_a_multi_agent_env_trains_across_nodes(cluster, tmp_path):
     assert summary["rejected_segment_messages"] == 0 and summary["final_eval_agents_per_episode"] == 2
 
 
+def test_self_play_against_a_league_runs_across_nodes(cluster, tmp_path):
+    """Tic-tac-toe against a league under Ray: the league worker plays its rounds from the parameter service on
+    the trainers' node and freezes members; the actors on the other nodes play them."""
+    c, _ = cluster
+    cfg = _cfg(
+        c,
+        "env.id=srl.envs.turns:game",
+        "env.kwargs={name: tic_tac_toe}",
+        "env.agent_id=true",
+        "league.opponent=pfsp",
+        "league.check_every_versions=2",
+        "league.match_games=8",
+        "league.random_opponent=0.0",
+        "run.total_env_steps=12000",
+    )
+    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    assert "error" not in summary, summary.get("error")
+    assert summary["league"]["rounds"] >= 2 and summary["league"]["pool_size"] >= 2, summary["league"]
+    assert len(list((tmp_path / "run" / "league").glob("v*.npy"))) == summary["league"]["pool_size"]
+
+
 def _train_in_thread(
     cfg, run_dir: Path, stop: threading.Event | None = None
 ) -> tuple[threading.Thread, dict[str, Any]]:

@@ -226,6 +226,34 @@ def test_a_league_learns_tic_tac_toe_and_srl_eval_plays_it_against_opponents(tmp
         assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and line in proc.stderr, proc.stderr
 
 
+def test_a_league_runs_under_the_local_runtime_and_resumes_with_its_pool(tmp_path):
+    """Actors in their own processes read the pool the league worker (a process too) writes; a resumed run
+    goes on with the same pool and rounds."""
+    from srl.api.config import load_config
+    from srl.league.pool import read_index
+    from srl.runtime.train import resume_config, train
+
+    run = tmp_path / "run"
+    sets = [
+        "runtime=local",
+        "workers.actors=2",
+        "run.total_env_steps=15000",
+        "league.check_every_versions=2",
+        "league.match_games=8",
+        "run.log_interval_seconds=1",
+    ]
+    cfg = load_config("configs/connect_four_selfplay.yaml", sets)
+    first = train(cfg, run, progress=None)
+    assert "error" not in first, first["error"]
+    rounds, frozen = first["league"]["rounds"], read_index(run / "league").frozen
+    assert rounds >= 2 and read_index(run / "league").rounds == rounds and frozen
+    cfg2, path, state = resume_config(run, ["run.total_env_steps=30000"])
+    second = train(cfg2, run, progress=None, resume=(path, state))
+    assert "error" not in second, second["error"]
+    assert second["league"]["rounds"] > rounds  # counted on from the pool index it found
+    assert read_index(run / "league").frozen[: len(frozen)] == frozen
+
+
 def test_a_league_needs_a_turn_based_game():
     import srl
 
