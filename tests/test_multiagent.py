@@ -74,6 +74,31 @@ def test_agents_with_other_spaces_are_refused_in_one_line():
         probe_spaces(EnvConfig(id=COOP, kwargs={"odd_spaces": True}))
 
 
+def test_an_env_whose_agent_spaces_change_mid_run_fails_in_one_line_naming_the_agent():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "train",
+            "configs/cartpole_ppo.yaml",
+            "--set",
+            f"env.id={COOP}",
+            "--set",
+            "env.kwargs={grow_at: 5}",
+            "--set",
+            "runtime=inline",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    line = proc.stderr.strip()
+    assert line.count("\n") == 0 and "agent 'agent_1': observation 'obs' of shape (7,), but its space has (6,)" in line
+
+
 def test_an_agent_done_before_the_others_leaves_its_column_idle_until_the_env_ends():
     """agent_0 terminates after 4 of 8 steps: its column is not alive (zero reward, no episode end) until the env
     resets with both agents."""

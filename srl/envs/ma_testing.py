@@ -18,13 +18,22 @@ class CoopTargets(ParallelEnv):
 
     ``finish_early``: agent 0 is done after half the episode while the others go on (for the adapter's refusal).
     ``odd_spaces``: the last agent has a larger observation (for the refusal of agents with other spaces).
+    ``grow_at``: from this step of the first episode on, the last agent's observations have one more entry than
+    its space (an env whose spaces change mid-run).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"name": "coop_targets_v0"}
 
     def __init__(
-        self, agents: int = 2, n: int = 4, length: int = 8, finish_early: bool = False, odd_spaces: bool = False
+        self,
+        agents: int = 2,
+        n: int = 4,
+        length: int = 8,
+        finish_early: bool = False,
+        odd_spaces: bool = False,
+        grow_at: int | None = None,
     ) -> None:
+        self.grow_at, self._steps = grow_at, 0
         self.possible_agents = [f"agent_{i}" for i in range(agents)]
         self.agents: list[str] = []
         self.n, self.length, self.finish_early = n, length, finish_early
@@ -53,6 +62,8 @@ class CoopTargets(ParallelEnv):
         out = {}
         for i, agent in enumerate(self.agents):
             obs = np.zeros(self._obs_spaces[agent].shape, np.float32)
+            if self.grow_at is not None and self._steps >= self.grow_at and agent == self.possible_agents[-1]:
+                obs = np.zeros(obs.size + 1, np.float32)
             obs[self._targets[i]] = 1.0
             obs[self.n + i] = 1.0
             out[agent] = obs
@@ -70,6 +81,7 @@ class CoopTargets(ParallelEnv):
         hits = [int(actions[a]) == int(self._targets[i]) for i, a in enumerate(self.possible_agents) if a in actions]
         reward = float(np.mean(hits))
         self._t += 1
+        self._steps += 1
         self._targets = self._rng.integers(0, self.n, len(self.possible_agents))
         done = self._t >= self.length
         terminated = {a: False for a in self.agents}

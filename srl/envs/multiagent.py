@@ -33,7 +33,7 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
-from srl.api.spaces import STATE, Observation, UnsupportedSpace, check_spaces, flatten_obs, obs_parts
+from srl.api.spaces import STATE, Observation, ObsPart, UnsupportedSpace, check_spaces, flatten_obs, obs_parts
 
 
 def is_parallel_env(env: Any) -> bool:
@@ -83,6 +83,18 @@ def action_adapter(space: gym.spaces.Space) -> tuple[gym.spaces.Space, Any]:
         start_v = space.start
         return gym.spaces.MultiDiscrete(space.nvec), lambda a: a + start_v
     return space, lambda a: a
+
+
+def put_observation(parts: tuple[ObsPart, ...], out: Observation, row: int, obs: Any, agent: str) -> None:
+    """``agent``'s observation into row ``row`` of ``out``; one line naming the agent and the part when it does
+    not fit the space the run was built for (an env whose agents' spaces change mid-run)."""
+    for part, (name, x) in zip(parts, flatten_obs(parts, obs).items()):
+        if np.shape(x) != part.shape:
+            raise ValueError(
+                f"agent {agent!r}: observation {name!r} of shape {np.shape(x)}, but its space has "
+                f"{part.shape} (an agent's spaces must not change during a run)"
+            )
+        out[name][row] = x
 
 
 class ParallelSlot:
@@ -168,12 +180,15 @@ class ParallelSlot:
         rows = [obs.get(agent) for obs in per_env for agent in self.agents]
         if len(self.parts) == 1 and self.parts[0].name == "obs" and all(r is not None for r in rows):
             part = self.parts[0]
-            return {"obs": np.asarray(rows, dtype=part.dtype).reshape(self.num_envs, *part.shape)}
+            try:
+                return {"obs": np.asarray(rows, dtype=part.dtype).reshape(self.num_envs, *part.shape)}
+            except ValueError:  # some agent's observation changed shape: the slow path names it
+                pass
         out = {p.name: np.zeros((self.num_envs, *p.shape), p.dtype) for p in self.parts}
+        N = self.agents_per_env
         for c, row in enumerate(rows):
             if row is not None:
-                for name, x in flatten_obs(self.parts, row).items():
-                    out[name][c] = x
+                put_observation(self.parts, out, c, row, self.agents[c % N])
         return out
 
     def _with_state(self, obs: Observation, states: list[np.ndarray] | None) -> Observation:

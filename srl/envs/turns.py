@@ -30,7 +30,8 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
-from srl.api.spaces import ACTION_MASK, Observation, UnsupportedSpace, check_spaces, flatten_obs, obs_parts
+from srl.api.spaces import ACTION_MASK, Observation, UnsupportedSpace, check_spaces, obs_parts
+from srl.envs.multiagent import put_observation
 
 MASK_KEY = ACTION_MASK.split(".", 1)[1]
 """The Dict key of the legal-move mask (``action_mask``, as PettingZoo's classic games name it)."""
@@ -352,8 +353,7 @@ class TurnSlot:
         a player that does not move now may pick any action (it is not played)."""
         if self._agent_id:
             obs = {**obs, AGENT: player}
-        for name, x in flatten_obs(self.parts, obs).items():
-            out[name][row] = x
+        put_observation(self.parts, out, row, obs, self.agents[player])
         if self.mask is not None and not moving:
             out[self.mask][row] = 1
 
