@@ -55,6 +55,9 @@ def parse_args(argv=None):
                    help="logical CPUs for ray.init (default: env runners + 1 for the driver's learner)")
     p.add_argument("--eval-games", type=int, default=0,
                    help="after training: games of greedy main vs a uniform random legal-move player")
+    p.add_argument("--worker-logs", action="store_true",
+                   help="forward the EnvRunners' output to this terminal (off by default: OpenSpiel "
+                        "prints an exception line for every illegal move the wrapper replaces)")
     p.add_argument("--eval-unmasked", action="store_true",
                    help="greedy eval without masking illegal moves (illegal argmax -> random legal "
                         "move, as the example's human-play loop does); default: argmax over legal moves")
@@ -183,6 +186,13 @@ def main(argv=None):
     import ray
     import torch
 
+    try:
+        import ray.rllib  # noqa: F401  (imports ray.tune, which needs pandas, pyarrow, ...)
+    except ImportError as e:
+        sys.exit(f"RLlib does not import ({e}). Ray's rllib extras are missing: run this with a venv "
+                 "made with --system-site-packages that has pandas pyarrow tensorboardX lz4 ormsgpack "
+                 "(see scripts/peers/RLLIB.md).")
+
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
 
@@ -199,12 +209,18 @@ def main(argv=None):
             "algo": "PPO", "num_epochs": 20, "fcnet_hiddens": [512, 512],
         },
         "counters": {
-            "env_steps": "num_env_steps_sampled_lifetime: env.step() calls = moves of BOTH players "
-                         "(main's and the opponent's)",
-            "main_steps": "env_runners/num_module_steps_sampled_lifetime['main']: main's own moves "
-                          "(about half of env_steps; what srl's total_env_steps counts for the learner)",
-            "win_rate": "env_runners/win_rate: SelfPlayCallback's mean of main-won over the last 100 "
-                        "finished training episodes against the current opponents",
+            "env_steps": "num_env_steps_sampled_lifetime: env.step() calls on the EnvRunners (resets "
+                         "not counted); OpenSpielEnv applies one move per step, so this counts the moves "
+                         "of BOTH players (main's and the opponent's); the budget --env-steps is on it",
+            "module_steps": "env_runners/num_module_steps_sampled_lifetime: per module, observations "
+                            "handed to that module after an env step (the reset observation and the "
+                            "empty terminal one are not counted), so the sum is env_steps - episodes "
+                            "and main's own moves = module_steps['main'] + the episodes main started",
+            "main_steps": "module_steps['main'] (about half of env_steps; srl's run.total_env_steps "
+                          "counts the learner's own moves, so compare it with env_steps / 2)",
+            "win_rate": "env_runners/win_rate: SelfPlayCallback's mean of (main's last reward == 1) "
+                        "over the last 100 finished training episodes against the current opponents",
+            "league_size": "SelfPlayCallback's league_size: 2 (main, random) + frozen copies of main",
         },
         "curve": curve,
     }
@@ -212,7 +228,7 @@ def main(argv=None):
     t_start = time.perf_counter()
     try:
         ray.init(num_cpus=num_cpus, include_dashboard=False, ignore_reinit_error=True,
-                 object_store_memory=256 * 1024 * 1024, log_to_driver=True)
+                 object_store_memory=256 * 1024 * 1024, log_to_driver=args.worker_logs)
         try:
             import pyspiel
             result["versions"]["open_spiel"] = getattr(pyspiel, "__version__", None)
@@ -240,12 +256,19 @@ def main(argv=None):
                 "iteration": int(res.get("training_iteration", len(curve) + 1)),
                 "env_steps": env_steps,
                 "main_steps": _num(_get(res, "env_runners", "num_module_steps_sampled_lifetime", "main")),
+                "module_steps": {str(k): _num(v) for k, v in (_get(
+                    res, "env_runners", "num_module_steps_sampled_lifetime", default={}) or {}).items()},
+                "agent_steps": {str(k): _num(v) for k, v in (_get(
+                    res, "env_runners", "num_agent_steps_sampled_lifetime", default={}) or {}).items()},
                 "episodes": _num(_get(res, "env_runners", "num_episodes_lifetime")),
                 "wall_seconds": now - t_train,
                 "iter_seconds": now - t_it,
                 "league_size": league_size,
                 "win_rate": _num(_get(res, "env_runners", "win_rate")),
                 "episode_len_mean": _num(_get(res, "env_runners", "episode_len_mean")),
+                # RLlib's own timers for this iteration (EMA-smoothed by RLlib's MetricsLogger).
+                "sample_seconds": _num(_get(res, "timers", "env_runner_sampling_timer")),
+                "learn_seconds": _num(_get(res, "timers", "learner_update_timer")),
             }
             curve.append(row)
             for size in range(3, league_size + 1):
