@@ -37,6 +37,10 @@ class PlannedRun(Protocol):
     def action_space(self) -> gym.spaces.Space: ...
 
 
+VS_RANDOM_GAMES = 100
+"""Games against a uniform random player in the final evaluation of a two-player turn-based game."""
+
+
 def eval_seed(cfg: ExperimentConfig) -> int:
     """The environment seed of every evaluation of a run (final, during training, ``srl eval``), so their
     returns compare like for like."""
@@ -51,14 +55,22 @@ def evaluate(
     deterministic: bool = True,
     max_steps: int = 100_000,
 ) -> dict[str, float]:
-    """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per step).
+    """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per step); in a
+    two-player turn-based game also the result of :data:`VS_RANDOM_GAMES` games against a random player.
 
     An env without a time limit could run forever under a deterministic policy: after ``max_steps``
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
     policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     policy.load_flat(flat_params)
-    return play(plan.cfg, policy, episodes, seed, deterministic, max_steps)
+    out = play(plan.cfg, policy, episodes, seed, deterministic, max_steps)
+    if probe_spaces(plan.cfg.env).turn_based and out["agents_per_episode"] == 2:
+        # Self-play returns of a zero-sum game average 0 whatever the policy: a match says how strong it is.
+        from srl.league.match import play_match
+
+        match = play_match(plan.cfg, policy, "random", VS_RANDOM_GAMES, seed, deterministic)
+        out.update({f"vs_random_{k}": v for k, v in match.as_dict().items()})
+    return out
 
 
 def play(

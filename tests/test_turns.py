@@ -185,6 +185,7 @@ def test_a_league_learns_tic_tac_toe_and_srl_eval_plays_it_against_opponents(tmp
         run_dir=run,
     )
     assert "error" not in summary, summary["error"]
+    assert summary["final_eval_vs_random_games"] == 100 and summary["final_eval_vs_random_score"] >= 0.6, summary
     league = summary["league"]
     assert league["rounds"] >= 5 and league["pool_size"] >= 2 and league["learner_elo"] > 100, league
     record = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
