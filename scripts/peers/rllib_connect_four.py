@@ -38,29 +38,59 @@ import time
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--env-steps", type=int, default=2_000_000,
-                   help="stop once num_env_steps_sampled_lifetime reaches this (moves of both "
-                        "players; the example's default budget is 2,000,000)")
-    p.add_argument("--num-env-runners", type=int, default=2,
-                   help="remote EnvRunner actors (the example's default is 2)")
+    p.add_argument(
+        "--env-steps",
+        type=int,
+        default=2_000_000,
+        help="stop once num_env_steps_sampled_lifetime reaches this (moves of both "
+        "players; the example's default budget is 2,000,000)",
+    )
+    p.add_argument(
+        "--num-env-runners", type=int, default=2, help="remote EnvRunner actors (the example's default is 2)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=str, default="rllib_connect_four.json")
-    p.add_argument("--win-rate-threshold", type=float, default=0.95,
-                   help="SelfPlayCallback's threshold for freezing main into the league (example: 0.95)")
-    p.add_argument("--min-league-size", type=int, default=3,
-                   help="league size the example counts as passing; only reported, never stops the run")
-    p.add_argument("--stop-at-league-size", action="store_true",
-                   help="also stop once the league reaches --min-league-size (the example's stop rule)")
-    p.add_argument("--num-cpus", type=int, default=None,
-                   help="logical CPUs for ray.init (default: env runners + 1 for the driver's learner)")
-    p.add_argument("--eval-games", type=int, default=0,
-                   help="after training: games of greedy main vs a uniform random legal-move player")
-    p.add_argument("--worker-logs", action="store_true",
-                   help="forward the EnvRunners' output to this terminal (off by default: OpenSpiel "
-                        "prints an exception line for every illegal move the wrapper replaces)")
-    p.add_argument("--eval-unmasked", action="store_true",
-                   help="greedy eval without masking illegal moves (illegal argmax -> random legal "
-                        "move, as the example's human-play loop does); default: argmax over legal moves")
+    p.add_argument(
+        "--win-rate-threshold",
+        type=float,
+        default=0.95,
+        help="SelfPlayCallback's threshold for freezing main into the league (example: 0.95)",
+    )
+    p.add_argument(
+        "--min-league-size",
+        type=int,
+        default=3,
+        help="league size the example counts as passing; only reported, never stops the run",
+    )
+    p.add_argument(
+        "--stop-at-league-size",
+        action="store_true",
+        help="also stop once the league reaches --min-league-size (the example's stop rule)",
+    )
+    p.add_argument(
+        "--num-cpus",
+        type=int,
+        default=None,
+        help="logical CPUs for ray.init (default: env runners + 1 for the driver's learner)",
+    )
+    p.add_argument(
+        "--eval-games",
+        type=int,
+        default=0,
+        help="after training: games of greedy main vs a uniform random legal-move player",
+    )
+    p.add_argument(
+        "--worker-logs",
+        action="store_true",
+        help="forward the EnvRunners' output to this terminal (off by default: OpenSpiel "
+        "prints an exception line for every illegal move the wrapper replaces)",
+    )
+    p.add_argument(
+        "--eval-unmasked",
+        action="store_true",
+        help="greedy eval without masking illegal moves (illegal argmax -> random legal "
+        "move, as the example's human-play loop does); default: argmax over legal moves",
+    )
     return p.parse_args(argv)
 
 
@@ -165,10 +195,15 @@ def evaluate_vs_random(module, games, seed, masked=True):
         draws += k == 1
         losses += k == 2
 
-    def rates(w, d, l):
-        n = max(w + d + l, 1)
-        return {"games": w + d + l, "win_rate": w / n, "draw_rate": d / n, "loss_rate": l / n,
-                "score": (w + 0.5 * d) / n}
+    def rates(w, d, lost):
+        n = max(w + d + lost, 1)
+        return {
+            "games": w + d + lost,
+            "win_rate": w / n,
+            "draw_rate": d / n,
+            "loss_rate": lost / n,
+            "score": (w + 0.5 * d) / n,
+        }
 
     return {
         "opponent": "uniform random legal move",
@@ -187,11 +222,13 @@ def main(argv=None):
     import torch
 
     try:
-        import ray.rllib  # noqa: F401  (imports ray.tune, which needs pandas, pyarrow, ...)
+        import ray.rllib
     except ImportError as e:
-        sys.exit(f"RLlib does not import ({e}). Ray's rllib extras are missing: run this with a venv "
-                 "made with --system-site-packages that has pandas pyarrow tensorboardX lz4 ormsgpack "
-                 "(see scripts/peers/RLLIB.md).")
+        sys.exit(
+            f"RLlib does not import ({e}). Ray's rllib extras are missing: run this with a venv "
+            "made with --system-site-packages that has pandas pyarrow tensorboardX lz4 ormsgpack "
+            "(see scripts/peers/RLLIB.md)."
+        )
 
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -200,26 +237,31 @@ def main(argv=None):
     curve = []
     result = {
         "peer": "rllib self_play_with_open_spiel (connect_four, new API stack)",
-        "versions": {"python": platform.python_version(), "ray": ray.__version__,
-                     "torch": torch.__version__},
+        "versions": {"python": platform.python_version(), "ray": ray.__version__, "torch": torch.__version__},
         "settings": {
-            "env_steps_budget": args.env_steps, "num_env_runners": args.num_env_runners,
-            "num_envs_per_env_runner": 1, "seed": args.seed, "ray_num_cpus": num_cpus,
-            "win_rate_threshold": args.win_rate_threshold, "min_league_size": args.min_league_size,
-            "algo": "PPO", "num_epochs": 20, "fcnet_hiddens": [512, 512],
+            "env_steps_budget": args.env_steps,
+            "num_env_runners": args.num_env_runners,
+            "num_envs_per_env_runner": 1,
+            "seed": args.seed,
+            "ray_num_cpus": num_cpus,
+            "win_rate_threshold": args.win_rate_threshold,
+            "min_league_size": args.min_league_size,
+            "algo": "PPO",
+            "num_epochs": 20,
+            "fcnet_hiddens": [512, 512],
         },
         "counters": {
             "env_steps": "num_env_steps_sampled_lifetime: env.step() calls on the EnvRunners (resets "
-                         "not counted); OpenSpielEnv applies one move per step, so this counts the moves "
-                         "of BOTH players (main's and the opponent's); the budget --env-steps is on it",
+            "not counted); OpenSpielEnv applies one move per step, so this counts the moves "
+            "of BOTH players (main's and the opponent's); the budget --env-steps is on it",
             "module_steps": "env_runners/num_module_steps_sampled_lifetime: per module, observations "
-                            "handed to that module after an env step (the reset observation and the "
-                            "empty terminal one are not counted), so the sum is env_steps - episodes "
-                            "and main's own moves = module_steps['main'] + the episodes main started",
+            "handed to that module after an env step (the reset observation and the "
+            "empty terminal one are not counted), so the sum is env_steps - episodes "
+            "and main's own moves = module_steps['main'] + the episodes main started",
             "main_steps": "module_steps['main'] (about half of env_steps; srl's run.total_env_steps "
-                          "counts the learner's own moves, so compare it with env_steps / 2)",
+            "counts the learner's own moves, so compare it with env_steps / 2)",
             "win_rate": "env_runners/win_rate: SelfPlayCallback's mean of (main's last reward == 1) "
-                        "over the last 100 finished training episodes against the current opponents",
+            "over the last 100 finished training episodes against the current opponents",
             "league_size": "SelfPlayCallback's league_size: 2 (main, random) + frozen copies of main",
         },
         "curve": curve,
@@ -227,12 +269,18 @@ def main(argv=None):
     algo = None
     t_start = time.perf_counter()
     try:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, ignore_reinit_error=True,
-                 object_store_memory=256 * 1024 * 1024, log_to_driver=args.worker_logs)
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            ignore_reinit_error=True,
+            object_store_memory=256 * 1024 * 1024,
+            log_to_driver=args.worker_logs,
+        )
         try:
             import pyspiel
+
             result["versions"]["open_spiel"] = getattr(pyspiel, "__version__", None)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         config = build_config(args)
         result["settings"]["train_batch_size_per_learner"] = config.train_batch_size_per_learner
@@ -249,17 +297,25 @@ def main(argv=None):
             t_it = time.perf_counter()
             res = algo.train()
             now = time.perf_counter()
-            env_steps = int(res.get("num_env_steps_sampled_lifetime")
-                            or _get(res, "env_runners", "num_env_steps_sampled_lifetime", default=0))
+            env_steps = int(
+                res.get("num_env_steps_sampled_lifetime")
+                or _get(res, "env_runners", "num_env_steps_sampled_lifetime", default=0)
+            )
             league_size = int(res.get("league_size", league_size))
             row = {
                 "iteration": int(res.get("training_iteration", len(curve) + 1)),
                 "env_steps": env_steps,
                 "main_steps": _num(_get(res, "env_runners", "num_module_steps_sampled_lifetime", "main")),
-                "module_steps": {str(k): _num(v) for k, v in (_get(
-                    res, "env_runners", "num_module_steps_sampled_lifetime", default={}) or {}).items()},
-                "agent_steps": {str(k): _num(v) for k, v in (_get(
-                    res, "env_runners", "num_agent_steps_sampled_lifetime", default={}) or {}).items()},
+                "module_steps": {
+                    str(k): _num(v)
+                    for k, v in (
+                        _get(res, "env_runners", "num_module_steps_sampled_lifetime", default={}) or {}
+                    ).items()
+                },
+                "agent_steps": {
+                    str(k): _num(v)
+                    for k, v in (_get(res, "env_runners", "num_agent_steps_sampled_lifetime", default={}) or {}).items()
+                },
                 "episodes": _num(_get(res, "env_runners", "num_episodes_lifetime")),
                 "wall_seconds": now - t_train,
                 "iter_seconds": now - t_it,
@@ -272,24 +328,28 @@ def main(argv=None):
             }
             curve.append(row)
             for size in range(3, league_size + 1):
-                first_league.setdefault(str(size), {"env_steps": env_steps,
-                                                    "wall_seconds": row["wall_seconds"]})
-            print(f"[rllib-c4] iter={row['iteration']} env_steps={env_steps} "
-                  f"main_steps={row['main_steps']} wall={row['wall_seconds']:.1f}s "
-                  f"league={league_size} win_rate={row['win_rate']}", flush=True)
+                first_league.setdefault(str(size), {"env_steps": env_steps, "wall_seconds": row["wall_seconds"]})
+            print(
+                f"[rllib-c4] iter={row['iteration']} env_steps={env_steps} "
+                f"main_steps={row['main_steps']} wall={row['wall_seconds']:.1f}s "
+                f"league={league_size} win_rate={row['win_rate']}",
+                flush=True,
+            )
             if args.stop_at_league_size and league_size >= args.min_league_size:
                 break
         total = time.perf_counter() - t_train
-        result.update({
-            "total_wall_seconds": total,
-            "env_steps": env_steps,
-            "main_steps": curve[-1]["main_steps"] if curve else None,
-            "env_steps_per_second": env_steps / total if total > 0 else None,
-            "final_league_size": league_size,
-            "passed_min_league_size": league_size >= args.min_league_size,
-            "league_size_reached_at": first_league,
-            "final_win_rate": curve[-1]["win_rate"] if curve else None,
-        })
+        result.update(
+            {
+                "total_wall_seconds": total,
+                "env_steps": env_steps,
+                "main_steps": curve[-1]["main_steps"] if curve else None,
+                "env_steps_per_second": env_steps / total if total > 0 else None,
+                "final_league_size": league_size,
+                "passed_min_league_size": league_size >= args.min_league_size,
+                "league_size_reached_at": first_league,
+                "final_win_rate": curve[-1]["win_rate"] if curve else None,
+            }
+        )
         if args.eval_games > 0:
             module = algo.get_module("main")
             # Load the learner's current weights (env runners get them synced; be explicit).
@@ -305,7 +365,7 @@ def main(argv=None):
         if algo is not None:
             try:
                 algo.stop()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 print(f"[rllib-c4] algo.stop() failed: {e!r}", file=sys.stderr)
         ray.shutdown()
         result["script_wall_seconds"] = time.perf_counter() - t_start

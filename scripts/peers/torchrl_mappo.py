@@ -96,8 +96,7 @@ from functools import partial
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env", required=True, choices=["vmas_navigation", "mpe_spread"])
-    p.add_argument("--frames", type=int, required=True,
-                   help="frames to train for (rounded up to whole batches)")
+    p.add_argument("--frames", type=int, required=True, help="frames to train for (rounded up to whole batches)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the JSON result here")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
@@ -112,18 +111,25 @@ def parse_args(argv=None):
     p.add_argument("--lmbda", type=float, default=0.9)
     p.add_argument("--entropy-eps", type=float, default=1e-4)
     p.add_argument("--n-agents", type=int, default=3)
-    p.add_argument("--max-steps", type=int, default=None,
-                   help="episode length: default 100 (vmas) / 25 (spread max_cycles)")
+    p.add_argument(
+        "--max-steps", type=int, default=None, help="episode length: default 100 (vmas) / 25 (spread max_cycles)"
+    )
     p.add_argument("--depth", type=int, default=2)
     p.add_argument("--num-cells", type=int, default=256)
-    p.add_argument("--ippo", action="store_true",
-                   help="decentralised critic (IPPO) instead of MAPPO")
+    p.add_argument("--ippo", action="store_true", help="decentralised critic (IPPO) instead of MAPPO")
     # env batching
-    p.add_argument("--num-envs", type=int, default=None,
-                   help="default frames_per_batch // max_steps (tutorial rule); "
-                        "cpu_count for --spread-backend parallel")
-    p.add_argument("--spread-backend", choices=["serial", "parallel"], default="serial",
-                   help="mpe_spread only: SerialEnv (one process) or ParallelEnv")
+    p.add_argument(
+        "--num-envs",
+        type=int,
+        default=None,
+        help="default frames_per_batch // max_steps (tutorial rule); cpu_count for --spread-backend parallel",
+    )
+    p.add_argument(
+        "--spread-backend",
+        choices=["serial", "parallel"],
+        default="serial",
+        help="mpe_spread only: SerialEnv (one process) or ParallelEnv",
+    )
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -134,9 +140,7 @@ def _make_spread(n_agents: int, max_cycles: int):
     from mpe2 import simple_spread_v3
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
-    pz_env = simple_spread_v3.parallel_env(
-        N=n_agents, max_cycles=max_cycles, continuous_actions=False
-    )
+    pz_env = simple_spread_v3.parallel_env(N=n_agents, max_cycles=max_cycles, continuous_actions=False)
     return PettingZooWrapper(env=pz_env, categorical_actions=True)
 
 
@@ -316,8 +320,10 @@ def main(argv=None):
     optim = torch.optim.Adam(loss_module.parameters(), args.lr)
     setup_seconds = time.perf_counter() - t_setup
     n_minibatches = fpb // args.minibatch_size
-    log(f"[torchrl_mappo] {env_desc}; group={group!r} n_agents={n_agents}; "
-        f"{n_iters} iters x {fpb} frames; setup {setup_seconds:.1f}s")
+    log(
+        f"[torchrl_mappo] {env_desc}; group={group!r} n_agents={n_agents}; "
+        f"{n_iters} iters x {fpb} frames; setup {setup_seconds:.1f}s"
+    )
 
     # ---- training (timed)
     curve, iters = [], []
@@ -334,8 +340,7 @@ def main(argv=None):
         rew_shape = data.get_item_shape(("next", env.reward_key))
         for k in ("done", "terminated"):
             if (group, k) not in data.get("next").keys(include_nested=True):
-                data.set(("next", group, k),
-                         data.get(("next", k)).unsqueeze(-1).expand(rew_shape))
+                data.set(("next", group, k), data.get(("next", k)).unsqueeze(-1).expand(rew_shape))
 
         with torch.no_grad():
             gae(
@@ -364,20 +369,24 @@ def main(argv=None):
         n_eps = int(done.any(-2).sum().item()) if done.ndim >= 2 else int(done.sum())
         reward = float(ep_rew.mean().item()) if ep_rew.numel() else None
         curve.append([frames, round(elapsed, 4), reward])
-        iters.append({
-            "iteration": it,
-            "frames": frames,
-            "train_seconds": round(elapsed, 4),
-            "collect_seconds": round(t_collected - t_mark, 4),
-            "update_seconds": round(t_end - t_collected, 4),
-            "episodes_finished": n_eps,
-            "mean_episode_reward_per_agent": reward,
-            "loss_objective": float(lv["loss_objective"].detach()),
-            "loss_critic": float(lv["loss_critic"].detach()),
-        })
-        log(f"iter {it:3d} frames {frames:8d} t {elapsed:8.1f}s "
+        iters.append(
+            {
+                "iteration": it,
+                "frames": frames,
+                "train_seconds": round(elapsed, 4),
+                "collect_seconds": round(t_collected - t_mark, 4),
+                "update_seconds": round(t_end - t_collected, 4),
+                "episodes_finished": n_eps,
+                "mean_episode_reward_per_agent": reward,
+                "loss_objective": float(lv["loss_objective"].detach()),
+                "loss_critic": float(lv["loss_critic"].detach()),
+            }
+        )
+        log(
+            f"iter {it:3d} frames {frames:8d} t {elapsed:8.1f}s "
             f"fps {frames / elapsed:7.1f} eps {n_eps:4d} reward/agent "
-            f"{'nan' if reward is None else f'{reward:.4f}'}")
+            f"{'nan' if reward is None else f'{reward:.4f}'}"
+        )
         t_mark = time.perf_counter()
     train_seconds = time.perf_counter() - t0
     collector.shutdown()
@@ -386,6 +395,7 @@ def main(argv=None):
 
     import mpe2  # noqa: F401  (only for the version below)
     import vmas
+
     result = {
         "peer": "torchrl_mappo",
         "algorithm": "IPPO" if args.ippo else "MAPPO",
@@ -403,18 +413,27 @@ def main(argv=None):
         "frames_per_second": round(frames / train_seconds, 3),
         "final_mean_episode_reward_per_agent": curve[-1][2] if curve else None,
         "reward_convention": "mean over (finished episode, agent) of each agent's "
-                             "undiscounted episode return, per iteration",
+        "undiscounted episode return, per iteration",
         "frame_convention": "one frame = one team env step (agents not counted)",
         "curve_columns": ["frames", "train_seconds", "mean_episode_reward_per_agent"],
         "curve": curve,
         "iterations": iters,
         "config": {
-            "frames_per_batch": fpb, "n_iters": n_iters, "num_envs": num_envs,
-            "max_steps": max_steps, "num_epochs": args.num_epochs,
-            "minibatch_size": args.minibatch_size, "lr": args.lr,
-            "max_grad_norm": args.max_grad_norm, "clip_epsilon": args.clip_epsilon,
-            "gamma": args.gamma, "lmbda": args.lmbda, "entropy_eps": args.entropy_eps,
-            "depth": args.depth, "num_cells": args.num_cells, "share_params": True,
+            "frames_per_batch": fpb,
+            "n_iters": n_iters,
+            "num_envs": num_envs,
+            "max_steps": max_steps,
+            "num_epochs": args.num_epochs,
+            "minibatch_size": args.minibatch_size,
+            "lr": args.lr,
+            "max_grad_norm": args.max_grad_norm,
+            "clip_epsilon": args.clip_epsilon,
+            "gamma": args.gamma,
+            "lmbda": args.lmbda,
+            "entropy_eps": args.entropy_eps,
+            "depth": args.depth,
+            "num_cells": args.num_cells,
+            "share_params": True,
             "centralised_critic": not args.ippo,
             "spread_backend": args.spread_backend if args.env == "mpe_spread" else None,
         },
@@ -433,9 +452,10 @@ def main(argv=None):
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             f.write(text + "\n")
-    summary = {k: result[k] for k in ("env", "total_frames", "train_seconds",
-                                      "frames_per_second",
-                                      "final_mean_episode_reward_per_agent")}
+    summary = {
+        k: result[k]
+        for k in ("env", "total_frames", "train_seconds", "frames_per_second", "final_mean_episode_reward_per_agent")
+    }
     print(json.dumps(summary), flush=True)
     return result
 
@@ -443,6 +463,7 @@ def main(argv=None):
 def _dist_version(name: str):
     try:
         from importlib.metadata import version
+
         return version(name)
     except Exception:
         return None
