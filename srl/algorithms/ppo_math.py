@@ -123,7 +123,7 @@ def ppo_loss(
 
 def _mean(x: Tensor) -> Tensor:
     """The mean, and 0 for no elements (a minibatch in which no agent acted has no policy terms)."""
-    return x.sum() / max(1, x.numel())
+    return x.mean() if x.numel() else x.sum()
 
 
 def normalize_advantages(adv: Tensor, eps: float = 1e-8) -> Tensor:
