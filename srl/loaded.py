@@ -58,7 +58,7 @@ class LoadedPolicy:
                 raise ValueError(f"a multi-agent policy acts on a dict of agent id -> observation ({self.agents})")
             ids = list(obs)
             seat = self._seat_key
-            own = [obs[a] if seat is None else {**obs[a], seat: self.agents.index(a)} for a in ids]
+            own = [obs[a] if seat is None else _seated(obs[a], seat, self.agents.index(a)) for a in ids]
             rows = [flatten_obs(self._parts, o) for o in own]
             batch = {p.name: np.stack([np.asarray(r[p.name], p.dtype) for r in rows]) for p in self._parts}
             return dict(zip(ids, self._act(batch, deterministic)))
@@ -78,13 +78,18 @@ class LoadedPolicy:
         return np.asarray(self._to_env(actions))
 
 
+def _seated(obs: Any, key: str, index: int) -> dict[str, Any]:
+    """One agent's observation as ``env.agent_id`` lays it out (:func:`srl.envs.multiagent.seat_space`)."""
+    return {**obs, key: index} if isinstance(obs, dict) else {"observation": obs, key: index}
+
+
 def load(target: Path) -> LoadedPolicy:
     """See :func:`srl.load_policy`."""
     from gymnasium.wrappers import ClipAction
 
     from srl.envs.factory import ShiftActions, create_env, wrap_env
-    from srl.envs.multiagent import action_adapter, agent_spaces, is_parallel_env
-    from srl.envs.turns import AGENT, TurnSlot, is_aec_env, is_openspiel_game
+    from srl.envs.multiagent import AGENT, action_adapter, agent_spaces, is_parallel_env, seat_space
+    from srl.envs.turns import TurnSlot, is_aec_env, is_openspiel_game
     from srl.evaluate import load_policy
 
     cfg, policy, info = load_policy(target)
@@ -104,7 +109,11 @@ def load(target: Path) -> LoadedPolicy:
             agents, obs_space, action_space = agent_spaces(raw, cfg.env.id)
         finally:
             raw.close()
-        return LoadedPolicy(policy, cfg, obs_space, action_space, action_adapter(action_space)[1], info, agents)
+        adapt = action_adapter(action_space)[1]
+        if cfg.env.agent_id:
+            obs_space = seat_space(obs_space, len(agents))
+            return LoadedPolicy(policy, cfg, obs_space, action_space, adapt, info, agents, AGENT)
+        return LoadedPolicy(policy, cfg, obs_space, action_space, adapt, info, agents)
     env = wrap_env(cfg.env, raw)
     try:
         # Observations as the configured env (with its preprocessing) gives them; actions as the env takes them

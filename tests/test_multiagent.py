@@ -267,6 +267,36 @@ def test_mappo_with_a_critic_on_the_global_state_learns_the_cooperative_task(ove
     assert summary["solved"] and summary["solved_return_mean"] >= 6.5, summary
 
 
+def test_the_agent_id_switch_lets_one_shared_policy_act_per_agent(tmp_path):
+    """Every agent sees the same observation (both targets, no index). Knowing only that, a shared policy scores
+    at most 5 of 8 (it can name one target per step: 3/4 of steps pay 1/2, the steps with equal targets 1);
+    with ``env.agent_id`` it learns to pick its own."""
+    probed = probe_spaces(EnvConfig(id=COOP, kwargs={"shared_obs": True}, agent_id=True))
+    assert set(probed.obs.spaces) == {"observation", "agent"} and probed.obs["agent"].n == 2
+    slot = make_slot(EnvConfig(id=COOP, kwargs={"shared_obs": True}, agent_id=True), 3)
+    try:
+        obs = slot.reset(seed=0)
+        assert obs["obs.agent"].tolist() == [0, 1] * 3 and obs["obs.observation"].shape == (6, 8)
+        assert (obs["obs.observation"][0::2] == obs["obs.observation"][1::2]).all()  # nothing else tells them apart
+        shown = [obs["obs.observation"][0]] + [
+            slot.step(np.zeros(6, np.int64)).obs["obs.observation"][0] for _ in range(39)
+        ]
+    finally:
+        slot.close()
+    base = {"runtime": "inline", "env": {"id": COOP, "kwargs": {"shared_obs": True}}}
+    run = {"total_env_steps": 150_000, "target_return": 6.5, "return_window": 100}
+    seated = srl.train({**base, "env": {**base["env"], "agent_id": True}, "run": run}, run_dir=tmp_path / "seated")
+    assert seated["solved"], seated
+    loaded = srl.load_policy(tmp_path / "seated")
+    right = 0
+    for x in shown:  # the seat is filled in by load_policy: each agent names its own target
+        actions = loaded.act({"agent_0": x, "agent_1": x})
+        right += sum(int(actions[f"agent_{i}"]) == int(x.reshape(2, 4)[i].argmax()) for i in range(2))
+    assert right >= 0.8 * 2 * len(shown), right  # a blind policy averages 5/8 of them at best
+    blind = srl.train({**base, "run": {**run, "total_env_steps": 60_000}}, run_dir=tmp_path / "blind")
+    assert not blind["solved"] and blind["train_return_mean"] <= 5.4, blind
+
+
 def test_load_policy_answers_a_dict_of_agent_observations(tmp_path):
     from srl.envs.ma_testing import coop_targets
 

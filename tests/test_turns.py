@@ -63,7 +63,7 @@ def test_agent_id_tells_each_column_its_seat():
         assert slot.reset(seed=1)["obs.agent"].tolist() == [0, 1] * 3
     finally:
         slot.close()
-    with pytest.raises(ConfigError, match="env.agent_id: 'CartPole-v1' is not a turn-based game"):
+    with pytest.raises(ConfigError, match="env.agent_id: 'CartPole-v1' is not a multi-agent env"):
         make_slot(EnvConfig(id="CartPole-v1", agent_id=True), 1)
 
 

@@ -18,6 +18,8 @@ class CoopTargets(ParallelEnv):
 
     ``finish_early``: agent 0 is done after half the episode while the others go on (for the adapter's refusal).
     ``odd_spaces``: the last agent has a larger observation (for the refusal of agents with other spaces).
+    ``shared_obs``: every agent sees the same observation, every agent's target side by side and no index, so
+    only a policy that knows which agent it acts for (``env.agent_id``) can pick the right one.
     ``grow_at``: from this step of the first episode on, the last agent's observations have one more entry than
     its space (an env whose spaces change mid-run).
     """
@@ -32,12 +34,13 @@ class CoopTargets(ParallelEnv):
         finish_early: bool = False,
         odd_spaces: bool = False,
         grow_at: int | None = None,
+        shared_obs: bool = False,
     ) -> None:
-        self.grow_at, self._steps = grow_at, 0
+        self.grow_at, self._steps, self.shared_obs = grow_at, 0, shared_obs
         self.possible_agents = [f"agent_{i}" for i in range(agents)]
         self.agents: list[str] = []
         self.n, self.length, self.finish_early = n, length, finish_early
-        size = n + agents
+        size = agents * n if shared_obs else n + agents
         self._obs_spaces = {a: gym.spaces.Box(0.0, 1.0, (size,), np.float32) for a in self.possible_agents}
         if odd_spaces:
             self._obs_spaces[self.possible_agents[-1]] = gym.spaces.Box(0.0, 1.0, (size + 1,), np.float32)
@@ -59,6 +62,8 @@ class CoopTargets(ParallelEnv):
         return gym.spaces.Discrete(self.n)
 
     def _observe(self) -> dict[str, np.ndarray]:
+        if self.shared_obs:
+            return {agent: self.state() for agent in self.agents}
         out = {}
         for i, agent in enumerate(self.agents):
             obs = np.zeros(self._obs_spaces[agent].shape, np.float32)

@@ -6,7 +6,8 @@ environment ``e``). Everything downstream (the segment pool, inference,
 the trainer's batch, episode returns) sees columns and needs nothing more: with
 every agent mapped to one shared policy this is parameter-shared independent
 PPO, the way Sample Factory runs multi-agent envs. An episode's return is
-reported per agent, so a run's return is the mean over agents.
+reported per agent, so a run's return is the mean over agents. With ``env.agent_id``
+each column also observes its agent's index (:func:`seat_space`).
 
 With ``state``, each column's observation also carries the env's global state
 (``env.state()``, field ``state``, the same for every agent of one env) for a
@@ -33,7 +34,28 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
-from srl.api.spaces import STATE, Observation, ObsPart, UnsupportedSpace, check_spaces, flatten_obs, obs_parts
+from srl.api.spaces import OBS, STATE, Observation, ObsPart, UnsupportedSpace, check_spaces, flatten_obs, obs_parts
+
+AGENT = "agent"
+"""Observation key of a column's agent index (``env.agent_id``): field ``obs.agent``, one-hot in the encoder."""
+
+
+def seat_space(space: gym.spaces.Space, agents: int) -> gym.spaces.Dict:
+    """One agent's observation space with its index among ``agents`` under the key ``agent`` (``env.agent_id``);
+    a space that is not a Dict moves to the key ``observation``."""
+    base = dict(space.spaces) if isinstance(space, gym.spaces.Dict) else {"observation": space}
+    return gym.spaces.Dict({**base, AGENT: gym.spaces.Discrete(agents)})
+
+
+def with_seats(obs: Observation, agents: int) -> Observation:
+    """Columns' observation parts (``[B * agents, ...]``, env-major) as :func:`seat_space` lays them out: each
+    column's agent index added, a plain observation moved from ``obs`` to ``obs.observation``."""
+    out = dict(obs)
+    if OBS in out:
+        out[f"{OBS}.observation"] = out.pop(OBS)
+    rows = len(next(iter(obs.values())))
+    out[f"{OBS}.{AGENT}"] = np.tile(np.arange(agents, dtype=np.int64), rows // agents)
+    return out
 
 
 def is_parallel_env(env: Any) -> bool:
@@ -100,9 +122,11 @@ def put_observation(parts: tuple[ObsPart, ...], out: Observation, row: int, obs:
 class ParallelSlot:
     """B PettingZoo parallel environments, every agent a column; finished episodes reset within the step."""
 
-    def __init__(self, cfg: EnvConfig, num_envs: int, first: Any, make: Any, state: bool = False) -> None:
+    def __init__(
+        self, cfg: EnvConfig, num_envs: int, first: Any, make: Any, state: bool = False, agent_id: bool = False
+    ) -> None:
         """``first``: one environment already made (it is reused); ``make()`` makes the others; ``state``: carry
-        the global state in every observation."""
+        the global state in every observation; ``agent_id``: and each column's agent index (:func:`seat_space`)."""
         self.envs = [first, *(make() for _ in range(num_envs - 1))]
         self.name = cfg.id
         self.state_space: gym.spaces.Space | None = global_state_space(first)
@@ -113,7 +137,10 @@ class ParallelSlot:
         self.single_action_space, self._to_env = action_adapter(env_actions)
         self.agents_per_env = len(self.agents)
         self.num_envs = num_envs * self.agents_per_env
-        self.parts = obs_parts(self.single_observation_space)
+        self.parts = obs_parts(self.single_observation_space)  # as the env gives them; the seat is added after
+        self._agent_id = agent_id
+        if agent_id:
+            self.single_observation_space = seat_space(self.single_observation_space, self.agents_per_env)
         self._reward = np.zeros(self.num_envs, np.float32)
         self._terminated = np.zeros(self.num_envs, bool)
         self._truncated = np.zeros(self.num_envs, bool)
@@ -161,9 +188,10 @@ class ParallelSlot:
         episode_end = self._terminated | self._truncated
         final_obs = None
         if self._truncated.any():  # an agent's last observation is in the obs of the step it ended in
-            final_obs = self._stack([final.get(e, per_env[e]) for e in range(len(self.envs))])
-            if self._state:
-                final_obs = self._with_state(final_obs, [final_states.get(e, states[e]) for e in range(len(states))])
+            final_obs = self._with_state(
+                self._stack([final.get(e, per_env[e]) for e in range(len(self.envs))]),
+                [final_states.get(e, states[e]) for e in range(len(states))] if self._state else None,
+            )
         return SlotStep(
             self._with_state(self._stack(per_env), states if self._state else None),
             self._reward.copy(),
@@ -192,7 +220,10 @@ class ParallelSlot:
         return out
 
     def _with_state(self, obs: Observation, states: list[np.ndarray] | None) -> Observation:
-        """``obs`` with each env's global state repeated for its agents (``[B * N, ...]``), when carried."""
+        """``obs`` with each env's global state repeated for its agents (``[B * N, ...]``), when carried, and the
+        agents' indices with ``env.agent_id``."""
+        if self._agent_id:
+            obs = with_seats(obs, self.agents_per_env)
         if states is not None:
             obs[STATE] = np.repeat(np.asarray(states, np.float32), self.agents_per_env, axis=0)
         return obs

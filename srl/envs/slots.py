@@ -72,12 +72,14 @@ class GymSlot:
 
 def make_slot(cfg: EnvConfig, num_envs: int, state: bool = False) -> Slot:
     """``num_envs`` environments as one slot: the backend ``env.backend`` names, and for ``gymnasium`` the one
-    that fits what ``env.id`` makes (a PettingZoo ``ParallelEnv`` or a VMAS env is a slot of every agent of
-    every env).
+    that fits what ``env.id`` makes (a PettingZoo ``ParallelEnv`` or ``AECEnv``, a VMAS env or an OpenSpiel game
+    is a slot of every agent of every env).
     ``state``: observations also carry the env's global state (field ``state``; multi-agent envs only)."""
     if cfg.backend == "envpool":
         from srl.envs.envpool_slot import EnvPoolSlot
 
+        if cfg.agent_id:
+            raise ConfigError(f"env.agent_id: {cfg.id!r} is not a multi-agent env (EnvPool slots are single-agent)")
         slot: Slot = EnvPoolSlot(cfg, num_envs)
     else:
         env = create_env(cfg, num_envs)
@@ -87,14 +89,14 @@ def make_slot(cfg: EnvConfig, num_envs: int, state: bool = False) -> Slot:
                 slot.close()
                 raise ConfigError(f"ppo.critic_input: state: turn-based game {cfg.id!r} has no global state")
             return slot
-        if cfg.agent_id:
-            env.close()
-            raise ConfigError(f"env.agent_id: {cfg.id!r} is not a turn-based game (OpenSpiel or PettingZoo AEC)")
         if is_parallel_env(env):
-            return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg), state)
+            return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg), state, cfg.agent_id)
         if is_vmas_env(env):
-            slot = VmasSlot(cfg.id, env)
+            slot = VmasSlot(cfg.id, env, cfg.agent_id)
         else:
+            if cfg.agent_id:
+                env.close()
+                raise ConfigError(f"env.agent_id: {cfg.id!r} is not a multi-agent env")
             slot = GymSlot(cfg, num_envs, wrap_env(cfg, env))
     if state:
         slot.close()

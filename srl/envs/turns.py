@@ -31,12 +31,10 @@ import numpy as np
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
 from srl.api.spaces import ACTION_MASK, Observation, UnsupportedSpace, check_spaces, obs_parts
-from srl.envs.multiagent import put_observation
+from srl.envs.multiagent import AGENT, put_observation, seat_space
 
 MASK_KEY = ACTION_MASK.split(".", 1)[1]
 """The Dict key of the legal-move mask (``action_mask``, as PettingZoo's classic games name it)."""
-AGENT = "agent"
-"""Observation key of a column's player index (``env.agent_id``)."""
 
 
 class Game(Protocol):
@@ -279,11 +277,10 @@ class TurnSlot:
         self.agents_per_env = N = len(one.players)
         self.num_envs = num_envs * N
         self.state_space: gym.spaces.Space | None = None
-        spaces = dict(one.observation_space.spaces)
         self._agent_id = agent_id
-        if agent_id:
-            spaces[AGENT] = gym.spaces.Discrete(N)
-        self.single_observation_space: gym.spaces.Space = gym.spaces.Dict(spaces)
+        self.single_observation_space: gym.spaces.Space = (
+            seat_space(one.observation_space, N) if agent_id else one.observation_space
+        )
         self.single_action_space: gym.spaces.Space = one.action_space
         try:
             check_spaces(self.single_observation_space, self.single_action_space)

@@ -24,6 +24,7 @@ import torch
 from srl.api.config import ConfigError
 from srl.api.env import SlotStep
 from srl.api.spaces import OBS, Observation, UnsupportedSpace, check_spaces
+from srl.envs.multiagent import seat_space, with_seats
 
 
 def is_vmas_env(env: Any) -> bool:
@@ -50,8 +51,9 @@ class VmasSlot:
 
     state_space: gym.spaces.Space | None = None
 
-    def __init__(self, name: str, env: Any) -> None:
-        self.env, self.name = env, name
+    def __init__(self, name: str, env: Any, agent_id: bool = False) -> None:
+        """``agent_id``: each column also observes its agent's index (``obs.agent``; see ``env.agent_id``)."""
+        self.env, self.name, self._agent_id = env, name, agent_id
         self.worlds = int(env.num_envs)
         self.agents = [a.name for a in env.agents]
         self.agents_per_env = len(self.agents)
@@ -68,6 +70,8 @@ class VmasSlot:
             check_spaces(self.single_observation_space, self.single_action_space)
         except UnsupportedSpace as exc:
             raise ConfigError(f"env: {name!r} {exc}") from None
+        if agent_id:
+            self.single_observation_space = seat_space(self.single_observation_space, self.agents_per_env)
         box = self.single_action_space
         self._low = torch.as_tensor(box.low) if isinstance(box, gym.spaces.Box) else None
         self._high = torch.as_tensor(box.high) if isinstance(box, gym.spaces.Box) else None
@@ -78,7 +82,8 @@ class VmasSlot:
         return stacked.reshape(self.num_envs, *stacked.shape[2:]).numpy()
 
     def _obs(self, per_agent: list[torch.Tensor]) -> Observation:
-        return {OBS: self._columns(per_agent).astype(np.float32, copy=False)}
+        obs = {OBS: self._columns(per_agent).astype(np.float32, copy=False)}
+        return with_seats(obs, self.agents_per_env) if self._agent_id else obs
 
     def reset(self, seed: int) -> Observation:
         self.env.seed(seed)

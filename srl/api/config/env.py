@@ -26,8 +26,9 @@ class EnvConfig:
     reward_clip: float | None = None
     """Clip training rewards to ``[-reward_clip, reward_clip]`` after scaling (Atari: 1); ``None`` disables."""
     agent_id: bool = False
-    """Multi-agent turn-based games: each column also observes which player it is (``obs.agent``, one-hot), the
-    switch that lets one shared policy play every seat of a game whose observation does not say whose turn it is."""
+    """Multi-agent envs: each column also observes which agent it is (``obs.agent``, one-hot; a plain observation
+    moves to ``obs.observation``): parameter sharing with the agent's index as a switch, so one shared policy can
+    act differently per agent, or play every seat of a game whose observation does not say whose turn it is."""
     nonfinite: Literal["fail", "sanitize"] = "fail"
     """A NaN or infinite observation or reward: ``fail`` ends the run naming the env and step; ``sanitize``
     replaces it by 0 and counts it (``nonfinite_steps`` in the metrics)."""
