@@ -238,7 +238,7 @@ def test_a_league_runs_under_the_local_runtime_and_resumes_with_its_pool(tmp_pat
     sets = [
         "runtime=local",
         "workers.actors=2",
-        "run.total_env_steps=15000",
+        "run.total_env_steps=30000",
         "league.check_every_versions=2",
         "league.match_games=8",
         "run.log_interval_seconds=1",
@@ -248,7 +248,7 @@ def test_a_league_runs_under_the_local_runtime_and_resumes_with_its_pool(tmp_pat
     assert "error" not in first, first["error"]
     rounds, frozen = first["league"]["rounds"], read_index(run / "league").frozen
     assert rounds >= 2 and read_index(run / "league").rounds == rounds and frozen
-    cfg2, path, state = resume_config(run, ["run.total_env_steps=30000"])
+    cfg2, path, state = resume_config(run, ["run.total_env_steps=60000"])
     second = train(cfg2, run, progress=None, resume=(path, state))
     assert "error" not in second, second["error"]
     assert second["league"]["rounds"] > rounds  # counted on from the pool index it found
