@@ -219,7 +219,11 @@ def test_a_league_learns_tic_tac_toe_and_srl_eval_plays_it_against_opponents(tmp
     assert mcts["games"] == 4
     itself = json.loads(srl_eval("--opponent", str(run), "--episodes", "4").stdout)
     assert itself["games"] == 4
+    other = tmp_path / "c4"  # a policy for another game cannot be the opponent
+    c4_env = {"id": C4.id, "kwargs": dict(C4.kwargs), "agent_id": True}
+    srl.train({"runtime": "inline", "env": c4_env, "run": {"total_env_steps": 2_000}}, run_dir=other)
     for bad, line in [
+        (str(other), "plays 'srl.envs.turns:game' with other spaces"),
         ("mcts:0", "expected mcts:N with N >= 1"),
         ("nobody", "'nobody' is not random, mcts:N or a run directory"),
     ]:

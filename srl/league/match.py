@@ -96,7 +96,15 @@ def opponent(spec: str, slot: TurnSlot, seed: int) -> Opponent:
     path = Path(spec)
     if not path.exists():
         raise ConfigError(f"--opponent: {spec!r} is not random, mcts:N or a run directory")
-    _, policy, _ = load_policy(path)
+    other_cfg, policy, _ = load_policy(path)
+    from srl.envs.slots import probe_spaces
+
+    theirs = probe_spaces(other_cfg.env)
+    if theirs.obs != slot.single_observation_space or theirs.action != slot.single_action_space:
+        raise ConfigError(
+            f"--opponent: {spec!r} plays {other_cfg.env.id!r} with other spaces ({theirs.obs}); this game has "
+            f"{slot.single_observation_space}"
+        )
     return PolicyOpponent(policy)
 
 
