@@ -18,6 +18,14 @@ SPREAD = EnvConfig(
 )
 
 
+def _train_cli(*sets: str) -> subprocess.CompletedProcess:
+    """``srl train configs/cartpole_ppo.yaml --set ...`` in a child process, quiet."""
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", "configs/cartpole_ppo.yaml", "--quiet"]
+    for kv in sets:
+        cmd += ["--set", kv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
 def _target(obs: np.ndarray, n: int = 4) -> np.ndarray:
     return obs[:, :n].argmax(1)
 
@@ -75,25 +83,7 @@ def test_agents_with_other_spaces_are_refused_in_one_line():
 
 
 def test_an_env_whose_agent_spaces_change_mid_run_fails_in_one_line_naming_the_agent():
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "srl.cli.main",
-            "train",
-            "configs/cartpole_ppo.yaml",
-            "--set",
-            f"env.id={COOP}",
-            "--set",
-            "env.kwargs={grow_at: 5}",
-            "--set",
-            "runtime=inline",
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _train_cli(f"env.id={COOP}", "env.kwargs={grow_at: 5}", "runtime=inline")
     assert proc.returncode == 1, proc.stderr
     line = proc.stderr.strip()
     assert line.count("\n") == 0 and "agent 'agent_1': observation 'obs' of shape (7,), but its space has (6,)" in line
@@ -184,23 +174,7 @@ def test_an_action_mask_part_is_not_encoded_and_must_fit_the_actions():
 
 
 def test_a_mask_that_does_not_fit_the_actions_is_one_line():
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "srl.cli.main",
-            "train",
-            "configs/cartpole_ppo.yaml",
-            "--set",
-            "env.id=srl.envs.testing:masked_choice",
-            "--set",
-            "env.kwargs={mask_size: 4}",
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _train_cli("env.id=srl.envs.testing:masked_choice", "env.kwargs={mask_size: 4}")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "expected 6 0/1 entries (one per action)" in proc.stderr
 
