@@ -77,6 +77,17 @@ def test_mpe_simple_spread_is_three_columns_per_env():
         slot.close()
 
 
+def test_bench_sampling_refuses_a_multi_agent_env_in_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "bench", "sampling", "--config", "configs/mpe_simple_spread_ippo.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "is a multi-agent env, and the baseline it compares with is a single-agent" in proc.stderr
+
+
 def test_agents_with_other_spaces_are_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"agent 'agent_1' has other spaces than 'agent_0'"):
         probe_spaces(EnvConfig(id=COOP, kwargs={"odd_spaces": True}))

@@ -123,6 +123,11 @@ def sampling_vector_loop(plan: Plan, num_envs: int, seconds: float, warmup: floa
 def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     """One JSON-ready measurement: full path, the same slots in one loop, the best single vector-env loop."""
     plan = make_plan(cfg)
+    if plan.agents_per_env > 1 or cfg.league.pool or "alive" in plan.layout.fields:
+        raise ConfigError(
+            f"srl bench sampling: {cfg.env.id!r} is a multi-agent env, and the baseline it compares with is a "
+            "single-agent Gymnasium vector-env loop; measure it with srl bench train"
+        )
     full = sampling_full_path(plan, seconds)
     plain = sampling_plain_loop(plan, seconds)
     vector = {n: sampling_vector_loop(plan, n, seconds) for n in VECTOR_ENV_COUNTS}
