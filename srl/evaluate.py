@@ -36,6 +36,9 @@ class PlannedRun(Protocol):
     @property
     def action_space(self) -> gym.spaces.Space: ...
 
+    @property
+    def turn_based(self) -> bool: ...
+
 
 VS_RANDOM_GAMES = 100
 """Games against a uniform random player in the final evaluation of a two-player turn-based game."""
@@ -64,7 +67,7 @@ def evaluate(
     policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
     policy.load_flat(flat_params)
     out = play(plan.cfg, policy, episodes, seed, deterministic, max_steps)
-    if probe_spaces(plan.cfg.env).turn_based and out["agents_per_episode"] == 2:
+    if plan.turn_based and out["agents_per_episode"] == 2:
         # Self-play returns of a zero-sum game average 0 whatever the policy: a match says how strong it is.
         from srl.league.match import play_match
 

@@ -212,12 +212,20 @@ def test_self_play_against_a_league_runs_across_nodes(cluster, tmp_path):
         "league.match_games=8",
         "league.random_opponent=0.0",
         "league.freeze_score=0.05",  # freezing is what is tested, not learning: any win or draw in 8 games will do
-        "run.total_env_steps=12000",
+        "run.total_env_steps=1000000000",  # the league's rounds end the run, not a budget racing them
     )
-    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
-    assert "error" not in summary, summary.get("error")
-    assert summary["league"]["rounds"] >= 3 and summary["league"]["pool_size"] >= 2, summary["league"]
-    assert len(list((tmp_path / "run" / "league").glob("v*.npy"))) == summary["league"]["pool_size"]
+    run_dir, stop = tmp_path / "run", threading.Event()
+    thread, summary = _train_in_thread(cfg, run_dir, stop)
+    try:
+        pool = _wait_for(run_dir / "league" / "pool.json", lambda d: d["rounds"] >= 3 and len(d["members"]) >= 2)
+    finally:
+        stop.set()
+        thread.join(300)
+    assert not thread.is_alive() and "error" not in summary, summary.get("error")
+    assert summary["stop_reason"] == "requested" and summary["league"]["rounds"] >= 1, summary
+    members = json.loads((run_dir / "league" / "pool.json").read_text())["members"]
+    assert len(members) >= len(pool["members"]) >= 2
+    assert sorted(p.name for p in (run_dir / "league").glob("v*.npy")) == [f"v{m['version']:08d}.npy" for m in members]
 
 
 def _train_in_thread(

@@ -231,32 +231,55 @@ def test_a_league_learns_tic_tac_toe_and_srl_eval_plays_it_against_opponents(tmp
         assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and line in proc.stderr, proc.stderr
 
 
+def _train_until(cfg, run, ready, resume=None) -> dict:
+    """Train with no step budget until ``ready(pool index)`` holds, then stop the run (however fast the machine
+    is: the league worker's rounds, not a budget racing them, end it). The run keeps the main thread (the local
+    runtime installs signal handlers); a watcher thread stops it."""
+    import threading
+    import time
+
+    from srl.league.pool import read_index
+    from srl.runtime.train import train
+
+    stop, done = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 300  # a safety net for a broken run, not the stop
+        while not done.is_set() and time.monotonic() < deadline and not ready(read_index(run / "league")):
+            time.sleep(0.2)
+        stop.set()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        out = train(cfg, run, progress=None, resume=resume, stop=stop)
+    finally:
+        done.set()
+        watcher.join()
+    assert out.get("stop_reason") == "requested" and ready(read_index(run / "league")), out
+    return out
+
+
 def test_a_league_runs_under_the_local_runtime_and_resumes_with_its_pool(tmp_path):
     """Actors in their own processes read the pool the league worker (a process too) writes; a resumed run
     goes on with the same pool and rounds."""
     from srl.api.config import load_config
     from srl.league.pool import read_index
-    from srl.runtime.train import resume_config, train
+    from srl.runtime.train import resume_config
 
     run = tmp_path / "run"
-    sets = [
-        "runtime=local",
-        "workers.actors=2",
-        "run.total_env_steps=30000",
-        "league.check_every_versions=2",
-        "league.match_games=8",
-        "run.log_interval_seconds=1",
-    ]
-    cfg = load_config("configs/connect_four_selfplay.yaml", sets)
-    first = train(cfg, run, progress=None)
+    endless = "run.total_env_steps=1000000000"
+    sets = ["runtime=local", "workers.actors=2", endless, "league.check_every_versions=2", "league.match_games=8"]
+    first = _train_until(load_config("configs/connect_four_selfplay.yaml", sets), run, lambda i: i.rounds >= 2)
     assert "error" not in first, first["error"]
-    rounds, frozen = first["league"]["rounds"], read_index(run / "league").frozen
-    assert rounds >= 2 and read_index(run / "league").rounds == rounds and frozen
-    cfg2, path, state = resume_config(run, ["run.total_env_steps=60000"])
-    second = train(cfg2, run, progress=None, resume=(path, state))
+    index = read_index(run / "league")
+    assert index.rounds >= 2 and index.frozen and first["league"]["rounds"] <= index.rounds
+    cfg2, path, state = resume_config(run, [endless])
+    second = _train_until(cfg2, run, lambda i: i.rounds > index.rounds, resume=(path, state))
     assert "error" not in second, second["error"]
-    assert second["league"]["rounds"] > rounds  # counted on from the pool index it found
-    assert read_index(run / "league").frozen[: len(frozen)] == frozen
+    after = read_index(run / "league")
+    assert after.rounds > index.rounds  # counted on from the pool index it found
+    assert after.frozen[: len(index.frozen)] == index.frozen
 
 
 def test_a_league_needs_a_turn_based_game():

@@ -38,8 +38,9 @@ class SlotStep:
     final_obs: Observation | None
     """Last observations, valid where ``truncated``; None when nothing was truncated."""
     alive: np.ndarray | None = None
-    """Multi-agent slots: the columns whose agent acted in this step (an agent done before the others, or not
-    yet in the env, is not alive: its column carries no sample). None: every column acted."""
+    """Multi-agent slots: the columns whose agent acted in this step (one waiting for its turn, done before the
+    others, or not yet in the env did not: its action is not a sample for the policy, though its step still is
+    one for the critic). None: every column acted."""
 
 
 class Slot(Protocol):

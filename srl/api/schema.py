@@ -117,8 +117,8 @@ STREAM_FIELDS = (Field("version", (), "int64"),)
 
 
 ALIVE = Field("alive", (), "bool")
-"""Declared by multi-agent slots: whether the column's agent acted at each step (trainers learn from those
-steps only)."""
+"""Declared by multi-agent slots: whether the column's agent acted at each step (a policy learns from those
+steps only; a critic from every step)."""
 
 
 def sample_schema(

@@ -25,7 +25,7 @@ import torch
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.spaces import ACTION_MASK, Observation
 from srl.api.worker import Policy
-from srl.envs.slots import make_slot
+from srl.envs.slots import make_slot, probe_spaces
 from srl.envs.turns import TurnSlot
 
 
@@ -97,8 +97,6 @@ def opponent(spec: str, slot: TurnSlot, seed: int) -> Opponent:
     if not path.exists():
         raise ConfigError(f"--opponent: {spec!r} is not random, mcts:N or a run directory")
     other_cfg, policy, _ = load_policy(path)
-    from srl.envs.slots import probe_spaces
-
     theirs = probe_spaces(other_cfg.env)
     if theirs.obs != slot.single_observation_space or theirs.action != slot.single_action_space:
         raise ConfigError(

@@ -74,7 +74,8 @@ class LeagueSlot:
         for e, g in enumerate(self.games):
             g.reset(seed + e)
             self._draw(e)
-        self._advance(np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool))
+        B = self.num_envs
+        self._advance(np.zeros(B, np.float32), np.zeros(B, bool), np.zeros(B, bool), {})
         return self._observe()
 
     def step(self, actions: np.ndarray) -> SlotStep:
@@ -86,12 +87,9 @@ class LeagueSlot:
             me = int(self.seat[e])
             r, term, trunc = g.play({me: int(actions[e])})
             reward[e] += r[me]
-            if term[me] or trunc[me] or g.over():
-                terminated[e], truncated[e] = bool(term[me]), bool(trunc[me]) and not term[me]
-                if truncated[e]:
-                    final[e] = g.observe(me)
+            self._ends(e, term, trunc, terminated, truncated, final)
         self._restart(terminated | truncated)
-        self._advance(reward, terminated | truncated, final, terminated, truncated)
+        self._advance(reward, terminated, truncated, final)
         final_obs = None
         if truncated.any():
             final_obs = self.turns.blank(B)
@@ -107,13 +105,14 @@ class LeagueSlot:
     def _advance(
         self,
         reward: np.ndarray,
-        ended: np.ndarray,
-        final: dict[int, dict[str, np.ndarray]] | None = None,
-        terminated: np.ndarray | None = None,
-        truncated: np.ndarray | None = None,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        final: dict[int, dict[str, np.ndarray]],
     ) -> None:
         """Let the opponents move until the learner is to move in every game; a game that ends on their move ends
-        the learner's episode (restarted games may open with an opponent's move too)."""
+        the learner's episode (restarted games may open with an opponent's move too, which counts for the next
+        episode only)."""
+        ended = terminated | truncated
         while True:
             waiting = [e for e, g in enumerate(self.games) if int(self.seat[e]) not in g.to_move()]
             if not waiting:
@@ -121,19 +120,34 @@ class LeagueSlot:
             moves = self._opponent_moves(waiting)
             over = np.zeros(self.num_envs, bool)
             for e in waiting:
-                g, me = self.games[e], int(self.seat[e])
+                g = self.games[e]
                 r, term, trunc = g.play(moves[e])
                 if not ended[e]:
-                    reward[e] += r[me]
-                    if term[me] or trunc[me] or g.over():
-                        ended[e] = over[e] = True
-                        if terminated is not None and truncated is not None:
-                            terminated[e], truncated[e] = bool(term[me]), bool(trunc[me]) and not term[me]
-                            if truncated[e] and final is not None:
-                                final[e] = g.observe(me)
+                    reward[e] += r[int(self.seat[e])]
+                    ended[e] = over[e] = self._ends(e, term, trunc, terminated, truncated, final)
                 elif g.over():  # a restarted game ended on the opponent's moves alone: start another
                     over[e] = True
             self._restart(over)
+
+    def _ends(
+        self,
+        e: int,
+        term: np.ndarray,
+        trunc: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        final: dict[int, dict[str, np.ndarray]],
+    ) -> bool:
+        """Whether the move just made in game ``e`` ended the learner's episode; if so, how (a game over without
+        a time limit is terminal), with its last observation when truncated."""
+        g, me = self.games[e], int(self.seat[e])
+        if not (term[me] or trunc[me] or g.over()):
+            return False
+        truncated[e] = bool(trunc[me]) and not term[me]
+        terminated[e] = not truncated[e]
+        if truncated[e]:
+            final[e] = g.observe(me)
+        return True
 
     def _restart(self, games: np.ndarray) -> None:
         for e in np.flatnonzero(games).tolist():

@@ -37,6 +37,8 @@ class Plan:
     """The env's global state when the critic reads it (``ppo.critic_input: state``): carried in segments."""
     agents_per_env: int = 1
     """Columns per environment (a multi-agent env's agents): a segment of B columns is B / this env steps wide."""
+    turn_based: bool = False
+    """The env is a turn-based game (OpenSpiel, PettingZoo AEC): evaluations also play matches."""
     null_trainer: bool = False
     """Replace the trainer by one that discards segments (sampling benchmarks)."""
     resume: str | None = None
@@ -166,6 +168,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
         param_size,
         state_space=state_space,
         agents_per_env=agents,
+        turn_based=probed.turn_based,
         null_trainer=null_trainer,
     )
 
