@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from srl.api.config import ExperimentConfig
-    from srl.loaded import LoadedPolicy
+    from srl.loaded import LoadedPolicies, LoadedPolicy
 
 __all__ = ["load_policy", "train"]
 
@@ -44,8 +44,9 @@ def train(
     return run(cfg, None if run_dir is None else Path(run_dir), progress=sys.stderr if progress else None)
 
 
-def load_policy(path: str | Path) -> LoadedPolicy:
-    """The policy of a run directory (its newest checkpoint) or of one checkpoint file, ready to ``act``."""
+def load_policy(path: str | Path) -> LoadedPolicy | LoadedPolicies:
+    """The policy of a run directory (its newest checkpoint) or of one checkpoint file, ready to ``act``; for a
+    run of several policies, all of them behind one ``act`` on a dict of agents."""
     from srl.loaded import load
 
     return load(Path(path))

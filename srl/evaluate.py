@@ -9,6 +9,7 @@ reads only the spaces and the config of a run's plan (:class:`PlannedRun`), so i
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -16,12 +17,24 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from srl.api.config import ConfigError, ExperimentConfig, build
+from srl.api.config import ConfigError, ExperimentConfig, build, load_config
+from srl.api.config.policies import DEFAULT_POLICY
+from srl.api.env import OneGroup
 from srl.api.spaces import action_spec, check_fits, obs_parts
 from srl.api.worker import Policy
-from srl.envs.slots import GymSlot, make_slot, probe_spaces
+from srl.envs.slots import GymSlot, make_grouped, probe_groups
+from srl.system.run_dir import policy_checkpoints
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 from srl.wiring import acting_policy
+
+
+class PlannedPolicy(Protocol):
+    """What evaluation reads of one policy's plan (``srl.runtime.plan.PolicyPlan`` has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def acting_policy(self) -> Policy: ...
 
 
 class PlannedRun(Protocol):
@@ -31,10 +44,7 @@ class PlannedRun(Protocol):
     def cfg(self) -> ExperimentConfig: ...
 
     @property
-    def obs_space(self) -> gym.spaces.Space: ...
-
-    @property
-    def action_space(self) -> gym.spaces.Space: ...
+    def policies(self) -> Sequence[PlannedPolicy]: ...
 
     @property
     def turn_based(self) -> bool: ...
@@ -52,40 +62,46 @@ def eval_seed(cfg: ExperimentConfig) -> int:
 
 def evaluate(
     plan: PlannedRun,
-    flat_params: np.ndarray,
+    snapshots: Sequence[np.ndarray],
     episodes: int,
     seed: int,
     deterministic: bool = True,
     max_steps: int = 100_000,
-) -> dict[str, float]:
-    """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per step); in a
-    two-player turn-based game also the result of :data:`VS_RANDOM_GAMES` games against a random player.
+) -> dict[str, Any]:
+    """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per policy per
+    step), with each policy's own under ``policies``; in a two-player turn-based game of one policy also the
+    result of :data:`VS_RANDOM_GAMES` games against a random player.
 
     An env without a time limit could run forever under a deterministic policy: after ``max_steps``
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
-    policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
-    policy.load_flat(flat_params)
-    out = play(plan.cfg, policy, episodes, seed, deterministic, max_steps)
-    if plan.turn_based and out["agents_per_episode"] == 2:
+    policies = []
+    for planned, flat in zip(plan.policies, snapshots):
+        policy = planned.acting_policy()
+        policy.load_flat(flat)
+        policies.append(policy)
+    out = play(plan.cfg, policies, episodes, seed, deterministic, max_steps)
+    if plan.turn_based and len(policies) == 1 and out["agents_per_episode"] == 2:
         # Self-play returns of a zero-sum game average 0 whatever the policy: a match says how strong it is.
         from srl.league.match import play_match
 
-        match = play_match(plan.cfg, policy, "random", VS_RANDOM_GAMES, seed, deterministic)
+        match = play_match(plan.cfg, policies[0], "random", VS_RANDOM_GAMES, seed, deterministic)
         out.update({f"vs_random_{k}": v for k, v in match.as_dict().items()})
     return out
 
 
 def play(
     cfg: ExperimentConfig,
-    policy: Policy,
+    policies: Sequence[Policy],
     episodes: int,
     seed: int,
     deterministic: bool = True,
     max_steps: int = 100_000,
     video: Path | None = None,
 ) -> dict[str, Any]:
-    """Play ``episodes`` episodes at once (one slot); with ``video``, the first one is written there as MP4."""
+    """Play ``episodes`` episodes at once (one slot), each policy its agents (``cfg.agents``); with ``video``,
+    the first one is written there as MP4. The return is the mean over every agent's episode return; each
+    policy's (over its agents) is under ``policies``."""
     env_cfg = cfg.env
     if video is not None:  # frames come from Gymnasium envs (ALE screens are read directly)
         env_cfg = dataclasses.replace(
@@ -93,40 +109,50 @@ def play(
             backend="gymnasium",
             kwargs=env_cfg.kwargs if _is_ale(env_cfg.id) else {**env_cfg.kwargs, "render_mode": "rgb_array"},
         )
-    slot = make_slot(env_cfg, episodes)
+    slot = make_grouped(env_cfg, episodes, cfg.agents)
     frames: list[np.ndarray] = []
     try:
-        obs = slot.reset(seed)
-        columns = slot.num_envs  # episodes x agents: every agent's return counts
-        returns = np.zeros(columns)
-        lengths = np.zeros(columns, np.int64)
-        finished = np.zeros(columns, bool)
-        first = slot.venv.envs[0] if video is not None and isinstance(slot, GymSlot) else None
+        obs = slot.reset_groups(seed)
+        columns = [episodes * g.agents_per_env for g in slot.groups]  # episodes x agents: every agent counts
+        returns = [np.zeros(n) for n in columns]
+        lengths = np.zeros(episodes, np.int64)
+        finished = [np.zeros(n, bool) for n in columns]
+        inner = slot.slot if isinstance(slot, OneGroup) else None
+        first = inner.venv.envs[0] if video is not None and isinstance(inner, GymSlot) else None
         if first is not None:
             frames.append(_frame(first))
         with torch.inference_mode():
             for _ in range(max_steps):
-                if finished.all():
+                if all(f.all() for f in finished):
                     break
-                actions = policy.act(obs, deterministic=deterministic)["actions"]
-                step = slot.step(actions)
-                obs = step.obs
-                returns += np.where(finished, 0.0, step.reward)
-                lengths += ~finished
-                if first is not None and not finished[0] and not step.episode_end[0]:
+                actions = [p.act(o, deterministic=deterministic)["actions"] for p, o in zip(policies, obs)]
+                steps = slot.step_groups(actions)
+                obs = [step.obs for step in steps]
+                running = ~np.all([f.reshape(episodes, -1).all(axis=1) for f in finished], axis=0)
+                lengths += running
+                for ret, done, step in zip(returns, finished, steps):
+                    ret += np.where(done, 0.0, step.reward)
+                if first is not None and running[0] and not steps[0].episode_end[0]:
                     frames.append(_frame(first))
-                finished |= step.episode_end
+                for done, step in zip(finished, steps):
+                    done |= step.episode_end
     finally:
         slot.close()
+    every = np.concatenate(returns)
     out: dict[str, Any] = {
-        "return_mean": float(returns.mean()),
-        "return_std": float(returns.std()),
+        "return_mean": float(every.mean()),
+        "return_std": float(every.std()),
         "episodes": episodes,
-        "agents_per_episode": slot.agents_per_env,
-        "unfinished": int((~finished).sum()),
-        "returns": returns.tolist(),
+        "agents_per_episode": sum(g.agents_per_env for g in slot.groups),
+        "unfinished": int(sum((~f).sum() for f in finished)),
+        "returns": every.tolist(),
         "lengths": lengths.tolist(),
     }
+    if len(slot.groups) > 1:
+        out["policies"] = {
+            g.policy: {"return_mean": float(r.mean()), "return_std": float(r.std())}
+            for g, r in zip(slot.groups, returns)
+        }
     if video is not None:
         out.update(video=str(video), video_frames=_write_mp4(video, frames, _fps(cfg.env.id)))
     return out
@@ -174,27 +200,59 @@ def _write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> int:
     return len(frames)
 
 
-def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]:
-    """The config and acting policy of a run directory (its newest checkpoint) or of one checkpoint file."""
+def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[str, Any]]:
+    """The config and the acting policy of each policy of a run directory (each one's newest checkpoint), or of
+    one checkpoint file (a run of one policy)."""
     target = Path(target)
     if target.is_dir():
-        found = checkpoints(target / "checkpoints")
-        if not found:
-            raise ConfigError(f"{target}: no checkpoint (expected {target / 'checkpoints'}/ckpt_*.pt)")
-        target = found[-1]
-    elif not target.is_file():
+        saved = target / "config.yaml"
+        cfg = load_config(saved) if saved.is_file() else None
+        names = cfg.policy_names if cfg is not None else (DEFAULT_POLICY,)
+        files = []
+        for name in names:
+            folder = policy_checkpoints(target, cfg, name) if cfg is not None else target / "checkpoints"
+            found = checkpoints(folder)
+            if not found:
+                raise ConfigError(f"{target}: no checkpoint (expected {folder}/ckpt_*.pt)")
+            files.append(found[-1])
+    elif target.is_file():
+        files = [target]
+    else:
         raise ConfigError(f"{target}: no such run directory or checkpoint")
-    try:
-        state = load_checkpoint(target)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    cfg = build(ExperimentConfig, state["config"], prefix="checkpoint config: ")
-    probed = probe_spaces(cfg.env)
-    obs_space, action_space = probed.obs, probed.action
-    policy = acting_policy(obs_space, action_space, cfg)
-    try:
-        check_fits(state["spaces"], obs_parts(obs_space), action_spec(action_space), str(target))
-        policy.load_flat(state["policy_state"].numpy())
-    except (KeyError, ValueError, RuntimeError) as exc:
-        raise ConfigError(f"{target}: does not fit its own config ({type(exc).__name__}: {exc})") from None
-    return cfg, policy, {"checkpoint": str(target), "version": int(state["version"])}
+    states = []
+    for path in files:
+        try:
+            states.append(load_checkpoint(path))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    cfg = build(ExperimentConfig, states[0]["config"], prefix="checkpoint config: ")
+    if len(cfg.policy_names) != len(files):
+        raise ConfigError(f"{target}: a checkpoint of one of {len(cfg.policy_names)} policies; give the run directory")
+    on_state = ()  # acting policies never read the global state
+    groups = {g.policy: g for g in probe_groups(cfg.env, cfg.agents, on_state).groups}
+    policies = []
+    for path, state in zip(files, states):
+        name = str(state.get("policy", cfg.policy_names[0]))
+        group = groups.get(name)
+        if group is None:
+            raise ConfigError(f"{path}: policy {name!r} is not one of its config's ({', '.join(groups)})")
+        obs_space, action_space = group.observation_space, group.action_space
+        policy = acting_policy(obs_space, action_space, cfg.for_policy(name))
+        try:
+            check_fits(state["spaces"], obs_parts(obs_space), action_spec(action_space), str(path))
+            policy.load_flat(state["policy_state"].numpy())
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise ConfigError(f"{path}: does not fit its own config ({type(exc).__name__}: {exc})") from None
+        policies.append(policy)
+    info: dict[str, Any] = {"checkpoint": str(files[0]), "version": int(states[0]["version"])}
+    if len(files) > 1:
+        info["checkpoints"] = {n: str(p) for n, p in zip(cfg.policy_names, files)}
+    return cfg, policies, info
+
+
+def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]:
+    """The config and acting policy of a run of one policy (see :func:`load_policies`)."""
+    cfg, policies, info = load_policies(target)
+    if len(policies) > 1:
+        raise ConfigError(f"{target}: a run of {len(policies)} policies ({', '.join(cfg.policy_names)}); one is needed")
+    return cfg, policies[0], info

@@ -8,7 +8,8 @@ observations as the env gives them: one observation, or a batch of them
 (nested dicts and tuples for Dict and Tuple spaces), and returns actions the
 env accepts (Box actions clipped to the bounds, ``start`` offsets added). For
 a multi-agent env (a PettingZoo ``ParallelEnv``) it takes the env's dict of
-per-agent observations and returns a dict of per-agent actions.
+per-agent observations and returns a dict of per-agent actions; in a run of
+several policies (``agents`` rules) each agent is answered by its own policy.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ class LoadedPolicy:
         info: dict,
         agents: list[str] | None = None,
         seat_key: str | None = None,
+        seats: dict[str, int] | None = None,
     ) -> None:
         """``to_env``: the env factory's own action adapter (clipping, start offsets), applied to a batch;
-        ``agents``: a multi-agent env's agent ids (the spaces are then each agent's); ``seat_key``: the
-        observation key that tells the policy which agent it plays (``env.agent_id``), filled in here."""
+        ``agents``: a multi-agent env's agent ids this policy plays (the spaces are then each agent's);
+        ``seat_key``: the observation key that tells the policy which agent it plays (``env.agent_id``), filled
+        in here with ``seats[agent]`` (by default the agent's index in ``agents``)."""
         self.policy, self.config, self.agents, self._seat_key = policy, cfg, agents, seat_key
+        self._seats = seats if seats is not None else {a: i for i, a in enumerate(agents or ())}
         self.observation_space, self.action_space = obs_space, action_space
         self._to_env = to_env
         self.version: int = int(info["version"])
@@ -58,7 +62,7 @@ class LoadedPolicy:
                 raise ValueError(f"a multi-agent policy acts on a dict of agent id -> observation ({self.agents})")
             ids = list(obs)
             seat = self._seat_key
-            own = [obs[a] if seat is None else _seated(obs[a], seat, self.agents.index(a)) for a in ids]
+            own = [obs[a] if seat is None else _seated(obs[a], seat, self._seats[a]) for a in ids]
             rows = [flatten_obs(self._parts, o) for o in own]
             batch = {p.name: np.stack([np.asarray(r[p.name], p.dtype) for r in rows]) for p in self._parts}
             return dict(zip(ids, self._act(batch, deterministic)))
@@ -83,37 +87,71 @@ def _seated(obs: Any, key: str, index: int) -> dict[str, Any]:
     return {**obs, key: index} if isinstance(obs, dict) else {"observation": obs, key: index}
 
 
-def load(target: Path) -> LoadedPolicy:
+class LoadedPolicies:
+    """The policies of a run of several (``agents`` rules): ``act`` answers each agent of a multi-agent env's
+    dict of observations with its own policy (``by_policy[name]``, a :class:`LoadedPolicy`)."""
+
+    def __init__(self, by_policy: dict[str, LoadedPolicy], info: dict) -> None:
+        self.by_policy = by_policy
+        self.agents = [a for p in by_policy.values() for a in p.agents or ()]
+        self.version: int = int(info["version"])
+        self.checkpoints: dict[str, str] = dict(info.get("checkpoints", {}))
+
+    def act(self, obs: dict[str, Any], deterministic: bool = True) -> dict[str, Any]:
+        """Agent id -> action for a dict of agent id -> observation (any subset of the env's agents)."""
+        if not isinstance(obs, dict) or not set(obs) <= set(self.agents):
+            raise ValueError(f"a multi-agent policy acts on a dict of agent id -> observation ({self.agents})")
+        out: dict[str, Any] = {}
+        for policy in self.by_policy.values():
+            mine = {a: o for a, o in obs.items() if a in (policy.agents or ())}
+            if mine:
+                out.update(policy.act(mine, deterministic))
+        return {a: out[a] for a in obs}
+
+
+def load(target: Path) -> LoadedPolicy | LoadedPolicies:
     """See :func:`srl.load_policy`."""
+    from srl.envs.slots import probe_groups
+    from srl.evaluate import load_policies
+
+    cfg, policies, info = load_policies(target)
+    if len(policies) == 1:
+        return _loaded(cfg, policies[0], info, None)
+    groups = probe_groups(cfg.env, cfg.agents).groups
+    by_policy = {g.policy: _loaded(cfg.for_policy(g.policy), p, info, g.agents) for g, p in zip(groups, policies)}
+    return LoadedPolicies(by_policy, info)
+
+
+def _loaded(cfg: ExperimentConfig, policy: Policy, info: dict, only: tuple[str, ...] | None) -> LoadedPolicy:
+    """One policy as it acts in its env: on the agents ``only`` (all of them when None) of a multi-agent env."""
     from gymnasium.wrappers import ClipAction
 
     from srl.envs.factory import ShiftActions, create_env, wrap_env
     from srl.envs.multiagent import AGENT, action_adapter, agent_spaces, is_parallel_env, seat_space
     from srl.envs.turns import TurnSlot, is_aec_env, is_openspiel_game
-    from srl.evaluate import load_policy
 
-    cfg, policy, info = load_policy(target)
     raw = create_env(cfg.env)
+    seat = AGENT if cfg.env.agent_id else None
     if is_aec_env(raw) or is_openspiel_game(raw):
         slot = TurnSlot(cfg.env, 1, raw, lambda: create_env(cfg.env), cfg.env.agent_id)
         try:
             obs_space: spaces.Space = slot.single_observation_space
             action_space: spaces.Space = slot.single_action_space
-            agents = slot.agents
+            every = list(slot.agents)
         finally:
             slot.close()
-        seat = AGENT if cfg.env.agent_id else None
-        return LoadedPolicy(policy, cfg, obs_space, action_space, lambda a: a, info, agents, seat)
+        agents = every if only is None else list(only)
+        seats = {a: every.index(a) for a in agents}  # the seat among all players, as the turn slot gives it
+        return LoadedPolicy(policy, cfg, obs_space, action_space, lambda a: a, info, agents, seat, seats)
     if is_parallel_env(raw):
         try:
-            agents, obs_space, action_space = agent_spaces(raw, cfg.env.id)
+            agents, obs_space, action_space = agent_spaces(raw, cfg.env.id, only)
         finally:
             raw.close()
         adapt = action_adapter(action_space)[1]
-        if cfg.env.agent_id:
+        if cfg.env.agent_id:  # the index among the policy's own agents, as its slot group gives it
             obs_space = seat_space(obs_space, len(agents))
-            return LoadedPolicy(policy, cfg, obs_space, action_space, adapt, info, agents, AGENT)
-        return LoadedPolicy(policy, cfg, obs_space, action_space, adapt, info, agents)
+        return LoadedPolicy(policy, cfg, obs_space, action_space, adapt, info, agents, seat)
     env = wrap_env(cfg.env, raw)
     try:
         # Observations as the configured env (with its preprocessing) gives them; actions as the env takes them

@@ -389,7 +389,8 @@ def test_cost_measurements_run_the_real_paths():
     assert all(math.isfinite(v) and v >= 0 for v in measured.values())
     assert measured["request_seconds"] > 0 and measured["segment_send_seconds"] > 0
     w = plan.cfg.workers
-    segment_bytes = sum(math.prod(f.shape) * np.dtype(f.dtype).itemsize for f in plan.layout.fields.values())
+    layout = plan.policies[0].layout
+    segment_bytes = sum(math.prod(f.shape) * np.dtype(f.dtype).itemsize for f in layout.fields.values())
     assert measured["bytes_per_sample"] == pytest.approx(segment_bytes / (w.segment_length * w.envs_per_slot))
     costs = dataclasses.replace(COSTS, **measured)
     assert predict(costs, Cluster(nodes=1, cores_per_node=2), one_node(1)).steps_per_second > 0
@@ -404,15 +405,16 @@ def test_segment_send_counts_the_bytes_the_stream_sends():
     from srl.runtime.plan import make_plan
 
     plan = make_plan(load_config("configs/halfcheetah_ppo.yaml"))
-    assert plan.obs_space.dtype == np.float64
+    [policy] = plan.policies
+    assert policy.obs_space.dtype == np.float64
     w = plan.cfg.workers
-    batch = random_batch(plan, np.random.default_rng(0), w.envs_per_slot)
-    assert {n: a.dtype.name for n, a in batch.items()} == {n: f.dtype for n, f in plan.layout.fields.items()}
+    batch = random_batch(policy, np.random.default_rng(0), w.envs_per_slot)
+    assert {n: a.dtype.name for n, a in batch.items()} == {n: f.dtype for n, f in policy.layout.fields.items()}
     measured = segment_send(plan, 0.05)
     assert measured["segment_send_seconds"] > 0
     float64_obs = sum(
         math.prod(f.shape) * (8 if n in ("obs", "final_obs") else np.dtype(f.dtype).itemsize)
-        for n, f in plan.layout.fields.items()
+        for n, f in policy.layout.fields.items()
     ) / (w.segment_length * w.envs_per_slot)
     assert measured["bytes_per_sample"] < 0.7 * float64_obs
 

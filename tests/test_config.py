@@ -36,10 +36,10 @@ def test_every_shipped_config_loads_round_trips_and_builds_its_env(tmp_path, pat
     again = tmp_path / "again.yaml"
     again.write_text(yaml.safe_dump(to_dict(cfg)))
     assert load_config(again) == cfg
-    plan = make_plan(cfg)
-    parts = obs_parts(plan.obs_space)
-    assert plan.param_size > 0 and plan.layout.obs_fields == tuple(p.name for p in parts)
-    assert all(plan.layout.fields[p.name].shape[2:] == p.shape for p in parts)
+    for policy in make_plan(cfg).policies:
+        parts = obs_parts(policy.obs_space)
+        assert policy.param_size > 0 and policy.layout.obs_fields == tuple(p.name for p in parts)
+        assert all(policy.layout.fields[p.name].shape[2:] == p.shape for p in parts)
 
 
 def test_overrides_are_type_checked_and_applied():

@@ -224,11 +224,12 @@ def test_the_global_state_rides_with_every_agent_and_is_never_acted_on():
     finally:
         slot.close()
     plan = make_plan(load_config("configs/mpe_simple_spread_mappo.yaml"))
-    assert plan.state_space is not None and plan.state_space.shape == (54,)
-    assert "state" in plan.layout.fields and "final_state" in plan.layout.fields
-    assert plan.layout.obs_fields == ("obs",)  # inference never gathers the state
+    [policy] = plan.policies
+    assert policy.state_space is not None and policy.state_space.shape == (54,)
+    assert "state" in policy.layout.fields and "final_state" in policy.layout.fields
+    assert policy.layout.obs_fields == ("obs",)  # inference never gathers the state
     ippo = make_plan(load_config("configs/mpe_simple_spread_ippo.yaml"))
-    assert "state" not in ippo.layout.fields  # carried only when the critic reads it
+    assert "state" not in ippo.policies[0].layout.fields  # carried only when the critic reads it
 
 
 def test_a_critic_on_the_state_needs_an_env_with_one():
@@ -356,8 +357,8 @@ def test_a_multi_agent_run_resumes_counting_env_steps_not_agent_steps(tmp_path):
     ckpt = load_checkpoint(checkpoints(run / "checkpoints")[-1])
     per_update = 4 * 25 * 8  # batch_segments x segment_length x envs_per_slot env steps (x 3 agents = samples)
     assert ckpt["trained_samples"] == int(ckpt["version"]) * per_update
-    cfg2, path, state = resume_config(run, ["run.total_env_steps=6000"])
-    second = train(cfg2, run, progress=None, resume=(path, state))
+    cfg2, paths, state = resume_config(run, ["run.total_env_steps=6000"])
+    second = train(cfg2, run, progress=None, resume=(paths, state))
     assert first["env_steps"] >= 3000 and second["env_steps"] >= 6000
     assert second["env_steps"] < 6000 + 3 * per_update  # counted on from env steps, not from 3x as many samples
     assert second["policy_version"] > first["policy_version"]

@@ -198,6 +198,26 @@ def test_a_multi_agent_env_trains_across_nodes(cluster, tmp_path):
     assert summary["rejected_segment_messages"] == 0 and summary["final_eval_agents_per_episode"] == 2
 
 
+def test_two_policies_train_across_nodes_each_with_its_own_parameter_stream(cluster, tmp_path):
+    """Agents mapped to two policies of other spaces: each policy's pool on every actor node, its own root and
+    relays, its own trainer and checkpoints; both learn their part of the task."""
+    c, _ = cluster
+    cfg = _cfg(
+        c,
+        "env.id=srl.envs.ma_testing:two_kinds",
+        'agents=[{match: "red_.*", policy: red}, {match: "blue_.*", policy: blue}]',
+        "run.target_return=null",
+        "run.total_env_steps=30000",
+        "run.eval_episodes=20",
+    )
+    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    assert summary["stop_reason"] == "env_steps", summary.get("error")
+    for name in ("red", "blue"):  # random play scores 2 (red) and 2.7 (blue) of 8
+        assert summary["policies"][name]["final_eval_return_mean"] >= 7.0, summary["policies"]
+        assert (tmp_path / "run" / "checkpoints" / name).is_dir()
+    assert {"relay0", "relay1", "relay2", "relay3"} <= set(summary["param_service"])
+
+
 def test_self_play_against_a_league_runs_across_nodes(cluster, tmp_path):
     """Tic-tac-toe against a league under Ray: the league worker plays its rounds from the parameter service on
     the trainers' node and freezes members; the actors on the other nodes play them."""

@@ -24,10 +24,10 @@ def test_resume_continues_counters_statistics_and_metrics(tmp_path, runtime, sta
     ckpt = load_checkpoint(checkpoints(run / "checkpoints")[-1])
     lines_before = (run / "metrics.jsonl").read_text().splitlines()
 
-    cfg2, path, state = resume_config(run, ["run.total_env_steps=12000"])
+    cfg2, paths, state = resume_config(run, ["run.total_env_steps=12000"])
     assert int(state["version"]) == first["policy_version"] == int(ckpt["version"])
-    second = train(cfg2, run, progress=None, resume=(path, state))
-    assert second["resumed_from"] == str(path)
+    second = train(cfg2, run, progress=None, resume=(paths, state))
+    assert second["resumed_from"] == str(paths[0])
     assert second["env_steps"] >= 12000 and second["policy_version"] > first["policy_version"]
     lines_after = (run / "metrics.jsonl").read_text().splitlines()
     assert lines_after[: len(lines_before)] == lines_before  # appended, not rewritten
@@ -43,7 +43,7 @@ def test_resume_continues_counters_statistics_and_metrics(tmp_path, runtime, sta
     grown = float(end["algorithm"]["policy"][count] - ckpt["algorithm"]["policy"][count])
     assert grown == pytest.approx(updates * 512) and updates > 0  # statistics kept growing: 512 samples per update
     assert end["trained_samples"] == int(end["version"]) * 512
-    assert torch.equal(load_checkpoint(path)["algorithm"]["policy"][count], ckpt["algorithm"]["policy"][count])
+    assert torch.equal(load_checkpoint(paths[0])["algorithm"]["policy"][count], ckpt["algorithm"]["policy"][count])
 
 
 def test_resume_refuses_what_it_cannot_honour(tmp_path) -> None:
@@ -179,8 +179,8 @@ def test_weights_and_biases_mirrors_the_metrics_when_asked(tmp_path, monkeypatch
     run = tmp_path / "run"
     cfg = load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT, "run.wandb_project=srl-tests"])
     train(cfg, run, progress=None)
-    cfg2, path, state = resume_config(run, ["run.total_env_steps=9000"])
-    train(cfg2, run, progress=None, resume=(path, state))
+    cfg2, paths, state = resume_config(run, ["run.total_env_steps=9000"])
+    train(cfg2, run, progress=None, resume=(paths, state))
     inits = [c[1] for c in calls if c[0] == "init"]
     assert len(inits) == 2 and inits[0]["project"] == "srl-tests" and inits[0]["id"] == inits[1]["id"]
     logged = [c for c in calls if c[0] == "log"]
@@ -205,7 +205,7 @@ def test_resume_keeps_the_actors_reward_scaling_statistics(tmp_path) -> None:
     saved = run / "checkpoints" / "rewards_actor0.npy"
     first = np.load(saved, allow_pickle=False)
     assert first.shape == (2, 3) and (first[:, 2] >= 2048).all()  # [mean, var, count] per slot
-    cfg2, path, state = resume_config(run, ["run.total_env_steps=8192"])
-    train(cfg2, run, progress=None, resume=(path, state))
+    cfg2, paths, state = resume_config(run, ["run.total_env_steps=8192"])
+    train(cfg2, run, progress=None, resume=(paths, state))
     second = np.load(saved, allow_pickle=False)
     assert (second[:, 2] >= first[:, 2] + 1024).all()  # counted on from the saved statistics, not from zero

@@ -565,13 +565,13 @@ def test_inference_server_reads_every_part_from_the_requested_rows() -> None:
     pool = _dict_pool()
     _fill_observations(pool)
     requests, replies = InProcChannel(5), {a: InProcChannel(2) for a in range(2)}
-    server = InferenceServer(pool, requests, replies)
+    server = InferenceServer([pool], requests, replies)
     asked = [(1, 0, 1, 3), (0, 1, 0, 0), (1, 1, 0, 2)]  # (actor, slot, buffer, t)
     for actor, slot, buffer, t in asked:
-        InferenceClient(actor, pool, requests, replies[actor]).request(slot, buffer, t)
-    records = server.gather(8, 0.0)
-    assert records[:, :4].tolist() == [list(a) for a in asked]
-    obs = server.observations(records)
+        InferenceClient(actor, [pool], requests, replies[actor]).request(0, slot, buffer, t)
+    [(policy, records)] = server.gather(8, 0.0)
+    assert policy == 0 and records[:, :4].tolist() == [list(a) for a in asked]
+    obs = server.observations(0, records)
     assert list(obs) == ["obs.goal", "obs.position"]
     assert obs["obs.position"].shape == (3 * B, 2) and obs["obs.position"].dtype == np.float32
     assert obs["obs.goal"].shape == (3 * B,) and obs["obs.goal"].dtype == np.int64
@@ -583,14 +583,14 @@ def test_inference_server_reads_every_part_from_the_requested_rows() -> None:
 def test_inference_server_answer_writes_step_fields_at_t_and_segment_fields_only_at_t0() -> None:
     pool = _dict_pool()
     requests, replies = InProcChannel(5), {a: InProcChannel(2) for a in range(2)}
-    server = InferenceServer(pool, requests, replies)
+    server = InferenceServer([pool], requests, replies)
     # (actor, slot, buffer, t, ticket); the t == 2 request is on a segment no other request touches
     records = np.array([[0, 0, 1, 0, 11], [1, 1, 0, 2, 12], [1, 0, 1, 0, 13]], np.int32)
     n = len(records)
     actions = np.arange(n * B * 2, dtype=np.int64).reshape(n * B, 2) % 3
     logp = -np.arange(1, n * B + 1, dtype=np.float32)
     h0 = np.arange(n * B * 4, dtype=np.float32).reshape(n * B, 4) + 1.0
-    server.answer(records, {"actions": actions, "logp": logp, "h0": h0}, version=9)
+    server.answer(0, records, {"actions": actions, "logp": logp, "h0": h0}, version=9)
     arr = pool.arrays
     for i, (actor, _, buffer, t, _) in enumerate(records.tolist()):
         rows = slice(i * B, (i + 1) * B)
@@ -663,9 +663,9 @@ def test_inline_inference_reads_parts_and_writes_segment_fields_at_t0() -> None:
     pool = _dict_pool()
     _fill_observations(pool)
     policy = _RecordingPolicy()
-    inline = InlineInference(1, pool, policy, _FixedVersion())
-    inline.request(slot=1, buffer=0, t=0)
-    inline.request(slot=0, buffer=0, t=1)
+    inline = InlineInference(1, [pool], [policy], [_FixedVersion()])
+    inline.request(0, slot=1, buffer=0, t=0)
+    inline.request(0, slot=0, buffer=0, t=1)
     assert inline.ready(8, 0.0).tolist() == [1, 0]
     for seen, t in zip(policy.seen, (0, 1)):
         assert list(seen) == ["obs.goal", "obs.position"]

@@ -74,7 +74,7 @@ class _KeepEven:
 
 
 def _submit(fabric, actor: int, reward: float) -> int:
-    producer = fabric.sample_producer(actor)
+    [producer] = fabric.sample_producers(actor)
     buf = producer.acquire()
     assert buf is not None
     fabric.pool().segment(fabric.plan.actor_row(actor), buf)["rewards"][...] = reward

@@ -34,7 +34,11 @@ T, B = 4, 3
 
 
 def make_pool(actors: int = 3, buffers: int = 2) -> SegmentPool:
-    schema = sample_schema(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(5), RandomPolicy(None).output_fields())
+    return make_pool_of(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(5), actors, buffers)
+
+
+def make_pool_of(obs: gym.spaces.Space, action: gym.spaces.Space, actors: int = 3, buffers: int = 2) -> SegmentPool:
+    schema = sample_schema(obs, action, RandomPolicy(None).output_fields())
     return SegmentPool.in_process(PoolLayout.of(schema, T, B, actors, buffers, slots=2))
 
 
@@ -47,9 +51,9 @@ def make_policy_worker(pool: SegmentPool, actors: int, max_batch: int = 64):
     reports: list = []
     worker = PolicyWorker(
         0,
-        policy,
-        InferenceServer(pool, requests, replies),
-        ParamSubscriber(params, policy),
+        [policy],
+        InferenceServer([pool], requests, replies),
+        [ParamSubscriber(params, policy)],
         DirectReporter(lambda *r: reports.append(r)),
         max_batch=max_batch,
         wait_timeout=0.0,
@@ -63,11 +67,11 @@ def test_auto_batching_merges_requests_of_several_actors_into_one_forward_pass()
     worker, policy, requests, replies = make_policy_worker(pool, actors=3)
     for actor in range(3):
         pool.arrays["obs"][actor, 1, 2] = actor + 1.0
-        InferenceClient(actor, pool, requests, replies[actor]).request(slot=actor % 2, buffer=1, t=2)
+        InferenceClient(actor, [pool], requests, replies[actor]).request(0, slot=actor % 2, buffer=1, t=2)
     assert worker.poll() == 3
     assert policy.batch_sizes == [3 * B]  # one forward pass for all three actors
     for actor in range(3):
-        client = InferenceClient(actor, pool, requests, replies[actor])
+        client = InferenceClient(actor, [pool], requests, replies[actor])
         assert client.ready(8, 0.0).tolist() == [actor % 2]
         assert (pool.arrays["version"][actor, 1, 2] == 7).all()
         assert pool.arrays["logp"][actor, 1, 2] == pytest.approx(np.full(B, -np.log(5)))
@@ -79,7 +83,7 @@ def test_auto_batching_respects_the_cap_and_leaves_the_rest_pending():
     pool = make_pool(actors=3)
     worker, policy, requests, replies = make_policy_worker(pool, actors=3, max_batch=2)
     for actor in range(3):
-        InferenceClient(actor, pool, requests, replies[actor]).request(0, 0, 0)
+        InferenceClient(actor, [pool], requests, replies[actor]).request(0, 0, 0, 0)
     worker.poll()
     worker.poll()
     assert policy.batch_sizes == [2 * B, 1 * B]
@@ -102,14 +106,43 @@ def test_a_repeated_request_supersedes_the_first_and_only_its_reply_counts():
     and a reply carrying an older ticket is ignored by the actor."""
     pool = make_pool(actors=1)
     worker, policy, requests, replies = make_policy_worker(pool, actors=1)
-    client = InferenceClient(0, pool, requests, replies[0])
-    client.request(1, 0, 0)
-    client.request(1, 0, 0)  # the repeat
+    client = InferenceClient(0, [pool], requests, replies[0])
+    client.request(0, 1, 0, 0)
+    client.request(0, 1, 0, 0)  # the repeat
     assert worker.poll() == 1 and worker.server.superseded == 1
     assert client.ready(8, 0.0).tolist() == [1]
     replies[0].send((1, 1))  # a late reply to the first ask (ticket 1; the slot is at ticket 2)
     replies[0].send((1, 2))
     assert client.ready(8, 0.0).tolist() == [1]
+
+
+def test_a_policy_worker_serves_several_policies_one_batch_each_from_their_own_pools():
+    """Two policies with other spaces: each request names its policy (``policy * ring + slot``), its observations
+    are read from that policy's pool and answered there by that policy, one forward pass per policy."""
+    pools = [make_pool(actors=2), make_pool_of(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(7), actors=2)]
+    requests, replies = InProcChannel(5), {a: InProcChannel(2) for a in range(2)}
+    policies = [RandomPolicy(gym.spaces.Discrete(5)), RandomPolicy(gym.spaces.Discrete(7))]
+    subscribers = []
+    for version, policy in zip((3, 9), policies):
+        params = VersionedBuffer.in_process(policy.flat_size(), np.float32)
+        ParamPublisher(params).publish(version, np.zeros(policy.flat_size(), np.float32))
+        subscribers.append(ParamSubscriber(params, policy))
+    worker = PolicyWorker(
+        0, policies, InferenceServer(pools, requests, replies), subscribers, DirectReporter(lambda *r: None), 64
+    )
+    worker.setup()
+    clients = [InferenceClient(a, pools, requests, replies[a]) for a in range(2)]
+    clients[0].request(0, 1, 0, 0)
+    clients[0].request(1, 1, 0, 0)
+    clients[1].request(1, 0, 1, 2)
+    assert worker.poll() == 3
+    assert policies[0].batch_sizes == [B] and policies[1].batch_sizes == [2 * B]
+    assert sorted(clients[0].ready(8, 0.0).tolist()) == [1, 2 + 1]  # policy 1's answer to slot 1 is 1 * ring + 1
+    assert clients[1].ready(8, 0.0).tolist() == [2 + 0]
+    assert (pools[0].arrays["version"][0, 0, 0] == 3).all() and (pools[1].arrays["version"][0, 0, 0] == 9).all()
+    assert (pools[1].arrays["version"][1, 1, 2] == 9).all() and (pools[0].arrays["version"][1] == 0).all()
+    assert pools[0].arrays["logp"][0, 0, 0] == pytest.approx(np.full(B, -np.log(5)))  # each policy its own
+    assert pools[1].arrays["logp"][1, 1, 2] == pytest.approx(np.full(B, -np.log(7)))
 
 
 def test_sample_stream_round_trip_and_back_pressure():

@@ -274,8 +274,8 @@ def test_a_league_runs_under_the_local_runtime_and_resumes_with_its_pool(tmp_pat
     assert "error" not in first, first["error"]
     index = read_index(run / "league")
     assert index.rounds >= 2 and index.frozen and first["league"]["rounds"] <= index.rounds
-    cfg2, path, state = resume_config(run, [endless])
-    second = _train_until(cfg2, run, lambda i: i.rounds > index.rounds, resume=(path, state))
+    cfg2, paths, state = resume_config(run, [endless])
+    second = _train_until(cfg2, run, lambda i: i.rounds > index.rounds, resume=(paths, state))
     assert "error" not in second, second["error"]
     after = read_index(run / "league")
     assert after.rounds > index.rounds  # counted on from the pool index it found

@@ -14,6 +14,7 @@ return we report.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,3 +63,59 @@ class Slot(Protocol):
 
     def close(self) -> None:
         """Release the environments."""
+
+
+@dataclass(frozen=True)
+class SlotGroup:
+    """The columns of one policy in a slot: ``agents_per_env`` of them per environment (env-major)."""
+
+    policy: str
+    agents: tuple[str, ...]
+    """The env's agent ids this policy plays, in column order within an environment (() for a single-agent env)."""
+    observation_space: gym.spaces.Space
+    action_space: gym.spaces.Space
+    state_space: gym.spaces.Space | None
+    """The global state carried in its observations (``state``), or None."""
+    alive: bool
+    """Its steps say which columns acted (``SlotStep.alive``)."""
+
+    @property
+    def agents_per_env(self) -> int:
+        return max(1, len(self.agents))
+
+
+class GroupedSlot(Protocol):
+    """A slot whose columns belong to several policies (``agents`` rules): one observation batch, one action
+    batch and one :class:`SlotStep` per group, each ``[B * group.agents_per_env, ...]``."""
+
+    groups: tuple[SlotGroup, ...]
+    env_count: int
+    """Environments in the slot (B)."""
+
+    def reset_groups(self, seed: int) -> list[Observation]: ...
+
+    def step_groups(self, actions: Sequence[np.ndarray]) -> list[SlotStep]: ...
+
+    def close(self) -> None: ...
+
+
+class OneGroup:
+    """A plain :class:`Slot` as a :class:`GroupedSlot` of one group (every column one policy's)."""
+
+    def __init__(self, slot: Slot, policy: str) -> None:
+        self.slot = slot
+        self.env_count = slot.num_envs // slot.agents_per_env
+        agents = tuple(getattr(slot, "agents", ()))
+        alive = bool(getattr(slot, "reports_alive", False))
+        self.groups: tuple[SlotGroup, ...] = (
+            SlotGroup(policy, agents, slot.single_observation_space, slot.single_action_space, slot.state_space, alive),
+        )
+
+    def reset_groups(self, seed: int) -> list[Observation]:
+        return [self.slot.reset(seed)]
+
+    def step_groups(self, actions: Sequence[np.ndarray]) -> list[SlotStep]:
+        return [self.slot.step(actions[0])]
+
+    def close(self) -> None:
+        self.slot.close()

@@ -45,7 +45,6 @@ from srl.runtime.plan import Plan, make_plan
 from srl.runtime.topology import ACTOR
 from srl.system.remote_samples import SampleReceiver, SampleSender, segment_bytes
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SegmentPool
-from srl.wiring import acting_policy
 
 ACTION_SETS = 64
 """Precomputed action batches the stand-in policy cycles through (as ``bench_env`` does)."""
@@ -92,9 +91,10 @@ class _FixedVersion:
 
 def _canned_policy(plan: Plan, n: int) -> _CannedPolicy:
     """Real answers of the acting policy for ``n`` random slot observations (dtypes and shapes as in a run)."""
-    policy = acting_policy(plan.obs_space, plan.action_space, plan.cfg)
+    one = plan.only("srl bench costs")
+    policy = one.acting_policy()
     rng = np.random.default_rng(plan.cfg.seed)
-    answers = [policy.act(random_obs(plan, rng, (plan.columns_per_slot,))) for _ in range(n)]
+    answers = [policy.act(random_obs(one, rng, (one.columns_per_slot,))) for _ in range(n)]
     return _CannedPolicy(answers, policy.output_fields())
 
 
@@ -104,7 +104,7 @@ def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
     Only ``actor.poll`` is timed; releasing the finished segments (the trainer's part) is not."""
     fabric = InlineFabric(plan, lambda kind, meta, arrays: None)
     actor: Any = build_worker(plan, fabric, plan.topology.get(ACTOR, 0), None, wait_timeout=0.0, report_interval=3600.0)
-    actor.inference = InlineInference(0, fabric.pool(), _canned_policy(plan, ACTION_SETS), _FixedVersion())
+    actor.inference = InlineInference(0, [fabric.pool()], [_canned_policy(plan, ACTION_SETS)], [_FixedVersion()])
     consumer = SampleConsumer(fabric.pool(), fabric.samples(0))
     actor.setup()
     try:
@@ -127,12 +127,12 @@ def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
 def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, float]:
     """Fixed seconds per forward pass and seconds per sample, fitted from one slot's batch and from several
     slots' batch, timed in alternation (medians of ``rounds``) so that the machine's noise hits both alike."""
-    cfg = plan.cfg
-    B = plan.columns_per_slot  # samples per slot
+    cfg, one = plan.cfg, plan.only("srl bench costs")
+    B = one.columns_per_slot  # samples per slot
     slots = max(2, min(LARGE_BATCH_SLOTS, cfg.workers.max_inference_batch))
-    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = one.acting_policy()
     rng = np.random.default_rng(cfg.seed)
-    small, large = random_obs(plan, rng, (B,)), random_obs(plan, rng, (slots * B,))
+    small, large = random_obs(one, rng, (B,)), random_obs(one, rng, (slots * B,))
     per_call: dict[int, list[float]] = {B: [], slots * B: []}
     for _ in range(rounds):
         for n, obs in ((B, small), (slots * B, large)):
@@ -158,11 +158,11 @@ def _stream_pass(
     while time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
         for slot in range(k):
-            client.request(slot, 0, n % T)
+            client.request(0, slot, 0, n % T)
         t1 = time.perf_counter()
-        got = server.gather(64, 0.0)
-        server.observations(got)
-        server.answer(got, {name: a[: len(got) * B] for name, a in outputs.items()}, 0)
+        for policy, got in server.gather(64, 0.0):
+            server.observations(policy, got)
+            server.answer(policy, got, {name: a[: len(got) * B] for name, a in outputs.items()}, 0)
         t2 = time.perf_counter()
         client.ready(k, 0.0)
         actor += (t1 - t0) + (time.perf_counter() - t2)
@@ -176,14 +176,15 @@ def stream_costs(plan: Plan, seconds: float) -> dict[str, float]:
     not included): the actor's side per request, and the policy worker's side as a fixed cost per batch plus
     a cost per request (from batches of one slot and of several)."""
     k = max(2, min(LARGE_BATCH_SLOTS, plan.cfg.workers.max_inference_batch))
-    pool = SegmentPool.in_process(dataclasses.replace(plan.layout, slots=k))
+    pool = SegmentPool.in_process(dataclasses.replace(plan.only("srl bench costs").layout, slots=k))
     answer = _canned_policy(plan, 1).answers[0]
     T = plan.cfg.workers.segment_length
     with tempfile.TemporaryDirectory(prefix="srl-bench-") as folder:
         requests = FifoChannel.create(os.path.join(folder, "requests"), REQUEST_WIDTH)
         replies = FifoChannel.create(os.path.join(folder, "replies"), REPLY_WIDTH)
         try:
-            client, server = InferenceClient(0, pool, requests, replies), InferenceServer(pool, requests, {0: replies})
+            client = InferenceClient(0, [pool], requests, replies)
+            server = InferenceServer([pool], requests, {0: replies})
             actor, one = _stream_pass(client, server, 1, T, answer, seconds / 2)
             _, many = _stream_pass(client, server, k, T, answer, seconds / 2)
         finally:
@@ -202,10 +203,10 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
     """One segment through the real cross-node sample stream, both ends in this process: ``SampleSender``
     (encode, send) -> ZeroMQ TCP on loopback -> ``SampleReceiver`` (receive, check the token, decode).
     Also the segment's bytes per sample, as stored and sent."""
-    cfg = plan.cfg
-    layout = dataclasses.replace(plan.layout, actors=1, buffers=1)
+    cfg, planned = plan.cfg, plan.only("srl bench costs")
+    layout = dataclasses.replace(planned.layout, actors=1, buffers=1)
     pool = SegmentPool.in_process(layout)
-    for name, values in random_batch(plan, np.random.default_rng(cfg.seed), plan.columns_per_slot).items():
+    for name, values in random_batch(planned, np.random.default_rng(cfg.seed), planned.columns_per_slot).items():
         pool.arrays[name][0, 0] = values
     ctx = zmq.Context()
     token = new_tag()
@@ -266,7 +267,8 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     fit = inference_fit(plan, seconds)
     actor = actor_overhead(plan, seconds)
     send = segment_send(plan, max(0.2, seconds / 4))
-    params = param_transfer(plan.param_size, cfg.params.transfer_dtype)
+    one = plan.only("srl bench costs")
+    params = param_transfer(one.param_size, cfg.params.transfer_dtype)
     costs = Costs(
         env_id=cfg.env.id,
         envs_per_slot=w.envs_per_slot,
@@ -280,7 +282,7 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         **stream_costs(plan, max(0.4, seconds / 2)),
         update_seconds_per_sample=1.0 / compute["update_samples_per_second"],
         trainer_threads=w.torch_threads,
-        param_bytes=plan.param_size * np.dtype(cfg.params.transfer_dtype).itemsize,
+        param_bytes=one.param_size * np.dtype(cfg.params.transfer_dtype).itemsize,
         **send,
         **params,
     )

@@ -30,9 +30,9 @@ from srl.api.spaces import ACTION_MASK, Observation, ObsPart, action_spec, flatt
 from srl.envs.factory import make_env
 from srl.envs.slots import make_slot
 from srl.runtime.local import run_local
-from srl.runtime.plan import Plan, make_plan
+from srl.runtime.plan import Plan, PolicyPlan, make_plan
 from srl.system.controller import Controller
-from srl.wiring import acting_policy, make_algorithm
+from srl.wiring import make_algorithm
 
 
 class _RateController(Controller):
@@ -75,7 +75,7 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
     cfg = plan.cfg
     w = cfg.workers
     torch.set_num_threads(w.torch_threads)
-    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = plan.only("srl bench sampling").acting_policy()
     slots = [make_slot(cfg.env, w.envs_per_slot) for i in range(w.actors * w.ring_size)]
     obs = [slot.reset(cfg.seed + i) for i, slot in enumerate(slots)]
     steps, start = 0, time.perf_counter()
@@ -105,7 +105,7 @@ def sampling_vector_loop(plan: Plan, num_envs: int, seconds: float, warmup: floa
     stepped with one batched forward pass of the same network per step (as a CleanRL-style script samples)."""
     cfg = plan.cfg
     torch.set_num_threads(cfg.workers.torch_threads)
-    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
+    policy = plan.only("srl bench sampling").acting_policy()
     venv = gym.vector.SyncVectorEnv([functools.partial(make_env, cfg.env) for _ in range(num_envs)])
     parts = obs_parts(venv.single_observation_space)
     obs = [venv.reset(seed=cfg.seed)[0]]
@@ -123,7 +123,7 @@ def sampling_vector_loop(plan: Plan, num_envs: int, seconds: float, warmup: floa
 def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     """One JSON-ready measurement: full path, the same slots in one loop, the best single vector-env loop."""
     plan = make_plan(cfg)
-    if plan.agents_per_env > 1 or cfg.league.pool or "alive" in plan.layout.fields:
+    if plan.agents_per_env > 1 or cfg.league.pool or "alive" in plan.policies[0].layout.fields:
         raise ConfigError(
             f"srl bench sampling: {cfg.env.id!r} is a multi-agent env, and the baseline it compares with is a "
             "single-agent Gymnasium vector-env loop; measure it with srl bench train"
@@ -242,15 +242,16 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     column step (an agent's); the bound is in env steps (a multi-agent env's step is one sample per agent).
     """
     plan = make_plan(cfg)
+    one = plan.only("srl bench compute")
     w, ppo = cfg.workers, cfg.ppo
     torch.set_num_threads(w.torch_threads)
     rng = np.random.default_rng(cfg.seed)
-    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
-    C = plan.columns_per_slot
-    batch_obs = random_obs(plan, rng, (C,))  # one slot per forward pass, as in the sampling path
+    policy = one.acting_policy()
+    C = one.columns_per_slot
+    batch_obs = random_obs(one, rng, (C,))  # one slot per forward pass, as in the sampling path
     infer = timed_rate(lambda i: policy.act(batch_obs), C, seconds / 2)
-    algo = make_algorithm(plan.obs_space, plan.action_space, cfg, cfg.seed, state_space=plan.state_space)
-    batch = random_batch(plan, rng, w.batch_segments * C)
+    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, state_space=one.state_space)
+    batch = random_batch(one, rng, w.batch_segments * C)
     samples = int(batch["rewards"].size)
     algo.train(batch, 0.0)
     update = timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
@@ -269,7 +270,7 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     }
 
 
-def random_obs(plan: Plan, rng: np.random.Generator, lead: tuple[int, ...]) -> dict[str, np.ndarray]:
+def random_obs(plan: PolicyPlan, rng: np.random.Generator, lead: tuple[int, ...]) -> dict[str, np.ndarray]:
     """Observations of every part, ``[*lead, ...]``, in their stream dtypes."""
     return {p.name: _random_part(p, rng, lead) for p in obs_parts(plan.obs_space)}
 
@@ -287,7 +288,7 @@ def _random_part(p: ObsPart, rng: np.random.Generator, lead: tuple[int, ...]) ->
     return rng.standard_normal(shape).astype(p.dtype)
 
 
-def random_batch(plan: Plan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+def random_batch(plan: PolicyPlan, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """A training batch ``[T(+1), n, ...]`` with the real schema and random content."""
     parts = {p.name: p for p in obs_parts(plan.obs_space)}
     parts.update({p.final_name: p for p in parts.values()})

@@ -219,6 +219,7 @@ def layout_of(plan: Plan) -> Layout:
     holds. Under Ray the trainers have nodes of their own; on one machine they share it (``trainer_nodes`` 0)."""
     from srl.runtime.topology import ACTOR, POLICY, TRAINER
 
+    plan.only("srl plan")  # its cost model has one policy's trainers and inference
     topology, cfg = plan.topology, plan.cfg
     first = min(w.group for w in topology.of(ACTOR))  # actor node groups are alike (checked by the config)
     trainers = topology.of(TRAINER)

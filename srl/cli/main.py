@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume is not None:
                 if args.run_dir is not None:
                     raise ConfigError("--run-dir: a resumed run continues in its own directory")
-                cfg, ckpt, state = resume_config(args.resume, args.overrides)
-                resume, args.run_dir = (ckpt, state), args.resume
+                cfg, ckpts, state = resume_config(args.resume, args.overrides)
+                resume, args.run_dir = (ckpts, state), args.resume
             else:
                 cfg = load_config(args.config, args.overrides)
             summary = train(cfg, args.run_dir, START, progress=None if args.quiet else sys.stderr, resume=resume)
@@ -101,21 +101,23 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             return 130 if summary["stop_reason"] == "interrupted" else 0
         if args.command == "eval":
-            from srl.evaluate import eval_seed, load_policy, play
+            from srl.evaluate import eval_seed, load_policies, play
 
             if args.episodes < 1:
                 raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")
-            cfg, policy, source = load_policy(args.target)
+            cfg, policies, source = load_policies(args.target)
             seed = eval_seed(cfg) if args.seed is None else args.seed
             if args.opponent is not None:
                 from srl.league.match import play_match
 
                 if args.video is not None:
                     raise ConfigError("--video: not with --opponent")
-                match = play_match(cfg, policy, args.opponent, args.episodes, seed, not args.stochastic)
+                if len(policies) > 1:
+                    raise ConfigError("--opponent: plays a run of one policy against another")
+                match = play_match(cfg, policies[0], args.opponent, args.episodes, seed, not args.stochastic)
                 print(json.dumps({**source, "opponent": args.opponent, **match.as_dict()}))
                 return 0
-            result = play(cfg, policy, args.episodes, seed, deterministic=not args.stochastic, video=args.video)
+            result = play(cfg, policies, args.episodes, seed, deterministic=not args.stochastic, video=args.video)
             print(json.dumps({**source, **result}))
             return 0
         if args.command == "bench":

@@ -9,7 +9,28 @@ import numpy as np
 from pettingzoo.utils.env import ParallelEnv
 
 
-class CoopTargets(ParallelEnv):
+class _Episodic(ParallelEnv):
+    """What both test envs share: a seeded reset that starts every agent at step 0."""
+
+    _rng: np.random.Generator
+    _t: int
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self._t = 0
+        self._begin()
+        return self._observe(), {a: {} for a in self.agents}
+
+    def _begin(self) -> None:
+        """Draw what a new episode starts with."""
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+
+class CoopTargets(_Episodic):
     """A cooperative task for ``agents`` agents: each step every agent is shown its own target (one of ``n``,
     one-hot, plus a one-hot of its own index) and the team's reward is the fraction of agents that picked their
     target. ``state()`` is every agent's target (for a centralized critic). An episode is ``length`` steps; a
@@ -74,13 +95,8 @@ class CoopTargets(ParallelEnv):
             out[agent] = obs
         return out
 
-    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
-        self.agents = list(self.possible_agents)
-        self._t = 0
+    def _begin(self) -> None:
         self._targets = self._rng.integers(0, self.n, len(self.possible_agents))
-        return self._observe(), {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         hits = [int(actions[a]) == int(self._targets[i]) for i, a in enumerate(self.possible_agents) if a in actions]
@@ -103,3 +119,57 @@ class CoopTargets(ParallelEnv):
 def coop_targets(**kwargs: Any) -> CoopTargets:
     """``env.id: srl.envs.ma_testing:coop_targets``."""
     return CoopTargets(**kwargs)
+
+
+class TwoKinds(_Episodic):
+    """Two kinds of agent with different spaces, for runs of several policies: ``reds`` red agents see their own
+    target among 4 (``Box(4)``) and pick one of 4; ``blues`` blue agents see their target among 3 and two
+    constant entries (``Box(5)``) and pick one of 3. Each agent is rewarded 1 for each hit of its own target.
+    An episode is ``length`` steps: a random red scores ``length / 4``, a random blue ``length / 3``, a perfect
+    agent ``length``. One policy cannot play both kinds (their spaces differ); each kind's policy must learn."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "two_kinds_v0"}
+
+    def __init__(self, reds: int = 2, blues: int = 1, length: int = 8) -> None:
+        self.possible_agents = [f"red_{i}" for i in range(reds)] + [f"blue_{i}" for i in range(blues)]
+        self.agents: list[str] = []
+        self.length = length
+        self._n = {a: 4 if a.startswith("red") else 3 for a in self.possible_agents}
+        self._rng = np.random.default_rng(0)
+        self._targets: dict[str, int] = {}
+        self._t = 0
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return gym.spaces.Box(0.0, 1.0, (4 if self._n[agent] == 4 else 5,), np.float32)
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return gym.spaces.Discrete(self._n[agent])
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        self._targets = {a: int(self._rng.integers(0, self._n[a])) for a in self.agents}
+        out = {}
+        for agent, target in self._targets.items():
+            obs = np.zeros(4 if self._n[agent] == 4 else 5, np.float32)
+            obs[target] = 1.0
+            if self._n[agent] == 3:
+                obs[3:] = 0.5
+            out[agent] = obs
+        return out
+
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        rewards = {a: float(int(actions[a]) == self._targets[a]) for a in self.agents}
+        self._t += 1
+        done = self._t >= self.length
+        truncated = {a: done for a in self.agents}
+        terminated = {a: False for a in self.agents}
+        obs = self._observe()
+        infos: dict[str, dict] = {a: {} for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, terminated, truncated, infos
+
+
+def two_kinds(**kwargs: Any) -> TwoKinds:
+    """``env.id: srl.envs.ma_testing:two_kinds``."""
+    return TwoKinds(**kwargs)

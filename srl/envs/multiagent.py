@@ -27,13 +27,15 @@ package (SuperSuit) and is not needed for this.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
-from srl.api.env import SlotStep
+from srl.api.config.policies import AgentRule, map_agents
+from srl.api.env import SlotGroup, SlotStep
 from srl.api.spaces import OBS, STATE, Observation, ObsPart, UnsupportedSpace, check_spaces, flatten_obs, obs_parts
 
 AGENT = "agent"
@@ -67,9 +69,12 @@ def is_parallel_env(env: Any) -> bool:
     return isinstance(env, ParallelEnv)
 
 
-def agent_spaces(env: Any, name: str) -> tuple[list[str], gym.spaces.Space, gym.spaces.Space]:
-    """The agents of a ParallelEnv and their one observation and action space (one line when they differ)."""
-    agents = list(env.possible_agents)
+def agent_spaces(
+    env: Any, name: str, agents: Sequence[str] | None = None
+) -> tuple[list[str], gym.spaces.Space, gym.spaces.Space]:
+    """The agents of a ParallelEnv (or those of them given, one policy's) and their one observation and action
+    space (one line when they differ)."""
+    agents = list(env.possible_agents if agents is None else agents)
     if not agents:
         raise ConfigError(f"env: {name!r} has no agents")
     obs_space, action_space = env.observation_space(agents[0]), env.action_space(agents[0])
@@ -77,7 +82,8 @@ def agent_spaces(env: Any, name: str) -> tuple[list[str], gym.spaces.Space, gym.
         if env.observation_space(agent) != obs_space or env.action_space(agent) != action_space:
             raise ConfigError(
                 f"env: {name!r}: agent {agent!r} has other spaces than {agents[0]!r} "
-                f"({env.observation_space(agent)}, {env.action_space(agent)}); agents sharing a policy need one"
+                f"({env.observation_space(agent)}, {env.action_space(agent)}); agents sharing a policy need one "
+                "(map them to several: agents rules)"
             )
     try:
         check_spaces(obs_space, action_space)
@@ -119,115 +125,219 @@ def put_observation(parts: tuple[ObsPart, ...], out: Observation, row: int, obs:
         out[name][row] = x
 
 
+class _Group:
+    """One policy's agents in a :class:`ParallelSlot`: their spaces, and their columns' step arrays."""
+
+    def __init__(self, env: Any, name: str, policy: str, agents: tuple[str, ...], B: int, state: bool, seat: bool):
+        self.policy, self.agents, self.n = policy, agents, len(agents)
+        _, obs_space, env_actions = agent_spaces(env, name, agents)
+        self.action_space, self.to_env = action_adapter(env_actions)
+        self.parts = obs_parts(obs_space)  # as the env gives them; the seat is added after
+        self.observation_space = seat_space(obs_space, self.n) if seat else obs_space
+        self.state, self.seat = state, seat
+        self.columns = B * self.n
+        self.reward = np.zeros(self.columns, np.float32)
+        self.terminated = np.zeros(self.columns, bool)
+        self.truncated = np.zeros(self.columns, bool)
+        self.alive = np.ones(self.columns, bool)
+
+    def clear(self) -> None:
+        self.reward[:] = 0.0
+        self.terminated[:] = False
+        self.truncated[:] = False
+
+
 class ParallelSlot:
-    """B PettingZoo parallel environments, every agent a column; finished episodes reset within the step."""
+    """B PettingZoo parallel environments, every agent a column; finished episodes reset within the step.
+
+    The agents may be split among several policies (``agents`` rules): each policy's agents are a group with
+    its own spaces and its own columns (:class:`~srl.api.env.GroupedSlot`); with one group it is also a plain
+    :class:`~srl.api.env.Slot`."""
+
+    reports_alive = True
 
     def __init__(
-        self, cfg: EnvConfig, num_envs: int, first: Any, make: Any, state: bool = False, agent_id: bool = False
+        self,
+        cfg: EnvConfig,
+        num_envs: int,
+        first: Any,
+        make: Any,
+        state: bool | Collection[str] = False,
+        agent_id: bool = False,
+        rules: Sequence[AgentRule] = (),
     ) -> None:
         """``first``: one environment already made (it is reused); ``make()`` makes the others; ``state``: carry
-        the global state in every observation; ``agent_id``: and each column's agent index (:func:`seat_space`)."""
+        the global state in the observations (of every group, or of the policies named); ``agent_id``: and each
+        column's agent index within its group (:func:`seat_space`); ``rules``: which policy plays each agent."""
         self.envs = [first, *(make() for _ in range(num_envs - 1))]
         self.name = cfg.id
         self.state_space: gym.spaces.Space | None = global_state_space(first)
-        if state and self.state_space is None:
+        self.agents = list(first.possible_agents)
+        if not self.agents:
+            raise ConfigError(f"env: {cfg.id!r} has no agents")
+        mapping = map_agents(rules, self.agents, cfg.id)
+        wants = set(mapping) if state is True else set() if state is False else set(state)
+        if wants and self.state_space is None:
             raise ConfigError(f"ppo.critic_input: state: env {cfg.id!r} has no global state (state_space, state())")
-        self._state = state
-        self.agents, self.single_observation_space, env_actions = agent_spaces(first, cfg.id)
-        self.single_action_space, self._to_env = action_adapter(env_actions)
-        self.agents_per_env = len(self.agents)
-        self.num_envs = num_envs * self.agents_per_env
-        self.parts = obs_parts(self.single_observation_space)  # as the env gives them; the seat is added after
-        self._agent_id = agent_id
-        if agent_id:
-            self.single_observation_space = seat_space(self.single_observation_space, self.agents_per_env)
-        self._reward = np.zeros(self.num_envs, np.float32)
-        self._terminated = np.zeros(self.num_envs, bool)
-        self._truncated = np.zeros(self.num_envs, bool)
-        self._alive = np.ones(self.num_envs, bool)
+        self._groups = [
+            _Group(first, cfg.id, policy, ids, num_envs, policy in wants, agent_id) for policy, ids in mapping.items()
+        ]
+        self.groups = tuple(
+            SlotGroup(
+                g.policy, g.agents, g.observation_space, g.action_space, self.state_space if g.state else None, True
+            )
+            for g in self._groups
+        )
+        one = self._groups[0]  # the plain Slot view (one group)
+        self.single_observation_space, self.single_action_space = one.observation_space, one.action_space
+        self.agents_per_env, self.num_envs = one.n, one.columns
+        self.env_count = num_envs
         self._seed = 0
 
     def reset(self, seed: int) -> Observation:
-        self._seed = seed
-        for e, env in enumerate(self.envs):
-            env.action_space(self.agents[0]).seed(seed + e)
-        obs = self._stack([env.reset(seed=seed + e)[0] for e, env in enumerate(self.envs)])
-        return self._with_state(obs, [env.state() for env in self.envs] if self._state else None)
+        return self.reset_groups(seed)[0]
 
     def step(self, actions: np.ndarray) -> SlotStep:
-        N = self.agents_per_env
-        actions = self._to_env(actions)
+        return self.step_groups([actions])[0]
+
+    def reset_groups(self, seed: int) -> list[Observation]:
+        self._seed = seed
+        for e, env in enumerate(self.envs):
+            for g in self._groups:
+                env.action_space(g.agents[0]).seed(seed + e)
+        per_env = [env.reset(seed=seed + e)[0] for e, env in enumerate(self.envs)]
+        states = [env.state() for env in self.envs] if any(g.state for g in self._groups) else []
+        return [self._observation(g, per_env, states) for g in self._groups]
+
+    def step_groups(self, actions: Sequence[np.ndarray]) -> list[SlotStep]:
+        assert len(actions) == len(self._groups), "one action batch per group"
+        env_actions = [g.to_env(a) for g, a in zip(self._groups, actions)]
         per_env: list[dict[str, Any]] = []
         final: dict[int, dict[str, Any]] = {}
         states: list[np.ndarray] = []
         final_states: dict[int, np.ndarray] = {}
-        self._reward[:] = 0.0
-        self._terminated[:] = False
-        self._truncated[:] = False
-        alive = self._alive
+        carry_state = any(g.state for g in self._groups)
+        for g in self._groups:
+            g.clear()
         for e, env in enumerate(self.envs):
             live = set(env.agents)
-            acts = {agent: actions[e * N + i] for i, agent in enumerate(self.agents) if agent in live}
+            acts = {
+                agent: a[e * g.n + j]
+                for g, a in zip(self._groups, env_actions)
+                for j, agent in enumerate(g.agents)
+                if agent in live
+            }
             obs, reward, terminated, truncated, _ = env.step(acts)
-            for i, agent in enumerate(self.agents):
-                c = e * N + i
-                alive[c] = agent in live
-                if alive[c]:
-                    self._reward[c] = reward.get(agent, 0.0)
-                    self._terminated[c] = bool(terminated.get(agent, False))
-                    self._truncated[c] = bool(truncated.get(agent, False)) and not self._terminated[c]
+            for g in self._groups:
+                for j, agent in enumerate(g.agents):
+                    c = e * g.n + j
+                    g.alive[c] = agent in live
+                    if g.alive[c]:
+                        g.reward[c] = reward.get(agent, 0.0)
+                        g.terminated[c] = bool(terminated.get(agent, False))
+                        g.truncated[c] = bool(truncated.get(agent, False)) and not g.terminated[c]
             if not env.agents:  # every agent is done: the episode ends, the env starts the next one
                 final[e] = obs
-                if self._state:
+                if carry_state:
                     final_states[e] = env.state()
                 self._seed += len(self.envs)
                 obs = env.reset(seed=self._seed + e)[0]
             per_env.append(obs)
-            if self._state:
+            if carry_state:
                 states.append(env.state())
-        episode_end = self._terminated | self._truncated
-        final_obs = None
-        if self._truncated.any():  # an agent's last observation is in the obs of the step it ended in
-            final_obs = self._with_state(
-                self._stack([final.get(e, per_env[e]) for e in range(len(self.envs))]),
-                [final_states.get(e, states[e]) for e in range(len(states))] if self._state else None,
+        steps = []
+        for g in self._groups:
+            final_obs = None
+            if g.truncated.any():  # an agent's last observation is in the obs of the step it ended in
+                last = [final.get(e, per_env[e]) for e in range(len(self.envs))]
+                final_obs = self._observation(g, last, [final_states.get(e, s) for e, s in enumerate(states)])
+            steps.append(
+                SlotStep(
+                    self._observation(g, per_env, states),
+                    g.reward.copy(),
+                    g.terminated.copy(),
+                    g.truncated.copy(),
+                    g.terminated | g.truncated,
+                    final_obs,
+                    g.alive.copy(),
+                )
             )
-        return SlotStep(
-            self._with_state(self._stack(per_env), states if self._state else None),
-            self._reward.copy(),
-            self._terminated.copy(),
-            self._truncated.copy(),
-            episode_end,
-            final_obs,
-            alive.copy(),
-        )
+        return steps
 
-    def _stack(self, per_env: list[dict[str, Any]]) -> Observation:
-        """Per part ``[B * N, ...]`` from each environment's dict of agent observations (zeros for an agent that
-        has none: it is done, or not in the env yet)."""
-        rows = [obs.get(agent) for obs in per_env for agent in self.agents]
-        if len(self.parts) == 1 and self.parts[0].name == "obs" and all(r is not None for r in rows):
-            part = self.parts[0]
+    def _observation(self, g: _Group, per_env: list[dict[str, Any]], states: list[np.ndarray]) -> Observation:
+        """Group ``g``'s observation parts ``[B * n, ...]`` from each environment's dict of agent observations
+        (zeros for an agent that has none: it is done, or not in the env yet), with each env's global state
+        repeated for its agents when the group carries it, and the agents' indices with ``env.agent_id``."""
+        obs = self._stack(g, per_env)
+        if g.seat:
+            obs = with_seats(obs, g.n)
+        if g.state:
+            obs[STATE] = np.repeat(np.asarray(states, np.float32), g.n, axis=0)
+        return obs
+
+    def _stack(self, g: _Group, per_env: list[dict[str, Any]]) -> Observation:
+        rows = [obs.get(agent) for obs in per_env for agent in g.agents]
+        if len(g.parts) == 1 and g.parts[0].name == "obs" and all(r is not None for r in rows):
+            part = g.parts[0]
             try:
-                return {"obs": np.asarray(rows, dtype=part.dtype).reshape(self.num_envs, *part.shape)}
+                return {"obs": np.asarray(rows, dtype=part.dtype).reshape(g.columns, *part.shape)}
             except ValueError:  # some agent's observation changed shape: the slow path names it
                 pass
-        out = {p.name: np.zeros((self.num_envs, *p.shape), p.dtype) for p in self.parts}
-        N = self.agents_per_env
+        out = {p.name: np.zeros((g.columns, *p.shape), p.dtype) for p in g.parts}
         for c, row in enumerate(rows):
             if row is not None:
-                put_observation(self.parts, out, c, row, self.agents[c % N])
+                put_observation(g.parts, out, c, row, g.agents[c % g.n])
         return out
-
-    def _with_state(self, obs: Observation, states: list[np.ndarray] | None) -> Observation:
-        """``obs`` with each env's global state repeated for its agents (``[B * N, ...]``), when carried, and the
-        agents' indices with ``env.agent_id``."""
-        if self._agent_id:
-            obs = with_seats(obs, self.agents_per_env)
-        if states is not None:
-            obs[STATE] = np.repeat(np.asarray(states, np.float32), self.agents_per_env, axis=0)
-        return obs
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+class SplitSlot:
+    """A multi-agent slot whose agents share one space, its columns split among several policies (VMAS worlds,
+    turn-based games): one gather per group and field, one scatter of the groups' actions."""
+
+    def __init__(self, slot: Any, rules: Sequence[AgentRule], name: str) -> None:
+        self.slot = slot
+        N = slot.agents_per_env
+        self.env_count = B = slot.num_envs // N
+        agents = list(slot.agents)
+        mapping = map_agents(rules, agents, name)
+        alive = bool(getattr(slot, "reports_alive", False))
+        self.groups = tuple(
+            SlotGroup(p, ids, slot.single_observation_space, slot.single_action_space, slot.state_space, alive)
+            for p, ids in mapping.items()
+        )
+        seats = [np.array([agents.index(a) for a in ids]) for ids in mapping.values()]
+        self._cols = [(np.arange(B)[:, None] * N + s[None, :]).reshape(-1) for s in seats]
+        self._actions: np.ndarray | None = None
+
+    def reset_groups(self, seed: int) -> list[Observation]:
+        obs = self.slot.reset(seed)
+        return [{k: v[cols] for k, v in obs.items()} for cols in self._cols]
+
+    def step_groups(self, actions: Sequence[np.ndarray]) -> list[SlotStep]:
+        if self._actions is None:
+            first = np.asarray(actions[0])
+            self._actions = np.zeros((self.slot.num_envs, *first.shape[1:]), first.dtype)
+        for cols, a in zip(self._cols, actions):
+            self._actions[cols] = a
+        step = self.slot.step(self._actions)
+        return [_columns(step, cols) for cols in self._cols]
+
+    def close(self) -> None:
+        self.slot.close()
+
+
+def _columns(step: SlotStep, cols: np.ndarray) -> SlotStep:
+    """The columns ``cols`` of ``step``."""
+    return SlotStep(
+        {k: v[cols] for k, v in step.obs.items()},
+        step.reward[cols],
+        step.terminated[cols],
+        step.truncated[cols],
+        step.episode_end[cols],
+        None if step.final_obs is None else {k: v[cols] for k, v in step.final_obs.items()},
+        None if step.alive is None else step.alive[cols],
+    )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -10,10 +11,11 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from srl.api.config import ConfigError, EnvConfig
-from srl.api.env import LIFE_LOSS, Slot, SlotStep
+from srl.api.config.policies import DEFAULT_POLICY, AgentRule, map_agents
+from srl.api.env import LIFE_LOSS, GroupedSlot, OneGroup, Slot, SlotGroup, SlotStep
 from srl.api.spaces import Observation, flatten_obs, obs_parts
 from srl.envs.factory import create_env, make_env, wrap_env
-from srl.envs.multiagent import ParallelSlot, is_parallel_env
+from srl.envs.multiagent import ParallelSlot, SplitSlot, is_parallel_env
 from srl.envs.turns import TurnSlot, is_aec_env, is_openspiel_game
 from srl.envs.vmas_slot import VmasSlot, is_vmas_env
 
@@ -73,8 +75,32 @@ class GymSlot:
 def make_slot(cfg: EnvConfig, num_envs: int, state: bool = False) -> Slot:
     """``num_envs`` environments as one slot: the backend ``env.backend`` names, and for ``gymnasium`` the one
     that fits what ``env.id`` makes (a PettingZoo ``ParallelEnv`` or ``AECEnv``, a VMAS env or an OpenSpiel game
-    is a slot of every agent of every env).
+    is a slot of every agent of every env, all of them one policy's).
     ``state``: observations also carry the env's global state (field ``state``; multi-agent envs only)."""
+    return _make(cfg, num_envs, state)
+
+
+def make_grouped(
+    cfg: EnvConfig, num_envs: int, rules: Sequence[AgentRule] = (), state: Collection[str] = ()
+) -> GroupedSlot:
+    """``num_envs`` environments as one slot whose agents ``rules`` split among policies (see
+    :mod:`srl.api.config.policies`); ``state``: the policies whose observations carry the env's global state."""
+    if not rules:
+        slot = _make(cfg, num_envs, bool(state))
+        return slot if isinstance(slot, ParallelSlot) else OneGroup(slot, DEFAULT_POLICY)
+    slot = _make(cfg, num_envs, state, rules)
+    if isinstance(slot, ParallelSlot):
+        return slot
+    agents = getattr(slot, "agents", None)
+    if agents is None:
+        slot.close()
+        raise ConfigError(f"agents: env {cfg.id!r} is a single-agent env; agents rules map a multi-agent env's agents")
+    mapping = map_agents(rules, agents, cfg.id)
+    return OneGroup(slot, next(iter(mapping))) if len(mapping) == 1 else SplitSlot(slot, rules, cfg.id)
+
+
+def _make(cfg: EnvConfig, num_envs: int, state: bool | Collection[str], rules: Sequence[AgentRule] = ()) -> Slot:
+    """The slot backend that fits ``cfg`` (a ParallelSlot already split by ``rules``)."""
     if cfg.backend == "envpool":
         from srl.envs.envpool_slot import EnvPoolSlot
 
@@ -90,7 +116,7 @@ def make_slot(cfg: EnvConfig, num_envs: int, state: bool = False) -> Slot:
                 raise ConfigError(f"ppo.critic_input: state: turn-based game {cfg.id!r} has no global state")
             return slot
         if is_parallel_env(env):
-            return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg), state, cfg.agent_id)
+            return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg), state, cfg.agent_id, rules)
         if is_vmas_env(env):
             slot = VmasSlot(cfg.id, env, cfg.agent_id)
         else:
@@ -131,8 +157,30 @@ def probe_spaces(cfg: EnvConfig) -> SlotSpaces:
             slot.single_action_space,
             slot.agents_per_env,
             slot.state_space,
-            isinstance(slot, (ParallelSlot, TurnSlot)),
+            bool(getattr(slot, "reports_alive", False)),
             isinstance(slot, TurnSlot) and not slot.games[0].simultaneous,
         )
+    finally:
+        slot.close()
+
+
+@dataclass(frozen=True)
+class ProbedGroups:
+    """An env's policy groups as the streams see them, probed once (see :func:`probe_groups`)."""
+
+    groups: tuple[SlotGroup, ...]
+    agents_per_env: int
+    """Columns (agents) per environment, every group's."""
+    turn_based: bool
+
+
+def probe_groups(cfg: EnvConfig, rules: Sequence[AgentRule] = (), state: Collection[str] = ()) -> ProbedGroups:
+    """Each policy's columns and spaces for ``rules``, probed through one slot of one environment (which itself
+    validates the env, its options and the rules)."""
+    slot = make_grouped(cfg, 1, rules, state)
+    try:
+        inner = slot.slot if isinstance(slot, (OneGroup, SplitSlot)) else slot
+        turn_based = isinstance(inner, TurnSlot) and not inner.games[0].simultaneous
+        return ProbedGroups(slot.groups, sum(g.agents_per_env for g in slot.groups), turn_based)
     finally:
         slot.close()

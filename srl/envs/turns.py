@@ -264,6 +264,8 @@ class AecGame:
 class TurnSlot:
     """B turn-based games, every player a column; finished games restart within the step."""
 
+    reports_alive = True
+
     def __init__(self, cfg: EnvConfig, num_envs: int, first: Any, make: Any, agent_id: bool = False) -> None:
         """``first``: what ``env.id`` made (an OpenSpiel game or an AEC env, reused); ``make()`` makes another."""
         wrap = _wrapper(first, cfg.id)

@@ -13,33 +13,35 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import torch
 import zmq
 
 from srl.api.config import ConfigError, to_dict
-from srl.api.env import Slot
+from srl.api.env import GroupedSlot, OneGroup
 from srl.api.plugins import resolve
 from srl.api.stage import StageClass, StageContext
-from srl.api.worker import Worker
+from srl.api.worker import Policy, Worker
 from srl.base.fileio import atomic_save
-from srl.envs.slots import make_slot
+from srl.envs.slots import make_grouped, make_slot
 from srl.envs.turns import TurnSlot
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan
-from srl.runtime.topology import EVAL, LEAGUE, Role, Stream, WorkerSpec
+from srl.runtime.topology import LEAGUE, Role, Stream, WorkerSpec
 from srl.system.actor_worker import ActorWorker
 from srl.system.collective import TorchCollective
 from srl.system.eval_worker import EvalWorker
 from srl.system.null_trainer import NullTrainerWorker
 from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
-from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
+from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource, Subscribers
 from srl.system.policy_worker import PolicyWorker
 from srl.system.rewards import RewardTransform
+from srl.system.run_dir import policy_checkpoints
 from srl.system.stage_worker import StageWorker
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
-from srl.wiring import acting_policy, make_algorithm
+from srl.wiring import make_algorithm
 
 
 @dataclass(frozen=True)
@@ -63,32 +65,45 @@ class BuildContext:
 Builder = Callable[[BuildContext], Worker]
 
 
-def _param_source(plan: Plan, fabric: Fabric, role: Role, index: int) -> SnapshotSource:
+def _param_source(plan: Plan, fabric: Fabric, role: Role, index: int, policy: int = 0) -> SnapshotSource:
     """Where reader ``role``/``index`` (a policy worker, the eval worker, or an actor inferring inline) loads
-    snapshots from, as its record says: the root server itself in flat mode, or a node-local buffer."""
-    p = plan.cfg.params
+    policy ``policy``'s snapshots from, as its record says: the root server itself in flat mode, or a
+    node-local buffer."""
+    p, size = plan.cfg.params, plan.policies[policy].param_size
     source = plan.topology.get(role, index)
-    server = source.connection(Stream.PARAMS)
+    server = source.connection(Stream.PARAMS, policy)
     if server is not None:
         return RemoteSnapshot(
-            zmq.Context.instance(), fabric.param_address(server), plan.param_size, fabric.token(), p.transfer_dtype
+            zmq.Context.instance(), fabric.param_address(server), size, fabric.token(), p.transfer_dtype
         )
-    buffer = source.connection(Stream.SNAPSHOTS)
-    assert buffer is not None, f"{source.name} reads no snapshots"
-    return fabric.params(buffer.index)
+    buffer = source.connection(Stream.SNAPSHOTS, policy)
+    assert buffer is not None, f"{source.name} reads no snapshots of policy {policy}"
+    return fabric.params(buffer.index, policy)
+
+
+def _subscribers(
+    plan: Plan, fabric: Fabric, worker: WorkerSpec, stride: int = 1
+) -> tuple[list[Policy], list[ParamSubscriber]]:
+    """A fresh acting policy of each of the run's policies, each kept at its newest snapshot."""
+    policies = [p.acting_policy() for p in plan.policies]
+    subscribers = [
+        ParamSubscriber(_param_source(plan, fabric, worker.role, worker.index, k), policy, stride)
+        for k, policy in enumerate(policies)
+    ]
+    return policies, subscribers
 
 
 def build_param_root(ctx: BuildContext) -> Worker:
     """The root server: serves the lead trainer's buffer to relays (or, in flat mode, to every reader)."""
     plan, fabric, wait_timeout = ctx.plan, ctx.fabric, ctx.wait_timeout
-    p = plan.cfg.params
+    p, k = plan.cfg.params, ctx.worker.index
     zctx: zmq.Context = zmq.Context.instance()
     serves = ctx.worker.service(Stream.PARAMS)
     assert serves is not None
     return ParamServiceWorker(
-        ctx.worker.role.name,
-        fabric.params(),
-        plan.param_size,
+        ctx.worker.role.name if len(plan.policies) == 1 else ctx.worker.name,
+        fabric.params(policy=k),
+        plan.policies[k].param_size,
         fabric.reporter(),
         fabric.param_address(serves),
         fabric.token(),
@@ -100,23 +115,24 @@ def build_param_root(ctx: BuildContext) -> Worker:
 
 def build_relay(ctx: BuildContext) -> Worker:
     """Relay ``g``: mirrors its upstream into its group's buffer, and serves the relays below it (if any)."""
-    plan, fabric, wait_timeout, index = ctx.plan, ctx.fabric, ctx.wait_timeout, ctx.worker.index
-    p = plan.cfg.params
+    plan, fabric, wait_timeout = ctx.plan, ctx.fabric, ctx.wait_timeout
+    p, k = plan.cfg.params, ctx.worker.policy or 0
+    size = plan.policies[k].param_size
     zctx: zmq.Context = zmq.Context.instance()
-    upstream_at = ctx.worker.connection(Stream.PARAMS)
+    upstream_at = ctx.worker.connection(Stream.PARAMS, k)
     assert upstream_at is not None
-    upstream = RemoteSnapshot(
-        zctx, fabric.param_address(upstream_at), plan.param_size, fabric.token(), p.transfer_dtype
-    )
+    upstream = RemoteSnapshot(zctx, fabric.param_address(upstream_at), size, fabric.token(), p.transfer_dtype)
     serves = ctx.worker.service(Stream.PARAMS)
+    mirror = ctx.worker.service(Stream.SNAPSHOTS)
+    assert mirror is not None
     return ParamServiceWorker(
         ctx.worker.name,
         upstream,
-        plan.param_size,
+        size,
         fabric.reporter(),
         fabric.param_address(serves) if serves is not None else None,
         fabric.token(),
-        mirror=fabric.params(index),
+        mirror=fabric.params(mirror.index, k),
         transfer_dtype=p.transfer_dtype,
         wait_timeout=wait_timeout,
         ctx=zctx,
@@ -124,35 +140,42 @@ def build_relay(ctx: BuildContext) -> Worker:
 
 
 def build_eval(ctx: BuildContext) -> Worker:
-    """The eval worker reads snapshots like a policy worker and saves its best policy next to the checkpoints."""
+    """The eval worker reads every policy's snapshots like a policy worker and saves the best policies next to
+    their checkpoints."""
     from srl.evaluate import eval_seed, play
 
-    plan, fabric, run_dir, wait_timeout = ctx.plan, ctx.fabric, ctx.run_dir, ctx.wait_timeout
+    plan, fabric, run_dir = ctx.plan, ctx.fabric, ctx.run_dir
     cfg = plan.cfg
-    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
+    policies, subscribers = _subscribers(plan, fabric, ctx.worker)
 
     def save_best(version: int, return_mean: float) -> None:
         if run_dir is None:
             return
-        state = {
-            "format": CHECKPOINT_FORMAT,
-            "version": version,
-            "eval_return_mean": return_mean,
-            "policy_state": torch.from_numpy(policy.flat_state()),
-            "config": to_dict(cfg),
-            "spaces": plan.spaces,
-        }
-        atomic_save(run_dir / "checkpoints" / "best.pt", lambda f: torch.save(state, f))
+        for k, (planned, policy) in enumerate(zip(plan.policies, policies)):
+            state = {
+                "format": CHECKPOINT_FORMAT,
+                "version": subscribers[k].current,
+                "eval_return_mean": return_mean,
+                "policy_state": torch.from_numpy(policy.flat_state()),
+                "config": to_dict(cfg),
+                "spaces": planned.spaces,
+                "policy": planned.name,
+            }
+            atomic_save(policy_checkpoints(run_dir, cfg, planned.name) / "best.pt", _saver(state))
 
     return EvalWorker(
-        policy,
-        ParamSubscriber(_param_source(plan, fabric, EVAL, 0), policy),
+        policies,
+        Subscribers(subscribers),
         lambda p: play(cfg, p, cfg.run.eval_episodes, eval_seed(cfg)),
         cfg.run.eval_every_versions,
         fabric.reporter(),
         save_best,
-        wait_timeout=max(wait_timeout, 0.0),
+        wait_timeout=max(ctx.wait_timeout, 0.0),
     )
+
+
+def _saver(state: dict[str, Any]) -> Callable[[BinaryIO], None]:
+    return lambda f: torch.save(state, f)
 
 
 def build_league(ctx: BuildContext) -> Worker:
@@ -161,8 +184,8 @@ def build_league(ctx: BuildContext) -> Worker:
     from srl.system.league_worker import LeagueWorker
 
     plan, fabric = ctx.plan, ctx.fabric
-    cfg = plan.cfg
-    learner = acting_policy(plan.obs_space, plan.action_space, cfg)
+    cfg, learning = plan.cfg, plan.only("a league")
+    learner = learning.acting_policy()
     slot = match_slot(cfg, cfg.league.match_games, "league.opponent")
     seed = worker_seed(plan, LEAGUE, 0)
     return LeagueWorker(
@@ -170,7 +193,7 @@ def build_league(ctx: BuildContext) -> Worker:
         learner,
         ParamSubscriber(_param_source(plan, fabric, LEAGUE, 0), learner),
         league_folder(ctx.run_dir),
-        lambda: acting_policy(plan.obs_space, plan.action_space, cfg),
+        learning.acting_policy,
         lambda policy, other: play_games(slot, policy, other, seed, deterministic=False),
         fabric.reporter(),
         seed,
@@ -212,76 +235,78 @@ def _builder(role: Role) -> Builder:
 
 
 def build_trainer(ctx: BuildContext) -> Worker:
-    """Trainer ``i`` (with ``plan.null_trainer``, one that discards every segment). Restarted, it continues from
-    the checkpoint in ``plan.resume`` and publishes above ``ctx.min_version``."""
+    """Trainer ``i`` of its policy (with ``plan.null_trainer``, one that discards every segment). Restarted, it
+    continues from its policy's checkpoint in ``plan.resume`` and publishes above ``ctx.min_version``."""
     plan, fabric, run_dir, wait_timeout = ctx.plan, ctx.fabric, ctx.run_dir, ctx.wait_timeout
     index, incarnation = ctx.worker.index, ctx.incarnation
-    cfg = plan.cfg
+    k = plan.policy_of_trainer(index)
+    policy, cfg = plan.policies[k], plan.policies[k].cfg
+    per = cfg.workers.trainers
     if plan.null_trainer:
-        snapshot = acting_policy(plan.obs_space, plan.action_space, cfg).flat_state()
         return NullTrainerWorker(
             index,
-            snapshot,
+            policy.acting_policy().flat_state(),
             fabric.sample_consumer(index),
-            ParamPublisher(fabric.params()),
+            ParamPublisher(fabric.params(policy=k)),
             fabric.reporter(),
             wait_timeout=wait_timeout,
         )
     collective = None
-    if cfg.workers.trainers > 1:
+    if per > 1:
         collective = TorchCollective(
-            index, cfg.workers.trainers, fabric.dist_init_method(incarnation), interface=fabric.dist_interface()
+            index % per, per, fabric.dist_init_method(incarnation, k), interface=fabric.dist_interface()
         )
     algo = make_algorithm(
-        plan.obs_space,
-        plan.action_space,
+        policy.obs_space,
+        policy.action_space,
         cfg,
-        seed=cfg.seed,
+        seed=cfg.seed + k * 1_000_033,
         collective=collective,
         device=cfg.workers.trainer_device,
-        state_space=plan.state_space,
+        state_space=policy.state_space,
     )
     trainer = TrainerWorker(
         index,
         algo,
         fabric.sample_consumer(index),
-        ParamPublisher(fabric.params()),
+        ParamPublisher(fabric.params(policy=k)),
         fabric.reporter(),
         batch_segments=cfg.workers.batch_segments,
         max_policy_lag=cfg.workers.max_policy_lag,
         total_env_steps=cfg.run.total_env_steps,
-        checkpoint_dir=None if run_dir is None else run_dir / "checkpoints",
+        checkpoint_dir=None if run_dir is None else policy_checkpoints(run_dir, plan.cfg, policy.name),
         checkpoint_interval=cfg.run.checkpoint_interval_seconds,
         keep_checkpoints=cfg.run.keep_checkpoints,
-        checkpoint_extra={"config": to_dict(cfg), "spaces": plan.spaces},
+        checkpoint_extra={"config": to_dict(plan.cfg), "spaces": policy.spaces, "policy": policy.name},
         wait_timeout=wait_timeout,
         collective=collective,
-        agents_per_env=plan.agents_per_env,
+        agents_per_env=policy.agents_per_env,
     )
-    if plan.resume is not None:  # every trainer starts from the lead trainer's checkpoint
-        trainer.restore(load_checkpoint(Path(plan.resume)))
+    if plan.resume is not None and plan.resume[k]:  # every trainer of a policy starts from its lead's checkpoint
+        trainer.restore(load_checkpoint(Path(plan.resume[k])))
     trainer.version = max(trainer.version, ctx.min_version)  # restarted: above every version readers hold
     return trainer
 
 
 def build_policy(ctx: BuildContext) -> Worker:
-    """Policy worker ``p``: answers the requests of the actors that connect to it."""
-    plan, fabric, wait_timeout, index, role = ctx.plan, ctx.fabric, ctx.wait_timeout, ctx.worker.index, ctx.worker.role
+    """Policy worker ``p``: answers the requests of the actors that connect to it, for every policy."""
+    plan, fabric, index = ctx.plan, ctx.fabric, ctx.worker.index
     cfg = plan.cfg
-    policy = acting_policy(plan.obs_space, plan.action_space, cfg)
+    policies, subscribers = _subscribers(plan, fabric, ctx.worker, cfg.workers.param_version_stride)
     serves = ctx.worker.service(Stream.INFERENCE)
     assert serves is not None and serves.index is not None
     rows = [plan.actor_row(a.index) for a in plan.topology.clients_of(serves)]
     replies = {row: fabric.replies(row) for row in rows}
+    pools = [fabric.pool(k) for k in range(len(plan.policies))]
     return PolicyWorker(
         index,
-        policy,
-        InferenceServer(fabric.pool(), fabric.requests(serves.index), replies),
-        ParamSubscriber(_param_source(plan, fabric, role, index), policy, cfg.workers.param_version_stride),
+        policies,
+        InferenceServer(pools, fabric.requests(serves.index), replies),
+        subscribers,
         fabric.reporter(),
         max_batch=cfg.workers.max_inference_batch,
         pull_interval=cfg.workers.param_pull_interval,
-        wait_timeout=wait_timeout,
+        wait_timeout=ctx.wait_timeout,
     )
 
 
@@ -292,7 +317,8 @@ def build_stage(ctx: BuildContext) -> Worker:
     assert cfg.stage.worker is not None
     make: StageClass = resolve(cfg.stage.worker, {}, "stage.worker")
     snapshots = _param_source(plan, fabric, ctx.worker.role, index)
-    stage = make(StageContext(index, plan.layout.fields, dict(cfg.stage.args), cfg, snapshots.version))
+    layout = plan.only("a stage").layout
+    stage = make(StageContext(index, layout.fields, dict(cfg.stage.args), cfg, snapshots.version))
     return StageWorker(
         index,
         stage,
@@ -305,48 +331,47 @@ def build_stage(ctx: BuildContext) -> Worker:
 
 
 def build_actor(ctx: BuildContext) -> Worker:
-    """Actor ``a``: asks its policy worker for actions (or runs the policy itself) and feeds its trainer."""
+    """Actor ``a``: asks its policy worker for each policy's actions (or runs the policies itself) and feeds
+    each policy's trainer."""
     plan, fabric, run_dir, wait_timeout = ctx.plan, ctx.fabric, ctx.run_dir, ctx.wait_timeout
     index, role, incarnation, report_interval = ctx.worker.index, ctx.worker.role, ctx.incarnation, ctx.report_interval
     cfg = plan.cfg
     w = cfg.workers
-    pool, row = fabric.pool(), plan.actor_row(index)
+    pools, row = [fabric.pool(k) for k in range(len(plan.policies))], plan.actor_row(index)
     inference: InlineInference | InferenceClient
     if w.policy_workers == 0:
-        policy = acting_policy(plan.obs_space, plan.action_space, cfg)
-        inference = InlineInference(
-            row,
-            pool,
-            policy,
-            ParamSubscriber(_param_source(plan, fabric, role, index), policy, w.param_version_stride),
-        )
+        policies, subscribers = _subscribers(plan, fabric, ctx.worker, w.param_version_stride)
+        inference = InlineInference(row, pools, policies, subscribers)
     else:
         server = ctx.worker.connection(Stream.INFERENCE)
         assert server is not None and server.index is not None
-        inference = InferenceClient(row, pool, fabric.requests(server.index), fabric.replies(row))
+        inference = InferenceClient(row, pools, fabric.requests(server.index), fabric.replies(row))
     env = cfg.env
     rewards = None
     if env.normalize_reward or env.reward_clip is not None:
         rewards = lambda n: RewardTransform(n, cfg.ppo.gamma, env.normalize_reward, env.reward_clip)  # noqa: E731
+    on_state = [p.name for p in plan.policies if p.state_space is not None]
 
-    def slot_of(i: int) -> Slot:
-        slot = make_slot(env, w.envs_per_slot, state=plan.state_space is not None)
+    def slot_of(i: int) -> GroupedSlot:
         if not cfg.league.pool:
-            return slot
+            return make_grouped(env, w.envs_per_slot, cfg.agents, on_state)
         from srl.league.slot import LeagueSlot
 
-        assert isinstance(slot, TurnSlot)
-        folder = league_folder(run_dir)
-        make_policy = lambda: acting_policy(plan.obs_space, plan.action_space, cfg)  # noqa: E731
-        return LeagueSlot(slot, folder, cfg.league, make_policy, worker_seed(plan, role, index) + i * 31)
+        turns = make_slot(env, w.envs_per_slot)
+        assert isinstance(turns, TurnSlot)
+        learning = plan.only("a league")
+        league = LeagueSlot(
+            turns, league_folder(run_dir), cfg.league, learning.acting_policy, worker_seed(plan, role, index) + i * 31
+        )
+        return OneGroup(league, learning.name)
 
     return ActorWorker(
         index,
         slot_of,
         w.ring_size,
-        pool,
+        pools,
         inference,
-        fabric.sample_producer(index),
+        fabric.sample_producers(index),
         fabric.reporter(),
         seed=worker_seed(plan, role, index) + incarnation * 104_729,
         make_reward_transform=rewards,

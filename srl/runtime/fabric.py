@@ -51,7 +51,8 @@ class Fabric(ABC):
         self.plan = plan
 
     @abstractmethod
-    def pool(self) -> SegmentPool: ...
+    def pool(self, policy: int = 0) -> SegmentPool:
+        """Policy ``policy``'s pool of segment buffers (in this node)."""
 
     @abstractmethod
     def requests(self, policy_worker: int) -> Channel: ...
@@ -67,8 +68,9 @@ class Fabric(ABC):
         """Stage worker ``stage``'s channel of submitted segments."""
 
     @abstractmethod
-    def params(self, group: int | None = None) -> VersionedBuffer:
-        """The lead trainer's snapshot buffer (``None``), or node group ``group``'s buffer fed by its relay."""
+    def params(self, group: int | None = None, policy: int = 0) -> VersionedBuffer:
+        """Policy ``policy``'s snapshot buffer: its lead trainer's (``None``), or node group ``group``'s fed by its
+        relay."""
 
     @abstractmethod
     def param_address(self, server: Endpoint) -> str:
@@ -82,9 +84,9 @@ class Fabric(ABC):
     def reporter(self) -> Reporter: ...
 
     @abstractmethod
-    def dist_init_method(self, epoch: int = 0) -> str:
-        """Rendezvous address of the run's data-parallel trainers (``torch.distributed`` init method); trainers
-        that start again together meet at the one of their new ``epoch``."""
+    def dist_init_method(self, epoch: int = 0, policy: int = 0) -> str:
+        """Rendezvous address of policy ``policy``'s data-parallel trainers (``torch.distributed`` init method);
+        trainers that start again together meet at the one of their new ``epoch``."""
 
     def dist_interface(self) -> str | None:
         """The network interface gloo listens on (``GLOO_SOCKET_IFNAME``; a user's setting wins): loopback,
@@ -95,20 +97,23 @@ class Fabric(ABC):
     def stop_flag(self) -> np.ndarray:
         """A one-element int32 array; non-zero asks every worker to finish."""
 
-    def sample_producer(self, actor: int) -> SegmentSink:
-        """Actor ``actor``'s end of the sample stream: to the stage its record connects it to, or its trainer."""
+    def sample_producers(self, actor: int) -> list[SegmentSink]:
+        """Actor ``actor``'s ends of the sample streams, one per policy: to the stage its record connects it to
+        (runs of one policy), or to the trainer of each policy it feeds."""
         stage = self.plan.topology.get(ACTOR, actor).connection(Stream.STAGE)
         if stage is not None and stage.index is not None:
-            return SampleProducer(self.pool(), self.plan.actor_row(actor), self.staged(stage.index), submitted=STAGED)
-        return self.trainer_sink(actor)
+            return [SampleProducer(self.pool(), self.plan.actor_row(actor), self.staged(stage.index), submitted=STAGED)]
+        return [self.trainer_sink(actor, k) for k in range(len(self.plan.policies))]
 
-    def trainer_sink(self, actor: int) -> SegmentSink:
-        """What sends actor ``actor``'s pool row straight to the trainer it feeds (inside a node: its channel)."""
-        return SampleProducer(self.pool(), self.plan.actor_row(actor), self.samples(self.plan.trainer_of(actor)))
+    def trainer_sink(self, actor: int, policy: int = 0) -> SegmentSink:
+        """What sends actor ``actor``'s row of policy ``policy``'s pool straight to the trainer of that policy it
+        feeds (inside a node: its channel)."""
+        plan = self.plan
+        return SampleProducer(self.pool(policy), plan.actor_row(actor), self.samples(plan.trainer_of(actor, policy)))
 
     def sample_consumer(self, trainer: int) -> SegmentSource:
-        """Trainer ``trainer``'s end of the sample stream."""
-        return SampleConsumer(self.pool(), self.samples(trainer))
+        """Trainer ``trainer``'s end of the sample stream (in its policy's pool)."""
+        return SampleConsumer(self.pool(self.plan.policy_of_trainer(trainer)), self.samples(trainer))
 
     def stage_consumer(self, stage: int) -> SegmentSource:
         """Stage worker ``stage``'s end of its actors' sample streams."""
@@ -132,17 +137,17 @@ class InlineFabric(Fabric):
     def __init__(self, plan: Plan, handler: Handler) -> None:
         super().__init__(plan)
         topology = plan.topology
-        self._pool = SegmentPool.in_process(plan.layout)
+        self._pools = [SegmentPool.in_process(p.layout) for p in plan.policies]
         self._requests = {e.index: InProcChannel(REQUEST_WIDTH) for e in topology.endpoints(Stream.INFERENCE)}
-        self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(plan.layout.actors)]
+        self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(plan.actors_per_node)]
         self._samples = {e.index: InProcChannel(SAMPLE_WIDTH) for e in topology.endpoints(Stream.SAMPLES)}
         self._staged = {e.index: InProcChannel(SAMPLE_WIDTH) for e in topology.endpoints(Stream.STAGE)}
-        self._params = VersionedBuffer.in_process(plan.param_size, np.float32)
+        self._params = [VersionedBuffer.in_process(p.param_size, np.float32) for p in plan.policies]
         self._reporter = DirectReporter(handler)
         self._stop = np.zeros(1, np.int32)
 
-    def pool(self) -> SegmentPool:
-        return self._pool
+    def pool(self, policy: int = 0) -> SegmentPool:
+        return self._pools[policy]
 
     def requests(self, policy_worker: int) -> Channel:
         return self._requests[policy_worker]
@@ -156,10 +161,10 @@ class InlineFabric(Fabric):
     def staged(self, stage: int) -> Channel:
         return self._staged[stage]
 
-    def params(self, group: int | None = None) -> VersionedBuffer:
+    def params(self, group: int | None = None, policy: int = 0) -> VersionedBuffer:
         if group is not None:
-            raise ValueError("the inline runtime has one parameter buffer")
-        return self._params
+            raise ValueError("the inline runtime has one parameter buffer per policy")
+        return self._params[policy]
 
     def param_address(self, server: Endpoint) -> str:
         raise ValueError("the inline runtime has no parameter servers")
@@ -170,8 +175,8 @@ class InlineFabric(Fabric):
     def reporter(self) -> Reporter:
         return self._reporter
 
-    def dist_init_method(self, epoch: int = 0) -> str:
-        raise ValueError("the inline runtime runs one trainer; several need runtime: local")
+    def dist_init_method(self, epoch: int = 0, policy: int = 0) -> str:
+        raise ValueError("the inline runtime runs one trainer per policy; several need runtime: local")
 
     def stop_flag(self) -> np.ndarray:
         return self._stop
@@ -198,10 +203,11 @@ class SharedFabric(Fabric):
         """Create every segment and pipe (controller process)."""
         topology = self.plan.topology
         try:
-            self._opened["pool"] = SegmentPool.shared(self.plan.layout, self.tag, create=True)
-            for buffer in topology.endpoints(Stream.SNAPSHOTS):  # the lead trainer's, and each relay's mirror
+            for k, policy in enumerate(self.plan.policies):
+                self._opened[f"pool{k}"] = SegmentPool.shared(policy.layout, f"{self.tag}_p{k}", create=True)
+            for buffer in topology.endpoints(Stream.SNAPSHOTS):  # each lead trainer's, and each relay's mirror
                 self._opened[buffer.name] = VersionedBuffer.create_shared(
-                    f"{self.tag}_{buffer.name}", self.plan.param_size, np.float32
+                    f"{self.tag}_{buffer.name}", self.plan.policies[buffer.policy].param_size, np.float32
                 )
             token = self.dir / "token"
             token.touch(mode=0o600)
@@ -209,7 +215,7 @@ class SharedFabric(Fabric):
             self._opened["stop"] = ShmArray.create(f"{self.tag}_stop", (1,), "int32")
             for e in topology.endpoints(Stream.INFERENCE):
                 self._opened[f"req{e.index}"] = FifoChannel.create(str(self.dir / f"req{e.index}"), REQUEST_WIDTH)
-            for row in range(self.plan.layout.actors):
+            for row in range(self.plan.actors_per_node):
                 self._opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
             for e in topology.endpoints(Stream.SAMPLES):
                 self._opened[f"smp{e.index}"] = FifoChannel.create(str(self.dir / f"smp{e.index}"), SAMPLE_WIDTH)
@@ -224,20 +230,20 @@ class SharedFabric(Fabric):
         drops. A record still in a pipe for a freed buffer is ignored on receipt (the buffer is no longer in the
         state its reader accepts)."""
         held = self.held_by(worker)
-        return sum(_free(self.pool().state[row], states) for row, states in held.items()) if held else 0
+        return sum(_free(self.pool(k).state[row], states) for (k, row), states in held.items())
 
-    def held_by(self, worker: WorkerSpec) -> dict[int, tuple[int, ...]]:
-        """Pool row -> the buffer states in which dead ``worker`` held that row's buffers. An actor: those it was
-        filling. A stage: those submitted to it. A trainer: those handed to it (their records went down its
-        pipe, and what it had read of them died with it)."""
+    def held_by(self, worker: WorkerSpec) -> dict[tuple[int, int], tuple[int, ...]]:
+        """(Policy, pool row) -> the buffer states in which dead ``worker`` held that row's buffers. An actor:
+        those it was filling, in every policy's pool. A stage: those submitted to it. A trainer: those handed to
+        it in its policy's pool (their records went down its pipe, and what it had read of them died with it)."""
         plan = self.plan
         if worker.role is ACTOR:
-            return {plan.actor_row(worker.index): (FILLING,)}
+            return {(k, plan.actor_row(worker.index)): (FILLING,) for k in range(len(plan.policies))}
         if worker.role is STAGE:
-            return {plan.actor_row(a): (STAGED,) for a in self.stage_clients(worker.index)}
+            return {(0, plan.actor_row(a)): (STAGED,) for a in self.stage_clients(worker.index)}
         if worker.role is TRAINER:
-            actors = range(plan.cfg.workers.actors)
-            return {plan.actor_row(a): (READY,) for a in actors if plan.trainer_of(a) == worker.index}
+            k, actors = plan.policy_of_trainer(worker.index), range(plan.cfg.workers.actors)
+            return {(k, plan.actor_row(a)): (READY,) for a in actors if plan.trainer_of(a, k) == worker.index}
         return {}
 
     def destroy(self) -> None:
@@ -254,8 +260,8 @@ class SharedFabric(Fabric):
         self._close_opened(unlink=False)
 
     def _close_opened(self, unlink: bool) -> None:
-        for key, obj in list(self._opened.items()):
-            if key == "pool":
+        for obj in list(self._opened.values()):
+            if isinstance(obj, SegmentPool):
                 obj.close(unlink=unlink)
                 continue
             obj.close()
@@ -270,8 +276,9 @@ class SharedFabric(Fabric):
             obj = self._opened[key] = opener()
         return obj
 
-    def pool(self) -> SegmentPool:
-        return self._get("pool", lambda: SegmentPool.shared(self.plan.layout, self.tag, create=False))
+    def pool(self, policy: int = 0) -> SegmentPool:
+        layout = self.plan.policies[policy].layout
+        return self._get(f"pool{policy}", lambda: SegmentPool.shared(layout, f"{self.tag}_p{policy}", create=False))
 
     def requests(self, policy_worker: int) -> Channel:
         return self._get(
@@ -288,11 +295,9 @@ class SharedFabric(Fabric):
         name = Endpoint(Stream.STAGE, stage).name
         return self._get(name, lambda: FifoChannel.open(str(self.dir / name), SAMPLE_WIDTH))
 
-    def params(self, group: int | None = None) -> VersionedBuffer:
-        key = Endpoint(Stream.SNAPSHOTS, group).name
-        return self._get(
-            key, lambda: VersionedBuffer.attach_shared(f"{self.tag}_{key}", self.plan.param_size, np.float32)
-        )
+    def params(self, group: int | None = None, policy: int = 0) -> VersionedBuffer:
+        key, size = Endpoint(Stream.SNAPSHOTS, group, policy).name, self.plan.policies[policy].param_size
+        return self._get(key, lambda: VersionedBuffer.attach_shared(f"{self.tag}_{key}", size, np.float32))
 
     def param_address(self, server: Endpoint) -> str:
         return f"ipc://{self.dir}/param_{server.name}"
@@ -305,8 +310,9 @@ class SharedFabric(Fabric):
     def reporter(self) -> Reporter:
         return self._get("reporter", lambda: ZmqReporter(self.control_address))
 
-    def dist_init_method(self, epoch: int = 0) -> str:
-        return f"file://{self.dir}/trainers{epoch}.store"  # inside the run's private directory, removed with it
+    def dist_init_method(self, epoch: int = 0, policy: int = 0) -> str:
+        # inside the run's private directory, removed with it
+        return f"file://{self.dir}/trainers{epoch}_p{policy}.store"
 
     def stop_flag(self) -> np.ndarray:
         return self._get("stop", lambda: ShmArray.attach(f"{self.tag}_stop", (1,), "int32")).array
@@ -317,3 +323,14 @@ def _free(row_state: np.ndarray, states: tuple[int, ...]) -> int:
     held = np.isin(row_state, states)
     row_state[held] = FREE
     return int(held.sum())
+
+
+def newest_snapshots(fabric: Fabric) -> list[np.ndarray] | None:
+    """Each policy's newest snapshot in its lead trainer's buffer (None when some policy has none yet)."""
+    out = []
+    for k, policy in enumerate(fabric.plan.policies):
+        flat = np.empty(policy.param_size, np.float32)
+        if fabric.params(policy=k).read_into(flat, -1) is None:
+            return None
+        out.append(flat)
+    return out

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from srl.runtime.build import build_worker
-from srl.runtime.fabric import InlineFabric
+from srl.runtime.fabric import InlineFabric, newest_snapshots
 from srl.runtime.plan import Plan
 from srl.system.controller import Controller
 
@@ -23,7 +23,7 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
+def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np.ndarray] | None:
     """Run until the controller says stop (or Ctrl-C); return the newest policy snapshot."""
     torch.set_num_threads(plan.cfg.workers.torch_threads)  # every worker runs on this thread
     fabric = InlineFabric(plan, controller.handle)
@@ -62,6 +62,4 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> np.n
             except Exception as exc:  # e.g. the final checkpoint could not be written: one line, the rest still close
                 log.debug("worker %s failed in teardown", worker.name, exc_info=True)
                 controller.fail(f"{worker.name}: {type(exc).__name__}: {exc}")
-    buffer = fabric.params()
-    out = np.empty(plan.param_size, np.float32)
-    return out if buffer.read_into(out, -1) is not None else None
+    return newest_snapshots(fabric)

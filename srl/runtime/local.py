@@ -32,7 +32,7 @@ import torch
 from srl.api.config import to_dict
 from srl.base.fileio import atomic_write_text
 from srl.runtime.build import build_worker
-from srl.runtime.fabric import SharedFabric
+from srl.runtime.fabric import SharedFabric, newest_snapshots
 from srl.runtime.plan import Plan
 from srl.runtime.supervisor import Launch, Supervisor
 from srl.runtime.topology import Endpoint, Stream, WorkerSpec
@@ -104,7 +104,7 @@ def _worker_main(
     os._exit(code)  # skip atexit handlers inherited from the controller
 
 
-def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
+def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np.ndarray] | None:
     """Run until the controller says stop; return the newest policy snapshot.
 
     Call it from a process that has not yet run multi-threaded torch work (``srl train`` guarantees
@@ -179,8 +179,8 @@ class LocalPlacement:
     def free_buffers(self, worker: WorkerSpec) -> int:
         return self.fabric.free_buffers(worker)
 
-    def published_version(self) -> int:
-        return self.fabric.params().version()
+    def published_version(self, policy: int = 0) -> int:
+        return self.fabric.params(policy=policy).version()
 
     def kill_all(self) -> None:
         """Every exit path: no worker process outlives the run."""
@@ -282,8 +282,11 @@ class ExecProcess:
         self._proc.kill()
 
 
-def _stop_workers(fabric: SharedFabric, procs: list[WorkerProcess], receiver: ControlReceiver) -> np.ndarray | None:
-    """Raise the stop flag, let workers finish (final checkpoint, last reports), then read the newest snapshot."""
+def _stop_workers(
+    fabric: SharedFabric, procs: list[WorkerProcess], receiver: ControlReceiver
+) -> list[np.ndarray] | None:
+    """Raise the stop flag, let workers finish (final checkpoint, last reports), then read each policy's newest
+    snapshot."""
     fabric.stop_flag()[0] = 1
     deadline = time.monotonic() + JOIN_TIMEOUT
     while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
@@ -294,5 +297,4 @@ def _stop_workers(fabric: SharedFabric, procs: list[WorkerProcess], receiver: Co
             proc.terminate()
             proc.join(2.0)
     receiver.drain(0.05)
-    out = np.empty(fabric.plan.param_size, np.float32)
-    return out if fabric.params().read_into(out, -1) is not None else None
+    return newest_snapshots(fabric)

@@ -14,37 +14,35 @@ import gymnasium as gym
 import torch
 
 from srl.api.config import ConfigError, ExperimentConfig, build
+from srl.api.env import SlotGroup
 from srl.api.plugins import resolve
 from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
-from srl.envs.slots import probe_spaces
+from srl.api.worker import Policy
+from srl.envs.slots import probe_groups
 from srl.runtime.topology import ROLES, Topology, topology_of
 from srl.system.streams import PoolLayout
 from srl.wiring import acting_policy
 
 
 @dataclass(frozen=True)
-class Plan:
-    """Derived, read-only facts about one experiment."""
+class PolicyPlan:
+    """One policy of the run: the agents it plays, its spaces, its pool's layout and its snapshot size."""
 
+    name: str
     cfg: ExperimentConfig
+    """The run's config with this policy's ``model`` and ``ppo`` overrides (what its networks are built from)."""
+    agents: tuple[str, ...]
+    """The env's agent ids it plays, in column order within an environment (() for a single-agent env)."""
     obs_space: gym.spaces.Space
     action_space: gym.spaces.Space
     layout: PoolLayout
-    """One node's pool: rows for the actors of one node group (all actors, outside Ray)."""
+    """Its pool in one node: rows for the actors of one node group (all actors, outside Ray)."""
     param_size: int
     state_space: gym.spaces.Space | None = None
-    """The env's global state when the critic reads it (``ppo.critic_input: state``): carried in segments."""
+    """The env's global state when its critic reads it (``ppo.critic_input: state``): carried in segments."""
     agents_per_env: int = 1
-    """Columns per environment (a multi-agent env's agents): a segment of B columns is B / this env steps wide."""
-    turn_based: bool = False
-    """The env is a turn-based game (OpenSpiel, PettingZoo AEC): evaluations also play matches."""
-    null_trainer: bool = False
-    """Replace the trainer by one that discards segments (sampling benchmarks)."""
-    resume: str | None = None
-    """Checkpoint the trainers continue from (``srl train --resume``)."""
-    start_version: int = 0
-    """Policy version the run starts at (the checkpoint's when resuming)."""
+    """Its columns per environment: a segment of B columns is B / this env steps wide."""
 
     @property
     def spaces(self) -> dict[str, Any]:
@@ -53,8 +51,41 @@ class Plan:
 
     @property
     def columns_per_slot(self) -> int:
-        """Columns of one slot: every agent of every env (the rows of one inference request)."""
+        """Its columns of one slot (the rows of one inference request)."""
         return self.cfg.workers.envs_per_slot * self.agents_per_env
+
+    def acting_policy(self) -> Policy:
+        """A fresh acting policy of its algorithm (what actors, policy workers and evaluations run)."""
+        return acting_policy(self.obs_space, self.action_space, self.cfg)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Derived, read-only facts about one experiment."""
+
+    cfg: ExperimentConfig
+    policies: tuple[PolicyPlan, ...]
+    """The run's policies (one without ``agents`` rules), in the order of ``cfg.policy_names``."""
+    agents_per_env: int = 1
+    """Columns per environment, every policy's (a multi-agent env's agents)."""
+    turn_based: bool = False
+    """The env is a turn-based game (OpenSpiel, PettingZoo AEC): evaluations also play matches."""
+    null_trainer: bool = False
+    """Replace the trainer by one that discards segments (sampling benchmarks)."""
+    resume: tuple[str, ...] | None = None
+    """The checkpoints the trainers continue from (``srl train --resume``, a restart): one per policy."""
+    start_version: int = 0
+    """Policy version the run starts at (the checkpoint's when resuming)."""
+
+    def only(self, what: str) -> PolicyPlan:
+        """The one policy of the run, for ``what``, which trains or measures one (one line when there are more)."""
+        if len(self.policies) > 1:
+            raise ConfigError(f"agents: {what} serves runs of one policy; the agents rules name {len(self.policies)}")
+        return self.policies[0]
+
+    @property
+    def actors_per_node(self) -> int:
+        return self.policies[0].layout.actors
 
     @property
     def nodes(self) -> int:
@@ -72,11 +103,11 @@ class Plan:
 
     def actor_node(self, actor: int) -> int:
         """The node group actor ``actor`` lives in."""
-        return actor // self.layout.actors
+        return actor // self.actors_per_node
 
     def actor_row(self, actor: int) -> int:
         """Actor ``actor``'s row in its node's pool."""
-        return actor % self.layout.actors
+        return actor % self.actors_per_node
 
     @property
     def policy_workers_per_node(self) -> int:
@@ -106,9 +137,15 @@ class Plan:
         per_node = self.stages_per_node
         return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
 
-    def trainer_of(self, actor: int) -> int:
-        """The trainer actor ``actor``'s segments go to (through the stage, when there is one)."""
-        return actor % self.cfg.workers.trainers
+    def trainer_of(self, actor: int, policy: int = 0) -> int:
+        """The trainer of policy ``policy`` that actor ``actor``'s segments go to (through the stage, when there
+        is one). Trainers are numbered policy by policy: ``workers.trainers`` of each."""
+        per = self.cfg.workers.trainers
+        return policy * per + actor % per
+
+    def policy_of_trainer(self, trainer: int) -> int:
+        """The policy (index into ``policies``) trainer ``trainer`` trains."""
+        return trainer // self.cfg.workers.trainers
 
     @property
     def trainer_nodes(self) -> int:
@@ -116,8 +153,10 @@ class Plan:
         return self.cfg.ray.trainer_nodes if self.cfg.runtime == "ray" else 1
 
     def trainer_node(self, trainer: int) -> int:
-        """The trainer node group (0, 1, ...) trainer ``trainer`` lives in; the first holds the lead trainer."""
-        return trainer // (self.cfg.workers.trainers // self.trainer_nodes)
+        """The trainer node group (0, 1, ...) trainer ``trainer`` lives in; the first holds each policy's lead
+        trainer."""
+        per = self.cfg.workers.trainers
+        return (trainer % per) // (per // self.trainer_nodes)
 
     @cached_property
     def topology(self) -> Topology:
@@ -126,50 +165,55 @@ class Plan:
 
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
-    """Probe the environment once and size the streams (raises ConfigError on a bad env)."""
-    probed = probe_spaces(cfg.env)
-    obs_space, action_space = probed.obs, probed.action
-    state_space = None
-    if cfg.ppo.critic_input == "state":
-        if probed.state is None:
-            raise ConfigError(
-                f"ppo.critic_input: state: env {cfg.env.id!r} has no global state (a multi-agent env's state())"
-            )
-        state_space = probed.state
-    agents, alive = probed.agents, probed.alive
+    """Probe the environment once and size the streams (raises ConfigError on a bad env or agents rules)."""
+    names = cfg.policy_names
+    on_state = [n for n in names if cfg.for_policy(n).ppo.critic_input == "state"]
+    probed = probe_groups(cfg.env, cfg.agents, on_state)
+    by_name = {g.policy: g for g in probed.groups}
+    agents = probed.agents_per_env
     if cfg.league.pool:  # the learner holds one seat of each game; pool members play the others inside the slot
-        if not probed.turn_based or probed.agents < 2:
+        if not probed.turn_based or agents < 2:
             raise ConfigError(
                 f"league.opponent: {cfg.league.opponent}: env {cfg.env.id!r} is not a turn-based game of two or "
                 "more players"
             )
-        agents, alive = 1, False
+        agents = 1
     if cfg.stage.worker is not None:  # a wrong name is one line now, not a failing worker later
         resolve(cfg.stage.worker, {}, "stage.worker")
-    w = cfg.workers
+    policies = tuple(_policy_plan(cfg, by_name[n], cfg.league.pool) for n in names)
+    return Plan(cfg, policies, agents_per_env=agents, turn_based=probed.turn_based, null_trainer=null_trainer)
+
+
+def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> PolicyPlan:
+    """Policy ``group.policy``'s plan: its pool holds every column of its agents in each slot."""
+    pcfg, w = cfg.for_policy(group.policy), cfg.workers
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
-        policy = acting_policy(obs_space, action_space, cfg)
+        policy = acting_policy(group.observation_space, group.action_space, pcfg)
         param_size = policy.flat_size()
-    schema = sample_schema(obs_space, action_space, policy.output_fields(), state_space, alive=alive)
+    columns = 1 if league else group.agents_per_env
+    alive = group.alive and not league
+    schema = sample_schema(
+        group.observation_space, group.action_space, policy.output_fields(), group.state_space, alive=alive
+    )
     nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
     layout = PoolLayout.of(
         schema,
         w.segment_length,
-        w.envs_per_slot * agents,  # every agent of every env is a column
+        w.envs_per_slot * columns,  # every agent of every env is a column
         actors=w.actors // nodes,
         buffers=w.buffers_per_actor,
         slots=w.ring_size,
     )
-    return Plan(
-        cfg,
-        obs_space,
-        action_space,
+    return PolicyPlan(
+        group.policy,
+        pcfg,
+        () if league else group.agents,
+        group.observation_space,
+        group.action_space,
         layout,
         param_size,
-        state_space=state_space,
-        agents_per_env=agents,
-        turn_based=probed.turn_based,
-        null_trainer=null_trainer,
+        group.state_space,
+        columns,
     )
 
 
@@ -183,6 +227,6 @@ def plan_from_spec(spec: Mapping[str, Any]) -> Plan:
     cfg = build(ExperimentConfig, spec["config"])
     return dataclasses.replace(
         make_plan(cfg, null_trainer=bool(spec["null_trainer"])),
-        resume=spec["resume"],
+        resume=None if spec["resume"] is None else tuple(str(p) for p in spec["resume"]),
         start_version=int(spec["start_version"]),
     )

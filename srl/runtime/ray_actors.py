@@ -89,14 +89,16 @@ class NodeAgent:
         """Free the buffers dead worker ``role``/``index`` held in this group's pool; how many segments were lost."""
         return self.fabric.free_buffers(self.plan.topology.get(role, index))
 
-    def version(self) -> int:
-        """The newest version in this group's trainer buffer (trainers' node only; -1 before the first)."""
-        return self.fabric.params().version()
+    def version(self, policy: int = 0) -> int:
+        """The newest version in this group's buffer of policy ``policy`` (trainers' node only; -1 before the
+        first)."""
+        return self.fabric.params(policy=policy).version()
 
-    def snapshot(self) -> bytes:
-        """The lead trainer's newest snapshot, wire-encoded (trainers' node only; empty before the first)."""
-        out = np.empty(self.plan.param_size, np.float32)
-        version = self.fabric.params().read_into(out, -1)
+    def snapshot(self, policy: int = 0) -> bytes:
+        """Policy ``policy``'s lead trainer's newest snapshot, wire-encoded (trainers' node only; empty before the
+        first)."""
+        out = np.empty(self.plan.policies[policy].param_size, np.float32)
+        version = self.fabric.params(policy=policy).read_into(out, -1)
         if version is None:
             return b""
         return wire.pack(wire.encode("snapshot", {"params": out}, {"version": version}))

@@ -97,16 +97,19 @@ class NodeFabric(SharedFabric):
         plan, opened, topology = self.plan, self._opened, self.plan.topology
         try:
             if self.node <= TRAINER_NODE:  # every trainer opens its node's buffer; the lead's is the one served
-                opened["params"] = VersionedBuffer.create_shared(f"{self.tag}_params", plan.param_size, np.float32)
+                for k, policy in enumerate(plan.policies):
+                    name = Endpoint(Stream.SNAPSHOTS, policy=k).name
+                    opened[name] = VersionedBuffer.create_shared(f"{self.tag}_{name}", policy.param_size, np.float32)
                 return
-            opened["pool"] = SegmentPool.shared(plan.layout, self.tag, create=True)
-            for buffer in topology.endpoints(Stream.SNAPSHOTS, self.node):  # its relay's mirror
+            for k, policy in enumerate(plan.policies):
+                opened[f"pool{k}"] = SegmentPool.shared(policy.layout, f"{self.tag}_p{k}", create=True)
+            for buffer in topology.endpoints(Stream.SNAPSHOTS, self.node):  # its relays' mirrors
                 opened[buffer.name] = VersionedBuffer.create_shared(
-                    f"{self.tag}_{buffer.name}", plan.param_size, np.float32
+                    f"{self.tag}_{buffer.name}", plan.policies[buffer.policy].param_size, np.float32
                 )
             for e in topology.endpoints(Stream.INFERENCE, self.node):
                 opened[f"req{e.index}"] = FifoChannel.create(str(self.dir / f"req{e.index}"), REQUEST_WIDTH)
-            for row in range(plan.layout.actors):
+            for row in range(plan.actors_per_node):
                 opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
             for e in topology.endpoints(Stream.STAGE, self.node):
                 opened[e.name] = FifoChannel.create(str(self.dir / e.name), SAMPLE_WIDTH)
@@ -114,16 +117,17 @@ class NodeFabric(SharedFabric):
             self.destroy()
             raise
 
-    def held_by(self, worker: WorkerSpec) -> dict[int, tuple[int, ...]]:
-        """What dead ``worker`` held of this node's pool (its node agent frees it). Whoever sends a row's segments
-        across nodes holds them while they are READY (waiting to be sent): an actor that feeds its trainer
-        directly, or a stage. Segments leave the node as copies, so a trainer holds none here."""
+    def held_by(self, worker: WorkerSpec) -> dict[tuple[int, int], tuple[int, ...]]:
+        """What dead ``worker`` held of this node's pools (its node agent frees it). Whoever sends a row's
+        segments across nodes holds them while they are READY (waiting to be sent): an actor that feeds its
+        trainers directly, or a stage. Segments leave the node as copies, so a trainer holds none here."""
         row = self.plan.actor_row
         if worker.role is ACTOR:
             direct = self.plan.topology.get(ACTOR, worker.index).connection(Stream.STAGE) is None
-            return {row(worker.index): (FILLING, READY) if direct else (FILLING,)}
+            held = (FILLING, READY) if direct else (FILLING,)
+            return {(k, row(worker.index)): held for k in range(len(self.plan.policies))}
         if worker.role is STAGE:
-            return {row(a): (STAGED, READY) for a in self.stage_clients(worker.index)}
+            return {(0, row(a)): (STAGED, READY) for a in self.stage_clients(worker.index)}
         return {}
 
     def param_address(self, server: Endpoint) -> str:
@@ -136,10 +140,10 @@ class NodeFabric(SharedFabric):
     def reporter(self) -> Reporter:
         return self._get("reporter", lambda: ZmqReporter(self.endpoints.control, token=self.endpoints.token))
 
-    def dist_init_method(self, epoch: int = 0) -> str:
-        # several trainer nodes meet at the lead trainer node's TCP store (a new one per epoch, from the driver);
-        # on one node, at a file in its directory
-        return self.endpoints.dist or f"file://{self.dir}/trainers{epoch}.store"
+    def dist_init_method(self, epoch: int = 0, policy: int = 0) -> str:
+        # several trainer nodes meet at the lead trainer node's TCP store (a new one per epoch, from the driver;
+        # runs of one policy); on one node, at a file in its directory
+        return self.endpoints.dist or f"file://{self.dir}/trainers{epoch}_p{policy}.store"
 
     def dist_interface(self) -> str | None:
         return interface_of(self.host) if self.endpoints.dist else "lo"
@@ -150,13 +154,14 @@ class NodeFabric(SharedFabric):
     def stage_forwarder(self, stage: int) -> RemoteForwarder:
         return RemoteForwarder({self.plan.actor_row(a): self.trainer_sink(a) for a in self.stage_clients(stage)})
 
-    def trainer_sink(self, actor: int) -> SampleSender:
-        """Sends actor ``actor``'s row to its trainer, on another node (from the actor, or from its stage)."""
+    def trainer_sink(self, actor: int, policy: int = 0) -> SampleSender:
+        """Sends actor ``actor``'s row of policy ``policy``'s pool to that policy's trainer it feeds, on another
+        node (from the actor, or from its stage)."""
         return SampleSender(
-            self.pool(),
+            self.pool(policy),
             self.plan.actor_row(actor),
             actor,
-            self.endpoints.servers[Endpoint(Stream.SAMPLES, self.plan.trainer_of(actor)).name],
+            self.endpoints.servers[Endpoint(Stream.SAMPLES, self.plan.trainer_of(actor, policy)).name],
             self.endpoints.token,
             zmq.Context.instance(),
         )
@@ -164,7 +169,7 @@ class NodeFabric(SharedFabric):
     def sample_consumer(self, trainer: int) -> SampleReceiver:
         address = self.endpoints.servers.get(Endpoint(Stream.SAMPLES, trainer).name, f"tcp://{self.host}:*")
         return SampleReceiver(
-            self.plan.layout.fields,
+            self.plan.policies[self.plan.policy_of_trainer(trainer)].layout.fields,
             address,
             self.endpoints.token,
             zmq.Context.instance(),

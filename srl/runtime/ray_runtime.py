@@ -304,9 +304,9 @@ class RayPlacement:
             return 0  # the node is gone, and its pool with it
         return int(ray.get(group.agent.free_buffers.remote(worker.role.name, worker.index), timeout=30.0))
 
-    def published_version(self) -> int:
+    def published_version(self, policy: int = 0) -> int:
         try:
-            return int(ray.get(self.groups[TRAINER_NODE].agent.version.remote(), timeout=10.0))
+            return int(ray.get(self.groups[TRAINER_NODE].agent.version.remote(policy), timeout=10.0))
         except (RayActorError, GetTimeoutError):
             return -1
 
@@ -375,8 +375,8 @@ class RayPlacement:
         atomic_write_text(self.run_dir / "workers.json", json.dumps(where, indent=1) + "\n")
 
     # ------------------------------------------------------------------ stop
-    def stop(self, receiver: ControlReceiver) -> np.ndarray | None:
-        """Ask every worker to finish (final checkpoint, last reports), then read the newest snapshot."""
+    def stop(self, receiver: ControlReceiver) -> list[np.ndarray] | None:
+        """Ask every worker to finish (final checkpoint, last reports), then read each policy's newest snapshot."""
         live = [w for w in self.workers.values() if w.ref is not None]
         for w in live:
             w.handle.stop.remote()
@@ -386,16 +386,19 @@ class RayPlacement:
             receiver.drain(0.05)
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
         receiver.drain(0.1)
-        try:
-            packed = ray.get(self.groups[TRAINER_NODE].agent.snapshot.remote(), timeout=30.0)
-        except (RayActorError, GetTimeoutError):
-            return None
-        if not packed:
-            return None
-        msg = wire.decode(
-            wire.unpack(packed), expect_schema="snapshot", fields={"params": ("float32", (self.plan.param_size,))}
-        )
-        return np.array(msg.arrays["params"])
+        snapshots = []
+        for k, policy in enumerate(self.plan.policies):
+            try:
+                packed = ray.get(self.groups[TRAINER_NODE].agent.snapshot.remote(k), timeout=30.0)
+            except (RayActorError, GetTimeoutError):
+                return None
+            if not packed:
+                return None
+            size = {"params": ("float32", (policy.param_size,))}
+            snapshots.append(
+                np.array(wire.decode(wire.unpack(packed), expect_schema="snapshot", fields=size).arrays["params"])
+            )
+        return snapshots
 
     def release(self) -> None:
         """Kill every actor, destroy every node's shared memory, free the placement groups (every exit path)."""
@@ -411,7 +414,7 @@ class RayPlacement:
             remove_placement_group(group.pg)
 
 
-def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> np.ndarray | None:
+def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np.ndarray] | None:
     """Run until the controller says stop; return the newest policy snapshot."""
     owns_ray = _connect(plan)
     token = secrets.token_hex(16)

@@ -31,6 +31,7 @@ from srl.runtime.plan import Plan
 from srl.runtime.topology import ACTOR, Endpoint, Restart, WorkerSpec
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller
+from srl.system.run_dir import policy_checkpoints
 from srl.system.trainer_worker import checkpoints
 
 
@@ -45,8 +46,9 @@ class Launch:
     worker: WorkerSpec
     incarnation: int = 0
     """How many times it was started before (data-parallel peers restarted together share the number)."""
-    resume: str | None = None
-    """A restarted trainer: the checkpoint it continues from (else the run's own ``plan.resume``)."""
+    resume: tuple[str, ...] | None = None
+    """A restarted trainer: the checkpoints (one per policy; its own policy's is read) it continues from (else the
+    run's own ``plan.resume``)."""
     min_version: int = 0
     """A restarted trainer publishes at least this version."""
 
@@ -76,8 +78,8 @@ class Placement(Protocol):
     def free_buffers(self, worker: WorkerSpec) -> int:
         """Free the pool buffers dead ``worker`` held; how many segments that drops."""
 
-    def published_version(self) -> int:
-        """The newest version in the lead trainer's buffer (-1 when unknown)."""
+    def published_version(self, policy: int = 0) -> int:
+        """The newest version in policy ``policy``'s lead trainer's buffer (-1 when unknown)."""
 
 
 class Supervisor:
@@ -87,7 +89,8 @@ class Supervisor:
     def __init__(
         self, plan: Plan, placement: Placement, controller: Controller, receiver: ControlReceiver, run_dir: Path | None
     ) -> None:
-        self.topology, self.placement, self.controller, self.receiver = plan.topology, placement, controller, receiver
+        self.plan, self.topology = plan, plan.topology
+        self.placement, self.controller, self.receiver = placement, controller, receiver
         self.run_dir = run_dir
         self.max_restarts = plan.cfg.workers.max_restarts
         self.incarnations: dict[str, int] = {}
@@ -172,14 +175,20 @@ class Supervisor:
                 out.update((w.name, Launch(w, self.incarnations.get(w.name, 0) + 1)) for w in batch)
                 continue
             epoch = max(self.incarnations.get(w.name, 0) for w in batch) + 1
-            reported = int(self.controller.trainer.get("version", 0))  # what readers may hold, as far as we know
-            floor = max(reported, self.placement.published_version()) + 1
-            resume = self._newest_checkpoint(batch[0])
-            out.update((w.name, Launch(w, epoch, resume, floor)) for w in batch)
+            k = batch[0].policy or 0  # peers restarted together train one policy
+            reported = int(self.controller.lead_trainer(k).get("version", 0))  # what readers may hold, as we know
+            floor = max(reported, self.placement.published_version(k)) + 1
+            resume = list(self.plan.resume or [""] * len(self.plan.policies))
+            resume[k] = self._newest_checkpoint(batch[0], k)
+            out.update((w.name, Launch(w, epoch, tuple(resume), floor)) for w in batch)
         return [out[w.name] for w in self.topology.in_start_order(list(workers))]
 
-    def _newest_checkpoint(self, worker: WorkerSpec) -> str:
-        found = checkpoints(self.run_dir / "checkpoints") if self.run_dir is not None else []
+    def _newest_checkpoint(self, worker: WorkerSpec, policy: int) -> str:
+        plan = self.plan
+        folder = (
+            None if self.run_dir is None else policy_checkpoints(self.run_dir, plan.cfg, plan.policies[policy].name)
+        )
+        found = checkpoints(folder) if folder is not None else []
         if not found:
             raise StartError(f"{worker.name} died before the first checkpoint; nothing to restart it from")
         return str(found[-1])

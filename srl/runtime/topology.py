@@ -79,16 +79,21 @@ class Endpoint:
     stream: Stream
     index: int | None = None
     """Which one (a trainer, a policy worker, a relay group); None for the root / the lead trainer's buffer."""
+    policy: int = 0
+    """Whose parameters a parameter endpoint carries (an index into the plan's policies)."""
 
     @property
     def name(self) -> str:
         """Its key in endpoint tables, pipe and socket names: ``trainer0``, ``policy1``, ``root``, ``relay2``,
-        ``params``, ``params3``. Produced from the record; nothing parses it back."""
+        ``params``, ``params3``, and for the parameters of policy ``k`` > 0 ``root_p1``, ``params3_p1``.
+        Produced from the record; nothing parses it back."""
         indexed, single = _ENDPOINT_NAMES[self.stream]
         if self.index is None:
             assert single is not None, f"{self.stream} endpoints are indexed"
-            return single
-        return indexed.format(self.index)
+            name = single
+        else:
+            name = indexed.format(self.index)
+        return f"{name}_p{self.policy}" if self.policy else name
 
 
 class Restart(Enum):
@@ -139,6 +144,8 @@ class Role:
     """CPUs each worker claims (placement only; Ray)."""
     gpus: Callable[[Plan], float] = _no_resources
     """GPUs each worker claims (Ray)."""
+    policy: Callable[[Plan, int], int | None] = lambda plan, index: None
+    """The policy worker ``index`` serves alone (trainers, parameter servers), or None (it serves them all)."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,8 @@ class WorkerSpec:
     restart: Restart
     cpus: float = 0.0
     gpus: float = 0.0
+    policy: int | None = None
+    """The policy it serves alone (an index into the plan's policies), or None."""
 
     @property
     def name(self) -> str:
@@ -163,9 +172,14 @@ class WorkerSpec:
         """The endpoint of kind ``stream`` this worker serves, if any."""
         return next((e for e in self.serves if e.stream is stream), None)
 
-    def connection(self, stream: Stream) -> Endpoint | None:
-        """The endpoint of kind ``stream`` this worker connects to, if any."""
-        return next((e for e in self.connects if e.stream is stream), None)
+    def connection(self, stream: Stream, policy: int = 0) -> Endpoint | None:
+        """The endpoint of kind ``stream`` (for parameters: of policy ``policy``) this worker connects to, if any."""
+        params = stream in (Stream.PARAMS, Stream.SNAPSHOTS)
+        return next((e for e in self.connects if e.stream is stream and (not params or e.policy == policy)), None)
+
+    def connections(self, stream: Stream) -> tuple[Endpoint, ...]:
+        """Every endpoint of kind ``stream`` this worker connects to (an actor's trainers: one per policy)."""
+        return tuple(e for e in self.connects if e.stream is stream)
 
 
 @dataclass(frozen=True)
@@ -209,7 +223,7 @@ class Topology:
     def peers(self, worker: WorkerSpec) -> tuple[WorkerSpec, ...]:
         """The workers that restart together with ``worker`` (itself included)."""
         if worker.restart is Restart.FROM_CHECKPOINT:
-            return self.of(worker.role)
+            return tuple(w for w in self.of(worker.role) if w.policy == worker.policy)
         return (worker,)
 
     def in_start_order(self, workers: list[WorkerSpec]) -> list[WorkerSpec]:
@@ -223,44 +237,53 @@ def _ray(plan: Plan) -> bool:
     return plan.cfg.runtime == "ray"
 
 
-def _snapshots(plan: Plan, group: int, index: int) -> Endpoint:
-    """Where a reader in node group ``group`` loads snapshots: the root server itself in flat mode, else a
-    relay's buffer (under Ray its own node's; on one machine readers are spread over the relays by index), or
-    the lead trainer's buffer when there are no relays (or, under Ray, on the trainers' node)."""
+def _snapshots(plan: Plan, group: int, index: int, policy: int = 0) -> Endpoint:
+    """Where a reader in node group ``group`` loads policy ``policy``'s snapshots: the root server itself in flat
+    mode, else a relay's buffer (under Ray its own node's; on one machine readers are spread over the relays by
+    index), or the lead trainer's buffer when there are no relays (or, under Ray, on the trainers' node)."""
     if plan.cfg.params.mode == "flat":
-        return Endpoint(Stream.PARAMS)
+        return Endpoint(Stream.PARAMS, policy=policy)
     groups = plan.relay_groups
     if not groups or (_ray(plan) and group < 0):
-        return Endpoint(Stream.SNAPSHOTS)
-    return Endpoint(Stream.SNAPSHOTS, group if _ray(plan) else index % groups)
+        return Endpoint(Stream.SNAPSHOTS, policy=policy)
+    return Endpoint(Stream.SNAPSHOTS, group if _ray(plan) else index % groups, policy)
+
+
+def _every_policy(plan: Plan, group: int, index: int) -> tuple[Endpoint, ...]:
+    """Where a reader of every policy's parameters loads each one's snapshots."""
+    return tuple(_snapshots(plan, group, index, k) for k in range(len(plan.policies)))
 
 
 def _relay_upstream(plan: Plan, relay: int) -> Endpoint:
-    """The server relay ``relay`` subscribes to (the tree rule is ``param_service.relay_parent``; its parent
-    comes before it)."""
-    parent = relay_parent(relay, plan.cfg.params.fan_out)
-    servers = [Endpoint(Stream.PARAMS), *(Endpoint(Stream.PARAMS, g) for g in range(relay))]
-    return next(e for e in servers if e.name == parent)
+    """The server relay ``relay`` (of its policy's tree) subscribes to (the tree rule is
+    ``param_service.relay_parent``; its parent comes before it)."""
+    g, k = relay % plan.relay_groups, relay // plan.relay_groups
+    parent = relay_parent(g, plan.cfg.params.fan_out)
+    servers = [Endpoint(Stream.PARAMS), *(Endpoint(Stream.PARAMS, h) for h in range(g))]
+    found = next(e for e in servers if e.name == parent)
+    return Endpoint(found.stream, found.index, k)
 
 
 def _relay_serves(plan: Plan, relay: int) -> tuple[Endpoint, ...]:
     """Its group's buffer, and a socket only when relays hang below it."""
-    name, fan_out = Endpoint(Stream.PARAMS, relay).name, plan.cfg.params.fan_out
-    children = any(relay_parent(g, fan_out) == name for g in range(plan.relay_groups))
-    return (Endpoint(Stream.SNAPSHOTS, relay),) + ((Endpoint(Stream.PARAMS, relay),) if children else ())
+    g, k = relay % plan.relay_groups, relay // plan.relay_groups
+    name, fan_out = Endpoint(Stream.PARAMS, g).name, plan.cfg.params.fan_out
+    children = any(relay_parent(h, fan_out) == name for h in range(plan.relay_groups))
+    return (Endpoint(Stream.SNAPSHOTS, g, k),) + ((Endpoint(Stream.PARAMS, g, k),) if children else ())
 
 
 def _actor_connects(plan: Plan, actor: int) -> tuple[Endpoint, ...]:
     """Actor ``a`` feeds trainer ``a % trainers``, through a stage of its node group when the run has one; a
     policy worker of its node group answers it (spread by pool row), or it runs the policy itself and reads
     snapshots like a policy worker."""
+    samples: tuple[Endpoint, ...]
     if plan.stages_per_node:
-        samples = Endpoint(Stream.STAGE, plan.stage_of(actor))
+        samples = (Endpoint(Stream.STAGE, plan.stage_of(actor)),)
     else:
-        samples = Endpoint(Stream.SAMPLES, plan.trainer_of(actor))
+        samples = tuple(Endpoint(Stream.SAMPLES, plan.trainer_of(actor, k)) for k in range(len(plan.policies)))
     if plan.cfg.workers.policy_workers == 0:
-        return samples, _snapshots(plan, plan.actor_node(actor), actor)
-    return samples, Endpoint(Stream.INFERENCE, plan.policy_of(actor))
+        return (*samples, *_every_policy(plan, plan.actor_node(actor), actor))
+    return (*samples, Endpoint(Stream.INFERENCE, plan.policy_of(actor)))
 
 
 def _stage_connects(plan: Plan, stage: int) -> tuple[Endpoint, ...]:
@@ -275,33 +298,43 @@ def _has_root(plan: Plan) -> int:
     return int(plan.cfg.params.mode == "flat" or plan.relay_groups > 0)
 
 
+def _trainer_serves(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
+    """Its sample stream, and the lead trainer of each policy its policy's snapshot buffer."""
+    lead = trainer % plan.cfg.workers.trainers == 0
+    buffer = (Endpoint(Stream.SNAPSHOTS, policy=plan.policy_of_trainer(trainer)),) if lead else ()
+    return (Endpoint(Stream.SAMPLES, trainer), *buffer)
+
+
 TRAINER = Role(
     "trainer",
-    count=lambda plan: plan.cfg.workers.trainers,
+    count=lambda plan: plan.cfg.workers.trainers * len(plan.policies),
     builder="srl.runtime.build:build_trainer",
     seed_salt=0,
     group=lambda plan, i: trainer_group(plan.trainer_node(i)),
-    serves=lambda plan, i: (Endpoint(Stream.SAMPLES, i),) + ((Endpoint(Stream.SNAPSHOTS),) if i == 0 else ()),
+    serves=_trainer_serves,
     restart=Restart.FROM_CHECKPOINT,
     cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
     gpus=lambda plan: plan.cfg.ray.trainer_gpus,
+    policy=lambda plan, i: plan.policy_of_trainer(i),
 )
 PARAM_ROOT = Role(
     "param_root",
-    count=_has_root,
+    count=lambda plan: _has_root(plan) * len(plan.policies),
     builder="srl.runtime.build:build_param_root",
     seed_salt=3,
-    serves=lambda plan, i: (Endpoint(Stream.PARAMS),),
-    connects=lambda plan, i: (Endpoint(Stream.SNAPSHOTS),),
+    serves=lambda plan, k: (Endpoint(Stream.PARAMS, policy=k),),
+    connects=lambda plan, k: (Endpoint(Stream.SNAPSHOTS, policy=k),),
+    policy=lambda plan, k: k,
 )
 RELAY = Role(
     "relay",
-    count=lambda plan: plan.relay_groups,
+    count=lambda plan: plan.relay_groups * len(plan.policies),
     builder="srl.runtime.build:build_relay",
     seed_salt=4,
-    group=lambda plan, g: g,
+    group=lambda plan, r: r % plan.relay_groups,
     serves=_relay_serves,
-    connects=lambda plan, g: (_relay_upstream(plan, g),),
+    connects=lambda plan, r: (_relay_upstream(plan, r),),
+    policy=lambda plan, r: r // plan.relay_groups,
 )
 POLICY = Role(
     "policy",
@@ -310,7 +343,7 @@ POLICY = Role(
     seed_salt=1,
     group=lambda plan, p: plan.policy_node(p),
     serves=lambda plan, p: (Endpoint(Stream.INFERENCE, p),),
-    connects=lambda plan, p: (_snapshots(plan, plan.policy_node(p), p),),
+    connects=lambda plan, p: _every_policy(plan, plan.policy_node(p), p),
     cpus=lambda plan: plan.cfg.ray.cpus_per_policy_worker,
 )
 STAGE = Role(
@@ -337,7 +370,7 @@ EVAL = Role(
     count=lambda plan: int(plan.cfg.run.eval_every_versions > 0),
     builder="srl.runtime.build:build_eval",
     seed_salt=5,
-    connects=lambda plan, i: (_snapshots(plan, TRAINER_NODE, i),),
+    connects=lambda plan, i: _every_policy(plan, TRAINER_NODE, i),
 )
 
 LEAGUE = Role(
@@ -369,6 +402,7 @@ def topology_of(plan: Plan, roles: Sequence[Role]) -> Topology:
                     role.restart,
                     role.cpus(plan),
                     role.gpus(plan),
+                    role.policy(plan, i),
                 )
             )
     return Topology(tuple(workers))

@@ -16,7 +16,7 @@ from srl.base.shm import sweep_stale
 from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
-from srl.system.run_dir import RunDir, default_run_dir
+from srl.system.run_dir import RunDir, default_run_dir, policy_checkpoints
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 
 FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values")
@@ -29,8 +29,9 @@ def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
     return data
 
 
-def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig, Path, dict[str, Any]]:
-    """The config of ``run_dir`` with ``overrides``, its newest checkpoint and that checkpoint's content.
+def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig, tuple[Path, ...], dict[str, Any]]:
+    """The config of ``run_dir`` with ``overrides``, its newest checkpoint of each policy and the first policy's
+    checkpoint's content.
 
     Raises ConfigError (one line) when the directory holds no run or no readable checkpoint, or when an
     override touches a setting in :data:`FIXED_ON_RESUME`.
@@ -43,14 +44,18 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
     for key in FIXED_ON_RESUME:
         if _lookup(before, key) != _lookup(after, key):
             raise ConfigError(f"{key}: cannot change when resuming (the checkpoint's networks were built with it)")
-    found = checkpoints(Path(run_dir) / "checkpoints")
-    if not found:
-        raise ConfigError(f"{run_dir}: no checkpoint to resume from")
+    newest = []
+    for name in cfg.policy_names:
+        found = checkpoints(policy_checkpoints(Path(run_dir), cfg, name))
+        if not found:
+            of = "" if len(cfg.policy_names) == 1 else f" of policy {name!r}"
+            raise ConfigError(f"{run_dir}: no checkpoint{of} to resume from")
+        newest.append(found[-1])
     try:
-        state = load_checkpoint(found[-1])
+        states = [load_checkpoint(path) for path in newest]
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return cfg, found[-1], state
+    return cfg, tuple(newest), states[0]
 
 
 def train(
@@ -58,12 +63,12 @@ def train(
     run_dir: Path | None = None,
     start_time: float | None = None,
     progress: TextIO | None = sys.stderr,
-    resume: tuple[Path, Mapping[str, Any]] | None = None,
+    resume: tuple[tuple[Path, ...], Mapping[str, Any]] | None = None,
     stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Train, evaluate the final policy, write ``summary.json``; return the summary.
 
-    ``resume`` (a checkpoint path and its content, from :func:`resume_config`) continues the run in
+    ``resume`` (each policy's checkpoint and the first one's content, from :func:`resume_config`) continues the run in
     ``run_dir``: trainers restore networks, optimizer, RNG state, version and step counters, and the
     step count and metrics carry on from the checkpoint. Setting ``stop`` (from another thread) ends the run
     as requested (``stop_reason: requested``), evaluated and summarized like any other end.
@@ -74,8 +79,8 @@ def train(
     plan = make_plan(cfg)
     offset = 0
     if resume is not None:
-        path, state = resume
-        plan = dataclasses.replace(plan, resume=str(path), start_version=int(state["version"]))
+        paths, state = resume
+        plan = dataclasses.replace(plan, resume=tuple(map(str, paths)), start_version=int(state["version"]))
         offset = int(state.get("trained_samples", state["samples"]))
     rd = RunDir(run_dir or default_run_dir(cfg), cfg, resume=resume is not None)
     controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset, stop_request=stop)
@@ -86,21 +91,21 @@ def train(
             from srl.runtime.ray_runtime import run_ray as runner
         else:
             from srl.runtime.local import run_local as runner
-        snapshot = runner(plan, controller, rd.path)
+        snapshots = runner(plan, controller, rd.path)
         controller.tick(force=True)
         if progress is not None:
             progress.write("\n")
         final_eval = None
         if (
-            snapshot is not None
+            snapshots is not None
             and cfg.run.eval_episodes > 0
             and controller.stop_reason not in ("error", "interrupted")
         ):
-            final_eval = evaluate(plan, snapshot, cfg.run.eval_episodes, seed=eval_seed(cfg))
+            final_eval = evaluate(plan, snapshots, cfg.run.eval_episodes, seed=eval_seed(cfg))
         summary = controller.summary(final_eval)
         summary["run_dir"] = str(rd.path)
         if resume is not None:
-            summary["resumed_from"] = str(resume[0])
+            summary["resumed_from"] = str(resume[0][0]) if len(resume[0]) == 1 else [str(p) for p in resume[0]]
         rd.write_summary(summary)
         return summary
     finally:

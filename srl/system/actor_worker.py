@@ -6,6 +6,11 @@ actions have arrived, so environment stepping overlaps with inference.
 Observations are written once, into the slot's current segment buffer in the
 sample stream; after T steps the segment is submitted to the trainer and the
 slot moves on to a fresh buffer (or parks until one is free: back-pressure).
+
+When the run has several policies (``agents`` rules), each slot's columns are
+split into one group per policy (:class:`~srl.api.env.GroupedSlot`): each group
+has a buffer in its policy's pool, asks for its own actions, and its segment
+goes to its policy's trainer. The slot steps once every group is answered.
 """
 
 from __future__ import annotations
@@ -13,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from srl.api.env import Slot, SlotStep
+from srl.api.env import GroupedSlot, SlotStep
 from srl.api.spaces import FINAL_PREFIX, OBS, Observation
 from srl.api.worker import Reporter, Worker
 from srl.base.fileio import atomic_save
@@ -33,7 +38,7 @@ class Inference(Protocol):
 
     def connect(self, should_stop: Callable[[], bool]) -> None: ...
 
-    def request(self, slot: int, buffer: int, t: int) -> None: ...
+    def request(self, policy: int, slot: int, buffer: int, t: int) -> None: ...
 
     def ready(self, max_slots: int, timeout: float | None) -> np.ndarray: ...
 
@@ -44,11 +49,11 @@ class ActorWorker(Worker):
     def __init__(
         self,
         index: int,
-        make_slot: Callable[[int], Slot],
+        make_slot: Callable[[int], GroupedSlot],
         ring_size: int,
-        pool: SegmentPool,
+        pools: Sequence[SegmentPool],
         inference: Inference,
-        producer: SegmentSink,
+        producers: Sequence[SegmentSink],
         reporter: Reporter,
         seed: int,
         make_reward_transform: Callable[[int], RewardTransform] | None = None,
@@ -70,17 +75,19 @@ class ActorWorker(Worker):
         self.row = index if row is None else row
         self._make_slot = make_slot
         self.ring_size = ring_size
-        self.pool, self.inference, self.producer, self.reporter = pool, inference, producer, reporter
+        self.pools, self.inference, self.producers, self.reporter = pools, inference, producers, reporter
         self.seed = seed
         self._make_reward_transform = make_reward_transform
         self.wait_timeout = wait_timeout
         self._reports = Every(report_interval)
-        self.T = pool.layout.fields["actions"].shape[0]
-        obs_fields = pool.layout.obs_fields
-        self.has_final_obs = FINAL_PREFIX + obs_fields[0] in pool.layout.fields
+        self.T = pools[0].layout.fields["actions"].shape[0]
+        self.G = len(pools)  # policy groups
+        self.has_final_obs = [FINAL_PREFIX + p.layout.obs_fields[0] in p.layout.fields for p in pools]
         self.nonfinite, self.env_name = nonfinite, env_name
         # Only float parts are checked for NaN and inf: integers cannot be NaN.
-        self._float_obs = tuple(n for n in obs_fields if np.issubdtype(pool.layout.fields[n].dtype, np.floating))
+        self._float_obs = [
+            tuple(n for n in p.layout.obs_fields if np.issubdtype(p.layout.fields[n].dtype, np.floating)) for p in pools
+        ]
         self.nonfinite_steps = 0
         self.request_timeout = request_timeout
         self.reward_stats, self.restore_reward_stats = reward_stats, restore_reward_stats
@@ -89,30 +96,36 @@ class ActorWorker(Worker):
         self.env_steps = 0
         self.segments = 0
         self.t_env = self.t_wait = self.t_post = 0.0  # seconds stepping envs, waiting for actions, posting requests
-        self.slots: list[Slot] = []
-        self.reward_transforms: list[RewardTransform] | None = None  # built in setup
+        self.slots: list[GroupedSlot] = []
+        self.reward_transforms: list[list[RewardTransform]] | None = None  # per slot and group; built in setup
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
+        self._done_policies: list[int] = []
         self._t_start = time.perf_counter()
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self) -> None:
-        self.buffer = np.full(self.ring_size, -1, np.int64)
-        self.t = np.zeros(self.ring_size, np.int64)
-        self.pending = np.zeros(self.ring_size, bool)  # a request of this slot is out
-        self.posted_at = np.zeros(self.ring_size)  # when it went out (perf_counter seconds)
-        self.obs: list[Observation] = []
+        G, R = self.G, self.ring_size
+        # Per-slot state in Python lists: read and written once per step, where numpy scalar access costs more.
+        self.buffer = [[-1] * G for _ in range(R)]  # each group's buffer in its policy's pool (-1: none yet)
+        self.t = [0] * R
+        self.pending = np.zeros((G, R), bool)  # a request of this group of this slot is out
+        self.waiting = [0] * R  # groups of the slot still waiting for their actions
+        self._actions = [pool.arrays["actions"] for pool in self.pools]
+        self.posted_at = np.zeros((G, R))  # when it went out (perf_counter seconds)
+        self.obs: list[list[Observation]] = []
         self.parked: list[int] = []
-        for slot in range(self.ring_size):
+        for slot in range(R):
             env = self._make_slot(slot)
             self.slots.append(env)
-            self.obs.append(env.reset(seed=self.seed + slot * 10_007))
+            self.obs.append(env.reset_groups(seed=self.seed + slot * 10_007))
             self.parked.append(slot)
-        B = self.slots[0].num_envs
-        self.agents_per_env = self.slots[0].agents_per_env
-        self.reward_transforms = (
-            [self._make_reward_transform(B) for _ in self.slots] if self._make_reward_transform else None
-        )
+        groups = self.slots[0].groups
+        assert len(groups) == G, f"{len(groups)} groups of agents, {G} policy pools"
+        self.envs = self.slots[0].env_count
+        columns = [self.envs * g.agents_per_env for g in groups]
+        make_rt = self._make_reward_transform
+        self.reward_transforms = [[make_rt(n) for n in columns] for _ in self.slots] if make_rt else None
         if (
             self.reward_transforms is not None
             and self.restore_reward_stats
@@ -121,8 +134,8 @@ class ActorWorker(Worker):
         ):
             self._load_reward_stats(self.reward_stats)
         self._saves.restart()
-        self.ep_return = np.zeros((self.ring_size, B), np.float64)
-        self.ep_length = np.zeros((self.ring_size, B), np.int64)
+        self.ep_return = [np.zeros((R, n), np.float64) for n in columns]  # per group: [slot, column]
+        self.ep_length = [np.zeros((R, n), np.int64) for n in columns]
         self._reports.restart()
         self.inference.connect(self.should_stop)
         self._t_start = time.perf_counter()
@@ -134,19 +147,25 @@ class ActorWorker(Worker):
         for env in self.slots:
             env.close()
         self.slots = []
-        self.producer.close()
+        for producer in self.producers:
+            producer.close()
 
     # ------------------------------------------------------------------ loop
     def poll(self) -> int:
         if self.parked:
             self._unpark()
         t0 = time.perf_counter()
-        ready = self.inference.ready(self.ring_size, self.wait_timeout if not self.parked else 0.001)
+        ready = self.inference.ready(self.ring_size * self.G, self.wait_timeout if not self.parked else 0.001)
         self.t_wait += time.perf_counter() - t0
         steps = 0
-        for slot in ready.tolist():
-            if 0 <= slot < self.ring_size and self.pending[slot]:  # ignore malformed or duplicate replies
-                steps += self._step_slot(slot)
+        R = self.ring_size
+        for asked in ready.tolist():
+            k, slot = divmod(asked, R)
+            if 0 <= k < self.G and self.pending[k, slot]:  # ignore malformed or duplicate replies
+                self.pending[k, slot] = False
+                left = self.waiting[slot] = self.waiting[slot] - 1
+                if left == 0:
+                    steps += self._step_slot(slot)
         if not steps and self.pending.any():
             self._repost_overdue()
         self._report()
@@ -157,7 +176,7 @@ class ActorWorker(Worker):
     def _save_reward_stats(self) -> None:
         if self.reward_transforms is None or self.reward_stats is None:
             return
-        stats = np.stack([rt.stats() for rt in self.reward_transforms])
+        stats = np.stack([rt.stats() for groups in self.reward_transforms for rt in groups])
         try:
             atomic_save(self.reward_stats, lambda f: np.save(f, stats, allow_pickle=False))
         except OSError as exc:  # e.g. a full disk: the previous file stays; acting goes on
@@ -171,103 +190,116 @@ class ActorWorker(Worker):
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path}: unreadable reward statistics ({exc})") from None
         assert self.reward_transforms is not None
-        if stats.shape != (len(self.reward_transforms), 3):
+        flat = [rt for groups in self.reward_transforms for rt in groups]  # slot by slot, group by group
+        if stats.shape != (len(flat), 3):
             raise ValueError(
-                f"{path}: reward statistics of shape {stats.shape}, expected "
-                f"({len(self.reward_transforms)}, 3) (was ring_size changed?)"
+                f"{path}: reward statistics of shape {stats.shape}, expected ({len(flat)}, 3) (was ring_size changed?)"
             )
-        for rt, row in zip(self.reward_transforms, stats):
+        for rt, row in zip(flat, stats):
             rt.load_stats(row)
 
     def _repost_overdue(self) -> None:
         """Ask again for slots waiting longer than ``request_timeout`` (the new ask supersedes the lost one)."""
         overdue = self.pending & (time.perf_counter() - self.posted_at > self.request_timeout)
-        for slot in np.flatnonzero(overdue).tolist():
+        for k, slot in zip(*np.nonzero(overdue)):
             self.reposts += 1
-            self._post(slot, int(self.buffer[slot]), int(self.t[slot]))
+            self._post(int(k), int(slot), self.buffer[slot][k], self.t[slot])
 
     def _unpark(self) -> None:
-        """Give parked slots a fresh buffer and post their pending observations."""
+        """Give parked slots a fresh buffer in each policy's pool and post their pending observations (a slot
+        keeps the buffers it got while it waits for the others)."""
         still = []
-        arrays = self.pool.arrays
         for slot in self.parked:
-            buf = self.producer.acquire()
-            if buf is None:
+            buffers = self.buffer[slot]
+            for k, producer in enumerate(self.producers):
+                if buffers[k] < 0:
+                    buf = producer.acquire()
+                    buffers[k] = -1 if buf is None else buf
+            if min(buffers) < 0:
                 still.append(slot)
                 continue
-            self.buffer[slot], self.t[slot] = buf, 0
-            for name, x in self.obs[slot].items():
-                arrays[name][self.row, buf, 0] = x
-            self._post(slot, buf, 0)
+            self.t[slot] = 0
+            for k, pool in enumerate(self.pools):
+                arrays = pool.arrays
+                for name, x in self.obs[slot][k].items():
+                    arrays[name][self.row, buffers[k], 0] = x
+            self._post_all(slot)
         self.parked = still
 
     def _step_slot(self, slot: int) -> int:
-        arrays, a = self.pool.arrays, self.row
-        buf, t = int(self.buffer[slot]), int(self.t[slot])
-        self.pending[slot] = False
+        a, t = self.row, self.t[slot]
+        buffers = self.buffer[slot]
         t0 = time.perf_counter()
         try:
-            step = self.slots[slot].step(arrays["actions"][a, buf, t])
+            steps = self.slots[slot].step_groups([actions[a, buf, t] for actions, buf in zip(self._actions, buffers)])
         except Exception as exc:  # name the env and where, keep its own message
             raise RuntimeError(
                 f"{self.env_name}: step failed at actor {self.index} slot {slot} after "
                 f"{self.env_steps} env steps: {type(exc).__name__}: {exc}"
             ) from exc
         self.t_env += time.perf_counter() - t0
-        if not self._finite(step):
-            step = self._sanitize(step, slot)
-        reward = step.reward
-        if self.reward_transforms is not None:
-            arrays["rewards"][a, buf, t] = self.reward_transforms[slot](reward, step.terminated | step.truncated)
-        else:
-            arrays["rewards"][a, buf, t] = reward
-        arrays["terminated"][a, buf, t] = step.terminated
-        arrays["truncated"][a, buf, t] = step.truncated
-        if self.has_final_obs and step.final_obs is not None:
-            for name, x in step.final_obs.items():
-                arrays[FINAL_PREFIX + name][a, buf, t] = x
-        self.ep_return[slot] += reward
-        if step.alive is None:
-            self.ep_length[slot] += 1
-        else:  # a column whose agent is done (or not yet there) counts no steps
-            arrays["alive"][a, buf, t] = step.alive
-            self.ep_length[slot] += step.alive
-        if step.episode_end.any():
-            self._finish_episodes(slot, step.episode_end)
-        obs = self.obs[slot] = step.obs
         t += 1
-        for name, x in obs.items():
-            arrays[name][a, buf, t] = x
+        for k, step in enumerate(steps):
+            self._record(k, slot, buffers[k], t, step)
         if t == self.T:
-            self.producer.submit(buf)
+            for producer, buf in zip(self.producers, buffers):
+                producer.submit(buf)
+            self.buffer[slot] = [-1] * self.G
             self.segments += 1
             self.parked.append(slot)
             self._unpark()
         else:
             self.t[slot] = t
-            self._post(slot, buf, t)
-        n = len(reward) // self.agents_per_env  # environment transitions: one per env, however many agents it has
-        self.env_steps += n
-        return n
+            self._post_all(slot)
+        self.env_steps += self.envs  # environment transitions: one per env, however many agents it has
+        return self.envs
 
-    def _finite(self, step: SlotStep) -> bool:
+    def _record(self, k: int, slot: int, buf: int, t: int, step: SlotStep) -> None:
+        """Group ``k``'s step results into row ``t - 1`` of its buffer, and its next observations into row ``t``."""
+        arrays, a = self.pools[k].arrays, self.row
+        if not self._finite(step, k):
+            step = self._sanitize(step, slot, k)
+        reward, s = step.reward, t - 1
+        if self.reward_transforms is not None:
+            arrays["rewards"][a, buf, s] = self.reward_transforms[slot][k](reward, step.terminated | step.truncated)
+        else:
+            arrays["rewards"][a, buf, s] = reward
+        arrays["terminated"][a, buf, s] = step.terminated
+        arrays["truncated"][a, buf, s] = step.truncated
+        if self.has_final_obs[k] and step.final_obs is not None:
+            for name, x in step.final_obs.items():
+                arrays[FINAL_PREFIX + name][a, buf, s] = x
+        self.ep_return[k][slot] += reward
+        if step.alive is None:
+            self.ep_length[k][slot] += 1
+        else:  # a column whose agent is done (or not yet there) counts no steps
+            arrays["alive"][a, buf, s] = step.alive
+            self.ep_length[k][slot] += step.alive
+        if step.episode_end.any():
+            self._finish_episodes(k, slot, step.episode_end)
+        obs = self.obs[slot][k] = step.obs
+        for name, x in obs.items():  # row T too: the segment's last observation, its bootstrap value's input
+            arrays[name][a, buf, t] = x
+
+    def _finite(self, step: SlotStep, k: int) -> bool:
         """One reduction per array (a NaN or inf poisons the sum); the exact check runs only when it fails."""
         if not math.isfinite(float(step.reward.sum())):
             return False
-        for name in self._float_obs:
+        for name in self._float_obs[k]:
             if not math.isfinite(float(step.obs[name].sum())):
                 return False
             if step.final_obs is not None and not math.isfinite(float(step.final_obs[name].sum())):
                 return False
         return True
 
-    def _sanitize(self, step: SlotStep, slot: int) -> SlotStep:
+    def _sanitize(self, step: SlotStep, slot: int, k: int) -> SlotStep:
         """Fail naming the env and step, or replace non-finite values by 0 and count the env steps affected."""
         bad = np.zeros(len(step.reward), bool)  # environments with a non-finite value
         changed: list[str] = []
-        checked = [(_what("observation", n), step.obs[n]) for n in self._float_obs] + [("reward", step.reward)]
+        floats = self._float_obs[k]
+        checked = [(_what("observation", n), step.obs[n]) for n in floats] + [("reward", step.reward)]
         if step.final_obs is not None:
-            checked += [(_what("final observation", n), step.final_obs[n]) for n in self._float_obs]
+            checked += [(_what("final observation", n), step.final_obs[n]) for n in floats]
         for what, value in checked:
             rows = ~np.isfinite(value.reshape(len(bad), -1)).all(axis=1)
             if rows.any():
@@ -288,18 +320,27 @@ class ActorWorker(Worker):
             final_obs=None if step.final_obs is None else _finite_obs(step.final_obs),
         )
 
-    def _post(self, slot: int, buf: int, t: int) -> None:
-        """Ask for the slot's next actions (its observations are already at ``obs[actor, buf, t]``)."""
-        self.pending[slot] = True
+    def _post_all(self, slot: int) -> None:
+        """Ask for the slot's next actions, each group its policy's."""
+        self.waiting[slot] = self.G
+        t = self.t[slot]
+        for k, buf in enumerate(self.buffer[slot]):
+            self._post(k, slot, buf, t)
+
+    def _post(self, k: int, slot: int, buf: int, t: int) -> None:
+        """Ask for group ``k``'s next actions (its observations are already at ``obs[actor, buf, t]`` of its
+        pool)."""
+        self.pending[k, slot] = True
         t0 = time.perf_counter()
-        self.inference.request(slot, buf, t)
-        t1 = self.posted_at[slot] = time.perf_counter()
+        self.inference.request(k, slot, buf, t)
+        t1 = self.posted_at[k, slot] = time.perf_counter()
         self.t_post += t1 - t0
 
-    def _finish_episodes(self, slot: int, done: np.ndarray) -> None:
-        ret, length = self.ep_return[slot], self.ep_length[slot]
+    def _finish_episodes(self, k: int, slot: int, done: np.ndarray) -> None:
+        ret, length = self.ep_return[k][slot], self.ep_length[k][slot]
         self._done_returns.extend(ret[done].tolist())
         self._done_lengths.extend(length[done].tolist())
+        self._done_policies.extend([k] * int(done.sum()))
         ret[done] = 0.0
         length[done] = 0
 
@@ -322,9 +363,10 @@ class ActorWorker(Worker):
             {
                 "episode_returns": np.asarray(self._done_returns, np.float32),
                 "episode_lengths": np.asarray(self._done_lengths, np.int32),
+                "episode_policies": np.asarray(self._done_policies, np.int32),
             },
         )
-        self._done_returns, self._done_lengths = [], []
+        self._done_returns, self._done_lengths, self._done_policies = [], [], []
 
 
 def _zero_nonfinite(x: np.ndarray) -> np.ndarray:

@@ -41,6 +41,9 @@ class Controller:
         self.start_time = start_time
         self.progress = progress
         self.window: deque[float] = deque(maxlen=cfg.run.return_window)
+        self.names = cfg.policy_names
+        self.policy_windows: list[deque[float]] = [deque(maxlen=cfg.run.return_window) for _ in self.names]
+        """Each policy's recent episode returns (its agents'), when the run has several."""
         self.actor_steps: dict[int, int] = {}
         self.actor_nonfinite: dict[int, int] = {}
         self.episodes = 0
@@ -85,6 +88,11 @@ class Controller:
             if returns is not None and len(returns):
                 self.window.extend(float(r) for r in returns)
                 self.episodes += len(returns)
+                owners = arrays.get("episode_policies")
+                if owners is not None and len(owners) == len(returns) and len(self.names) > 1:
+                    for k, r in zip(owners.tolist(), returns.tolist()):
+                        if 0 <= k < len(self.names):
+                            self.policy_windows[k].append(float(r))
                 self._check_solved()
         elif kind == "trainer":
             self.trainers[int(meta.get("trainer", 0))] = dict(meta)
@@ -126,10 +134,22 @@ class Controller:
 
     @property
     def trainer(self) -> Mapping[str, Any]:
-        """The newest report of the lead trainer (rank 0, which publishes), or of any before it reports."""
+        """The newest report of the first policy's lead trainer (rank 0, which publishes), or of any before it
+        reports."""
         if 0 in self.trainers:
             return self.trainers[0]
         return next(iter(self.trainers.values()), {})
+
+    def lead_trainer(self, policy: int) -> Mapping[str, Any]:
+        """The newest report of policy ``policy``'s lead trainer (empty before it reports)."""
+        return self.trainers.get(policy * self.cfg.workers.trainers, {})
+
+    @property
+    def policy_version(self) -> int:
+        """The version every policy has reached (the one policy's version in a run of one)."""
+        if len(self.names) == 1:
+            return int(self.trainer.get("version", 0))
+        return min(int(self.lead_trainer(k).get("version", 0)) for k in range(len(self.names)))
 
     @property
     def dropped_segments(self) -> int:
@@ -221,11 +241,22 @@ class Controller:
             "fps": self._fps,
             "episodes": self.episodes,
             "return_mean": self.return_mean,
-            "policy_version": int(self.trainer.get("version", 0)),
+            "policy_version": self.policy_version,
         }
         rec.update(
             {k: v for k, v in self.trainer.items() if k not in ("trainer", "version") and not k.startswith("t_")}
         )
+        if len(self.names) > 1:  # each policy's own, as ``<policy>/<metric>``
+            for k, name in enumerate(self.names):
+                window = self.policy_windows[k]
+                rec[f"{name}/return_mean"] = float(np.mean(window)) if window else float("nan")
+                rec.update(
+                    {
+                        f"{name}/{key}": v
+                        for key, v in self.lead_trainer(k).items()
+                        if key != "trainer" and not key.startswith("t_")
+                    }
+                )
         rec["dropped_segments"] = self.dropped_segments  # all trainers', and those of actors that died
         rec.update(self._bytes_per_version())
         rec["nonfinite_steps"] = sum(self.actor_nonfinite.values())
@@ -268,6 +299,24 @@ class Controller:
             "best_eval_version": int(best["version"]),
         }
 
+    def _policies_summary(self, final_eval: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+        """Per policy: its version, its agents' recent training return and their final evaluation return."""
+        out = {}
+        per_policy = (final_eval or {}).get("policies", {})
+        for k, name in enumerate(self.names):
+            if len(self.names) == 1:
+                window, version = self.window, self.policy_version
+                final = None if final_eval is None else final_eval.get("return_mean")
+            else:
+                window, version = self.policy_windows[k], int(self.lead_trainer(k).get("version", 0))
+                final = per_policy.get(name, {}).get("return_mean")
+            out[name] = {
+                "policy_version": version,
+                "train_return_mean": float(np.mean(window)) if window else None,
+                "final_eval_return_mean": final,
+            }
+        return out
+
     def _bytes_per_version(self) -> dict[str, float]:
         """Parameter bytes published per snapshot and gradient bytes all-reduced per update (per trainer)."""
         t = self.trainer  # counters of the reporting trainer process (from 0 again after a resume or restart)
@@ -293,7 +342,7 @@ class Controller:
             "wall_seconds": now - self.start_time,
             "train_fps": new_steps / train_seconds if train_seconds > 0 else 0.0,
             "train_return_mean": self.return_mean,
-            "policy_version": int(self.trainer.get("version", 0)),
+            "policy_version": self.policy_version,
             "dropped_segments": self.dropped_segments,
             "rejected_segment_messages": sum(
                 int(t.get("rejected_segment_messages", 0)) for t in self.trainers.values()
@@ -315,7 +364,8 @@ class Controller:
             out["league"] = dict(self.league)
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran
         if final_eval is not None:
-            out.update({f"final_eval_{k}": v for k, v in final_eval.items()})
+            out.update({f"final_eval_{k}": v for k, v in final_eval.items() if k != "policies"})
+        out["policies"] = self._policies_summary(final_eval)
         if self.cfg.run.target_return is not None:
             out["target_return"] = self.cfg.run.target_return
             out["solved"] = self.solved_at is not None

@@ -82,3 +82,21 @@ class ParamSubscriber:
                 raise TimeoutError(f"no parameter snapshot from the trainer after {timeout:.0f} s")
             time.sleep(0.002)
         return True
+
+
+class Subscribers:
+    """The subscribers of several policies (one each) kept up together: ``current`` is the oldest version held,
+    so a reader of every policy (the eval worker) moves on when each has moved."""
+
+    def __init__(self, subscribers: list[ParamSubscriber]) -> None:
+        self.subscribers = subscribers
+
+    @property
+    def current(self) -> int:
+        return min(s.current for s in self.subscribers)
+
+    def refresh(self) -> bool:
+        return any([s.refresh() for s in self.subscribers])  # a list: every one refreshes
+
+    def wait_first(self, should_stop: Callable[[], bool], timeout: float = 120.0) -> bool:
+        return all(s.wait_first(should_stop, timeout) for s in self.subscribers)

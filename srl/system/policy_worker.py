@@ -2,7 +2,8 @@
 
 Each poll takes whatever requests are pending (up to ``max_batch`` slots, from
 any of its actors), gathers their observations from the segment pool in one
-copy, runs one forward pass and writes actions back in place. Batches grow
+copy, runs one forward pass and writes actions back in place. It serves every
+policy of the run: one batch, one forward pass per policy with requests. Batches grow
 by themselves when actors are many and the network is slow (auto-batching);
 no request waits for a batch to fill.
 """
@@ -10,6 +11,7 @@ no request waits for a batch to fill.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from srl.api.worker import Policy, Reporter, Worker
 from srl.base.timing import Every
@@ -23,9 +25,9 @@ class PolicyWorker(Worker):
     def __init__(
         self,
         index: int,
-        policy: Policy,
+        policies: Sequence[Policy],
         server: InferenceServer,
-        params: ParamSubscriber,
+        params: Sequence[ParamSubscriber],
         reporter: Reporter,
         max_batch: int,
         pull_interval: int = 1,
@@ -34,7 +36,7 @@ class PolicyWorker(Worker):
     ) -> None:
         self.name = f"policy{index}"
         self.index = index
-        self.policy, self.server, self.params, self.reporter = policy, server, params, reporter
+        self.policies, self.server, self.params, self.reporter = policies, server, params, reporter
         self.max_batch = max_batch
         self.pull_interval = pull_interval
         self.wait_timeout = wait_timeout
@@ -47,31 +49,38 @@ class PolicyWorker(Worker):
 
     def setup(self) -> None:
         self._reports.restart()
-        self.params.wait_first(self.should_stop)
+        for params in self.params:
+            params.wait_first(self.should_stop)
         self._t_start = time.perf_counter()
 
     def poll(self) -> int:
         t0 = time.perf_counter()
-        requests = self.server.gather(self.max_batch, self.wait_timeout)
+        batches = self.server.gather(self.max_batch, self.wait_timeout)
         t1 = time.perf_counter()
         self.t_wait += t1 - t0
-        if len(requests) == 0:
+        if not batches:
             self._report()
             return 0
-        if self.params.current < 0 or self.batches % self.pull_interval == 0:
-            self.params.refresh()
-        obs = self.server.observations(requests)
-        t2 = time.perf_counter()
-        outputs = self.policy.act(obs)
-        t3 = time.perf_counter()
-        self.server.answer(requests, outputs, self.params.current)
-        self.t_forward += t3 - t2
-        self.t_io += (t2 - t1) + (time.perf_counter() - t3)
-        self.requests += len(requests)
+        served = 0
+        pull = self.batches % self.pull_interval == 0
+        for k, requests in batches:
+            params = self.params[k]
+            if params.current < 0 or pull:
+                params.refresh()
+            t1 = time.perf_counter()
+            obs = self.server.observations(k, requests)
+            t2 = time.perf_counter()
+            outputs = self.policies[k].act(obs)
+            t3 = time.perf_counter()
+            self.server.answer(k, requests, outputs, params.current)
+            self.t_forward += t3 - t2
+            self.t_io += (t2 - t1) + (time.perf_counter() - t3)
+            served += len(requests)
+            self.samples += len(outputs["actions"])
+        self.requests += served
         self.batches += 1
-        self.samples += len(outputs["actions"])
         self._report()
-        return len(requests)
+        return served
 
     def teardown(self) -> None:
         self._report(force=True)
@@ -87,7 +96,7 @@ class PolicyWorker(Worker):
                 "batches": self.batches,
                 "samples": self.samples,
                 "superseded": self.server.superseded,
-                "version": self.params.current,
+                "version": min(p.current for p in self.params),
                 "t_total": time.perf_counter() - self._t_start,
                 "t_wait": self.t_wait,
                 "t_forward": self.t_forward,

@@ -18,6 +18,13 @@ from srl.base.fileio import atomic_write_text
 from srl.base.tb_scalars import ScalarWriter
 
 
+def policy_checkpoints(run_dir: Path, cfg: ExperimentConfig, policy: str) -> Path:
+    """Where policy ``policy``'s checkpoints are: ``RUN_DIR/checkpoints``, or in a run of several policies
+    (``agents`` rules) ``RUN_DIR/checkpoints/<policy>``."""
+    folder = Path(run_dir) / "checkpoints"
+    return folder if len(cfg.policy_names) == 1 else folder / policy
+
+
 def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
     """``runs/<name>-<YYYYmmdd-HHMMSS>`` (a numeric suffix avoids collisions)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -7,6 +7,9 @@ memory. Only small integer records travel through channels:
 
 - inference request  ``(actor, slot, buffer, t, ticket)``  actor -> policy worker
 - inference reply    ``(slot, ticket)``                    policy worker -> actor
+
+With several policies each has its own pool (its agents' columns, its spaces), and the slot
+field of a request names the policy too: ``policy * ring_size + slot``.
 - sample ready       ``(actor, buffer)``                   actor -> trainer (or -> stage -> trainer)
 
 Tickets make requests safe to repeat and actors safe to restart: each post
@@ -28,7 +31,7 @@ not move) or drops it (FREE).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -261,52 +264,64 @@ TICKET_MASK = 0x7FFFFFFF
 
 
 class InferenceClient:
-    """Actor side of the inference stream (a remote policy worker answers)."""
+    """Actor side of the inference stream (a remote policy worker answers). A slot asks once per policy whose
+    agents it holds; the request's slot field says which: ``policy * ring_size + slot``."""
 
-    def __init__(self, actor: int, pool: SegmentPool, requests: Channel, replies: Channel) -> None:
+    def __init__(self, actor: int, pools: Sequence[SegmentPool], requests: Channel, replies: Channel) -> None:
         self.actor, self.requests, self.replies = actor, requests, replies
-        self._tickets = pool.tickets[actor]
+        self._tickets = [pool.tickets[actor] for pool in pools]
+        self._ring = pools[0].layout.slots
 
     def connect(self, should_stop: Callable[[], bool]) -> None:
         """Nothing to wait for: the policy worker waits for parameters itself."""
 
-    def request(self, slot: int, buffer: int, t: int) -> None:
-        """Ask for actions for the observations at ``obs[actor, buffer, t]`` (a repeat supersedes the last ask)."""
-        ticket = (int(self._tickets[slot]) + 1) & TICKET_MASK
-        self._tickets[slot] = ticket
-        self.requests.send((self.actor, slot, buffer, t, ticket))
+    def request(self, policy: int, slot: int, buffer: int, t: int) -> None:
+        """Ask for policy ``policy``'s actions for the observations at ``obs[actor, buffer, t]`` of its pool (a
+        repeat supersedes the last ask)."""
+        tickets = self._tickets[policy]
+        ticket = (int(tickets[slot]) + 1) & TICKET_MASK
+        tickets[slot] = ticket
+        self.requests.send((self.actor, policy * self._ring + slot, buffer, t, ticket))
 
     def ready(self, max_slots: int, timeout: float | None) -> np.ndarray:
-        """Slots whose actions have been written (replies to superseded requests are dropped)."""
+        """The requests answered, as ``policy * ring_size + slot`` (replies to superseded requests are dropped)."""
         replies = self.replies.recv(max_slots, timeout)
-        slots = replies[:, 0]
-        ok = (slots >= 0) & (slots < len(self._tickets))
-        ok[ok] = replies[ok, 1] == self._tickets[slots[ok]]
-        return slots[ok]
+        asked = replies[:, 0]
+        ok = (asked >= 0) & (asked < len(self._tickets) * self._ring)
+        policy, slot = np.divmod(asked, self._ring)
+        for k, tickets in enumerate(self._tickets):
+            mine = ok & (policy == k)
+            ok[mine] = replies[mine, 1] == tickets[slot[mine]]
+        return asked[ok]
 
 
 class InlineInference:
-    """Actor-side inference without a server: the actor evaluates the policy itself (IMPALA-style).
+    """Actor-side inference without a server: the actor evaluates each policy itself (IMPALA-style).
 
     Same interface as :class:`InferenceClient`, so the actor does not know which one it has.
     """
 
-    def __init__(self, actor: int, pool: SegmentPool, policy: Policy, version: VersionSource) -> None:
-        self.actor, self.pool, self.policy, self.version = actor, pool, policy, version
-        self._obs = pool.layout.obs_fields
+    def __init__(
+        self, actor: int, pools: Sequence[SegmentPool], policies: Sequence[Policy], versions: Sequence[VersionSource]
+    ) -> None:
+        self.actor, self.pools, self.policies, self.versions = actor, pools, policies, versions
+        self._obs = [pool.layout.obs_fields for pool in pools]
+        self._ring = pools[0].layout.slots
         self._ready: list[int] = []
 
     def connect(self, should_stop: Callable[[], bool]) -> None:
-        """Wait for the first parameter snapshot so no step is taken with untrained, unversioned weights."""
-        self.version.wait_first(should_stop)
+        """Wait for each policy's first snapshot so no step is taken with untrained, unversioned weights."""
+        for version in self.versions:
+            version.wait_first(should_stop)
 
-    def request(self, slot: int, buffer: int, t: int) -> None:
-        self.version.refresh()
+    def request(self, policy: int, slot: int, buffer: int, t: int) -> None:
+        version, pool = self.versions[policy], self.pools[policy]
+        version.refresh()
         index = (self.actor, buffer, t)
-        arrays = self.pool.arrays
-        outputs = self.policy.act({name: arrays[name][index] for name in self._obs})
-        write_answer(self.pool, index, outputs, self.version.current)
-        self._ready.append(slot)
+        arrays = pool.arrays
+        outputs = self.policies[policy].act({name: arrays[name][index] for name in self._obs[policy]})
+        write_answer(pool, index, outputs, version.current)
+        self._ready.append(policy * self._ring + slot)
 
     def ready(self, max_slots: int, timeout: float | None) -> np.ndarray:
         if not self._ready and timeout:
@@ -328,49 +343,61 @@ class VersionSource(Protocol):
 
 
 class InferenceServer:
-    """Policy-worker side: gathers pending requests (auto-batching) and answers them in place."""
+    """Policy-worker side: gathers pending requests (auto-batching) and answers them in place, one batch per
+    policy (each policy's observations are in its own pool)."""
 
-    def __init__(self, pool: SegmentPool, requests: Channel, replies: Mapping[int, Channel]) -> None:
-        self.pool, self.requests, self.replies = pool, requests, replies
+    def __init__(self, pools: Sequence[SegmentPool], requests: Channel, replies: Mapping[int, Channel]) -> None:
+        self.pools, self.requests, self.replies = pools, requests, replies
         self._served = np.array(sorted(replies), np.int32)  # the actors this server answers
-        self._T = pool.layout.fields["actions"].shape[0]
-        self._obs = pool.layout.obs_fields
+        layout = pools[0].layout
+        self._ring, self._buffers, self._T = layout.slots, layout.buffers, layout.fields["actions"].shape[0]
+        self._obs = [pool.layout.obs_fields for pool in pools]
         self.superseded = 0  # requests dropped because their slot had asked again since
 
-    def gather(self, max_requests: int, timeout: float | None) -> np.ndarray:
-        """Pending ``(actor, slot, buffer, t, ticket)`` requests, at most ``max_requests``; malformed and superseded
-        ones dropped."""
+    def gather(self, max_requests: int, timeout: float | None) -> list[tuple[int, np.ndarray]]:
+        """Pending ``(actor, policy * ring + slot, buffer, t, ticket)`` requests, at most ``max_requests``, as
+        ``(policy, its requests)``; malformed and superseded ones dropped."""
         records = self.requests.recv(max_requests, timeout)
         ok = (
             np.isin(records[:, 0], self._served)
             & (records[:, 1] >= 0)
-            & (records[:, 1] < self.pool.layout.slots)
+            & (records[:, 1] < len(self.pools) * self._ring)
             & (records[:, 2] >= 0)
-            & (records[:, 2] < self.pool.layout.buffers)
+            & (records[:, 2] < self._buffers)
             & (records[:, 3] >= 0)
             & (records[:, 3] < self._T)
         )
         records = records[ok]
-        current = self.pool.tickets[records[:, 0], records[:, 1]] == records[:, 4]
-        if not current.all():
-            self.superseded += int((~current).sum())
-            records = records[current]
-        return records
+        policy = records[:, 1] // self._ring
+        out = []
+        for k, pool in enumerate(self.pools):
+            mine = records[policy == k] if len(self.pools) > 1 else records
+            if not len(mine):
+                continue
+            current = pool.tickets[mine[:, 0], mine[:, 1] % self._ring] == mine[:, 4]
+            if not current.all():
+                self.superseded += int((~current).sum())
+                mine = mine[current]
+            if len(mine):
+                out.append((k, mine))
+        return out
 
-    def observations(self, requests: np.ndarray) -> dict[str, np.ndarray]:
-        """The requested observations as one batch ``[n * B, ...]`` per part (one gather, one copy each)."""
+    def observations(self, policy: int, requests: np.ndarray) -> dict[str, np.ndarray]:
+        """The requested observations of policy ``policy`` as one batch ``[n * B, ...]`` per part (one gather,
+        one copy each)."""
         index = (requests[:, 0], requests[:, 2], requests[:, 3])
-        out = {}
-        for name in self._obs:
-            obs = self.pool.arrays[name][index]
+        arrays, out = self.pools[policy].arrays, {}
+        for name in self._obs[policy]:
+            obs = arrays[name][index]
             out[name] = obs.reshape(-1, *obs.shape[2:])
         return out
 
-    def answer(self, requests: np.ndarray, outputs: Mapping[str, np.ndarray], version: int) -> None:
-        """Write the policy's outputs (``[n * B, ...]`` each) in place and wake each requesting actor."""
+    def answer(self, policy: int, requests: np.ndarray, outputs: Mapping[str, np.ndarray], version: int) -> None:
+        """Write policy ``policy``'s outputs (``[n * B, ...]`` each) in place and wake each requesting actor."""
         index = (requests[:, 0], requests[:, 2], requests[:, 3])
         n = len(requests)
-        write_answer(self.pool, index, {k: v.reshape(n, -1, *v.shape[1:]) for k, v in outputs.items()}, version)
+        outs = {k: v.reshape(n, -1, *v.shape[1:]) for k, v in outputs.items()}
+        write_answer(self.pools[policy], index, outs, version)
         for actor, slot, ticket in zip(requests[:, 0].tolist(), requests[:, 1].tolist(), requests[:, 4].tolist()):
             self.replies[actor].send((slot, ticket))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -11,6 +12,8 @@ from srl.api.config.errors import check
 from srl.api.config.league import LeagueConfig
 from srl.api.config.model import ModelConfig
 from srl.api.config.params import ParamsConfig
+from srl.api.config.parse import build, to_dict
+from srl.api.config.policies import AgentRule, PolicySpec, policy_names
 from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
 from srl.api.config.run import RunConfig
@@ -48,6 +51,12 @@ class ExperimentConfig:
     """An optional worker between actors and trainers."""
     league: LeagueConfig = field(default_factory=LeagueConfig)
     """Self-play against a pool of past selves (two-player turn-based games)."""
+    agents: tuple[AgentRule, ...] = ()
+    """Which policy plays each agent of a multi-agent env: rules ``{match: REGEX, policy: NAME}``, the first
+    whose ``match`` matches an agent's whole id wins. None: every agent shares one policy (``default``)."""
+    policies: tuple[PolicySpec, ...] = ()
+    """Per-policy overrides of ``model`` and ``ppo``: ``{name: NAME, model: {...}, ppo: {...}}``. Each policy
+    has its own trainers (``workers.trainers`` each), parameter stream and checkpoints."""
     run: RunConfig = field(default_factory=RunConfig)
     """Stopping and recording."""
     ray: RayConfig = field(default_factory=RayConfig)
@@ -55,6 +64,16 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        names = policy_names(self.agents, self.policies)
+        for i, spec in enumerate(self.policies):  # an override's wrong key or value is one line naming it
+            build(ModelConfig, {**to_dict(self.model), **spec.model}, prefix=f"policies[{i}].model.")
+            build(PPOConfig, {**to_dict(self.ppo), **spec.ppo}, prefix=f"policies[{i}].ppo.")
+        check(
+            len(names) == 1 or not self.league.pool,
+            "league.opponent",
+            "a league trains one policy; the agents rules name several",
+        )
+        check(len(names) == 1 or self.stage.worker is None, "stage.worker", "a stage serves runs of one policy")
         check(
             self.runtime != "inline" or self.workers.trainers == 1,
             "workers.trainers",
@@ -79,6 +98,11 @@ class ExperimentConfig:
         if self.runtime == "ray":
             w = self.workers
             check(
+                len(names) == 1 or self.ray.trainer_nodes == 1,
+                "ray.trainer_nodes",
+                "the trainers of several policies share one trainer node (their rendezvous is node-local)",
+            )
+            check(
                 w.actors % nodes == 0,
                 "workers.actors",
                 f"{w.actors} actors do not split evenly over ray.actor_nodes={nodes}",
@@ -99,3 +123,19 @@ class ExperimentConfig:
                 f"under runtime: ray there is one relay per actor node: must be {nodes}",
             )
             check(self.workers.start_method == "auto", "workers.start_method", "Ray starts the worker processes")
+
+    @property
+    def policy_names(self) -> tuple[str, ...]:
+        """The run's policies, in order of first mention in ``agents`` (``("default",)`` without rules)."""
+        return policy_names(self.agents, self.policies)
+
+    def for_policy(self, name: str) -> ExperimentConfig:
+        """This config as policy ``name`` trains: its ``model`` and ``ppo`` overrides applied."""
+        spec = next((s for s in self.policies if s.name == name), None)
+        if spec is None or not (spec.model or spec.ppo):
+            return self
+        return dataclasses.replace(
+            self,
+            model=build(ModelConfig, {**to_dict(self.model), **spec.model}),
+            ppo=build(PPOConfig, {**to_dict(self.ppo), **spec.ppo}),
+        )
