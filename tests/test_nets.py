@@ -224,3 +224,24 @@ def test_value_net_shape_and_own_normalizer() -> None:
     assert actor.obs_normalizer is not None
     assert actor.obs_normalizer is not critic.obs_normalizer
     assert actor.obs_normalizer.count.item() < 1.0
+
+
+def test_plane_convolutions_see_a_pattern_wherever_it_is_on_the_board():
+    """``model.plane_convs``: float [C, H, W] parts go through same-padded 3x3 convolutions; shifting a pattern
+    shifts the convolutions' features with it (what a flat MLP cannot give for free)."""
+    from gymnasium import spaces
+
+    from srl.nets.policy import ObsEncoder
+
+    space = spaces.Dict({"board": spaces.Box(0.0, 1.0, (2, 13, 13), np.float32), "turn": spaces.Discrete(2)})
+    enc = ObsEncoder(space, (32,), "relu", False, normalize_obs=False, plane_convs=(8, 4))
+    board = torch.zeros(2, 2, 13, 13)
+    board[0, 0, 4, 4:7] = 1.0  # three in a row
+    board[1, 0, 6, 6:9] = 1.0  # the same, two rows down and two columns right
+    features = enc.cnns["obs/board"](board)
+    assert features.shape == (2, 4, 13, 13)
+    # where the pattern reaches (two 3x3 layers: two squares around it), away from the board's edge
+    torch.testing.assert_close(features[1, :, 4:9, 4:11], features[0, :, 2:7, 2:9])
+    assert not torch.allclose(features[0, :, 2:7, 2:9], features[0, :, 6:11, 2:9])  # and it is seen only there
+    out = enc({"obs.board": board, "obs.turn": torch.tensor([0, 1])})
+    assert out.shape == (2, 32) and enc.out_dim == 32

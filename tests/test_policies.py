@@ -232,3 +232,32 @@ def test_a_run_of_two_policies_resumes_each_from_its_own_checkpoint(tmp_path):
     (run / "checkpoints" / "blue").rename(tmp_path / "gone")
     with pytest.raises(ConfigError, match="no checkpoint of policy 'blue' to resume from"):
         resume_config(run, [])
+
+
+def test_a_vmas_env_splits_its_worlds_columns_between_policies():
+    """VMAS agents share a space; with two policies each takes its agents' columns of every world (one gather),
+    and each group's actions reach its own agents."""
+    from srl.api.config import EnvConfig
+
+    env = EnvConfig(
+        id="vmas:make_env",
+        kwargs={"scenario": "balance", "n_agents": 3, "max_steps": 6, "continuous_actions": True, "device": "cpu"},
+    )
+    rules = [AgentRule(match="agent_0", policy="lead"), AgentRule(match="agent_.*", policy="rest")]
+    slot = make_grouped(env, 4, rules)
+    try:
+        lead, rest = slot.groups
+        assert (lead.agents, rest.agents) == (("agent_0",), ("agent_1", "agent_2"))
+        obs = slot.reset_groups(seed=2)
+        assert obs[0]["obs"].shape[0] == 4 and obs[1]["obs"].shape[0] == 8
+        whole = slot.slot.reset(seed=2)["obs"]  # the same worlds, all columns world-major
+        np.testing.assert_array_equal(obs[0]["obs"], whole[0::3])
+        np.testing.assert_array_equal(obs[1]["obs"], np.stack([whole[1::3], whole[2::3]], 1).reshape(8, -1))
+        shape = lead.action_space.shape
+        steps = slot.step_groups([np.zeros((4, *shape), np.float32), np.ones((8, *shape), np.float32)])
+        assert steps[0].reward.shape == (4,) and steps[1].reward.shape == (8,)
+        assert (
+            (slot._actions[0::3] == 0).all() and (slot._actions[1::3] == 1).all() and (slot._actions[2::3] == 1).all()
+        )
+    finally:
+        slot.close()

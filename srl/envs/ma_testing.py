@@ -156,7 +156,6 @@ class TwoKinds(_Episodic):
             out[agent] = obs
         return out
 
-
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         rewards = {a: float(int(actions[a]) == self._targets[a]) for a in self.agents}
         self._t += 1

@@ -63,8 +63,10 @@ class ObsEncoder(nn.Module):
         layer_norm: bool,
         normalize_obs: bool,
         root: str = OBS,
+        plane_convs: Sequence[int] = (),
     ) -> None:
-        """``root``: the field names of the parts (``obs...``; ``state...`` for a global state)."""
+        """``root``: the field names of the parts (``obs...``; ``state...`` for a global state); ``plane_convs``:
+        the channels of the convolutions over float ``[C, H, W]`` parts (``model.plane_convs``)."""
         super().__init__()
         # an action mask is not a feature: it only masks the actor's logits (PolicyNet)
         self.parts: tuple[ObsPart, ...] = tuple(p for p in obs_parts(obs_space, root) if p.name != ACTION_MASK)
@@ -85,14 +87,18 @@ class ObsEncoder(nn.Module):
             else:
                 if p.kind == "vector" and normalize_obs:
                     self.normalizers[key] = RunningMeanStd(p.shape)
-                dim += int(np.prod(p.shape)) if p.shape else 1
+                if p.kind == "vector" and len(p.shape) == 3 and plane_convs:
+                    self.cnns[key] = _plane_convs(int(p.shape[0]), plane_convs)
+                    dim += int(plane_convs[-1]) * int(p.shape[1]) * int(p.shape[2])
+                else:
+                    dim += int(np.prod(p.shape)) if p.shape else 1
         images_only = all(p.kind == "image" for p in self.parts)
         self.torso: nn.Module = nn.Identity() if images_only else mlp(dim, hidden, activation, layer_norm)
         self.out_dim: int = dim if images_only or not len(hidden) else int(hidden[-1])
         # Plain tuple (not a registered container) so the hot path avoids nn.Module attribute lookup; the
         # layers are still owned by ``torso``.
         self._layers: tuple[nn.Module, ...] = () if images_only else tuple(self.torso)  # type: ignore[arg-type]
-        self._plain = len(self.parts) == 1 and self.parts[0].kind == "vector"
+        self._plain = len(self.parts) == 1 and self.parts[0].kind == "vector" and not len(self.cnns)
         key = _key(self.parts[0].name)
         rms = self.normalizers[key] if self._plain and key in self.normalizers else None
         self._plain_rms = rms if isinstance(rms, RunningMeanStd) else None  # the fast path's one normalizer
@@ -100,7 +106,14 @@ class ObsEncoder(nn.Module):
     @staticmethod
     def from_model(obs_space: spaces.Space, model: ModelConfig) -> ObsEncoder:
         """The built-in encoder shaped by a ``model`` section: what ``model.encoder: default`` names."""
-        return ObsEncoder(obs_space, model.hidden, model.activation, model.layer_norm, model.normalize_obs)
+        return ObsEncoder(
+            obs_space,
+            model.hidden,
+            model.activation,
+            model.layer_norm,
+            model.normalize_obs,
+            plane_convs=model.plane_convs,
+        )
 
     @property
     def obs_normalizer(self) -> RunningMeanStd | None:
@@ -134,11 +147,22 @@ class ObsEncoder(nn.Module):
         if key in self.normalizers:
             rms: RunningMeanStd = self.normalizers[key]  # type: ignore[assignment]
             x = rms.normalize(x)
+        if key in self.cnns:  # planes of a board
+            x = self.cnns[key](x)
         return x.reshape(x.shape[0], -1)
 
     def normalizer_inputs(self, obs: Mapping[str, Tensor]) -> list[tuple[RunningMeanStd, Tensor]]:
         """Each running normalizer with the batch of its part (to fold in after an update)."""
         return [(self.normalizers[_key(p.name)], obs[p.name]) for p in self.parts if _key(p.name) in self.normalizers]  # type: ignore[misc]
+
+
+def _plane_convs(channels: int, widths: Sequence[int]) -> nn.Sequential:
+    """3x3 same-padded ReLU convolutions over ``[N, channels, H, W]`` planes (the board keeps its size)."""
+    layers: list[nn.Module] = []
+    for width in widths:
+        layers += [nn.Conv2d(channels, int(width), 3, padding=1), nn.ReLU()]
+        channels = int(width)
+    return nn.Sequential(*layers)
 
 
 def _key(name: str) -> str:

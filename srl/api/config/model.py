@@ -27,6 +27,10 @@ class ModelConfig:
     """Running mean/std observation normalization inside the networks (its statistics ship with the parameters)."""
     init_log_std: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions; state-independent, learned)."""
+    plane_convs: tuple[int, ...] = ()
+    """Channels of 3x3 same-padded ReLU convolutions run over each float observation part shaped ``[C, H, W]``
+    (a board game's planes; uint8 images get the Nature CNN) before the MLP. Empty: such parts are flattened.
+    The convolutions see a threat wherever on the board it is, which a flat MLP must learn square by square."""
     shared_encoder: bool = False
     """The critic's head sits on the actor's encoder (one CNN/MLP torso for both) instead of its own copy.
 
@@ -35,6 +39,7 @@ class ModelConfig:
     """
 
     def __post_init__(self) -> None:
+        check(all(c >= 1 for c in self.plane_convs), "plane_convs", f"must be positive, got {list(self.plane_convs)}")
         check(
             len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
             "hidden",
