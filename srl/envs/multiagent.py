@@ -13,8 +13,10 @@ With ``state``, each column's observation also carries the env's global state
 (``env.state()``, field ``state``, the same for every agent of one env) for a
 centralized critic (MAPPO); the acting policy never reads it.
 
-Agents are the env's ``possible_agents``, in that order, and must have one
-observation space and one action space (one shared policy). An agent that is
+Agents are the env's ``possible_agents``, in that order; the agents of one
+policy must have one observation space and one action space. With ``agents``
+rules that map them to several policies, each policy's agents are a group of
+its own columns and spaces (``ParallelSlot.step_groups``). An agent that is
 done while others go on, or that is not in the env yet, leaves its column idle
 (zero observation and reward) and not ``alive``: segments carry which columns
 acted (the ``alive`` field), and trainers learn from those steps only. Its

@@ -177,10 +177,6 @@ class WorkerSpec:
         params = stream in (Stream.PARAMS, Stream.SNAPSHOTS)
         return next((e for e in self.connects if e.stream is stream and (not params or e.policy == policy)), None)
 
-    def connections(self, stream: Stream) -> tuple[Endpoint, ...]:
-        """Every endpoint of kind ``stream`` this worker connects to (an actor's trainers: one per policy)."""
-        return tuple(e for e in self.connects if e.stream is stream)
-
 
 @dataclass(frozen=True)
 class Topology:

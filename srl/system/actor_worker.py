@@ -109,10 +109,10 @@ class ActorWorker(Worker):
         # Per-slot state in Python lists: read and written once per step, where numpy scalar access costs more.
         self.buffer = [[-1] * G for _ in range(R)]  # each group's buffer in its policy's pool (-1: none yet)
         self.t = [0] * R
-        self.pending = np.zeros((G, R), bool)  # a request of this group of this slot is out
+        self.pending = [[False] * G for _ in range(R)]  # a request of this group of this slot is out
         self.waiting = [0] * R  # groups of the slot still waiting for their actions
         self._actions = [pool.arrays["actions"] for pool in self.pools]
-        self.posted_at = np.zeros((G, R))  # when it went out (perf_counter seconds)
+        self.posted_at = [[0.0] * G for _ in range(R)]  # when it went out (perf_counter seconds)
         self.obs: list[list[Observation]] = []
         self.parked: list[int] = []
         for slot in range(R):
@@ -161,12 +161,12 @@ class ActorWorker(Worker):
         R = self.ring_size
         for asked in ready.tolist():
             k, slot = divmod(asked, R)
-            if 0 <= k < self.G and self.pending[k, slot]:  # ignore malformed or duplicate replies
-                self.pending[k, slot] = False
+            if 0 <= k < self.G and self.pending[slot][k]:  # ignore malformed or duplicate replies
+                self.pending[slot][k] = False
                 left = self.waiting[slot] = self.waiting[slot] - 1
                 if left == 0:
                     steps += self._step_slot(slot)
-        if not steps and self.pending.any():
+        if not steps and any(self.waiting):
             self._repost_overdue()
         self._report()
         if self._saves.due():
@@ -200,10 +200,12 @@ class ActorWorker(Worker):
 
     def _repost_overdue(self) -> None:
         """Ask again for slots waiting longer than ``request_timeout`` (the new ask supersedes the lost one)."""
-        overdue = self.pending & (time.perf_counter() - self.posted_at > self.request_timeout)
-        for k, slot in zip(*np.nonzero(overdue)):
-            self.reposts += 1
-            self._post(int(k), int(slot), self.buffer[slot][k], self.t[slot])
+        late = time.perf_counter() - self.request_timeout
+        for slot, (pending, posted) in enumerate(zip(self.pending, self.posted_at)):
+            for k in range(self.G):
+                if pending[k] and posted[k] < late:
+                    self.reposts += 1
+                    self._post(k, slot, self.buffer[slot][k], self.t[slot])
 
     def _unpark(self) -> None:
         """Give parked slots a fresh buffer in each policy's pool and post their pending observations (a slot
@@ -330,10 +332,10 @@ class ActorWorker(Worker):
     def _post(self, k: int, slot: int, buf: int, t: int) -> None:
         """Ask for group ``k``'s next actions (its observations are already at ``obs[actor, buf, t]`` of its
         pool)."""
-        self.pending[k, slot] = True
+        self.pending[slot][k] = True
         t0 = time.perf_counter()
         self.inference.request(k, slot, buf, t)
-        t1 = self.posted_at[k, slot] = time.perf_counter()
+        t1 = self.posted_at[slot][k] = time.perf_counter()
         self.t_post += t1 - t0
 
     def _finish_episodes(self, k: int, slot: int, done: np.ndarray) -> None:
