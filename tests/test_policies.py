@@ -261,3 +261,36 @@ def test_a_vmas_env_splits_its_worlds_columns_between_policies():
         )
     finally:
         slot.close()
+
+
+def test_a_killed_trainer_of_one_policy_restarts_from_that_policy_s_checkpoint(tmp_path):
+    """kill -9 of blue's trainer (frozen from its first checkpoint on, so the run cannot end first: the actors
+    wait for blue's buffers): it alone restarts, from checkpoints/blue, publishing above what blue's readers
+    hold, and both policies still learn."""
+    import os
+    import signal
+
+    from conftest import wait_while_running, worker_pids
+
+    config, run = tmp_path / "two.yaml", tmp_path / "run"
+    cfg = _cfg(runtime="local", workers__policy_workers=1, run={**_cfg()["run"], "checkpoint_interval_seconds": 0.1})
+    config.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", str(config), "--quiet", "--run-dir", str(run)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_while_running(lambda: checkpoints(run / "checkpoints" / "blue") and "trainer1" in worker_pids(run), proc)
+        first = worker_pids(run)
+        os.kill(first["trainer1"], signal.SIGSTOP)
+        os.kill(first["trainer1"], signal.SIGKILL)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["restarts"] == {"trainer1": 1}
+    assert all(summary["policies"][p]["final_eval_return_mean"] >= 7.0 for p in ("red", "blue")), summary["policies"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    blue = [r["blue/version"] for r in records if "blue/version" in r]
+    assert blue == sorted(blue)  # the restarted trainer published above every version before it
