@@ -200,22 +200,33 @@ def test_a_multi_agent_env_trains_across_nodes(cluster, tmp_path):
 
 def test_two_policies_train_across_nodes_each_with_its_own_parameter_stream(cluster, tmp_path):
     """Agents mapped to two policies of other spaces: each policy's pool on every actor node, its own root and
-    relays, its own trainer and checkpoints; both learn their part of the task."""
+    relays, its own two data-parallel trainers (one on each trainer node, meeting at that policy's TCP store)
+    and its own checkpoints; both learn their part of the task."""
     c, _ = cluster
-    cfg = _cfg(
-        c,
-        "env.id=srl.envs.ma_testing:two_kinds",
-        'agents=[{match: "red_.*", policy: red}, {match: "blue_.*", policy: blue}]',
-        "run.target_return=null",
-        "run.total_env_steps=30000",
-        "run.eval_episodes=20",
-    )
-    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    second = c.add_node(num_cpus=2, resources={"srl_trainer": 1}, node_ip_address="127.0.0.1")
+    try:
+        c.wait_for_nodes()
+        cfg = _cfg(
+            c,
+            "env.id=srl.envs.ma_testing:two_kinds",
+            'agents=[{match: "red_.*", policy: red}, {match: "blue_.*", policy: blue}]',
+            "workers.trainers=2",
+            "ray.trainer_nodes=2",
+            "run.target_return=null",
+            "run.total_env_steps=30000",
+            "run.eval_episodes=20",
+        )
+        summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    finally:
+        c.remove_node(second)
     assert summary["stop_reason"] == "env_steps", summary.get("error")
     for name in ("red", "blue"):  # random play scores 2 (red) and 2.7 (blue) of 8
         assert summary["policies"][name]["final_eval_return_mean"] >= 7.0, summary["policies"]
         assert (tmp_path / "run" / "checkpoints" / name).is_dir()
     assert {"relay0", "relay1", "relay2", "relay3"} <= set(summary["param_service"])
+    workers = json.loads((tmp_path / "run" / "workers.json").read_text())
+    for lead, other in ((0, 1), (2, 3)):  # each policy's two trainers on the two trainer nodes
+        assert workers[f"trainer{lead}"]["node_id"] != workers[f"trainer{other}"]["node_id"]
 
 
 def test_self_play_against_a_league_runs_across_nodes(cluster, tmp_path):

@@ -70,14 +70,18 @@ class NodeAgent:
         sweep_stale_pipe_dirs()  # and its pipe folder
         self.fabric = _fabric(spec, self.plan, ray.util.get_node_ip_address())
         self.fabric.create()
-        self.dist: str | None = None
-        if self.fabric.node == TRAINER_NODE and self.plan.trainer_nodes > 1:  # the lead trainer will host the store
-            self.fresh_dist()
+        self.dist: list[str] | None = None
+        if self.fabric.node == TRAINER_NODE and self.plan.trainer_nodes > 1:  # the lead trainers host the stores
+            self.dist = [self._address() for _ in self.plan.policies]
 
-    def fresh_dist(self) -> str:
-        """A new address for the trainers' TCP store (restarted trainers meet afresh)."""
-        self.dist = f"tcp://{self.fabric.host}:{_free_port(self.fabric.host)}"
-        return self.dist
+    def _address(self) -> str:
+        return f"tcp://{self.fabric.host}:{_free_port(self.fabric.host)}"
+
+    def fresh_dist(self, policy: int) -> str:
+        """A new address for the TCP store of policy ``policy``'s trainers (restarted trainers meet afresh)."""
+        assert self.dist is not None
+        self.dist[policy] = self._address()
+        return self.dist[policy]
 
     def where(self) -> str:
         """The names workers open, and the trainers' TCP store when this group hosts it (JSON)."""

@@ -57,8 +57,8 @@ class Endpoints:
     servers: dict[str, str] = field(default_factory=dict)
     """Bound endpoints by name (``trainer<i>``'s sample receiver, the ``root`` or ``relay<g>`` parameter
     server; see ``topology.Endpoint``) -> their address."""
-    dist: str | None = None
-    """The data-parallel trainers' TCP store (``tcp://HOST:PORT``) when they span several nodes."""
+    dist: list[str] | None = None
+    """Each policy's data-parallel trainers' TCP store (``tcp://HOST:PORT``) when they span several nodes."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,7 +70,7 @@ class Endpoints:
             str(data["control"]),
             str(data["token"]),
             dict(data["servers"]),
-            None if dist is None else str(dist),
+            None if dist is None else [str(d) for d in dist],
         )
 
 
@@ -141,9 +141,11 @@ class NodeFabric(SharedFabric):
         return self._get("reporter", lambda: ZmqReporter(self.endpoints.control, token=self.endpoints.token))
 
     def dist_init_method(self, epoch: int = 0, policy: int = 0) -> str:
-        # several trainer nodes meet at the lead trainer node's TCP store (a new one per epoch, from the driver;
-        # runs of one policy); on one node, at a file in its directory
-        return self.endpoints.dist or f"file://{self.dir}/trainers{epoch}_p{policy}.store"
+        # several trainer nodes meet at their policy's TCP store on the lead trainer node (a new one per epoch,
+        # from the driver); on one node, at a file in its directory
+        if self.endpoints.dist:
+            return self.endpoints.dist[policy]
+        return f"file://{self.dir}/trainers{epoch}_p{policy}.store"
 
     def dist_interface(self) -> str | None:
         return interface_of(self.host) if self.endpoints.dist else "lo"

@@ -75,7 +75,7 @@ class Group:
     node: int
     pg: PlacementGroup
     agent: Any = None
-    where: dict[str, str] = field(default_factory=dict)
+    where: dict[str, Any] = field(default_factory=dict)
     pending: Any = None
     """The agent's ``where()`` while the group is being (re)placed."""
 
@@ -179,7 +179,8 @@ class RayPlacement:
             except (GetTimeoutError, RayActorError) as exc:
                 raise StartError(f"ray: the agent of node group {node} did not start ({type(exc).__name__})") from None
             group.pending = None
-        self.endpoints.dist = self.groups[TRAINER_NODE].where.get("dist")
+        dist: Any = self.groups[TRAINER_NODE].where.get("dist")  # one store per policy, or None
+        self.endpoints.dist = None if dist is None else [str(d) for d in dist]
 
     def _options(self, node: int, cpus: float, gpus: float = 0.0) -> dict[str, Any]:
         group = self.groups[node]
@@ -237,9 +238,11 @@ class RayPlacement:
         trainers = [launch for launch in launches if launch.worker.role is TRAINER]
         if len(trainers) > 1 and not all(ready[launch.worker.group] for launch in trainers):
             raise StartError("a trainer node was lost, and data-parallel trainers restart only on the nodes they had")
-        if any(launch.incarnation > 0 for launch in trainers) and self.endpoints.dist is not None:
-            # trainers on several nodes meet again at a new TCP store
-            self.endpoints.dist = str(ray.get(self.groups[TRAINER_NODE].agent.fresh_dist.remote(), timeout=30.0))
+        dist = self.endpoints.dist
+        if dist is not None:  # trainers on several nodes meet again at a new TCP store of their policy
+            agent = self.groups[TRAINER_NODE].agent
+            for k in sorted({launch.worker.policy or 0 for launch in trainers if launch.incarnation > 0}):
+                dist[k] = str(ray.get(agent.fresh_dist.remote(k), timeout=30.0))
         now = [launch for launch in launches if ready[launch.worker.group]]
         for launch in launches:
             if not ready[launch.worker.group]:

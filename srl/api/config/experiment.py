@@ -98,11 +98,6 @@ class ExperimentConfig:
         if self.runtime == "ray":
             w = self.workers
             check(
-                len(names) == 1 or self.ray.trainer_nodes == 1,
-                "ray.trainer_nodes",
-                "the trainers of several policies share one trainer node (their rendezvous is node-local)",
-            )
-            check(
                 w.actors % nodes == 0,
                 "workers.actors",
                 f"{w.actors} actors do not split evenly over ray.actor_nodes={nodes}",
