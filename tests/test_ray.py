@@ -96,7 +96,6 @@ def _cfg(c: Cluster, *overrides: str, config: str = "configs/cartpole_ppo.yaml")
             "ray.actors_per_node=1",
             "ray.node_resource=srl_actor",
             "ray.trainer_resource=srl_trainer",
-            "run.max_wall_seconds=240",
             *overrides,
         ],
     )

@@ -9,11 +9,11 @@ topology) and asks the fabric for those endpoints.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
 
 import torch
 import zmq
@@ -161,7 +161,9 @@ def build_eval(ctx: BuildContext) -> Worker:
                 "spaces": planned.spaces,
                 "policy": planned.name,
             }
-            atomic_save(policy_checkpoints(run_dir, cfg, planned.name) / "best.pt", _saver(state))
+            atomic_save(
+                policy_checkpoints(run_dir, cfg, planned.name) / "best.pt", functools.partial(torch.save, state)
+            )
 
     return EvalWorker(
         policies,
@@ -172,10 +174,6 @@ def build_eval(ctx: BuildContext) -> Worker:
         save_best,
         wait_timeout=max(ctx.wait_timeout, 0.0),
     )
-
-
-def _saver(state: dict[str, Any]) -> Callable[[BinaryIO], None]:
-    return lambda f: torch.save(state, f)
 
 
 def build_league(ctx: BuildContext) -> Worker:

@@ -43,7 +43,7 @@ class Controller:
         self.window: deque[float] = deque(maxlen=cfg.run.return_window)
         self.names = cfg.policy_names
         self.policy_windows: list[deque[float]] = [deque(maxlen=cfg.run.return_window) for _ in self.names]
-        """Each policy's recent episode returns (its agents'), when the run has several."""
+        """Each policy's recent episode returns (its agents')."""
         self.actor_steps: dict[int, int] = {}
         self.actor_nonfinite: dict[int, int] = {}
         self.episodes = 0
@@ -89,7 +89,7 @@ class Controller:
                 self.window.extend(float(r) for r in returns)
                 self.episodes += len(returns)
                 owners = arrays.get("episode_policies")
-                if owners is not None and len(owners) == len(returns) and len(self.names) > 1:
+                if owners is not None and len(owners) == len(returns):
                     for k, r in zip(owners.tolist(), returns.tolist()):
                         if 0 <= k < len(self.names):
                             self.policy_windows[k].append(float(r))
@@ -304,11 +304,12 @@ class Controller:
         out = {}
         per_policy = (final_eval or {}).get("policies", {})
         for k, name in enumerate(self.names):
-            if len(self.names) == 1:
-                window, version = self.window, self.policy_version
+            window = self.policy_windows[k]
+            if len(self.names) == 1:  # the run's own numbers (its evaluation has no per-policy part)
+                version = self.policy_version
                 final = None if final_eval is None else final_eval.get("return_mean")
             else:
-                window, version = self.policy_windows[k], int(self.lead_trainer(k).get("version", 0))
+                version = int(self.lead_trainer(k).get("version", 0))
                 final = per_policy.get(name, {}).get("return_mean")
             out[name] = {
                 "policy_version": version,
