@@ -18,7 +18,7 @@ from srl.api.spaces import OBS, STATE
 from srl.api.worker import Algorithm, Collective, Policy
 from srl.nets.policy import PolicyNet, ValueNet
 
-ALGORITHMS = {"ppo": "srl.algorithms.ppo:PPO"}
+ALGORITHMS = {"ppo": "srl.algorithms.ppo:PPO", "lm_ppo": "srl.text.algorithm:LMPPO"}
 """Built-in names for ``algorithm:``."""
 
 ENCODERS = {"default": "srl.nets.policy:ObsEncoder.from_model"}

@@ -78,9 +78,9 @@ def ppo_loss(
     new_logp: Tensor,
     old_logp: Tensor,
     advantages: Tensor,
-    new_values: Tensor,
-    old_values: Tensor,
-    returns: Tensor,
+    new_values: Tensor | None,
+    old_values: Tensor | None,
+    returns: Tensor | None,
     entropy: Tensor,
     *,
     clip: float,
@@ -97,7 +97,8 @@ def ppo_loss(
     ``approx_kl`` uses the low-variance ``(r - 1) - log r`` estimator.
     ``weights`` (per sample, no gradient) scale the clipped surrogate: the
     truncated behaviour importance weights of decoupled PPO, where
-    ``old_logp`` is then the proximal (current) policy's.
+    ``old_logp`` is then the proximal (current) policy's. Without a critic (GRPO) the value terms are None
+    and the value loss is 0.
     """
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
@@ -107,7 +108,10 @@ def ppo_loss(
     if weights is not None:
         surrogate = weights * surrogate
     policy_loss = -_mean(surrogate)
-    value_loss = _value_loss(new_values, old_values, returns, value_clip)
+    if new_values is None or old_values is None or returns is None:
+        value_loss = torch.zeros((), dtype=new_logp.dtype, device=new_logp.device)
+    else:
+        value_loss = _value_loss(new_values, old_values, returns, value_clip)
     entropy_mean = _mean(entropy)
     total = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
     with torch.no_grad():

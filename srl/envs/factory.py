@@ -80,8 +80,8 @@ def make_env(cfg: EnvConfig) -> gym.Env:
 
 
 def create_env(cfg: EnvConfig, num_envs: int = 1) -> Any:
-    """What ``env.id`` makes, unwrapped: a ``gymnasium.Env``, a PettingZoo ``ParallelEnv`` or ``AECEnv``, a VMAS env
-    or an OpenSpiel game (see
+    """What ``env.id`` makes, unwrapped: a ``gymnasium.Env``, a PettingZoo ``ParallelEnv`` or ``AECEnv``, a VMAS env,
+    an OpenSpiel game or a text task (:class:`srl.text.task.TextTask`; see
     :func:`srl.envs.slots.make_slot`); one line naming the env for anything else. A factory that takes a
     ``num_envs`` argument makes a batch of environments at once (VMAS): it gets ``num_envs``."""
     factory = _resolve(cfg.id)
@@ -100,16 +100,21 @@ def create_env(cfg: EnvConfig, num_envs: int = 1) -> Any:
     if isinstance(env, gym.Env):
         return env
     from srl.envs.multiagent import is_parallel_env
+    from srl.text.task import TextTask
     from srl.envs.turns import is_aec_env, is_openspiel_game
     from srl.envs.vmas_slot import is_vmas_env
 
+    if isinstance(env, TextTask):
+        if cfg.max_episode_steps is not None:
+            raise ConfigError(f"env.max_episode_steps: {cfg.id!r} is a text task; its episodes are one completion")
+        return env
     if is_parallel_env(env) or is_vmas_env(env) or is_aec_env(env) or is_openspiel_game(env):
         if cfg.max_episode_steps is not None:
             raise ConfigError(f"env.max_episode_steps: {cfg.id!r} is a multi-agent env; set its own episode length")
         return env
     raise ConfigError(
-        f"env.id: {cfg.id!r} did not return a gymnasium.Env, a PettingZoo ParallelEnv or AECEnv, a VMAS env or an "
-        "OpenSpiel game"
+        f"env.id: {cfg.id!r} did not return a gymnasium.Env, a PettingZoo ParallelEnv or AECEnv, a VMAS env, an "
+        "OpenSpiel game or a text task"
     )
 
 

@@ -18,6 +18,7 @@ from srl.envs.factory import create_env, make_env, wrap_env
 from srl.envs.multiagent import ParallelSlot, SplitSlot, is_parallel_env
 from srl.envs.turns import TurnSlot, is_aec_env, is_openspiel_game
 from srl.envs.vmas_slot import VmasSlot, is_vmas_env
+from srl.text.task import TextTask
 
 
 class GymSlot:
@@ -119,6 +120,10 @@ def _make(cfg: EnvConfig, num_envs: int, state: bool | Collection[str], rules: S
             return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg), state, cfg.agent_id, rules)
         if is_vmas_env(env):
             slot = VmasSlot(cfg.id, env, cfg.agent_id)
+        elif isinstance(env, TextTask):
+            if cfg.agent_id:
+                raise ConfigError(f"env.agent_id: {cfg.id!r} is a text task, not a multi-agent env")
+            slot = env
         else:
             if cfg.agent_id:
                 env.close()

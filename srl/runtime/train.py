@@ -76,6 +76,10 @@ def train(
     start_time = time.time() if start_time is None else start_time
     sweep_stale()  # segments left by runs that were killed with SIGKILL
     sweep_stale_pipe_dirs()  # and their named pipes' folders
+    if cfg.algorithm == "lm_ppo":
+        from srl.text.pretrain import ensure_base
+
+        ensure_base(cfg)  # the pipeline's first step: a missing base model is made (once) and cached
     plan = make_plan(cfg)
     offset = 0
     if resume is not None:

@@ -7,8 +7,8 @@ key, type or value raises :class:`ConfigError` whose message names the field,
 so the CLI can print one line and exit non-zero. Configs are never mutated
 after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
-One module per section (``env``, ``workers``, ``model``, ``ppo``, ``params``, ``stage``, ``league``, ``ray``,
-``run``), the root in ``experiment``, typed building in ``parse`` and the YAML / ``--set`` reading in ``load``;
+One module per section (``env``, ``workers``, ``model``, ``ppo``, ``params``, ``stage``, ``league``, ``text``,
+``ray``, ``run``), the root in ``experiment``, typed building in ``parse`` and the YAML / ``--set`` reading in ``load``;
 every public name is imported from this package.
 """
 
@@ -26,6 +26,7 @@ from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
 from srl.api.config.run import RunConfig
 from srl.api.config.stage import StageConfig
+from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "RayConfig",
     "RunConfig",
     "StageConfig",
+    "TextConfig",
     "WorkersConfig",
     "apply_overrides",
     "build",

@@ -18,6 +18,7 @@ from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
 from srl.api.config.run import RunConfig
 from srl.api.config.stage import StageConfig
+from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
 
 
@@ -57,6 +58,8 @@ class ExperimentConfig:
     policies: tuple[PolicySpec, ...] = ()
     """Per-policy overrides of ``model`` and ``ppo``: ``{name: NAME, model: {...}, ppo: {...}}``. Each policy
     has its own trainers (``workers.trainers`` each), parameter stream and checkpoints."""
+    text: TextConfig = field(default_factory=TextConfig)
+    """A language model fine-tuned by RL (``algorithm: lm_ppo``, with a text task as ``env``)."""
     run: RunConfig = field(default_factory=RunConfig)
     """Stopping and recording."""
     ray: RayConfig = field(default_factory=RayConfig)

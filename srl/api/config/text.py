@@ -1,0 +1,92 @@
+"""The ``text`` section: fine-tuning a language model by RL (``algorithm: lm_ppo``; the task is ``env``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from srl.api.config.errors import ConfigError, check
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextBaseConfig:
+    """How to make ``text.model`` when its folder is missing: a tokenizer and a small causal LM trained here on a
+    corpus by next-token prediction (the pipeline's first step), cached in the folder for later runs."""
+
+    corpus: str | None = None
+    """``package.module:function`` with ``function(rng, n) -> list[str]``: n training documents."""
+    model: Mapping[str, Any] = field(default_factory=dict)
+    """The architecture: ``arch`` (gpt2, llama, qwen2), ``layers``, ``width``, ``heads``, ``kv_heads``, ``mlp``,
+    ``context`` (see ``srl.text.hf.LMSpec``)."""
+    steps: int = 2000
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Documents per step."""
+    lr: float = 1e-3
+    """Peak learning rate (linear warm-up over 5% of the steps, then linear decay)."""
+    vocab_size: int = 258
+    """Tokenizer vocabulary (byte-level BPE; 258 is the 256 bytes, pad and end-of-sequence: no merges)."""
+    seed: int = 0
+    """Seed of the corpus draws and the initialization."""
+
+    def __post_init__(self) -> None:
+        check(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
+        check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.vocab_size >= 258, "vocab_size", f"must be >= 258 (the bytes and two special tokens), got {self.vocab_size}")
+        if self.model:
+            from srl.text.hf import LMSpec, ModelError
+
+            try:
+                LMSpec(**dict(self.model))
+            except TypeError as exc:
+                raise ConfigError(f"model: {exc}") from None
+            except ModelError as exc:
+                raise ConfigError(f"model: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextConfig:
+    """The policy's language model, how it generates, and how PPO or GRPO trains it over tokens. The task (the
+    prompts, the reward, the completion budget, stop strings, GRPO's group size) is the env:
+    ``env.id: srl.text.task:TextTask`` with its ``env.kwargs``."""
+
+    model: str | None = None
+    """A local Hugging Face model folder (``config.json``, safetensors weights, tokenizer): the policy starts
+    from it, and it is the frozen reference unless ``reference`` names another. Never downloaded."""
+    reference: str | None = None
+    """The frozen reference model's folder for the KL leash; None: ``model``."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs (behaviour, proximal, reference) are all taken at this temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling: draw from the smallest set of tokens holding this much probability."""
+    advantage: Literal["gae", "group"] = "gae"
+    """``gae``: PPO with a critic (a value head on its own copy of ``model``, trained here and never sent to the
+    generators), GAE over tokens. ``group``: GRPO, each completion's score against its group's
+    (``env.kwargs.group_size`` completions of one prompt), no critic."""
+    group_scale: bool = True
+    """GRPO: divide by the group's standard deviation (false: Dr. GRPO's unscaled form)."""
+    kl_coef: float = 0.05
+    """Weight of the KL leash to the reference model; 0 turns it off."""
+    kl_in: Literal["reward", "loss"] = "reward"
+    """Where the leash acts: a per-token penalty in the rewards (PPO-RLHF), or a term of the loss (GRPO)."""
+    kl_estimator: Literal["k1", "k2", "k3"] | None = None
+    """The per-token KL estimator; None: ``k1`` in the reward, ``k3`` in the loss."""
+    value_head_init: float = 0.0
+    """Std of the value head's initial weights (0: values start at 0)."""
+    base: TextBaseConfig = field(default_factory=TextBaseConfig)
+    """How to make ``model`` when its folder is missing (pre-training here)."""
+
+    def __post_init__(self) -> None:
+        check(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
+        check(0.0 < self.top_p <= 1.0, "top_p", f"must be in (0, 1], got {self.top_p}")
+        check(self.kl_coef >= 0, "kl_coef", f"must be >= 0, got {self.kl_coef}")
+        check(self.value_head_init >= 0, "value_head_init", f"must be >= 0, got {self.value_head_init}")
+
+    @property
+    def estimator(self) -> Literal["k1", "k2", "k3"]:
+        """The KL estimator in use."""
+        if self.kl_estimator is not None:
+            return self.kl_estimator
+        return "k1" if self.kl_in == "reward" else "k3"

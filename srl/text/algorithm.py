@@ -1,0 +1,416 @@
+"""PPO and GRPO over the tokens of a causal language model (``algorithm: lm_ppo``), and its acting policy.
+
+The workload is ordinary to the system: a text task (:mod:`srl.text.task`) is a slot whose observation is a
+prompt's ids and whose action is a whole completion, so actors, policy workers (which generate), the sample
+stream, the parameter service and the trainer carry it like any other run. A segment holds ``T`` batches of
+``B`` completions; the policy declares two fields besides the actions: ``logp`` (each token's behaviour
+log-prob, ``[C]``) and ``length`` (the completion's tokens, its end included).
+
+The trainer keeps three networks:
+
+- the policy, whose parameters alone are published (flat, float32) to the generators;
+- a frozen reference (``text.reference``, else the starting model) for the KL leash;
+- with ``text.advantage: gae``, a critic: its own copy of the starting model's trunk with a scalar head,
+  trained here and never shipped (the decentralized critic of SRL); its value at a token is read from the
+  hidden state that predicted the token, the state before it was chosen.
+
+An update recomputes, with no gradient, the current (proximal) log-probs, the reference's and the values;
+then it takes ``ppo.epochs`` passes of ``ppo.minibatches`` minibatches of completions through the clipped
+surrogate of :func:`srl.algorithms.ppo_math.ppo_loss` over the valid tokens. With ``ppo.td_compensation``
+(asynchronous generation, bounded by ``ppo.max_policy_lag``) the ratio is taken against the proximal policy
+and each token weighted by its truncated importance weight against the behaviour policy (decoupled PPO);
+without it, against the behaviour log-probs, which synchronous generation makes equal to the proximal ones.
+The math is in :mod:`srl.algorithms.token_math`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import Tensor, nn
+
+from srl.algorithms.adam import Adam
+from srl.algorithms.grad_clip import GradClipper
+from srl.algorithms.ppo_math import ppo_loss
+from srl.algorithms.token_math import (
+    group_advantages,
+    kl_penalty,
+    kl_per_token,
+    lengths_mask,
+    masked_mean,
+    masked_whiten,
+    token_gae,
+    token_rewards,
+)
+from srl.api.algorithm import AlgorithmContext
+from srl.api.config import ConfigError, ExperimentConfig
+from srl.api.schema import Field
+from srl.api.spaces import OBS
+from srl.text.generate import StopStrings, completion_logits, completion_logp, completion_inputs, generate, token_logp
+from srl.text.hf import ModelError, load_lm, load_tokenizer
+
+
+def flat_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters a snapshot carries, in a fixed order (tied weights once)."""
+    return list(model.parameters())
+
+
+def prompt_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """1 from each row's first non-pad token on (prompts are left-padded; a pad inside a prompt stays real)."""
+    return ((ids != pad_id).long().cumsum(dim=1) > 0).long()
+
+
+def _context(model: nn.Module) -> int | None:
+    config = model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
+def _load(folder: str | None, where: str) -> nn.Module:
+    if folder is None:
+        raise ConfigError(f"{where}: algorithm lm_ppo needs a model folder")
+    try:
+        return load_lm(folder, where)
+    except ModelError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _task_settings(cfg: ExperimentConfig, action_space: spaces.Space) -> tuple[int, tuple[str, ...], int]:
+    """The completion budget, the stop strings and GRPO's group size, from the text task's settings (checked
+    against the estimator and the slot size: the plan calls this, so a mismatch is one line before any start)."""
+    if not isinstance(action_space, spaces.MultiDiscrete):
+        raise ConfigError(f"algorithm: lm_ppo needs a text task as env (env.id {cfg.env.id!r} is not one)")
+    kwargs = cfg.env.kwargs
+    group = int(kwargs.get("group_size", 1))
+    if cfg.text.advantage == "group" and group < 2:
+        raise ConfigError(
+            f"text.advantage: group (GRPO) compares completions of one prompt: needs env.kwargs.group_size >= 2, "
+            f"got {group}"
+        )
+    if cfg.workers.envs_per_slot % group:
+        raise ConfigError(
+            f"workers.envs_per_slot: {cfg.workers.envs_per_slot} completions per slot do not split into groups of "
+            f"env.kwargs.group_size {group}"
+        )
+    return len(action_space.nvec), tuple(kwargs.get("stop", ())), group
+
+
+def _check_fits(model: nn.Module, tokenizer: Any, obs_space: spaces.Space, max_new: int, where: str) -> None:
+    vocab = int(model.config.vocab_size)
+    if len(tokenizer) > vocab:
+        raise ConfigError(f"{where}: the tokenizer has {len(tokenizer)} tokens, the model only {vocab}")
+    context = _context(model)
+    prompt = int(obs_space.shape[0]) if obs_space.shape else 0
+    if context is not None and prompt + max_new > context:
+        raise ConfigError(
+            f"env.kwargs.max_new_tokens: prompts of up to {prompt} tokens and completions of up to {max_new} "
+            f"exceed the context of {where} ({context} positions)"
+        )
+
+
+class TextPolicy:
+    """Generates completions for a batch of prompts (what actors and policy workers run): the actions are the
+    completion tokens, with each token's log-prob and the completion's length."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, max_new_tokens: int, stop: tuple[str, ...], cfg: Any) -> None:
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.params = flat_parameters(self.model)
+        self.max_new_tokens, self.cfg = max_new_tokens, cfg
+        self.vocab = len(tokenizer)
+        self.pad_id, self.eos_id = int(tokenizer.pad_token_id), int(tokenizer.eos_token_id)
+        self.stop = StopStrings(tokenizer, stop)
+        self._size = sum(p.numel() for p in self.params)
+
+    def output_fields(self) -> tuple[Field, ...]:
+        return (Field("logp", (self.max_new_tokens,), "float32"), Field("length", (), "int32"))
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        ids = torch.from_numpy(np.ascontiguousarray(obs[OBS])).long()
+        out = generate(
+            self.model,
+            ids,
+            prompt_mask(ids, self.pad_id),
+            self.max_new_tokens,
+            eos_id=self.eos_id,
+            pad_id=self.pad_id,
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            greedy=deterministic,
+            stop=self.stop,
+            vocab=self.vocab,
+        )
+        return {
+            "actions": out.tokens.numpy(),
+            "logp": out.logp.numpy(),
+            "length": out.lengths.to(torch.int32).numpy(),
+        }
+
+    def load_flat(self, flat: np.ndarray) -> None:
+        if len(flat) != self._size:
+            raise ValueError(f"flat state has wrong length: expected {self._size}, got {len(flat)}")
+        src = torch.from_numpy(np.asarray(flat, np.float32))
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                n = p.numel()
+                p.copy_(src[offset : offset + n].view_as(p))
+                offset += n
+
+    def flat_size(self) -> int:
+        return self._size
+
+    def flat_state(self, out: np.ndarray | None = None) -> np.ndarray:
+        return write_flat(self.params, out)
+
+
+def write_flat(params: list[nn.Parameter], out: np.ndarray | None = None) -> np.ndarray:
+    """The parameters as one float32 vector (into ``out`` when given)."""
+    size = sum(p.numel() for p in params)
+    if out is None:
+        out = np.empty(size, np.float32)
+    dst = torch.from_numpy(out)
+    offset = 0
+    with torch.no_grad():
+        for p in params:
+            n = p.numel()
+            dst[offset : offset + n].copy_(p.detach().reshape(-1))
+            offset += n
+    return out
+
+
+class ValueModel(nn.Module):
+    """A critic over completions: a language model's trunk (its own copy) and a scalar head per position."""
+
+    def __init__(self, lm: nn.Module, init_std: float) -> None:
+        super().__init__()
+        self.trunk = lm.base_model
+        width = int(lm.config.hidden_size)
+        self.head = nn.Linear(width, 1)
+        nn.init.normal_(self.head.weight, std=init_std) if init_std > 0 else nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, prompt_ids: Tensor, prompt_mask: Tensor, tokens: Tensor, mask: Tensor) -> Tensor:
+        """Values ``[N, C]``: at each completion token, of the state before it was chosen."""
+        ids, attn, pos = completion_inputs(prompt_ids, prompt_mask, tokens, mask)
+        P, C = prompt_ids.shape[1], tokens.shape[1]
+        states = self.trunk(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state
+        return self.head(states[:, P - 1 : P + C - 1]).squeeze(-1)
+
+
+class LMPPO:
+    """PPO (with a critic) or GRPO (group-relative, no critic) over tokens; see the module docstring."""
+
+    def __init__(self, ctx: AlgorithmContext) -> None:
+        cfg = ctx.cfg
+        torch.manual_seed(ctx.seed)
+        self.ppo, self.text = cfg.ppo, cfg.text
+        self.collective = ctx.collective
+        max_new, _, self.group_size = _task_settings(cfg, ctx.action_space)
+        tokenizer = _tokenizer(cfg)
+        self.pad_id, self.vocab = int(tokenizer.pad_token_id), len(tokenizer)
+        self.policy = _load(self.text.model, "text.model")
+        _check_fits(self.policy, tokenizer, ctx.obs_space, max_new, "text.model")
+        self.policy.eval()  # no dropout: the ratio of a completion must not depend on a random mask
+        self.reference = _load(self.text.reference or self.text.model, "text.reference" if self.text.reference else "text.model")
+        self.reference.eval().requires_grad_(False)
+        self.critic: ValueModel | None = None
+        params = {"policy": flat_parameters(self.policy)}
+        if self.text.advantage == "gae":
+            self.critic = ValueModel(_load(self.text.model, "text.model"), self.text.value_head_init)
+            self.critic.eval()
+            params["critic"] = list(self.critic.parameters())
+        self.optimizer = Adam([p for group in params.values() for p in group], lr=self.ppo.lr, eps=self.ppo.adam_eps)
+        self._clippers = {
+            name: GradClipper(
+                group,
+                self.ppo.max_grad_norm,
+                adaptive=self.ppo.grad_clip == "adaptive",
+                percentile=self.ppo.grad_clip_percentile,
+                window=self.ppo.grad_clip_window,
+                unitwise=self.ppo.unitwise_clip,
+            )
+            for name, group in params.items()
+        }
+        self._policy_params = params["policy"]
+        self._gen = torch.Generator().manual_seed(ctx.seed + 1)
+
+    @staticmethod
+    def acting_policy(ctx: AlgorithmContext) -> TextPolicy:
+        """The generator: the starting model (every snapshot then overwrites its weights) and its tokenizer."""
+        max_new, stop, _ = _task_settings(ctx.cfg, ctx.action_space)
+        model = _load(ctx.cfg.text.model, "text.model")
+        tokenizer = _tokenizer(ctx.cfg)
+        _check_fits(model, tokenizer, ctx.obs_space, max_new, "text.model")
+        return TextPolicy(model, tokenizer, max_new, stop, ctx.cfg.text)
+
+    # ------------------------------------------------------------------ Algorithm
+    def policy_state(self) -> np.ndarray:
+        return write_flat(self._policy_params)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "critic": None if self.critic is None else self.critic.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "minibatches": self._gen.get_state()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self._gen.set_state(state["rng"]["minibatches"])
+
+    def synchronize(self) -> None:
+        if self.collective is not None:
+            self.collective.broadcast_([p.data for p in self._policy_params])
+
+    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
+        ppo, text = self.ppo, self.text
+        lr = ppo.lr * (1.0 - progress) if ppo.lr_schedule == "linear" else ppo.lr
+        self.optimizer.lr = max(lr, 1e-8)
+        T, N = batch["rewards"].shape
+        rows = T * N
+        prompts = torch.from_numpy(batch[OBS][:T]).reshape(rows, -1).long()
+        pmask = prompt_mask(prompts, self.pad_id)
+        tokens = torch.from_numpy(batch["actions"]).reshape(rows, -1)
+        C = tokens.shape[1]
+        mask = lengths_mask(torch.from_numpy(batch["length"]).reshape(rows).long(), C)
+        behaviour = torch.from_numpy(batch["logp"]).reshape(rows, C)
+        scores = torch.from_numpy(batch["rewards"]).reshape(rows)
+        mb = max(1, rows // ppo.minibatches)
+
+        with torch.no_grad():  # the batch as the current policy, the reference and the critic see it
+            prox = torch.cat([self._logp(self.policy, prompts, pmask, tokens, mask, s) for s in _chunks(rows, mb)])
+            if text.kl_coef > 0:
+                ref = torch.cat([self._logp(self.reference, prompts, pmask, tokens, mask, s) for s in _chunks(rows, mb)])
+            else:
+                ref = prox
+            kl = kl_per_token(prox, ref, text.estimator) * mask
+            ratio = (prox - behaviour).exp()
+            truncated = ratio.clamp(max=ppo.is_rho_clip)
+            weights = truncated if ppo.td_compensation else None
+            old_logp = prox if ppo.td_compensation else behaviour
+            kl_reward = text.kl_coef if text.kl_in == "reward" else 0.0
+            values = returns = None
+            if self.critic is not None:
+                values = torch.cat([self.critic(*_rows((prompts, pmask, tokens, mask), s)) for s in _chunks(rows, mb)])
+                rho = c = None
+                if ppo.vtrace_targets:
+                    rho, c = truncated, ratio.clamp(max=ppo.is_c_clip)
+                rewards = token_rewards(scores, kl, mask, kl_reward)
+                adv, returns = token_gae(rewards, values, mask, ppo.gamma, ppo.gae_lambda, rho, c)
+                if ppo.normalize_advantages:
+                    adv = masked_whiten(adv, mask)
+            else:
+                sequence = scores - kl_reward * kl.sum(dim=1)
+                adv = group_advantages(sequence, self.group_size, text.group_scale)[:, None] * mask
+
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(ppo.epochs):
+            perm = torch.randperm(rows, generator=self._gen)
+            for start in range(0, mb * ppo.minibatches, mb):
+                idx = perm[start : start + mb]
+                stats = self._minibatch(
+                    idx, prompts, pmask, tokens, mask, old_logp, adv, values, returns, weights, ref
+                )
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+        out = {k: v / count for k, v in sums.items()}
+        lengths = mask.sum(dim=1)
+        out.update(
+            reward=float(scores.mean()),
+            kl=float(kl.sum(dim=1).mean()),
+            response_length=float(lengths.mean()),
+            tokens_trained=float(lengths.sum()),
+            is_weight_mean=float(masked_mean(ratio, mask)),
+            is_weight_truncated=float(masked_mean((ratio > ppo.is_rho_clip).float(), mask)),
+            lr=lr,
+        )
+        if self.collective is not None:
+            out["bytes_reduced"] = float(self.collective.bytes_reduced)
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _logp(self, model: nn.Module, prompts: Tensor, pmask: Tensor, tokens: Tensor, mask: Tensor, s: slice) -> Tensor:
+        return completion_logp(model, prompts[s], pmask[s], tokens[s], mask[s], self.text.temperature, self.vocab)
+
+    def _minibatch(
+        self,
+        idx: Tensor,
+        prompts: Tensor,
+        pmask: Tensor,
+        tokens: Tensor,
+        mask: Tensor,
+        old_logp: Tensor,
+        adv: Tensor,
+        values: Tensor | None,
+        returns: Tensor | None,
+        weights: Tensor | None,
+        ref: Tensor,
+    ) -> dict[str, float]:
+        ppo, text = self.ppo, self.text
+        m = mask[idx]
+        valid = m.bool()
+        logits, _ = completion_logits(self.policy, prompts[idx], pmask[idx], tokens[idx], m)
+        logp, entropy = token_logp(logits, tokens[idx], text.temperature, self.vocab)
+        new_v = old_v = ret = None
+        if self.critic is not None and values is not None and returns is not None:
+            new_v = self.critic(prompts[idx], pmask[idx], tokens[idx], m)[valid]
+            old_v, ret = values[idx][valid], returns[idx][valid]
+        loss, stats = ppo_loss(
+            logp[valid],
+            old_logp[idx][valid],
+            adv[idx][valid],
+            new_v,
+            old_v,
+            ret,
+            entropy[valid],
+            clip=ppo.clip,
+            value_clip=ppo.value_clip,
+            vf_coef=ppo.vf_coef,
+            ent_coef=ppo.ent_coef,
+            weights=None if weights is None else weights[idx][valid],
+        )
+        if text.kl_in == "loss" and text.kl_coef > 0:
+            leash = kl_penalty(logp, ref[idx], m, text.kl_coef, text.estimator)
+            loss = loss + leash
+            stats["kl_loss"] = leash.detach()
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.collective is not None:
+            self.collective.mean_([p.grad for p in self._policy_params if p.grad is not None])
+        out = {k: float(v) for k, v in stats.items()}
+        for name, clipper in self._clippers.items():
+            norm, threshold = clipper.clip()
+            out[f"grad_norm_{name}"] = norm
+        self.optimizer.step()
+        return out
+
+
+def _tokenizer(cfg: ExperimentConfig) -> Any:
+    folder = cfg.text.model
+    if folder is None:
+        raise ConfigError("text.model: algorithm lm_ppo needs a model folder")
+    try:
+        return load_tokenizer(folder)
+    except ModelError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _chunks(n: int, size: int) -> Iterator[slice]:
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
+def _rows(tensors: tuple[Tensor, ...], s: slice) -> tuple[Tensor, ...]:
+    return tuple(t[s] for t in tensors)

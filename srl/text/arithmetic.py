@@ -1,0 +1,62 @@
+"""Multi-digit addition as a text task with a verifiable reward (``configs/rlhf_arithmetic.yaml``).
+
+A prompt is ``"482+39="``; the answer is the sum's digits. The pair ``(a, b)`` is held out when a fixed hash
+of it falls in the eval tenth, so ``split="eval"`` prompts are never trained on. ``exact_match`` scores 1 for
+the exact sum (surrounding spaces ignored) and 0 otherwise. ``corpus`` gives solved problems, what the base
+model is fine-tuned on.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+DIGITS = 3
+"""Operands have 1 to ``DIGITS`` digits."""
+_PROMPT = re.compile(r"^\s*(\d+)\s*\+\s*(\d+)\s*=\s*$")
+
+
+def held_out(a: int, b: int) -> bool:
+    """Whether the pair belongs to the evaluation split (one pair in ten, by a fixed hash)."""
+    return (a * 7919 + b * 104729) % 10 == 0
+
+
+def _operand(rng: np.random.Generator, digits: int) -> int:
+    n = int(rng.integers(1, digits + 1))
+    return int(rng.integers(0 if n == 1 else 10 ** (n - 1), 10**n))
+
+
+def pair(rng: np.random.Generator, split: str = "train", digits: int = DIGITS) -> tuple[int, int]:
+    """Two operands of the split, drawn with every operand length equally likely."""
+    while True:
+        a, b = _operand(rng, digits), _operand(rng, digits)
+        if held_out(a, b) == (split == "eval"):
+            return a, b
+
+
+def prompts(rng: np.random.Generator, split: str) -> str:
+    """One prompt of ``split`` (the text task's ``env.kwargs.prompts``)."""
+    a, b = pair(rng, split)
+    return f"{a}+{b}="
+
+
+def exact_match(prompts: list[str], completions: list[str]) -> list[float]:
+    """1.0 where the completion is the sum (spaces around it ignored), else 0.0."""
+    out = []
+    for prompt, completion in zip(prompts, completions):
+        m = _PROMPT.match(prompt)
+        if m is None:
+            raise ValueError(f"not an addition prompt: {prompt!r}")
+        out.append(1.0 if completion.strip() == str(int(m.group(1)) + int(m.group(2))) else 0.0)
+    return out
+
+
+def corpus(rng: np.random.Generator, n: int) -> list[tuple[str, str]]:
+    """``n`` solved training problems as ``(prompt, answer)`` pairs, for supervised fine-tuning of the base model
+    (``text.base.corpus``)."""
+    out = []
+    for _ in range(n):
+        a, b = pair(rng, "train")
+        out.append((f"{a}+{b}=", str(a + b)))
+    return out

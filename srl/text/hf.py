@@ -1,0 +1,196 @@
+"""Hugging Face models and tokenizers, offline: built from a config here, or loaded from a local folder.
+
+A model folder is what ``save_pretrained`` writes: ``config.json``, the weights as ``model.safetensors`` and
+the tokenizer (``tokenizer.json`` with its ``tokenizer_config.json``). Nothing is ever downloaded: the hub is
+switched off before ``transformers`` is imported, and every load passes ``local_files_only``. Tokenizers are
+trained here with ``tokenizers`` (byte-level BPE; with a vocabulary of the 256 bytes alone it is a byte-level
+tokenizer, which suits digits and arithmetic).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported anywhere through this module
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+PAD = "<pad>"
+EOS = "<eos>"
+ARCHITECTURES = ("gpt2", "llama", "qwen2")
+
+_quiet = False
+
+
+def _quiet_transformers() -> None:
+    """Keep transformers' config advice (hub-era defaults such as GPT-2's token ids) out of the run's log."""
+    global _quiet
+    if not _quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        _quiet = True
+
+
+class ModelError(ValueError):
+    """A model folder or model spec that cannot be used; the message names it."""
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 256 + 2) -> Any:
+    """A byte-level BPE tokenizer (a ``transformers.PreTrainedTokenizerFast``) trained on ``texts``, with
+    ``<pad>`` (id 0) and ``<eos>`` (id 1). ``vocab_size`` 258 keeps the 256 bytes and learns no merges."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    _quiet_transformers()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS)
+
+
+@dataclass(frozen=True)
+class LMSpec:
+    """A causal LM to build from scratch: architecture and size (``text.base.model`` in a config)."""
+
+    arch: str = "llama"
+    layers: int = 4
+    width: int = 128
+    heads: int = 4
+    kv_heads: int | None = None
+    """Grouped-query attention heads (Llama, Qwen2); None: as many as ``heads``."""
+    mlp: int | None = None
+    """Feed-forward width; None: 4x ``width`` (GPT-2) or 8/3x rounded to 32 (Llama, Qwen2)."""
+    context: int = 256
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHITECTURES:
+            raise ModelError(f"model arch {self.arch!r}: expected one of {', '.join(ARCHITECTURES)}")
+        if self.width % self.heads:
+            raise ModelError(f"model width {self.width} is not a multiple of heads {self.heads}")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ModelError(f"model heads {self.heads} are not a multiple of kv_heads {self.kv_heads}")
+
+
+def build_lm(spec: LMSpec, tokenizer: Any) -> nn.Module:
+    """A new causal LM of ``spec`` for ``tokenizer``'s vocabulary, randomly initialized (by torch's RNG)."""
+    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
+
+    _quiet_transformers()
+    ids = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    config: Any
+    if spec.arch == "gpt2":
+        config = GPT2Config(
+            n_embd=spec.width,
+            n_layer=spec.layers,
+            n_head=spec.heads,
+            n_inner=spec.mlp,
+            n_positions=spec.context,
+            bos_token_id=tokenizer.eos_token_id,
+            **ids,
+        )
+    else:
+        mlp = spec.mlp or 32 * round(spec.width * 8 / 3 / 32)
+        cls = LlamaConfig if spec.arch == "llama" else Qwen2Config
+        config = cls(
+            hidden_size=spec.width,
+            intermediate_size=mlp,
+            num_hidden_layers=spec.layers,
+            num_attention_heads=spec.heads,
+            num_key_value_heads=spec.kv_heads or spec.heads,
+            max_position_embeddings=spec.context,
+            tie_word_embeddings=True,
+            bos_token_id=tokenizer.eos_token_id,
+            **ids,
+        )
+    return AutoModelForCausalLM.from_config(config)
+
+
+def save_lm(model: nn.Module, tokenizer: Any, folder: str | Path, meta: Mapping[str, Any] | None = None) -> Path:
+    """Write ``model`` (safetensors) and ``tokenizer`` to ``folder`` atomically: into a sibling temporary folder
+    first, renamed into place, so a reader never sees half a model. ``meta`` goes to ``srl.json``."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    if meta is not None:
+        (tmp / "srl.json").write_text(json.dumps(dict(meta), indent=1) + "\n")
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+        folder.rename(old)
+        tmp.rename(folder)
+        _remove_tree(old)
+    else:
+        tmp.rename(folder)
+    return folder
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def load_tokenizer(folder: str | Path, where: str = "text.model") -> Any:
+    """The tokenizer of a local model folder; one line naming the folder when it has none, and one when it
+    lacks a pad or end-of-sequence token (generation needs both)."""
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    path = _folder(folder, where)
+    try:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise ModelError(f"{where}: {str(path)!r} has no usable tokenizer ({type(exc).__name__}: {exc})") from None
+    if tok.eos_token_id is None:
+        raise ModelError(f"{where}: the tokenizer in {str(path)!r} has no end-of-sequence token")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token  # the usual choice for GPT-2-style tokenizers; pads are always masked
+    return tok
+
+
+def load_lm(folder: str | Path, where: str = "text.model") -> nn.Module:
+    """The causal LM of a local model folder (``from_pretrained``, never a download), in float32 and eval mode.
+    Under a ``torch.device("meta")`` context (the run's plan sizing its streams) only the architecture is built:
+    shapes, no weights read."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    _quiet_transformers()
+    path = _folder(folder, where)
+    try:
+        if torch.get_default_device().type == "meta":
+            config = AutoConfig.from_pretrained(path, local_files_only=True)
+            return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    except Exception as exc:
+        raise ModelError(f"{where}: cannot load a causal LM from {str(path)!r} ({type(exc).__name__}: {exc})") from None
+    return model.eval()
+
+
+def _folder(folder: str | Path, where: str) -> Path:
+    path = Path(folder)
+    if not path.is_dir():
+        raise ModelError(f"{where}: model folder {str(path)!r} does not exist")
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{where}: {str(path)!r} is not a model folder (no config.json)")
+    return path

@@ -1,0 +1,315 @@
+"""Language models as a workload: generation, the text task, bad input, and PPO / GRPO runs that learn."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from srl.api.config import ConfigError, build
+from srl.api.config.experiment import ExperimentConfig
+from srl.text.algorithm import prompt_mask
+from srl.text.generate import StopStrings, completion_logp, generate, positions
+from srl.text.hf import LMSpec, build_lm, load_lm, load_tokenizer, save_lm, train_tokenizer
+from srl.text.pretrain import pretrain
+from srl.text.task import TaskError, TextTask
+from srl.text.testing import digits
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    return train_tokenizer(["0123456789+=abc xyz\n"])
+
+
+@pytest.fixture(scope="module")
+def digit_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama pre-trained for a few steps on digit strings: it writes digits, about a tenth of them 7."""
+    folder = tmp_path_factory.mktemp("models") / "digits"
+    spec = LMSpec(arch="llama", layers=1, width=32, heads=2, context=32)
+    pretrain(digits, spec, folder, steps=60, batch_size=32, lr=3e-3, vocab_size=258, log_every=0)
+    return folder
+
+
+def _left_padded(tokenizer: Any, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
+    return enc["input_ids"], enc["attention_mask"]
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2"])
+def test_kv_cache_log_probs_equal_a_full_forward_pass(tokenizer: Any, arch: str) -> None:
+    torch.manual_seed(0)
+    model = build_lm(LMSpec(arch=arch, layers=2, width=32, heads=4, kv_heads=2 if arch != "gpt2" else None), tokenizer)
+    model.eval()
+    ids, mask = _left_padded(tokenizer, ["12+3=", "7+8888=", "abc", "1"])
+    stop = StopStrings(tokenizer, ["xyz"])
+    out = generate(
+        model, ids, mask, 10, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+        temperature=0.7, top_p=0.9, stop=stop, generator=torch.Generator().manual_seed(1),
+    )  # fmt: skip
+    C = out.tokens.shape[1]
+    valid = (torch.arange(C)[None] < out.lengths[:, None]).float()
+    full = completion_logp(model, ids, mask, out.tokens, valid, 0.7)
+    assert torch.allclose(full, out.logp, atol=1e-5), (full - out.logp).abs().max()
+    assert bool((out.logp[valid == 0] == 0).all())
+    assert bool((out.tokens[valid == 0] == tokenizer.pad_token_id).all())
+
+
+def test_a_left_padded_prompt_generates_as_it_would_alone(tokenizer: Any) -> None:
+    torch.manual_seed(1)
+    model = build_lm(LMSpec(arch="llama", layers=2, width=32, heads=4), tokenizer).eval()
+    kw = {"eos_id": tokenizer.eos_token_id, "pad_id": tokenizer.pad_token_id, "greedy": True}
+    ids, mask = _left_padded(tokenizer, ["1+2=", "123456+7="])
+    together = generate(model, ids, mask, 8, **kw)
+    alone_ids, alone_mask = _left_padded(tokenizer, ["1+2="])
+    alone = generate(model, alone_ids, alone_mask, 8, **kw)
+    assert together.tokens[0].tolist() == alone.tokens[0].tolist()
+    assert torch.allclose(together.logp[0], alone.logp[0], atol=1e-5)
+    assert positions(mask)[0].tolist()[-4:] == [0, 1, 2, 3]
+
+
+def test_top_p_draws_only_from_the_nucleus() -> None:
+    from srl.text.generate import _sample
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(4000, 1)
+    drawn = _sample(logits, 0.7, torch.Generator().manual_seed(0))
+    counts = torch.bincount(drawn, minlength=4).float() / len(drawn)
+    assert counts[2] == 0 and counts[3] == 0  # 0.5 + 0.3 reach 0.7: the rest is cut
+    assert abs(float(counts[0]) - 0.5 / 0.8) < 0.03
+
+
+def test_stop_strings_end_completions(tokenizer: Any) -> None:
+    """A completion ends when the token just made completes a stop string (earlier ones were checked before)."""
+    stop = StopStrings(tokenizer, ["b c"])
+    rows = tokenizer(["xxa b c", "xxxxa b", "zzzzb c", "b czzzz"], add_special_tokens=False)["input_ids"]
+    ended = stop(torch.tensor(rows), torch.tensor([0, 1, 2]))
+    assert ended.tolist() == [True, False, True]
+
+
+def test_prompt_mask_counts_from_the_first_real_token() -> None:
+    ids = torch.tensor([[0, 0, 5, 0, 6], [4, 5, 6, 7, 8]])
+    assert prompt_mask(ids, 0).tolist() == [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
+
+
+def test_model_folders_round_trip(tmp_path: Path, tokenizer: Any) -> None:
+    torch.manual_seed(2)
+    model = build_lm(LMSpec(arch="gpt2", layers=1, width=16, heads=2), tokenizer)
+    save_lm(model, tokenizer, tmp_path / "m", {"note": 1})
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+    again = load_lm(tmp_path / "m")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    assert load_tokenizer(tmp_path / "m").pad_token_id == tokenizer.pad_token_id
+    save_lm(again, tokenizer, tmp_path / "m")  # overwriting leaves one folder and no temporary ones
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_missing_model_folders_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        load_lm(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no config.json"):
+        load_tokenizer(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------------------------------------- the text task
+def _task(model: Path, **kw: Any) -> TextTask:
+    args = {
+        "tokenizer": str(model),
+        "prompts": "srl.text.testing:digit_prompts",
+        "reward": "srl.text.testing:sevens",
+        "max_prompt_tokens": 4,
+        "max_new_tokens": 5,
+    }
+    args.update(kw)
+    return TextTask(**args)
+
+
+def test_task_groups_prompts_and_scores_completions(digit_model: Path) -> None:
+    task = _task(digit_model, num_envs=6, group_size=3, stop=["9"])
+    obs = task.reset(0)["obs"]
+    assert obs.shape == (6, 4) and obs.dtype == np.int32
+    assert (obs[0] == obs[1]).all() and (obs[1] == obs[2]).all() and (obs[3] == obs[5]).all()
+    assert task.prompts[0] == task.prompts[2] and task.single_action_space.shape == (5,)
+    tok = task.tokenizer
+    seven, eos, pad = tok.convert_tokens_to_ids("7"), tok.eos_token_id, tok.pad_token_id
+    other = tok.convert_tokens_to_ids("1")
+    nine = tok.convert_tokens_to_ids("9")
+    actions = np.array(
+        [
+            [seven, seven, eos, pad, pad],  # "77"
+            [seven, other, seven, other, other],  # "71711"
+            [eos, pad, pad, pad, pad],  # ""
+            [seven, nine, seven, seven, seven],  # "7" before the stop string
+            [other, other, other, other, other],
+            [seven, seven, seven, seven, seven],
+        ]
+    )
+    assert task.completions(actions) == ["77", "71711", "", "7", "11111", "77777"]
+    step = task.step(actions)
+    assert np.allclose(step.reward, [1.0, 0.4, 0.0, 1.0, 0.0, 1.0])
+    assert step.terminated.all() and step.episode_end.all() and not step.truncated.any()
+
+
+def test_eval_split_answers_each_prompt_once(digit_model: Path) -> None:
+    task = _task(digit_model, num_envs=4, group_size=2, split="eval")
+    task.reset(0)
+    assert task.group_size == 1
+
+
+def test_prompt_files_and_their_bad_lines(tmp_path: Path, digit_model: Path) -> None:
+    good = tmp_path / "p.jsonl"
+    good.write_text('{"prompt": "12"}\n\n{"prompt": "3", "id": 7}\n')
+    task = _task(digit_model, num_envs=4, prompts=str(good))
+    task.reset(1)
+    assert sorted(set(task.prompts)) == ["12", "3"]
+    cases = {
+        '{"prompt": "12"}\nnot json\n': "line 2: not JSON",
+        '{"text": "12"}\n': "line 1: expected an object with a 'prompt' string",
+        '{"prompt": "1234567890"}\n': "is 10 tokens, longer than 4",
+        "\n": "has no prompts",
+    }
+    for content, message in cases.items():
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(content)
+        with pytest.raises(ConfigError, match=message):
+            _task(digit_model, prompts=str(bad))
+    with pytest.raises(ConfigError, match="does not exist"):
+        _task(digit_model, prompts=str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ConfigError, match="env.kwargs.tokenizer"):
+        _task(tmp_path / "no_model")
+
+
+@pytest.mark.parametrize(
+    ("reward", "message"),
+    [
+        ("raises", "raised ZeroDivisionError"),
+        ("short", "returned 1 rewards for 2 completions"),
+        ("words", "returned str, not a list of numbers"),
+        ("nan", "non-finite reward"),
+    ],
+)
+def test_reward_functions_that_misbehave_are_one_line(
+    reward: str, message: str, digit_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "bad_rewards.py").write_text(
+        "def raises(p, c):\n    return 1 / 0\n"
+        "def short(p, c):\n    return [1.0]\n"
+        "def words(p, c):\n    return 'ab'\n"
+        "def nan(p, c):\n    return [float('nan')] * len(c)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    task = _task(digit_model, num_envs=2, reward=f"bad_rewards:{reward}")
+    task.reset(0)
+    with pytest.raises(TaskError, match=message):
+        task.step(np.zeros((2, 5), np.int64))
+
+
+# ---------------------------------------------------------------------------------------------- runs
+def _config(model: Path, **over: Any) -> ExperimentConfig:
+    data: dict[str, Any] = {
+        "name": "lm_test",
+        "seed": 3,
+        "runtime": "inline",
+        "algorithm": "lm_ppo",
+        "env": {
+            "id": "srl.text.task:TextTask",
+            "kwargs": {
+                "tokenizer": str(model),
+                "prompts": "srl.text.testing:digit_prompts",
+                "reward": "srl.text.testing:sevens",
+                "max_prompt_tokens": 4,
+                "max_new_tokens": 4,
+                "group_size": 8,
+            },
+        },
+        "workers": {"actors": 1, "ring_size": 1, "envs_per_slot": 64, "policy_workers": 0, "segment_length": 1,
+                    "batch_segments": 1},
+        "text": {"model": str(model), "advantage": "group", "kl_coef": 0.01, "kl_in": "loss"},
+        "ppo": {"lr": 3e-3, "gamma": 1.0, "epochs": 2, "minibatches": 2, "max_grad_norm": 1.0},
+        "run": {"total_env_steps": 64 * 40, "eval_episodes": 64, "target_return": 0.8, "log_interval_seconds": 60},
+    }  # fmt: skip
+    for key, value in over.items():
+        section, _, name = key.partition(".")
+        data[section] = {**data[section], name: value} if name else value
+    return build(ExperimentConfig, data)
+
+
+@pytest.mark.parametrize("advantage", ["group", "gae"])
+def test_rl_raises_the_reward_inline(digit_model: Path, tmp_path: Path, advantage: str) -> None:
+    """The digit model writes about a tenth sevens; GRPO and PPO (with a critic and the KL in the reward) both
+    teach it to write mostly sevens: the run stops when the training return reaches 0.8."""
+    from srl.runtime.train import train
+
+    text = {"model": str(digit_model), "advantage": advantage, "kl_coef": 0.01}
+    text["kl_in"] = "loss" if advantage == "group" else "reward"
+    cfg = _config(digit_model, text=text)
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["stop_reason"] == "solved", summary
+    assert summary["final_eval_return_mean"] >= 0.8
+
+
+def test_the_reward_named_is_the_one_used(digit_model: Path, tmp_path: Path) -> None:
+    from srl.runtime.train import train
+
+    kwargs = {**_config(digit_model).env.kwargs, "reward": "srl.text.testing:lengths", "group_size": 1}
+    cfg = _config(
+        digit_model,
+        env={"id": "srl.text.task:TextTask", "kwargs": kwargs},
+        text={"model": str(digit_model), "advantage": "gae"},
+        run={"total_env_steps": 64, "eval_episodes": 16, "log_interval_seconds": 60},
+    )
+    summary = train(cfg, tmp_path / "run", progress=None)
+    # lengths in characters: whole numbers up to the budget of 4, averaging well above 1 for sampled digit
+    # strings (the share of sevens never exceeds 1)
+    assert all(float(x).is_integer() and 0 <= x <= 4 for x in summary["final_eval_returns"])
+    assert summary["train_return_mean"] > 1.0, summary
+
+
+def test_bad_text_configs_are_one_line(digit_model: Path, tmp_path: Path) -> None:
+    from srl.runtime.plan import make_plan
+
+    cfg = _config(digit_model, text={"model": str(tmp_path / "nowhere")})
+    with pytest.raises(ConfigError, match=r"text.model: model folder .*nowhere.* does not exist"):
+        from srl.text.pretrain import ensure_base
+
+        ensure_base(cfg)
+    kwargs = {**_config(digit_model).env.kwargs, "max_new_tokens": 40}
+    with pytest.raises(ConfigError, match="exceed the context"):
+        make_plan(_config(digit_model, env={"id": "srl.text.task:TextTask", "kwargs": kwargs}))
+    kwargs = {**_config(digit_model).env.kwargs, "group_size": 1}
+    with pytest.raises(ConfigError, match="text.advantage: group .* needs env.kwargs.group_size >= 2"):
+        make_plan(_config(digit_model, env={"id": "srl.text.task:TextTask", "kwargs": kwargs}))
+    kwargs = {**_config(digit_model).env.kwargs, "group_size": 6}
+    with pytest.raises(ConfigError, match="workers.envs_per_slot: 64 completions per slot do not split into groups"):
+        make_plan(_config(digit_model, env={"id": "srl.text.task:TextTask", "kwargs": kwargs}))
+
+
+def test_cli_missing_model_folder(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        json.dumps(
+            {
+                "algorithm": "lm_ppo",
+                "runtime": "inline",
+                "env": {"id": "srl.text.task:TextTask", "kwargs": {"tokenizer": str(tmp_path / "m"),
+                        "prompts": "srl.text.testing:digit_prompts", "reward": "srl.text.testing:sevens"}},
+                "text": {"model": str(tmp_path / "m")},
+            }
+        )
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "train", str(cfg), "--run-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "text.model" in lines[0] and "does not exist" in lines[0], done.stderr
