@@ -25,6 +25,7 @@ from srl.api.worker import Policy
 from srl.envs.slots import GymSlot, make_grouped, probe_groups
 from srl.system.run_dir import policy_checkpoints
 from srl.system.trainer_worker import checkpoints, load_checkpoint
+from srl.text.task import evaluation_env
 from srl.wiring import acting_policy
 
 
@@ -102,7 +103,7 @@ def play(
     """Play ``episodes`` episodes at once (one slot), each policy its agents (``cfg.agents``); with ``video``,
     the first one is written there as MP4. The return is the mean over every agent's episode return; each
     policy's (over its agents) is under ``policies``."""
-    env_cfg = cfg.env
+    env_cfg = evaluation_env(cfg.env)
     if video is not None:  # frames come from Gymnasium envs (ALE screens are read directly)
         env_cfg = dataclasses.replace(
             env_cfg,

@@ -36,6 +36,12 @@ def test_every_shipped_config_loads_round_trips_and_builds_its_env(tmp_path, pat
     again = tmp_path / "again.yaml"
     again.write_text(yaml.safe_dump(to_dict(cfg)))
     assert load_config(again) == cfg
+    if cfg.algorithm == "lm_ppo":  # its base model is made on first use: here a few steps of it, in tmp_path
+        from srl.text.pretrain import ensure_base
+
+        model = str(tmp_path / "model")
+        cfg = load_config(path, [f"text.model={model}", f"env.kwargs.tokenizer={model}", "text.base.steps=3"])
+        assert ensure_base(cfg)
     for policy in make_plan(cfg).policies:
         parts = obs_parts(policy.obs_space)
         assert policy.param_size > 0 and policy.layout.obs_fields == tuple(p.name for p in parts)
@@ -57,6 +63,14 @@ def test_overrides_are_type_checked_and_applied():
     assert cfg.ppo.lr == 0.01 and cfg.model.hidden == (32, 16) and cfg.runtime == "inline"
     assert cfg.ppo.value_clip == 0.2 and cfg.run.max_wall_seconds == 5.0
     assert isinstance(cfg.run.max_wall_seconds, float)
+
+
+def test_exponent_notation_is_a_number():
+    """PyYAML reads ``1e-4`` (no dot) as a string; a float field takes it as the number it means."""
+    cfg = load_config(CARTPOLE, ["ppo.lr=1e-4", "ppo.adam_eps=2E-6"])
+    assert cfg.ppo.lr == 1e-4 and cfg.ppo.adam_eps == 2e-6
+    with pytest.raises(ConfigError, match="workers.actors: expected an integer"):
+        load_config(CARTPOLE, ["workers.actors=1e2"])
 
 
 @pytest.mark.parametrize(

@@ -112,8 +112,17 @@ def token_gae(
     next_values = torch.zeros_like(values)
     next_values[:, :-1] = values[:, 1:]
     ends = ends + (1.0 - mask)  # positions past the end: nothing flows across them either
-    t = lambda x: None if x is None else x.t()  # noqa: E731 - [N, C] -> [C, N], time first
-    adv, ret = gae(t(rewards * mask), t(values), t(next_values), t(ends), t(ends), gamma, lam, t(rho), t(c))
+    adv, ret = gae(  # time first: [C, N]
+        (rewards * mask).t(),
+        values.t(),
+        next_values.t(),
+        ends.t(),
+        ends.t(),
+        gamma,
+        lam,
+        None if rho is None else rho.t(),
+        None if c is None else c.t(),
+    )
     return adv.t() * mask, ret.t() * mask
 
 

@@ -100,9 +100,9 @@ def create_env(cfg: EnvConfig, num_envs: int = 1) -> Any:
     if isinstance(env, gym.Env):
         return env
     from srl.envs.multiagent import is_parallel_env
-    from srl.text.task import TextTask
     from srl.envs.turns import is_aec_env, is_openspiel_game
     from srl.envs.vmas_slot import is_vmas_env
+    from srl.text.task import TextTask
 
     if isinstance(env, TextTask):
         if cfg.max_episode_steps is not None:

@@ -50,8 +50,8 @@ from srl.api.algorithm import AlgorithmContext
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.schema import Field
 from srl.api.spaces import OBS
-from srl.text.generate import StopStrings, completion_logits, completion_logp, completion_inputs, generate, token_logp
-from srl.text.hf import ModelError, load_lm, load_tokenizer
+from srl.text.generate import StopStrings, completion_inputs, completion_logits, completion_logp, generate, token_logp
+from srl.text.hf import CausalLM, ModelError, load_lm, load_tokenizer
 
 
 def flat_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -64,12 +64,12 @@ def prompt_mask(ids: Tensor, pad_id: int) -> Tensor:
     return ((ids != pad_id).long().cumsum(dim=1) > 0).long()
 
 
-def _context(model: nn.Module) -> int | None:
+def _context(model: CausalLM) -> int | None:
     config = model.config
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
-def _load(folder: str | None, where: str) -> nn.Module:
+def _load(folder: str | None, where: str) -> CausalLM:
     if folder is None:
         raise ConfigError(f"{where}: algorithm lm_ppo needs a model folder")
     try:
@@ -98,7 +98,7 @@ def _task_settings(cfg: ExperimentConfig, action_space: spaces.Space) -> tuple[i
     return len(action_space.nvec), tuple(kwargs.get("stop", ())), group
 
 
-def _check_fits(model: nn.Module, tokenizer: Any, obs_space: spaces.Space, max_new: int, where: str) -> None:
+def _check_fits(model: CausalLM, tokenizer: Any, obs_space: spaces.Space, max_new: int, where: str) -> None:
     vocab = int(model.config.vocab_size)
     if len(tokenizer) > vocab:
         raise ConfigError(f"{where}: the tokenizer has {len(tokenizer)} tokens, the model only {vocab}")
@@ -115,7 +115,7 @@ class TextPolicy:
     """Generates completions for a batch of prompts (what actors and policy workers run): the actions are the
     completion tokens, with each token's log-prob and the completion's length."""
 
-    def __init__(self, model: nn.Module, tokenizer: Any, max_new_tokens: int, stop: tuple[str, ...], cfg: Any) -> None:
+    def __init__(self, model: CausalLM, tokenizer: Any, max_new_tokens: int, stop: tuple[str, ...], cfg: Any) -> None:
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
@@ -186,9 +186,9 @@ def write_flat(params: list[nn.Parameter], out: np.ndarray | None = None) -> np.
 class ValueModel(nn.Module):
     """A critic over completions: a language model's trunk (its own copy) and a scalar head per position."""
 
-    def __init__(self, lm: nn.Module, init_std: float) -> None:
+    def __init__(self, lm: CausalLM, init_std: float) -> None:
         super().__init__()
-        self.trunk = lm.base_model
+        self.trunk: CausalLM = lm.base_model
         width = int(lm.config.hidden_size)
         self.head = nn.Linear(width, 1)
         nn.init.normal_(self.head.weight, std=init_std) if init_std > 0 else nn.init.zeros_(self.head.weight)
@@ -216,7 +216,9 @@ class LMPPO:
         self.policy = _load(self.text.model, "text.model")
         _check_fits(self.policy, tokenizer, ctx.obs_space, max_new, "text.model")
         self.policy.eval()  # no dropout: the ratio of a completion must not depend on a random mask
-        self.reference = _load(self.text.reference or self.text.model, "text.reference" if self.text.reference else "text.model")
+        self.reference = _load(
+            self.text.reference or self.text.model, "text.reference" if self.text.reference else "text.model"
+        )
         self.reference.eval().requires_grad_(False)
         self.critic: ValueModel | None = None
         params = {"policy": flat_parameters(self.policy)}
@@ -290,7 +292,9 @@ class LMPPO:
         with torch.no_grad():  # the batch as the current policy, the reference and the critic see it
             prox = torch.cat([self._logp(self.policy, prompts, pmask, tokens, mask, s) for s in _chunks(rows, mb)])
             if text.kl_coef > 0:
-                ref = torch.cat([self._logp(self.reference, prompts, pmask, tokens, mask, s) for s in _chunks(rows, mb)])
+                ref = torch.cat(
+                    [self._logp(self.reference, prompts, pmask, tokens, mask, s) for s in _chunks(rows, mb)]
+                )
             else:
                 ref = prox
             kl = kl_per_token(prox, ref, text.estimator) * mask
@@ -319,9 +323,7 @@ class LMPPO:
             perm = torch.randperm(rows, generator=self._gen)
             for start in range(0, mb * ppo.minibatches, mb):
                 idx = perm[start : start + mb]
-                stats = self._minibatch(
-                    idx, prompts, pmask, tokens, mask, old_logp, adv, values, returns, weights, ref
-                )
+                stats = self._minibatch(idx, prompts, pmask, tokens, mask, old_logp, adv, values, returns, weights, ref)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
@@ -341,7 +343,7 @@ class LMPPO:
         return out
 
     # ------------------------------------------------------------------ internals
-    def _logp(self, model: nn.Module, prompts: Tensor, pmask: Tensor, tokens: Tensor, mask: Tensor, s: slice) -> Tensor:
+    def _logp(self, model: CausalLM, prompts: Tensor, pmask: Tensor, tokens: Tensor, mask: Tensor, s: slice) -> Tensor:
         return completion_logp(model, prompts[s], pmask[s], tokens[s], mask[s], self.text.temperature, self.vocab)
 
     def _minibatch(
@@ -393,6 +395,7 @@ class LMPPO:
         for name, clipper in self._clippers.items():
             norm, threshold = clipper.clip()
             out[f"grad_norm_{name}"] = norm
+            out[f"grad_norm_{name}_applied"] = min(norm, threshold)
         self.optimizer.step()
         return out
 

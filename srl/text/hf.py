@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+
+CausalLM = Any
+"""A ``transformers`` causal LM (``PreTrainedModel``): typed loosely, since its methods and config attributes
+are not visible through ``nn.Module``."""
 
 PAD = "<pad>"
 EOS = "<eos>"
@@ -91,7 +94,7 @@ class LMSpec:
             raise ModelError(f"model heads {self.heads} are not a multiple of kv_heads {self.kv_heads}")
 
 
-def build_lm(spec: LMSpec, tokenizer: Any) -> nn.Module:
+def build_lm(spec: LMSpec, tokenizer: Any) -> CausalLM:
     """A new causal LM of ``spec`` for ``tokenizer``'s vocabulary, randomly initialized (by torch's RNG)."""
     from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
 
@@ -125,7 +128,7 @@ def build_lm(spec: LMSpec, tokenizer: Any) -> nn.Module:
     return AutoModelForCausalLM.from_config(config)
 
 
-def save_lm(model: nn.Module, tokenizer: Any, folder: str | Path, meta: Mapping[str, Any] | None = None) -> Path:
+def save_lm(model: CausalLM, tokenizer: Any, folder: str | Path, meta: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` (safetensors) and ``tokenizer`` to ``folder`` atomically: into a sibling temporary folder
     first, renamed into place, so a reader never sees half a model. ``meta`` goes to ``srl.json``."""
     folder = Path(folder)
@@ -169,7 +172,7 @@ def load_tokenizer(folder: str | Path, where: str = "text.model") -> Any:
     return tok
 
 
-def load_lm(folder: str | Path, where: str = "text.model") -> nn.Module:
+def load_lm(folder: str | Path, where: str = "text.model") -> CausalLM:
     """The causal LM of a local model folder (``from_pretrained``, never a download), in float32 and eval mode.
     Under a ``torch.device("meta")`` context (the run's plan sizing its streams) only the architecture is built:
     shapes, no weights read."""

@@ -119,8 +119,16 @@ def ensure_base(cfg: Any) -> bool:
     if base.corpus is None:
         raise ConfigError(f"text.model: model folder {text.model!r} does not exist (and no text.base makes it)")
     resolve_corpus(base.corpus, "text.base.corpus")  # a wrong name is one line here, not a child's traceback
-    job = {"corpus": base.corpus, "model": dict(base.model), "folder": str(text.model), "steps": base.steps,
-           "batch_size": base.batch_size, "lr": base.lr, "vocab_size": base.vocab_size, "seed": base.seed}
+    job = {
+        "corpus": base.corpus,
+        "model": dict(base.model),
+        "folder": str(text.model),
+        "steps": base.steps,
+        "batch_size": base.batch_size,
+        "lr": base.lr,
+        "vocab_size": base.vocab_size,
+        "seed": base.seed,
+    }
     log.info("text.model %s is missing: pre-training it from %s (%d steps)", text.model, base.corpus, base.steps)
     done = subprocess.run([sys.executable, "-m", "srl.text.pretrain", json.dumps(job)], check=False)
     if done.returncode != 0 or not Path(text.model).is_dir():

@@ -21,6 +21,7 @@ a fresh prompt. The return of an episode is its completion's reward.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -30,13 +31,29 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from srl.api.config import ConfigError
+from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
 from srl.api.spaces import OBS, Observation
 
 SPLITS = ("train", "eval")
 PromptFn = Callable[[np.random.Generator, str], str]
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
+
+
+def evaluation_env(cfg: EnvConfig) -> EnvConfig:
+    """``cfg`` as evaluation builds it: a text task answers its held-out prompts (``split: eval``); any other env
+    is unchanged."""
+    if ":" not in cfg.id or cfg.kwargs.get("split") == "eval":
+        return cfg
+    from srl.api.plugins import resolve
+
+    try:
+        factory = resolve(cfg.id, {}, "env.id")
+    except ConfigError:
+        return cfg  # the env's own construction reports it
+    if isinstance(factory, type) and issubclass(factory, TextTask):
+        return dataclasses.replace(cfg, kwargs={**cfg.kwargs, "split": "eval"})
+    return cfg
 
 
 class TaskError(RuntimeError):
@@ -108,7 +125,9 @@ class PromptSource:
             try:
                 prompt = self.fn(self.rng, self.split)
             except Exception as exc:
-                raise TaskError(f"env.kwargs.{self.key}: the prompt generator raised {type(exc).__name__}: {exc}") from None
+                raise TaskError(
+                    f"env.kwargs.{self.key}: the prompt generator raised {type(exc).__name__}: {exc}"
+                ) from None
             if not isinstance(prompt, str) or not prompt:
                 raise TaskError(f"env.kwargs.{self.key}: the prompt generator returned {prompt!r}, not a non-empty str")
             prompts.append(prompt)
@@ -149,6 +168,7 @@ class TextTask:
             raise ConfigError(f"env.kwargs.split: expected train or eval, got {split!r}")
         if isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop):
             raise ConfigError(f"env.kwargs.stop: expected a list of non-empty strings, got {stop!r}")
+        assert tokenizer is not None  # checked above
         try:
             self.tokenizer = load_tokenizer(tokenizer, "env.kwargs.tokenizer")
         except ModelError as exc:
@@ -167,8 +187,9 @@ class TextTask:
         self.reward_fn: RewardFn = _resolve(reward, "reward")
         self.reward_name = reward
         vocab = len(self.tokenizer)
-        self.single_observation_space = gym.spaces.Box(0, vocab - 1, (max_prompt_tokens,), np.int32)
-        self.single_action_space = gym.spaces.MultiDiscrete(np.full(max_new_tokens, vocab, dtype=np.int64))
+        self.single_observation_space: gym.spaces.Space = gym.spaces.Box(0, vocab - 1, (max_prompt_tokens,), np.int32)
+        completion = np.full(max_new_tokens, vocab, dtype=np.int64)
+        self.single_action_space: gym.spaces.Space = gym.spaces.MultiDiscrete(completion)
         self.prompts: list[str] = []
         self._obs = np.full((num_envs, max_prompt_tokens), self.pad_id, np.int32)
 
@@ -231,7 +252,9 @@ class TextTask:
         except (TypeError, ValueError):
             raise TaskError(f"env.kwargs.reward: {name} returned {type(out).__name__}, not a list of numbers") from None
         if len(values) != len(completions):
-            raise TaskError(f"env.kwargs.reward: {name} returned {len(values)} rewards for {len(completions)} completions")
+            raise TaskError(
+                f"env.kwargs.reward: {name} returned {len(values)} rewards for {len(completions)} completions"
+            )
         bad = next((v for v in values if not math.isfinite(v)), None)
         if bad is not None:
             raise TaskError(f"env.kwargs.reward: {name} returned a non-finite reward ({bad})")

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from srl.api.config.errors import ConfigError
+
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+"""A number in exponent notation, which YAML 1.1 reads as a number only with a dot in the mantissa."""
 
 
 def _type_name(tp: Any) -> str:
@@ -63,6 +67,8 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
             raise ConfigError(f"{name}: expected an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 (PyYAML) reads 1e-4, without a dot, as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{name}: expected a number, got {value!r}")
         return float(value)

@@ -34,7 +34,11 @@ class TextBaseConfig:
         check(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        check(self.vocab_size >= 258, "vocab_size", f"must be >= 258 (the bytes and two special tokens), got {self.vocab_size}")
+        check(
+            self.vocab_size >= 258,
+            "vocab_size",
+            f"must be >= 258 (the bytes and two special tokens), got {self.vocab_size}",
+        )
         if self.model:
             from srl.text.hf import LMSpec, ModelError
 
