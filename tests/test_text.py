@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from srl.api.config import ConfigError, build
+from srl.api.config import ConfigError, build, to_dict
 from srl.api.config.experiment import ExperimentConfig
 from srl.text.algorithm import prompt_mask
 from srl.text.generate import StopStrings, completion_logp, generate, positions
@@ -249,10 +249,17 @@ def test_rl_raises_the_reward_inline(digit_model: Path, tmp_path: Path, advantag
 
     text = {"model": str(digit_model), "advantage": advantage, "kl_coef": 0.01}
     text["kl_in"] = "loss" if advantage == "group" else "reward"
-    cfg = _config(digit_model, text=text)
+    run = {**to_dict(_config(digit_model).run), "eval_initial": True}
+    cfg = _config(digit_model, text=text, run=run)
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["stop_reason"] == "solved", summary
     assert summary["final_eval_return_mean"] >= 0.8
+    assert summary["initial_eval_return_mean"] < 0.5  # the same held-out prompts, before any update
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    last = metrics[-1]
+    for key in ("reward", "kl", "entropy", "response_length", "clip_fraction", "tokens_per_second"):
+        assert np.isfinite(last[key]), key
+    assert 0 < last["response_length"] <= 4 and last["tokens_per_second"] > 0
 
 
 def test_the_reward_named_is_the_one_used(digit_model: Path, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ none) applies.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -68,3 +68,15 @@ class GradClipper:
             g_norm = torch.linalg.vector_norm(g, dim=1)
             scale = (ratio * w_norm / g_norm.clamp(min=1e-6)).clamp_(max=1.0)
             p.grad.mul_(scale.view(-1, *([1] * (p.dim() - 1))))
+
+
+def clip_all(clippers: Mapping[str, GradClipper]) -> dict[str, float]:
+    """Clip each network's gradients; per network ``name`` the stats ``grad_norm_<name>`` (before clipping),
+    ``grad_norm_<name>_applied`` (what the step uses) and ``clip_threshold_<name>``."""
+    out: dict[str, float] = {}
+    for name, clipper in clippers.items():
+        norm, threshold = clipper.clip()
+        out[f"grad_norm_{name}"] = norm
+        out[f"grad_norm_{name}_applied"] = min(norm, threshold)
+        out[f"clip_threshold_{name}"] = threshold
+    return out

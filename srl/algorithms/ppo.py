@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from srl.algorithms.adam import Adam
-from srl.algorithms.grad_clip import GradClipper
+from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
 from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs
 from srl.api.schema import Field
@@ -379,10 +379,6 @@ class PPO:
         if self.collective is not None:
             self.collective.mean_([p.grad for p in self._reduced if p.grad is not None])
         out = {k: float(v) for k, v in stats.items()}
-        for name, clipper in self._clippers.items():
-            norm, threshold = clipper.clip()
-            out[f"grad_norm_{name}"] = norm
-            out[f"grad_norm_{name}_applied"] = min(norm, threshold)  # after clipping: what the step used
-            out[f"clip_threshold_{name}"] = threshold
+        out.update(clip_all(self._clippers))
         self.optimizer.step()
         return out

@@ -107,6 +107,10 @@ def train(
         ):
             final_eval = evaluate(plan, snapshots, cfg.run.eval_episodes, seed=eval_seed(cfg))
         summary = controller.summary(final_eval)
+        if final_eval is not None and cfg.run.eval_initial and resume is None:
+            initial = [p.acting_policy().flat_state() for p in plan.policies]
+            before = evaluate(plan, initial, cfg.run.eval_episodes, seed=eval_seed(cfg))
+            summary["initial_eval_return_mean"] = before["return_mean"]
         summary["run_dir"] = str(rd.path)
         if resume is not None:
             summary["resumed_from"] = str(resume[0][0]) if len(resume[0]) == 1 else [str(p) for p in resume[0]]

@@ -25,6 +25,7 @@ The math is in :mod:`srl.algorithms.token_math`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -34,7 +35,7 @@ from gymnasium import spaces
 from torch import Tensor, nn
 
 from srl.algorithms.adam import Adam
-from srl.algorithms.grad_clip import GradClipper
+from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import ppo_loss
 from srl.algorithms.token_math import (
     group_advantages,
@@ -240,6 +241,8 @@ class LMPPO:
         }
         self._policy_params = params["policy"]
         self._gen = torch.Generator().manual_seed(ctx.seed + 1)
+        self._t_first: float | None = None
+        self._tokens = self._tokens_first = 0.0
 
     @staticmethod
     def acting_policy(ctx: AlgorithmContext) -> TextPolicy:
@@ -275,6 +278,7 @@ class LMPPO:
             self.collective.broadcast_([p.data for p in self._policy_params])
 
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
+        t0 = time.perf_counter()
         ppo, text = self.ppo, self.text
         lr = ppo.lr * (1.0 - progress) if ppo.lr_schedule == "linear" else ppo.lr
         self.optimizer.lr = max(lr, 1e-8)
@@ -329,11 +333,20 @@ class LMPPO:
                 count += 1
         out = {k: v / count for k, v in sums.items()}
         lengths = mask.sum(dim=1)
+        trained = float(lengths.sum())
+        self._tokens += trained
+        now = time.perf_counter()
+        if self._t_first is None:  # the rate counts from the end of the first update: batches made after it
+            self._t_first, self._tokens_first = now, self._tokens
         out.update(
             reward=float(scores.mean()),
             kl=float(kl.sum(dim=1).mean()),
             response_length=float(lengths.mean()),
-            tokens_trained=float(lengths.sum()),
+            tokens_trained=trained,
+            # this update's training throughput, and completion tokens generated and trained per second of wall
+            # time since the first update (the whole pipeline's rate: generation bounds it when training keeps up)
+            train_tokens_per_second=trained / max(now - t0, 1e-9),
+            tokens_per_second=(self._tokens - self._tokens_first) / max(now - self._t_first, 1e-9),
             is_weight_mean=float(masked_mean(ratio, mask)),
             is_weight_truncated=float(masked_mean((ratio > ppo.is_rho_clip).float(), mask)),
             lr=lr,
@@ -392,10 +405,7 @@ class LMPPO:
         if self.collective is not None:
             self.collective.mean_([p.grad for p in self._policy_params if p.grad is not None])
         out = {k: float(v) for k, v in stats.items()}
-        for name, clipper in self._clippers.items():
-            norm, threshold = clipper.clip()
-            out[f"grad_norm_{name}"] = norm
-            out[f"grad_norm_{name}_applied"] = min(norm, threshold)
+        out.update(clip_all(self._clippers))
         self.optimizer.step()
         return out
 

@@ -27,6 +27,10 @@ class RunConfig:
     """Seconds between progress lines and metrics records."""
     eval_episodes: int = 10
     """Deterministic episodes played with the final policy for ``final_eval_return_mean``; 0 skips."""
+    eval_initial: bool = False
+    """Also play the final evaluation's episodes with the policy the run started from (the acting policy as the
+    config builds it: for a language model, ``text.model``), for ``initial_eval_return_mean``: the score before
+    training, on the same episodes (played after training, in the same process)."""
     eval_every_versions: int = 0
     """During training, an eval worker plays ``eval_episodes`` episodes every this many policy versions and keeps
     the best policy in ``checkpoints/best.pt``; 0 (default) runs no eval worker."""
