@@ -157,6 +157,27 @@ def test_task_groups_prompts_and_scores_completions(digit_model: Path) -> None:
     assert step.terminated.all() and step.episode_end.all() and not step.truncated.any()
 
 
+def test_prompt_generators_take_their_own_settings(digit_model: Path) -> None:
+    from srl.text.arithmetic import held_out
+
+    task = _task(digit_model, num_envs=64, prompts="srl.text.arithmetic:prompts", prompt_args={"digits": 1})
+    task.reset(0)
+    pairs = [tuple(map(int, p[:-1].split("+"))) for p in task.prompts]
+    assert all(a < 10 and b < 10 and not held_out(a, b) for a, b in pairs)
+    held = _task(
+        digit_model,
+        num_envs=64,
+        prompts="srl.text.arithmetic:prompts",
+        prompt_args={"digits": 2},
+        split="eval",
+        max_prompt_tokens=6,
+    )
+    held.reset(0)
+    assert all(held_out(*map(int, p[:-1].split("+"))) for p in held.prompts)
+    with pytest.raises(ConfigError, match="env.kwargs.prompt_args: expected a mapping"):
+        _task(digit_model, prompt_args=[2])
+
+
 def test_eval_split_answers_each_prompt_once(digit_model: Path) -> None:
     task = _task(digit_model, num_envs=4, group_size=2, split="eval")
     task.reset(0)

@@ -78,6 +78,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", default="runs/peers/trl_arithmetic.jsonl", help="JSONL log (training mode)")
     p.add_argument("--max-steps", type=int, default=100, help="optimizer steps")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-seconds", type=float, default=None, help="stop after the step that passes this wall time")
     p.add_argument("--prompts", type=int, default=20_000, help="training prompts in the dataset")
     p.add_argument(
         "--minibatches",
@@ -273,6 +274,8 @@ def main_train(args: argparse.Namespace) -> None:
                 "train_s": round(train_s, 4),
             }
             meter.gen_s, meter.gen_tokens, meter.trained_tokens, meter.rewards = 0.0, 0, 0, []
+            if args.max_seconds is not None and now - T0 >= args.max_seconds:
+                control.should_training_stop = True
 
         def on_log(self, a, state, control, logs=None, **kw):
             if self.pending is None or logs is None or "loss" not in logs:

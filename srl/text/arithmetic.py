@@ -37,9 +37,9 @@ def pair(rng: np.random.Generator, split: str = "train", digits: int = DIGITS) -
             return a, b
 
 
-def prompts(rng: np.random.Generator, split: str) -> str:
-    """One prompt of ``split`` (the text task's ``env.kwargs.prompts``)."""
-    a, b = pair(rng, split)
+def prompts(rng: np.random.Generator, split: str, digits: int = DIGITS) -> str:
+    """One prompt of ``split`` (the text task's ``env.kwargs.prompts``; ``env.kwargs.prompt_args.digits``)."""
+    a, b = pair(rng, split, digits)
     return f"{a}+{b}="
 
 
@@ -54,11 +54,11 @@ def exact_match(prompts: list[str], completions: list[str]) -> list[float]:
     return out
 
 
-def corpus(rng: np.random.Generator, n: int) -> list[tuple[str, str]]:
+def corpus(rng: np.random.Generator, n: int, digits: int = DIGITS) -> list[tuple[str, str]]:
     """``n`` solved training problems as ``(prompt, answer)`` pairs, for supervised fine-tuning of the base model
-    (``text.base.corpus``)."""
+    (``text.base.corpus``; ``text.base.corpus_args.digits``)."""
     out = []
     for _ in range(n):
-        a, b = pair(rng, "train")
+        a, b = pair(rng, "train", digits)
         out.append((f"{a}+{b}=", str(a + b)))
     return out

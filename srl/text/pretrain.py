@@ -11,6 +11,7 @@ document is followed by the end-of-sequence token, which the model learns to emi
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import subprocess
@@ -121,6 +122,7 @@ def ensure_base(cfg: Any) -> bool:
     resolve_corpus(base.corpus, "text.base.corpus")  # a wrong name is one line here, not a child's traceback
     job = {
         "corpus": base.corpus,
+        "corpus_args": dict(base.corpus_args),
         "model": dict(base.model),
         "folder": str(text.model),
         "steps": base.steps,
@@ -141,8 +143,9 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     job = json.loads(argv[0])
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    corpus = resolve_corpus(job["corpus"], "text.base.corpus")
     meta = pretrain(
-        resolve_corpus(job["corpus"], "text.base.corpus"),
+        functools.partial(corpus, **job["corpus_args"]),
         LMSpec(**job["model"]),
         job["folder"],
         steps=job["steps"],

@@ -4,8 +4,9 @@
 
 - ``tokenizer``: a local model folder whose tokenizer turns prompts into ids (the policy's model folder);
 - ``prompts``: a JSONL file of ``{"prompt": "..."}`` lines, or ``module:function`` with
-  ``function(rng: numpy.random.Generator, split: str) -> str`` drawing one prompt (``split`` is ``train`` or
-  ``eval``, so a generator can keep held-out prompts apart); ``eval_prompts``: a second file for evaluation;
+  ``function(rng: numpy.random.Generator, split: str, **prompt_args) -> str`` drawing one prompt (``split`` is
+  ``train`` or ``eval``, so a generator can keep held-out prompts apart; ``prompt_args`` are its own settings);
+  ``eval_prompts``: a second file for evaluation;
 - ``reward``: ``module:function`` with ``function(prompts: list[str], completions: list[str]) -> list[float]``;
 - ``max_prompt_tokens`` (P) and ``max_new_tokens`` (C): the observation is a prompt's ids, left-padded to P
   with the tokenizer's pad id; the action is a completion of up to C tokens (``MultiDiscrete([V] * C)``);
@@ -24,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from srl.api.env import SlotStep
 from srl.api.spaces import OBS, Observation
 
 SPLITS = ("train", "eval")
-PromptFn = Callable[[np.random.Generator, str], str]
+PromptFn = Callable[..., str]
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
 
@@ -94,8 +95,8 @@ def read_prompts(path: str | Path, key: str = "prompts") -> list[str]:
 class PromptSource:
     """Draws prompts for one slot: a file's prompts in a fresh shuffled order each pass, or a generator's."""
 
-    def __init__(self, spec: Any, key: str, split: str) -> None:
-        self.split, self.key = split, key
+    def __init__(self, spec: Any, key: str, split: str, args: Mapping[str, Any] | None = None) -> None:
+        self.split, self.key, self.args = split, key, dict(args or {})
         self.fn: PromptFn | None = None
         self.fixed: list[str] | None = None
         if isinstance(spec, str) and spec.endswith(".jsonl"):
@@ -123,7 +124,7 @@ class PromptSource:
         prompts = []
         for _ in range(n):
             try:
-                prompt = self.fn(self.rng, self.split)
+                prompt = self.fn(self.rng, self.split, **self.args)
             except Exception as exc:
                 raise TaskError(
                     f"env.kwargs.{self.key}: the prompt generator raised {type(exc).__name__}: {exc}"
@@ -152,6 +153,7 @@ class TextTask:
         group_size: int = 1,
         stop: Sequence[str] = (),
         eval_prompts: Any = None,
+        prompt_args: Mapping[str, Any] | None = None,
         split: str = "train",
     ) -> None:
         from srl.text.hf import ModelError, load_tokenizer
@@ -181,7 +183,9 @@ class TextTask:
         self.stop = tuple(stop)
         self.pad_id, self.eos_id = int(self.tokenizer.pad_token_id), int(self.tokenizer.eos_token_id)
         key = "eval_prompts" if split == "eval" and eval_prompts is not None else "prompts"
-        self.source = PromptSource(eval_prompts if key == "eval_prompts" else prompts, key, split)
+        if prompt_args is not None and not isinstance(prompt_args, Mapping):
+            raise ConfigError(f"env.kwargs.prompt_args: expected a mapping, got {prompt_args!r}")
+        self.source = PromptSource(eval_prompts if key == "eval_prompts" else prompts, key, split, prompt_args)
         if self.source.fixed is not None:  # a file is checked whole, before anything runs
             self._encode(self.source.fixed, where=f"prompt file {prompts if key == 'prompts' else eval_prompts!r}")
         self.reward_fn: RewardFn = _resolve(reward, "reward")

@@ -15,7 +15,10 @@ class TextBaseConfig:
     corpus by next-token prediction (the pipeline's first step), cached in the folder for later runs."""
 
     corpus: str | None = None
-    """``package.module:function`` with ``function(rng, n) -> list[str]``: n training documents."""
+    """``package.module:function`` with ``function(rng, n, **corpus_args)``: n training documents (strings, or
+    ``(prompt, completion)`` pairs for supervised fine-tuning)."""
+    corpus_args: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the corpus function (its own settings)."""
     model: Mapping[str, Any] = field(default_factory=dict)
     """The architecture: ``arch`` (gpt2, llama, qwen2), ``layers``, ``width``, ``heads``, ``kv_heads``, ``mlp``,
     ``context`` (see ``srl.text.hf.LMSpec``)."""

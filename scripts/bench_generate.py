@@ -1,0 +1,79 @@
+"""Generation throughput on one batch: srl's KV-cache loop (``srl.text.generate``) against ``model.generate``.
+
+Both sample the same batch (left-padded prompts of the arithmetic task, temperature 1, no top-p) from the same
+model in this process, alternately, ``--repeats`` times each; one JSON line per method with the median
+completion tokens per second (end-of-sequence tokens included, pads after it not).
+
+    python scripts/bench_generate.py --model models/arith_sft --batch 128 --new 5 --repeats 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from srl.text import arithmetic
+from srl.text.algorithm import prompt_mask
+from srl.text.generate import generate
+from srl.text.hf import load_lm, load_tokenizer
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="models/arith_sft")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--new", type=int, default=5, help="max new tokens")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    tok, model = load_tokenizer(args.model), load_lm(args.model)
+    rng = np.random.default_rng(0)
+    prompts = [arithmetic.prompts(rng, "train") for _ in range(args.batch)]
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
+    ids = enc["input_ids"]
+    mask = prompt_mask(ids, tok.pad_token_id)
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+
+    def ours() -> int:
+        out = generate(model, ids, mask, args.new, eos_id=eos, pad_id=pad)
+        return int(out.lengths.sum())
+
+    def theirs() -> int:
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=args.new,
+            eos_token_id=eos,
+            pad_token_id=pad,
+        )
+        new = out[:, ids.shape[1] :]
+        ended = (new == eos).int()
+        # tokens up to and including the first end-of-sequence token (all of them where none ended)
+        first = torch.where(ended.any(1), ended.argmax(1) + 1, torch.full_like(ended[:, 0], new.shape[1]))
+        return int(first.sum())
+
+    rates: dict[str, list[float]] = {"srl": [], "model.generate": []}
+    with torch.inference_mode():
+        ours(), theirs()  # warm-up
+        for _ in range(args.repeats):
+            for name, fn in (("srl", ours), ("model.generate", theirs)):
+                t0 = time.perf_counter()
+                n = fn()
+                rates[name].append(n / (time.perf_counter() - t0))
+    for name, r in rates.items():
+        print(json.dumps({"method": name, "batch": args.batch, "max_new_tokens": args.new,
+                          "completion_tokens_per_second": statistics.median(r), "repeats": args.repeats}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
