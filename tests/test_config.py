@@ -36,12 +36,22 @@ def test_every_shipped_config_loads_round_trips_and_builds_its_env(tmp_path, pat
     again = tmp_path / "again.yaml"
     again.write_text(yaml.safe_dump(to_dict(cfg)))
     assert load_config(again) == cfg
-    if cfg.algorithm == "lm_ppo":  # its base model is made on first use: here a few steps of it, in tmp_path
+    if cfg.algorithm == "lm_ppo":  # its models are made on first use: here a few steps of each, in tmp_path
         from srl.text.pretrain import ensure_base
+        from srl.text.reward_model import ensure_reward_model
 
-        model = str(tmp_path / "model")
-        cfg = load_config(path, [f"text.model={model}", f"env.kwargs.tokenizer={model}", "text.base.steps=3"])
+        model, rm = tmp_path / "model", tmp_path / "rm"
+        overrides = [f"text.model={model}", f"env.kwargs.tokenizer={model}", "text.base.steps=3"]
+        if cfg.text.reward_model.folder is not None:
+            overrides += [f"text.reward_model.folder={rm}", f"env.kwargs.reward_args.folder={rm}"]
+        cfg = load_config(path, overrides)
         assert ensure_base(cfg)
+        if cfg.text.reward_model.folder is not None:  # an untrained one (training it is tested in test_text.py)
+            from srl.text.hf import load_lm, load_tokenizer
+            from srl.text.reward_model import RewardModel, save_reward_model
+
+            lm = load_lm(model)
+            save_reward_model(RewardModel(lm.base_model, lm.config.hidden_size), load_tokenizer(model), rm, {})
     for policy in make_plan(cfg).policies:
         parts = obs_parts(policy.obs_space)
         assert policy.param_size > 0 and policy.layout.obs_fields == tuple(p.name for p in parts)

@@ -341,3 +341,61 @@ def test_cli_missing_model_folder(tmp_path: Path) -> None:
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "text.model" in lines[0] and "does not exist" in lines[0], done.stderr
+
+
+# ---------------------------------------------------------------------------------------------- reward models
+def test_bradley_terry_loss_by_hand() -> None:
+    from srl.text.reward_model import bradley_terry_loss
+
+    chosen, rejected = torch.tensor([2.0, 0.0, -1.0]), torch.tensor([0.0, 0.0, 1.0])
+    expected = -np.mean(np.log(1 / (1 + np.exp(-np.array([2.0, 0.0, -2.0])))))
+    assert float(bradley_terry_loss(chosen, rejected)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_reward_model_learns_the_oracles_preferences_and_scores_a_task(digit_model: Path, tmp_path: Path) -> None:
+    """Pairs of the digit model's completions labelled by the share of sevens: the trained model orders held-out
+    pairs as the oracle does, and a task scores its completions with it (``reward_args``)."""
+    from srl.text.reward_model import RewardModelScorer, load_reward_model, train_reward_model
+    from srl.text.testing import digit_prompts, sevens
+
+    folder = tmp_path / "rm"
+    meta = train_reward_model(
+        str(digit_model), digit_prompts, sevens, str(folder),
+        pairs=512, steps=150, batch_size=32, lr=3e-3, max_new_tokens=4,
+    )  # fmt: skip
+    assert meta["held_out_accuracy"] >= 0.8, meta
+    model, _ = load_reward_model(folder)
+    assert isinstance(model.head, torch.nn.Linear)
+    scorer = RewardModelScorer(str(folder))
+    high, low = scorer(["12", "12"], ["7777", "1234"])
+    assert high > low
+    task = _task(
+        digit_model, num_envs=2, reward="srl.text.reward_model:RewardModelScorer", reward_args={"folder": str(folder)}
+    )
+    task.reset(0)
+    tok = task.tokenizer
+    seven, one = tok.convert_tokens_to_ids("7"), tok.convert_tokens_to_ids("1")
+    step = task.step(np.array([[seven] * 5, [one] * 5]))
+    assert step.reward[0] > step.reward[1]
+    with pytest.raises(ConfigError, match="is not a reward-model folder"):
+        _task(digit_model, reward="srl.text.reward_model:RewardModelScorer", reward_args={"folder": str(digit_model)})
+    with pytest.raises(ConfigError, match="env.kwargs.reward_args: expected a mapping"):
+        _task(digit_model, reward_args=["x"])
+
+
+def test_the_pipeline_makes_a_missing_reward_model_once(digit_model: Path, tmp_path: Path) -> None:
+    from srl.text.reward_model import ensure_reward_model
+
+    rm = tmp_path / "rm"
+    kwargs = {**_config(digit_model).env.kwargs, "reward": "srl.text.reward_model:RewardModelScorer"}
+    kwargs["reward_args"] = {"folder": str(rm)}
+    text = {"model": str(digit_model), "reward_model": {"folder": str(rm), "oracle": "srl.text.testing:sevens",
+            "pairs": 256, "steps": 30, "batch_size": 16}}  # fmt: skip
+    cfg = _config(digit_model, env={"id": "srl.text.task:TextTask", "kwargs": kwargs}, text=text)
+    assert ensure_reward_model(cfg) and (rm / "score_head.safetensors").is_file()
+    meta = json.loads((rm / "srl.json").read_text())
+    assert meta["pairs"] > 0 and meta["held_out_accuracy"] is not None
+    assert not ensure_reward_model(cfg)  # cached: a second run finds it
+    no_oracle = _config(digit_model, text={"model": str(digit_model), "reward_model": {"folder": str(tmp_path / "x")}})
+    with pytest.raises(ConfigError, match="does not exist .and no oracle labels pairs"):
+        ensure_reward_model(no_oracle)

@@ -10,8 +10,8 @@ Settings mirrored from ``configs/rlhf_arithmetic.yaml`` (and srl's defaults):
 - 8 completions per prompt (``num_generations``), 16 prompts = 128 completions per generation batch
   (``generation_batch_size``); ``--minibatches 1`` (default): one optimizer step on all 128; ``--minibatches 2``:
   two steps of 64 completions each on the same batch, as srl's ``ppo.minibatches: 2`` does;
-- ``max_completion_length`` 5, temperature 1.0, top_p 1.0, top_k off;
-- Adam (AdamW with weight decay 0) at lr 1e-4, eps 1e-5 (srl's ``ppo.adam_eps``), constant LR, no warmup;
+- ``max_completion_length`` ``--max-new`` (5), temperature 1.0, top_p 1.0, top_k off;
+- Adam (AdamW with weight decay 0) at ``--lr`` (1e-4), eps 1e-5 (srl's ``ppo.adam_eps``), constant LR, no warmup;
 - KL leash in the loss, k3 estimator, beta 0.01 against the frozen starting model;
 - one pass over each batch (``num_iterations`` 1), clip 0.2, global grad-norm clip 1.0;
 - advantages: group mean subtracted, divided by the group's sample std (``scale_rewards="group"``);
@@ -69,7 +69,6 @@ from srl.text import arithmetic  # noqa: E402
 NUM_GENERATIONS = 8
 PROMPTS_PER_BATCH = 16
 BATCH = NUM_GENERATIONS * PROMPTS_PER_BATCH  # 128 completions per generation batch
-MAX_NEW_TOKENS = 5
 
 
 def parse_args() -> argparse.Namespace:
@@ -78,6 +77,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", default="runs/peers/trl_arithmetic.jsonl", help="JSONL log (training mode)")
     p.add_argument("--max-steps", type=int, default=100, help="optimizer steps")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--digits", type=int, default=3, help="operands of 1 to this many digits (prompt_args.digits)")
+    p.add_argument("--max-new", type=int, default=5, help="max completion tokens (env.kwargs.max_new_tokens)")
+    p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--max-seconds", type=float, default=None, help="stop after the step that passes this wall time")
     p.add_argument("--prompts", type=int, default=20_000, help="training prompts in the dataset")
     p.add_argument(
@@ -125,7 +127,7 @@ def generate_only(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
     kwargs = dict(  # what GRPOTrainer passes to generate (trl/trainer/grpo_trainer.py)
-        max_new_tokens=MAX_NEW_TOKENS,
+        max_new_tokens=args.max_new,
         do_sample=True,
         temperature=1.0,
         top_p=1.0,
@@ -135,7 +137,7 @@ def generate_only(args: argparse.Namespace) -> None:
     )
 
     def batch():
-        prompts = [arithmetic.prompts(rng, "train") for _ in range(PROMPTS_PER_BATCH)]
+        prompts = [arithmetic.prompts(rng, "train", args.digits) for _ in range(PROMPTS_PER_BATCH)]
         rows = [p for p in prompts for _ in range(NUM_GENERATIONS)]
         return tok(rows, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
 
@@ -216,7 +218,9 @@ def main_train(args: argparse.Namespace) -> None:
     log = out.open("w")
 
     rng = np.random.default_rng(args.seed)
-    dataset = Dataset.from_dict({"prompt": [arithmetic.prompts(rng, "train") for _ in range(args.prompts)]})
+    dataset = Dataset.from_dict(
+        {"prompt": [arithmetic.prompts(rng, "train", args.digits) for _ in range(args.prompts)]}
+    )
     tok = load_tokenizer(args.model)
 
     class TimedGRPOTrainer(GRPOTrainer):
@@ -316,7 +320,7 @@ def main_train(args: argparse.Namespace) -> None:
         num_iterations=1,
         shuffle_dataset=True,
         # generation
-        max_completion_length=MAX_NEW_TOKENS,
+        max_completion_length=args.max_new,
         temperature=1.0,
         top_p=1.0,
         top_k=0,
@@ -328,7 +332,7 @@ def main_train(args: argparse.Namespace) -> None:
         mask_truncated_completions=False,
         importance_sampling_level="token",
         # optimizer
-        learning_rate=1e-4,
+        learning_rate=args.lr,
         optim="adamw_torch",
         weight_decay=0.0,
         adam_beta1=0.9,

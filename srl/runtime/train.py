@@ -78,8 +78,10 @@ def train(
     sweep_stale_pipe_dirs()  # and their named pipes' folders
     if cfg.algorithm == "lm_ppo":
         from srl.text.pretrain import ensure_base
+        from srl.text.reward_model import ensure_reward_model
 
         ensure_base(cfg)  # the pipeline's first step: a missing base model is made (once) and cached
+        ensure_reward_model(cfg)  # then a missing reward model, from the base model's samples
     plan = make_plan(cfg)
     offset = 0
     if resume is not None:

@@ -17,7 +17,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+import shutil
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,29 +130,38 @@ def build_lm(spec: LMSpec, tokenizer: Any) -> CausalLM:
 
 
 def save_lm(model: CausalLM, tokenizer: Any, folder: str | Path, meta: Mapping[str, Any] | None = None) -> Path:
-    """Write ``model`` (safetensors) and ``tokenizer`` to ``folder`` atomically: into a sibling temporary folder
-    first, renamed into place, so a reader never sees half a model. ``meta`` goes to ``srl.json``."""
+    """Write ``model`` (safetensors) and ``tokenizer`` to ``folder`` atomically (:func:`write_folder`); ``meta``
+    goes to ``srl.json``."""
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if meta is not None:
+            (tmp / "srl.json").write_text(json.dumps(dict(meta), indent=1) + "\n")
+
+    return write_folder(folder, write)
+
+
+def write_folder(folder: str | Path, write: Callable[[Path], None]) -> Path:
+    """Fill ``folder`` through ``write(tmp)`` into a sibling temporary folder first, then rename it into place, so a
+    reader never sees half a model (an existing folder is replaced whole)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    if meta is not None:
-        (tmp / "srl.json").write_text(json.dumps(dict(meta), indent=1) + "\n")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if folder.exists():
         old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
         folder.rename(old)
         tmp.rename(folder)
-        _remove_tree(old)
+        shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(folder)
     return folder
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def load_tokenizer(folder: str | Path, where: str = "text.model") -> Any:

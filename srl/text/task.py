@@ -7,7 +7,9 @@
   ``function(rng: numpy.random.Generator, split: str, **prompt_args) -> str`` drawing one prompt (``split`` is
   ``train`` or ``eval``, so a generator can keep held-out prompts apart; ``prompt_args`` are its own settings);
   ``eval_prompts``: a second file for evaluation;
-- ``reward``: ``module:function`` with ``function(prompts: list[str], completions: list[str]) -> list[float]``;
+- ``reward``: ``module:function`` with ``function(prompts: list[str], completions: list[str]) -> list[float]``,
+  or a class built once with ``reward_args`` whose instances are such functions (a reward model:
+  ``srl.text.reward_model:RewardModelScorer`` with ``reward_args: {folder: ...}``);
 - ``max_prompt_tokens`` (P) and ``max_new_tokens`` (C): the observation is a prompt's ids, left-padded to P
   with the tokenizer's pad id; the action is a completion of up to C tokens (``MultiDiscrete([V] * C)``);
 - ``group_size`` (G): each drawn training prompt fills G consecutive environments of a slot (GRPO's group);
@@ -23,6 +25,7 @@ a fresh prompt. The return of an episode is its completion's reward.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -154,6 +157,7 @@ class TextTask:
         stop: Sequence[str] = (),
         eval_prompts: Any = None,
         prompt_args: Mapping[str, Any] | None = None,
+        reward_args: Mapping[str, Any] | None = None,
         split: str = "train",
     ) -> None:
         from srl.text.hf import ModelError, load_tokenizer
@@ -188,7 +192,21 @@ class TextTask:
         self.source = PromptSource(eval_prompts if key == "eval_prompts" else prompts, key, split, prompt_args)
         if self.source.fixed is not None:  # a file is checked whole, before anything runs
             self._encode(self.source.fixed, where=f"prompt file {prompts if key == 'prompts' else eval_prompts!r}")
-        self.reward_fn: RewardFn = _resolve(reward, "reward")
+        if reward_args is not None and not isinstance(reward_args, Mapping):
+            raise ConfigError(f"env.kwargs.reward_args: expected a mapping, got {reward_args!r}")
+        fn = _resolve(reward, "reward")
+        if isinstance(fn, type):
+            try:
+                fn = fn(**(reward_args or {}))
+            except ConfigError:
+                raise
+            except Exception as exc:
+                raise ConfigError(
+                    f"env.kwargs.reward: {reward} could not be built: {type(exc).__name__}: {exc}"
+                ) from None
+        elif reward_args:
+            fn = functools.partial(fn, **reward_args)
+        self.reward_fn: RewardFn = fn
         self.reward_name = reward
         vocab = len(self.tokenizer)
         self.single_observation_space: gym.spaces.Space = gym.spaces.Box(0, vocab - 1, (max_prompt_tokens,), np.int32)

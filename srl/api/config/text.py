@@ -54,6 +54,35 @@ class TextBaseConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RewardModelConfig:
+    """How to make a Bradley-Terry reward model when its folder is missing (the pipeline's second step): pairs of
+    completions sampled from ``text.model`` for the task's prompts, labelled by a hidden oracle."""
+
+    folder: str | None = None
+    """The reward-model folder (the task uses it through ``env.kwargs.reward:
+    srl.text.reward_model:RewardModelScorer`` with ``reward_args: {folder: ...}``)."""
+    oracle: str | None = None
+    """``package.module:function(prompts, completions) -> list[float]`` that labels each pair (hidden from
+    training; score it afterwards to see over-optimization)."""
+    pairs: int = 4096
+    """Preference pairs sampled for training (ties are dropped)."""
+    steps: int = 600
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Pairs per step."""
+    lr: float = 3e-4
+    """Learning rate."""
+    seed: int = 0
+    """Seed of the prompts, the samples and the initialization."""
+
+    def __post_init__(self) -> None:
+        check(self.pairs >= 1, "pairs", f"must be >= 1, got {self.pairs}")
+        check(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
+        check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TextConfig:
     """The policy's language model, how it generates, and how PPO or GRPO trains it over tokens. The task (the
     prompts, the reward, the completion budget, stop strings, GRPO's group size) is the env:
@@ -84,6 +113,8 @@ class TextConfig:
     """Std of the value head's initial weights (0: values start at 0)."""
     base: TextBaseConfig = field(default_factory=TextBaseConfig)
     """How to make ``model`` when its folder is missing (pre-training here)."""
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """How to make a reward model when its folder is missing (after ``base``)."""
 
     def __post_init__(self) -> None:
         check(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
