@@ -399,3 +399,17 @@ def test_the_pipeline_makes_a_missing_reward_model_once(digit_model: Path, tmp_p
     no_oracle = _config(digit_model, text={"model": str(digit_model), "reward_model": {"folder": str(tmp_path / "x")}})
     with pytest.raises(ConfigError, match="does not exist .and no oracle labels pairs"):
         ensure_reward_model(no_oracle)
+
+
+def test_a_text_run_resumes_from_its_checkpoint(digit_model: Path, tmp_path: Path) -> None:
+    from srl.runtime.train import resume_config, train
+
+    run = {**to_dict(_config(digit_model).run), "total_env_steps": 64 * 3, "target_return": None}
+    first = train(_config(digit_model, run=run), tmp_path / "run", progress=None)
+    cfg, paths, state = resume_config(tmp_path / "run", ["run.total_env_steps=384"])
+    assert 1 <= int(state["version"]) <= first["policy_version"]
+    again = train(cfg, tmp_path / "run", progress=None, resume=(paths, state))
+    assert again["policy_version"] > int(state["version"]) and again["resumed_from"] == str(paths[0])
+    assert again["env_steps"] >= 384
+    with pytest.raises(ConfigError, match="text.advantage: cannot change when resuming"):
+        resume_config(tmp_path / "run", ["text.advantage=gae"])

@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="RUN_DIR",
         help="continue RUN_DIR from its newest checkpoint (with its config; --set overrides allowed "
-        "except env, model, ppo.critic, ppo.normalize_values)",
+        "except env, model, ppo.critic, ppo.normalize_values, text.model, text.advantage)",
     )
     t.add_argument(
         "--set",

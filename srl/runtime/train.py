@@ -19,7 +19,7 @@ from srl.system.controller import Controller
 from srl.system.run_dir import RunDir, default_run_dir, policy_checkpoints
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 
-FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values")
+FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values", "text.model", "text.advantage")
 """Settings the checkpoint's networks were built with: a resumed run may not change them."""
 
 

@@ -99,7 +99,15 @@ def _task_settings(cfg: ExperimentConfig, action_space: spaces.Space) -> tuple[i
     return len(action_space.nvec), tuple(kwargs.get("stop", ())), group
 
 
-def _check_fits(model: CausalLM, tokenizer: Any, obs_space: spaces.Space, max_new: int, where: str) -> None:
+def _check_fits(
+    model: CausalLM, tokenizer: Any, obs_space: spaces.Space, action_space: spaces.Space, max_new: int, where: str
+) -> None:
+    task_vocab = int(action_space.nvec[0])  # type: ignore[attr-defined]  # a text task's MultiDiscrete
+    if task_vocab != len(tokenizer):
+        raise ConfigError(
+            f"env.kwargs.tokenizer: the task's tokenizer has {task_vocab} tokens, the one of {where} {len(tokenizer)} "
+            "(the task and the model must share a tokenizer)"
+        )
     vocab = int(model.config.vocab_size)
     if len(tokenizer) > vocab:
         raise ConfigError(f"{where}: the tokenizer has {len(tokenizer)} tokens, the model only {vocab}")
@@ -215,7 +223,7 @@ class LMPPO:
         tokenizer = _tokenizer(cfg)
         self.pad_id, self.vocab = int(tokenizer.pad_token_id), len(tokenizer)
         self.policy = _load(self.text.model, "text.model")
-        _check_fits(self.policy, tokenizer, ctx.obs_space, max_new, "text.model")
+        _check_fits(self.policy, tokenizer, ctx.obs_space, ctx.action_space, max_new, "text.model")
         self.policy.eval()  # no dropout: the ratio of a completion must not depend on a random mask
         self.reference = _load(
             self.text.reference or self.text.model, "text.reference" if self.text.reference else "text.model"
@@ -250,7 +258,7 @@ class LMPPO:
         max_new, stop, _ = _task_settings(ctx.cfg, ctx.action_space)
         model = _load(ctx.cfg.text.model, "text.model")
         tokenizer = _tokenizer(ctx.cfg)
-        _check_fits(model, tokenizer, ctx.obs_space, max_new, "text.model")
+        _check_fits(model, tokenizer, ctx.obs_space, ctx.action_space, max_new, "text.model")
         return TextPolicy(model, tokenizer, max_new, stop, ctx.cfg.text)
 
     # ------------------------------------------------------------------ Algorithm
