@@ -17,7 +17,7 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -132,17 +132,22 @@ def ensure_base(cfg: Any) -> bool:
         "seed": base.seed,
     }
     log.info("text.model %s is missing: pre-training it from %s (%d steps)", text.model, base.corpus, base.steps)
-    done = subprocess.run([sys.executable, "-m", "srl.text.pretrain", json.dumps(job)], check=False)
-    if done.returncode != 0 or not Path(text.model).is_dir():
-        raise ConfigError(f"text.base: pre-training {text.model!r} failed (exit code {done.returncode})")
+    run_in_child("srl.text.pretrain", job, text.model, "text.base: pre-training")
     return True
+
+
+def run_in_child(module: str, job: Mapping[str, Any], folder: str, what: str) -> None:
+    """Run ``python -m module JOB_JSON`` (its log goes to this process's output); one line naming ``what`` when
+    it fails or leaves no ``folder``."""
+    done = subprocess.run([sys.executable, "-m", module, json.dumps(dict(job))], check=False)
+    if done.returncode != 0 or not Path(folder).is_dir():
+        raise ConfigError(f"{what} {folder!r} failed (exit code {done.returncode})")
 
 
 def main(argv: list[str]) -> int:
     """``python -m srl.text.pretrain JOB_JSON``: one pre-training job (see :func:`ensure_base`)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     job = json.loads(argv[0])
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     corpus = resolve_corpus(job["corpus"], "text.base.corpus")
     meta = pretrain(
         functools.partial(corpus, **job["corpus_args"]),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -231,9 +230,9 @@ def ensure_reward_model(cfg: Any) -> bool:
         "seed": spec.seed,
     }
     log.info("reward model %s is missing: training it on %d pairs labelled by %s", spec.folder, spec.pairs, spec.oracle)
-    done = subprocess.run([sys.executable, "-m", "srl.text.reward_model", json.dumps(job)], check=False)
-    if done.returncode != 0 or not Path(spec.folder).is_dir():
-        raise ConfigError(f"text.reward_model: training {spec.folder!r} failed (exit code {done.returncode})")
+    from srl.text.pretrain import run_in_child
+
+    run_in_child("srl.text.reward_model", job, spec.folder, "text.reward_model: training")
     return True
 
 
