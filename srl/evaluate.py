@@ -25,7 +25,7 @@ from srl.api.worker import Policy
 from srl.envs.slots import GymSlot, make_grouped, probe_groups
 from srl.system.run_dir import policy_checkpoints
 from srl.system.trainer_worker import checkpoints, load_checkpoint
-from srl.text.task import evaluation_env
+from srl.text.task import TextTask, evaluation_env
 from srl.wiring import acting_policy
 
 
@@ -53,6 +53,10 @@ class PlannedRun(Protocol):
 
 VS_RANDOM_GAMES = 100
 """Games against a uniform random player in the final evaluation of a two-player turn-based game."""
+
+
+TEXT_SAMPLES = 8
+"""Completions an evaluation of a text task shows (prompt, completion, reward) besides its score."""
 
 
 def eval_seed(cfg: ExperimentConfig) -> int:
@@ -120,6 +124,7 @@ def play(
         finished = [np.zeros(n, bool) for n in columns]
         inner = slot.slot if isinstance(slot, OneGroup) else None
         first = inner.venv.envs[0] if video is not None and isinstance(inner, GymSlot) else None
+        samples: list[dict[str, Any]] = []
         if first is not None:
             frames.append(_frame(first))
         with torch.inference_mode():
@@ -127,7 +132,14 @@ def play(
                 if all(f.all() for f in finished):
                     break
                 actions = [p.act(o, deterministic=deterministic)["actions"] for p, o in zip(policies, obs)]
+                if isinstance(inner, TextTask) and not samples:  # a few of the first completions, to read
+                    shown = min(TEXT_SAMPLES, episodes)
+                    texts = inner.completions(actions[0][:shown])
+                    samples = [{"prompt": p, "completion": c} for p, c in zip(inner.prompts[:shown], texts)]
                 steps = slot.step_groups(actions)
+                if samples and "reward" not in samples[0]:
+                    for sample, reward in zip(samples, steps[0].reward):
+                        sample["reward"] = float(reward)
                 obs = [step.obs for step in steps]
                 running = ~np.all([f.reshape(episodes, -1).all(axis=1) for f in finished], axis=0)
                 lengths += running
@@ -149,6 +161,8 @@ def play(
         "returns": every.tolist(),
         "lengths": lengths.tolist(),
     }
+    if samples:
+        out["samples"] = samples
     if len(slot.groups) > 1:
         out["policies"] = {
             g.policy: {"return_mean": float(r.mean()), "return_std": float(r.std())}

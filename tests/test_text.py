@@ -276,6 +276,9 @@ def test_rl_raises_the_reward_inline(digit_model: Path, tmp_path: Path, advantag
     assert summary["stop_reason"] == "solved", summary
     assert summary["final_eval_return_mean"] >= 0.8
     assert summary["initial_eval_return_mean"] < 0.5  # the same held-out prompts, before any update
+    samples = summary["final_eval_samples"]  # a few completions to read, with their rewards
+    assert len(samples) == 8 and all(set(s) == {"prompt", "completion", "reward"} for s in samples)
+    assert np.mean([s["reward"] for s in samples]) == pytest.approx(np.mean(summary["final_eval_returns"][:8]))
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     last = metrics[-1]
     for key in ("reward", "kl", "entropy", "response_length", "clip_fraction", "tokens_per_second"):
