@@ -106,6 +106,8 @@ def test_model_folders_round_trip(tmp_path: Path, tokenizer: Any) -> None:
     again = load_lm(tmp_path / "m")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
     assert load_tokenizer(tmp_path / "m").pad_token_id == tokenizer.pad_token_id
+    dead = tmp_path / ".m.tmp-999999999"  # what a writer killed mid-way leaves (no such process)
+    dead.mkdir()
     save_lm(again, tokenizer, tmp_path / "m")  # overwriting leaves one folder and no temporary ones
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 

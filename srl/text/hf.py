@@ -147,6 +147,7 @@ def write_folder(folder: str | Path, write: Callable[[Path], None]) -> Path:
     reader never sees half a model (an existing folder is replaced whole)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_dead(folder)
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -162,6 +163,20 @@ def write_folder(folder: str | Path, write: Callable[[Path], None]) -> Path:
     else:
         tmp.rename(folder)
     return folder
+
+
+def _sweep_dead(folder: Path) -> None:
+    """Remove the temporary siblings of ``folder`` that a killed writer left (their process is gone)."""
+    for path in folder.parent.glob(f".{folder.name}.*-*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:  # alive, someone else's
+            pass
 
 
 def load_tokenizer(folder: str | Path, where: str = "text.model") -> Any:
