@@ -51,13 +51,9 @@ from srl.api.algorithm import AlgorithmContext
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.schema import Field
 from srl.api.spaces import OBS
+from srl.nets.flat import FlatState
 from srl.text.generate import StopStrings, completion_inputs, completion_logits, completion_logp, generate, token_logp
 from srl.text.hf import CausalLM, ModelError, load_lm, load_tokenizer
-
-
-def flat_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The parameters a snapshot carries, in a fixed order (tied weights once)."""
-    return list(model.parameters())
 
 
 def prompt_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -128,12 +124,12 @@ class TextPolicy:
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
-        self.params = flat_parameters(self.model)
+        self.params = list(self.model.parameters())  # what a snapshot carries (tied weights once)
+        self._flat = FlatState(self.params)
         self.max_new_tokens, self.cfg = max_new_tokens, cfg
         self.vocab = len(tokenizer)
         self.pad_id, self.eos_id = int(tokenizer.pad_token_id), int(tokenizer.eos_token_id)
         self.stop = StopStrings(tokenizer, stop)
-        self._size = sum(p.numel() for p in self.params)
 
     def output_fields(self) -> tuple[Field, ...]:
         return (Field("logp", (self.max_new_tokens,), "float32"), Field("length", (), "int32"))
@@ -160,36 +156,13 @@ class TextPolicy:
         }
 
     def load_flat(self, flat: np.ndarray) -> None:
-        if len(flat) != self._size:
-            raise ValueError(f"flat state has wrong length: expected {self._size}, got {len(flat)}")
-        src = torch.from_numpy(np.asarray(flat, np.float32))
-        offset = 0
-        with torch.no_grad():
-            for p in self.params:
-                n = p.numel()
-                p.copy_(src[offset : offset + n].view_as(p))
-                offset += n
+        self._flat.unpack(self.params, flat)
 
     def flat_size(self) -> int:
-        return self._size
+        return self._flat.size
 
     def flat_state(self, out: np.ndarray | None = None) -> np.ndarray:
-        return write_flat(self.params, out)
-
-
-def write_flat(params: list[nn.Parameter], out: np.ndarray | None = None) -> np.ndarray:
-    """The parameters as one float32 vector (into ``out`` when given)."""
-    size = sum(p.numel() for p in params)
-    if out is None:
-        out = np.empty(size, np.float32)
-    dst = torch.from_numpy(out)
-    offset = 0
-    with torch.no_grad():
-        for p in params:
-            n = p.numel()
-            dst[offset : offset + n].copy_(p.detach().reshape(-1))
-            offset += n
-    return out
+        return self._flat.pack(self.params, out)
 
 
 class ValueModel(nn.Module):
@@ -230,7 +203,7 @@ class LMPPO:
         )
         self.reference.eval().requires_grad_(False)
         self.critic: ValueModel | None = None
-        params = {"policy": flat_parameters(self.policy)}
+        params = {"policy": list(self.policy.parameters())}
         if self.text.advantage == "gae":
             self.critic = ValueModel(_load(self.text.model, "text.model"), self.text.value_head_init)
             self.critic.eval()
@@ -248,6 +221,7 @@ class LMPPO:
             for name, group in params.items()
         }
         self._policy_params = params["policy"]
+        self._policy_flat = FlatState(self._policy_params)
         self._gen = torch.Generator().manual_seed(ctx.seed + 1)
         self._t_first: float | None = None
         self._tokens = self._tokens_first = 0.0
@@ -263,7 +237,7 @@ class LMPPO:
 
     # ------------------------------------------------------------------ Algorithm
     def policy_state(self) -> np.ndarray:
-        return write_flat(self._policy_params)
+        return self._policy_flat.pack(self._policy_params, None)
 
     def state_dict(self) -> dict[str, Any]:
         return {
