@@ -29,7 +29,7 @@ package (SuperSuit) and is not needed for this.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -300,15 +300,15 @@ class SplitSlot:
     """A multi-agent slot whose agents share one space, its columns split among several policies (VMAS worlds,
     turn-based games): one gather per group and field, one scatter of the groups' actions."""
 
-    def __init__(self, slot: Any, rules: Sequence[AgentRule], name: str) -> None:
+    def __init__(self, slot: Any, mapping: Mapping[str, Sequence[str]]) -> None:
+        """``mapping``: policy -> the agent ids it plays (:func:`~srl.api.config.policies.map_agents`)."""
         self.slot = slot
         N = slot.agents_per_env
         self.env_count = B = slot.num_envs // N
         agents = list(slot.agents)
-        mapping = map_agents(rules, agents, name)
         alive = bool(getattr(slot, "reports_alive", False))
         self.groups = tuple(
-            SlotGroup(p, ids, slot.single_observation_space, slot.single_action_space, slot.state_space, alive)
+            SlotGroup(p, tuple(ids), slot.single_observation_space, slot.single_action_space, slot.state_space, alive)
             for p, ids in mapping.items()
         )
         seats = [np.array([agents.index(a) for a in ids]) for ids in mapping.values()]

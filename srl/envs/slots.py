@@ -97,7 +97,7 @@ def make_grouped(
         slot.close()
         raise ConfigError(f"agents: env {cfg.id!r} is a single-agent env; agents rules map a multi-agent env's agents")
     mapping = map_agents(rules, agents, cfg.id)
-    return OneGroup(slot, next(iter(mapping))) if len(mapping) == 1 else SplitSlot(slot, rules, cfg.id)
+    return OneGroup(slot, next(iter(mapping))) if len(mapping) == 1 else SplitSlot(slot, mapping)
 
 
 def _make(cfg: EnvConfig, num_envs: int, state: bool | Collection[str], rules: Sequence[AgentRule] = ()) -> Slot:

@@ -7,10 +7,10 @@ memory. Only small integer records travel through channels:
 
 - inference request  ``(actor, slot, buffer, t, ticket)``  actor -> policy worker
 - inference reply    ``(slot, ticket)``                    policy worker -> actor
+- sample ready       ``(actor, buffer)``                   actor -> trainer (or -> stage -> trainer)
 
 With several policies each has its own pool (its agents' columns, its spaces), and the slot
-field of a request names the policy too: ``policy * ring_size + slot``.
-- sample ready       ``(actor, buffer)``                   actor -> trainer (or -> stage -> trainer)
+field of a request and its reply names the policy too: ``policy * ring_size + slot``.
 
 Tickets make requests safe to repeat and actors safe to restart: each post
 of a slot takes the next ticket from ``tickets[actor, slot]`` in the pool, a
