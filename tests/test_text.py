@@ -16,7 +16,8 @@ from srl.api.config import ConfigError, build, to_dict
 from srl.api.config.experiment import ExperimentConfig
 from srl.text.algorithm import prompt_mask
 from srl.text.generate import StopStrings, completion_logp, generate, positions
-from srl.text.hf import LMSpec, build_lm, load_lm, load_tokenizer, save_lm, train_tokenizer
+from srl.api.config.text import LMSpec
+from srl.text.hf import build_lm, load_lm, load_tokenizer, save_lm, train_tokenizer
 from srl.text.pretrain import pretrain
 from srl.text.task import TaskError, TextTask
 from srl.text.testing import digits
@@ -322,6 +323,15 @@ def test_bad_text_configs_are_one_line(digit_model: Path, tmp_path: Path) -> Non
     kwargs = {**_config(digit_model).env.kwargs, "group_size": 6}
     with pytest.raises(ConfigError, match="workers.envs_per_slot: 64 completions per slot do not split into groups"):
         make_plan(_config(digit_model, env={"id": "srl.text.task:TextTask", "kwargs": kwargs}))
+
+
+def test_a_bad_base_model_spec_names_its_field(digit_model: Path) -> None:
+    base = {"corpus": "srl.text.testing:digits", "model": {"arch": "mamba"}}
+    with pytest.raises(ConfigError, match=r"text.base.model.arch: must be one of gpt2, llama, qwen2"):
+        _config(digit_model, text={"model": str(digit_model), "base": base})
+    base["model"] = {"width": 30, "heads": 4}
+    with pytest.raises(ConfigError, match=r"text.base.model.width: 30 is not a multiple of heads 4"):
+        _config(digit_model, text={"model": str(digit_model), "base": base})
 
 
 def test_cli_missing_model_folder(tmp_path: Path) -> None:

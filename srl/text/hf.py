@@ -19,11 +19,12 @@ import json
 import logging
 import shutil
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from srl.api.config.text import LMSpec
 
 CausalLM = Any
 """A ``transformers`` causal LM (``PreTrainedModel``): typed loosely, since its methods and config attributes
@@ -31,7 +32,6 @@ are not visible through ``nn.Module``."""
 
 PAD = "<pad>"
 EOS = "<eos>"
-ARCHITECTURES = ("gpt2", "llama", "qwen2")
 
 _quiet = False
 
@@ -70,29 +70,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 256 + 2) -> Any:
     )
     tok.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS)
-
-
-@dataclass(frozen=True)
-class LMSpec:
-    """A causal LM to build from scratch: architecture and size (``text.base.model`` in a config)."""
-
-    arch: str = "llama"
-    layers: int = 4
-    width: int = 128
-    heads: int = 4
-    kv_heads: int | None = None
-    """Grouped-query attention heads (Llama, Qwen2); None: as many as ``heads``."""
-    mlp: int | None = None
-    """Feed-forward width; None: 4x ``width`` (GPT-2) or 8/3x rounded to 32 (Llama, Qwen2)."""
-    context: int = 256
-
-    def __post_init__(self) -> None:
-        if self.arch not in ARCHITECTURES:
-            raise ModelError(f"model arch {self.arch!r}: expected one of {', '.join(ARCHITECTURES)}")
-        if self.width % self.heads:
-            raise ModelError(f"model width {self.width} is not a multiple of heads {self.heads}")
-        if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ModelError(f"model heads {self.heads} are not a multiple of kv_heads {self.kv_heads}")
 
 
 def build_lm(spec: LMSpec, tokenizer: Any) -> CausalLM:

@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 from srl.algorithms.adam import Adam
-from srl.api.config import ConfigError
-from srl.text.hf import LMSpec, build_lm, save_lm, train_tokenizer
+from srl.api.config import ConfigError, build, to_dict
+from srl.api.config.text import LMSpec
+from srl.text.hf import build_lm, save_lm, train_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def ensure_base(cfg: Any) -> bool:
     job = {
         "corpus": base.corpus,
         "corpus_args": dict(base.corpus_args),
-        "model": dict(base.model),
+        "model": to_dict(base.model),
         "folder": str(text.model),
         "steps": base.steps,
         "batch_size": base.batch_size,
@@ -151,7 +152,7 @@ def main(argv: list[str]) -> int:
     corpus = resolve_corpus(job["corpus"], "text.base.corpus")
     meta = pretrain(
         functools.partial(corpus, **job["corpus_args"]),
-        LMSpec(**job["model"]),
+        build(LMSpec, job["model"]),
         job["folder"],
         steps=job["steps"],
         batch_size=job["batch_size"],

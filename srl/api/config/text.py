@@ -6,7 +6,38 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from srl.api.config.errors import ConfigError, check
+from srl.api.config.errors import check
+
+
+@dataclass(frozen=True, kw_only=True)
+class LMSpec:
+    """A causal LM to build from scratch: its architecture and size (``text.base.model``)."""
+
+    arch: Literal["gpt2", "llama", "qwen2"] = "llama"
+    """The ``transformers`` architecture."""
+    layers: int = 4
+    """Transformer blocks."""
+    width: int = 128
+    """Hidden size."""
+    heads: int = 4
+    """Attention heads."""
+    kv_heads: int | None = None
+    """Grouped-query attention heads (Llama, Qwen2); None: as many as ``heads``."""
+    mlp: int | None = None
+    """Feed-forward width; None: 4x ``width`` (GPT-2) or 8/3x rounded to 32 (Llama, Qwen2)."""
+    context: int = 256
+    """Positions the model can attend over (prompt and completion together)."""
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "width", "heads", "context"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        check(self.width % self.heads == 0, "width", f"{self.width} is not a multiple of heads {self.heads}")
+        check(
+            self.kv_heads is None or (self.kv_heads >= 1 and self.heads % self.kv_heads == 0),
+            "kv_heads",
+            f"heads {self.heads} are not a multiple of kv_heads {self.kv_heads}",
+        )
+        check(self.mlp is None or self.mlp >= 1, "mlp", f"must be >= 1, got {self.mlp}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,9 +50,8 @@ class TextBaseConfig:
     ``(prompt, completion)`` pairs for supervised fine-tuning)."""
     corpus_args: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments of the corpus function (its own settings)."""
-    model: Mapping[str, Any] = field(default_factory=dict)
-    """The architecture: ``arch`` (gpt2, llama, qwen2), ``layers``, ``width``, ``heads``, ``kv_heads``, ``mlp``,
-    ``context`` (see ``srl.text.hf.LMSpec``)."""
+    model: LMSpec = field(default_factory=LMSpec)
+    """The architecture and size of the model to train."""
     steps: int = 2000
     """Optimizer steps."""
     batch_size: int = 64
@@ -42,15 +72,6 @@ class TextBaseConfig:
             "vocab_size",
             f"must be >= 258 (the bytes and two special tokens), got {self.vocab_size}",
         )
-        if self.model:
-            from srl.text.hf import LMSpec, ModelError
-
-            try:
-                LMSpec(**dict(self.model))
-            except TypeError as exc:
-                raise ConfigError(f"model: {exc}") from None
-            except ModelError as exc:
-                raise ConfigError(f"model: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
