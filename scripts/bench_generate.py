@@ -2,9 +2,10 @@
 
 Both sample the same batch (left-padded prompts of the arithmetic task, temperature 1, no top-p) from the same
 model in this process, alternately, ``--repeats`` times each; one JSON line per method with the median
-completion tokens per second (end-of-sequence tokens included, pads after it not).
+completion tokens per second (end-of-sequence tokens included, pads after it not). ``--group`` rows share each
+prompt, as GRPO's groups do (srl's loop then runs each distinct prompt once; ``model.generate`` runs every row).
 
-    python scripts/bench_generate.py --model models/arith_sft --batch 128 --new 5 --repeats 20
+    python scripts/bench_generate.py --model models/arith_sft --batch 128 --group 8 --digits 2 --new 4 --repeats 20
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ def main() -> None:
     p.add_argument("--new", type=int, default=5, help="max new tokens")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--group", type=int, default=8, help="rows per prompt (1: every row its own prompt)")
+    p.add_argument("--digits", type=int, default=2, help="operand digits of the arithmetic prompts")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     tok, model = load_tokenizer(args.model), load_lm(args.model)
     rng = np.random.default_rng(0)
-    prompts = [arithmetic.prompts(rng, "train") for _ in range(args.batch)]
+    drawn = [arithmetic.prompts(rng, "train", args.digits) for _ in range(-(-args.batch // args.group))]
+    prompts = [p for p in drawn for _ in range(args.group)][: args.batch]
     enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
     ids = enc["input_ids"]
     mask = prompt_mask(ids, tok.pad_token_id)
@@ -71,7 +75,7 @@ def main() -> None:
                 n = fn()
                 rates[name].append(n / (time.perf_counter() - t0))
     for name, r in rates.items():
-        print(json.dumps({"method": name, "batch": args.batch, "max_new_tokens": args.new,
+        print(json.dumps({"method": name, "batch": args.batch, "group": args.group, "max_new_tokens": args.new,
                           "completion_tokens_per_second": statistics.median(r), "repeats": args.repeats}))  # fmt: skip
 
 

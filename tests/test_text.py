@@ -63,6 +63,37 @@ def test_kv_cache_log_probs_equal_a_full_forward_pass(tokenizer: Any, arch: str)
     assert bool((out.tokens[valid == 0] == tokenizer.pad_token_id).all())
 
 
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2"])
+def test_rows_that_share_a_prompt_share_its_pass_exactly(tokenizer: Any, arch: str) -> None:
+    """Groups of rows with one prompt (GRPO) run the prompt once and the completions over its gathered cache:
+    the logits and every parameter's gradient equal those of one plain pass over prompt and completion."""
+    from srl.text.generate import completion_inputs, completion_outputs, distinct_prompts
+
+    torch.manual_seed(0)
+    model = build_lm(LMSpec(arch=arch, layers=2, width=32, heads=4, kv_heads=2 if arch != "gpt2" else None), tokenizer)
+    model.eval()
+    ids, mask = _left_padded(tokenizer, ["12+3=", "7+8888=", "abc"] * 2 + ["1", "7+8888="])
+    shared = distinct_prompts(ids, mask)
+    assert shared is not None and len(shared[0]) == 4 and shared[2].tolist()[:3] == shared[2].tolist()[3:6]
+    tokens = torch.randint(2, 20, (len(ids), 5))
+    valid = (torch.arange(5)[None] < torch.tensor([5, 1, 3, 5, 2, 4, 5, 5])[:, None]).float()
+
+    def grads(logits: torch.Tensor) -> list[torch.Tensor]:
+        model.zero_grad()
+        (logits.log_softmax(-1) * valid[..., None]).sum().backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    ours = completion_outputs(model, ids, mask, tokens, valid)
+    full_ids, attn, pos = completion_inputs(ids, mask, tokens, valid)
+    P = ids.shape[1]
+    plain = model(input_ids=full_ids, attention_mask=attn, position_ids=pos).logits[:, P - 1 : P + 4]
+    rows = valid.bool()  # after a completion's end its pads are masked out: their logits are not compared
+    assert torch.allclose(ours[rows], plain[rows], atol=1e-5), (ours[rows] - plain[rows]).abs().max()
+    for a, b in zip(grads(ours), grads(plain), strict=True):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-4), (a - b).abs().max()  # gradients run to ~30
+    assert distinct_prompts(ids[:4], mask[:4]) is None  # three prompts in four rows: one pass is cheaper
+
+
 def test_a_left_padded_prompt_generates_as_it_would_alone(tokenizer: Any) -> None:
     torch.manual_seed(1)
     model = build_lm(LMSpec(arch="llama", layers=2, width=32, heads=4), tokenizer).eval()
@@ -265,13 +296,15 @@ def _config(model: Path, **over: Any) -> ExperimentConfig:
     return build(ExperimentConfig, data)
 
 
-@pytest.mark.parametrize("advantage", ["group", "gae"])
-def test_rl_raises_the_reward_inline(digit_model: Path, tmp_path: Path, advantage: str) -> None:
+@pytest.mark.parametrize(
+    ("advantage", "reference_on"), [("group", "trainer"), ("group", "generator"), ("gae", "trainer")]
+)
+def test_rl_raises_the_reward_inline(digit_model: Path, tmp_path: Path, advantage: str, reference_on: str) -> None:
     """The digit model writes about a tenth sevens; GRPO and PPO (with a critic and the KL in the reward) both
     teach it to write mostly sevens: the run stops when the training return reaches 0.8."""
     from srl.runtime.train import train
 
-    text = {"model": str(digit_model), "advantage": advantage, "kl_coef": 0.01}
+    text = {"model": str(digit_model), "advantage": advantage, "kl_coef": 0.01, "reference_on": reference_on}
     text["kl_in"] = "loss" if advantage == "group" else "reward"
     run = {**to_dict(_config(digit_model).run), "eval_initial": True}
     cfg = _config(digit_model, text=text, run=run)
@@ -287,6 +320,44 @@ def test_rl_raises_the_reward_inline(digit_model: Path, tmp_path: Path, advantag
     for key in ("reward", "kl", "entropy", "response_length", "clip_fraction", "tokens_per_second"):
         assert np.isfinite(last[key]), key
     assert 0 < last["response_length"] <= 4 and last["tokens_per_second"] > 0
+
+
+def _update(cfg: ExperimentConfig, fuse: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
+    """One lm_ppo update on 64 completions sampled at seed 0 by the run's acting policy: the policy's weights after
+    it, and its stats (``fuse``: the first minibatch's proximal log-probs from its own forward)."""
+    from srl.api.algorithm import AlgorithmContext
+    from srl.text.algorithm import LMPPO
+
+    task = TextTask(**cfg.env.kwargs, num_envs=64)
+    ctx = AlgorithmContext(task.single_observation_space, task.single_action_space, cfg, models=None)  # type: ignore[arg-type]
+    torch.manual_seed(0)
+    obs = task.reset(0)
+    out = LMPPO.acting_policy(ctx).act(obs)
+    batch = {k: v[None] for k, v in out.items()}
+    batch.update({"obs": obs["obs"][None], "rewards": task.step(out["actions"]).reward[None].astype(np.float32)})
+    algo = LMPPO(ctx)
+    algo.fuse_first_minibatch = fuse
+    stats = algo.train(batch, 0.0)
+    return torch.from_numpy(algo.policy_state()), stats
+
+
+@pytest.mark.parametrize("advantage", ["group", "gae"])
+def test_an_update_is_the_same_wherever_its_log_probs_are_taken(digit_model: Path, advantage: str) -> None:
+    """The first minibatch's proximal log-probs taken from its own forward, and the reference's taken by the
+    generator (sent in the sample), change no number of the update: the same weights after it, the same stats."""
+    text = {"model": str(digit_model), "advantage": advantage, "kl_coef": 0.05, "kl_in": "loss"}
+    ppo = {**to_dict(_config(digit_model).ppo), "td_compensation": True}
+    base = _config(digit_model, text=text, ppo=ppo)
+    weights, stats = _update(base, fuse=False)
+    for cfg, fuse in ((base, True), (_config(digit_model, text={**text, "reference_on": "generator"}, ppo=ppo), True)):
+        w, s = _update(cfg, fuse)
+        assert torch.allclose(w, weights, atol=1e-6), (cfg.text.reference_on, fuse)
+        # not the timings, nor the share of IS ratios above is_rho_clip = 1: at the start they are 1 +- rounding
+        same = [k for k in s if "per_second" not in k and k != "is_weight_truncated"]
+        assert s.keys() == stats.keys() and all(s[k] == pytest.approx(stats[k], rel=1e-4, abs=1e-6) for k in same)
+    assert stats["kl"] == pytest.approx(0.0, abs=1e-6) and stats["is_weight_mean"] == pytest.approx(
+        1.0, abs=1e-4
+    )  # at the start: one model
 
 
 def test_the_reward_named_is_the_one_used(digit_model: Path, tmp_path: Path) -> None:

@@ -9,13 +9,16 @@ log-prob, ``[C]``) and ``length`` (the completion's tokens, its end included).
 The trainer keeps three networks:
 
 - the policy, whose parameters alone are published (flat, float32) to the generators;
-- a frozen reference (``text.reference``, else the starting model) for the KL leash;
+- a frozen reference (``text.reference``, else the starting model) for the KL leash, unless
+  ``text.reference_on: generator`` puts it beside the generator, which then sends each token's reference
+  log-prob in the sample (``ref_logp``);
 - with ``text.advantage: gae``, a critic: its own copy of the starting model's trunk with a scalar head,
   trained here and never shipped (the decentralized critic of SRL); its value at a token is read from the
   hidden state that predicted the token, the state before it was chosen.
 
-An update recomputes, with no gradient, the current (proximal) log-probs, the reference's and the values;
-then it takes ``ppo.epochs`` passes of ``ppo.minibatches`` minibatches of completions through the clipped
+An update recomputes, with no gradient, the current (proximal) log-probs, the reference's and the values
+(the first minibatch's proximal log-probs come from its own forward where nothing needs them earlier); then
+it takes ``ppo.epochs`` passes of ``ppo.minibatches`` minibatches of completions through the clipped
 surrogate of :func:`srl.algorithms.ppo_math.ppo_loss` over the valid tokens. With ``ppo.td_compensation``
 (asynchronous generation, bounded by ``ppo.max_policy_lag``) the ratio is taken against the proximal policy
 and each token weighted by its truncated importance weight against the behaviour policy (decoupled PPO);
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -52,7 +55,14 @@ from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.schema import Field
 from srl.api.spaces import OBS
 from srl.nets.flat import FlatState
-from srl.text.generate import StopStrings, completion_inputs, completion_logits, completion_logp, generate, token_logp
+from srl.text.generate import (
+    StopStrings,
+    completion_logits,
+    completion_logp,
+    completion_outputs,
+    generate,
+    token_logp,
+)
 from srl.text.hf import CausalLM, ModelError, load_lm, load_tokenizer
 
 
@@ -118,12 +128,22 @@ def _check_fits(
 
 class TextPolicy:
     """Generates completions for a batch of prompts (what actors and policy workers run): the actions are the
-    completion tokens, with each token's log-prob and the completion's length."""
+    completion tokens, with each token's log-prob and the completion's length; given a frozen ``reference``, also
+    each token's log-prob under it (``ref_logp``, ``text.reference_on: generator``), for sampled completions."""
 
-    def __init__(self, model: CausalLM, tokenizer: Any, max_new_tokens: int, stop: tuple[str, ...], cfg: Any) -> None:
+    def __init__(
+        self,
+        model: CausalLM,
+        tokenizer: Any,
+        max_new_tokens: int,
+        stop: tuple[str, ...],
+        cfg: Any,
+        reference: CausalLM | None = None,
+    ) -> None:
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
+        self.reference = None if reference is None else reference.eval().requires_grad_(False)
         self.params = list(self.model.parameters())  # what a snapshot carries (tied weights once)
         self._flat = FlatState(self.params)
         self.max_new_tokens, self.cfg = max_new_tokens, cfg
@@ -132,14 +152,18 @@ class TextPolicy:
         self.stop = StopStrings(tokenizer, stop)
 
     def output_fields(self) -> tuple[Field, ...]:
-        return (Field("logp", (self.max_new_tokens,), "float32"), Field("length", (), "int32"))
+        fields: tuple[Field, ...] = (Field("logp", (self.max_new_tokens,), "float32"), Field("length", (), "int32"))
+        if self.reference is not None:
+            fields += (Field("ref_logp", (self.max_new_tokens,), "float32"),)
+        return fields
 
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
         ids = torch.from_numpy(np.ascontiguousarray(obs[OBS])).long()
+        pmask = prompt_mask(ids, self.pad_id)
         out = generate(
             self.model,
             ids,
-            prompt_mask(ids, self.pad_id),
+            pmask,
             self.max_new_tokens,
             eos_id=self.eos_id,
             pad_id=self.pad_id,
@@ -149,11 +173,17 @@ class TextPolicy:
             stop=self.stop,
             vocab=self.vocab,
         )
-        return {
+        result = {
             "actions": out.tokens.numpy(),
             "logp": out.logp.numpy(),
             "length": out.lengths.to(torch.int32).numpy(),
         }
+        if self.reference is not None and not deterministic:  # greedy play (eval) keeps only the actions
+            mask = lengths_mask(out.lengths, out.tokens.shape[1])
+            with torch.no_grad():
+                ref = completion_logp(self.reference, ids, pmask, out.tokens, mask, self.cfg.temperature, self.vocab)
+            result["ref_logp"] = ref.numpy()
+        return result
 
     def load_flat(self, flat: np.ndarray) -> None:
         self._flat.unpack(self.params, flat)
@@ -178,14 +208,16 @@ class ValueModel(nn.Module):
 
     def forward(self, prompt_ids: Tensor, prompt_mask: Tensor, tokens: Tensor, mask: Tensor) -> Tensor:
         """Values ``[N, C]``: at each completion token, of the state before it was chosen."""
-        ids, attn, pos = completion_inputs(prompt_ids, prompt_mask, tokens, mask)
-        P, C = prompt_ids.shape[1], tokens.shape[1]
-        states = self.trunk(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state
-        return self.head(states[:, P - 1 : P + C - 1]).squeeze(-1)
+        states = completion_outputs(self.trunk, prompt_ids, prompt_mask, tokens, mask, "last_hidden_state")
+        return self.head(states).squeeze(-1)
 
 
 class LMPPO:
     """PPO (with a critic) or GRPO (group-relative, no critic) over tokens; see the module docstring."""
+
+    fuse_first_minibatch = True
+    """Take the first minibatch's proximal log-probs from its own training forward (the weights have not moved
+    yet) instead of the no-grad pass. False changes no number, it costs one more partial pass (tests compare)."""
 
     def __init__(self, ctx: AlgorithmContext) -> None:
         cfg = ctx.cfg
@@ -198,10 +230,7 @@ class LMPPO:
         self.policy = _load(self.text.model, "text.model")
         _check_fits(self.policy, tokenizer, ctx.obs_space, ctx.action_space, max_new, "text.model")
         self.policy.eval()  # no dropout: the ratio of a completion must not depend on a random mask
-        self.reference = _load(
-            self.text.reference or self.text.model, "text.reference" if self.text.reference else "text.model"
-        )
-        self.reference.eval().requires_grad_(False)
+        self.reference = _reference(cfg) if self.text.reference_on == "trainer" else None
         self.critic: ValueModel | None = None
         params = {"policy": list(self.policy.parameters())}
         if self.text.advantage == "gae":
@@ -233,7 +262,8 @@ class LMPPO:
         model = _load(ctx.cfg.text.model, "text.model")
         tokenizer = _tokenizer(ctx.cfg)
         _check_fits(model, tokenizer, ctx.obs_space, ctx.action_space, max_new, "text.model")
-        return TextPolicy(model, tokenizer, max_new, stop, ctx.cfg.text)
+        reference = _reference(ctx.cfg) if ctx.cfg.text.reference_on == "generator" else None
+        return TextPolicy(model, tokenizer, max_new, stop, ctx.cfg.text, reference)
 
     # ------------------------------------------------------------------ Algorithm
     def policy_state(self) -> np.ndarray:
@@ -274,45 +304,58 @@ class LMPPO:
         behaviour = torch.from_numpy(batch["logp"]).reshape(rows, C)
         scores = torch.from_numpy(batch["rewards"]).reshape(rows)
         mb = max(1, rows // ppo.minibatches)
-
+        perms = [torch.randperm(rows, generator=self._gen) for _ in range(ppo.epochs)]
+        # the proximal log-probs are the policy's before this update. A no-grad pass takes them, except for the
+        # first minibatch's rows when nothing before the loop needs them: its own forward, at the same weights,
+        # gives them then (with one minibatch and one epoch there is no extra pass at all)
+        upfront = (text.kl_coef > 0 and text.kl_in == "reward") or (self.critic is not None and ppo.vtrace_targets)
+        first = None if upfront or not self.fuse_first_minibatch else perms[0][:mb]
+        kl_reward = text.kl_coef if text.kl_in == "reward" else 0.0
         with torch.no_grad():  # the batch as the current policy, the reference and the critic see it
-            prox = torch.cat([self._logp(self.policy, prompts, pmask, tokens, mask, s) for s in _chunks(rows, mb)])
-            if text.kl_coef > 0:
+            prox = torch.zeros(rows, C)
+            todo = torch.ones(rows, dtype=torch.bool)
+            if first is not None:
+                todo[first] = False
+            rest = todo.nonzero().squeeze(1)
+            for s in _chunks(len(rest), mb):
+                prox[rest[s]] = self._logp(self.policy, prompts, pmask, tokens, mask, rest[s])
+            ref: Tensor | None = None
+            if "ref_logp" in batch:  # taken by the generator (text.reference_on: generator)
+                ref = torch.from_numpy(batch["ref_logp"]).reshape(rows, C)
+            elif self.reference is not None:
                 ref = torch.cat(
                     [self._logp(self.reference, prompts, pmask, tokens, mask, s) for s in _chunks(rows, mb)]
                 )
-            else:
-                ref = prox
-            kl = kl_per_token(prox, ref, text.estimator) * mask
-            ratio = (prox - behaviour).exp()
-            truncated = ratio.clamp(max=ppo.is_rho_clip)
-            weights = truncated if ppo.td_compensation else None
-            old_logp = prox if ppo.td_compensation else behaviour
-            kl_reward = text.kl_coef if text.kl_in == "reward" else 0.0
             values = returns = None
             if self.critic is not None:
                 values = torch.cat([self.critic(*_rows((prompts, pmask, tokens, mask), s)) for s in _chunks(rows, mb)])
                 rho = c = None
                 if ppo.vtrace_targets:
-                    rho, c = truncated, ratio.clamp(max=ppo.is_c_clip)
+                    ratio = (prox - behaviour).exp()
+                    rho, c = ratio.clamp(max=ppo.is_rho_clip), ratio.clamp(max=ppo.is_c_clip)
+                kl = _kl(prox, ref, mask, text.estimator) if kl_reward else torch.zeros_like(prox)
                 rewards = token_rewards(scores, kl, mask, kl_reward)
                 adv, returns = token_gae(rewards, values, mask, ppo.gamma, ppo.gae_lambda, rho, c)
                 if ppo.normalize_advantages:
                     adv = masked_whiten(adv, mask)
             else:
-                sequence = scores - kl_reward * kl.sum(dim=1)
+                sequence = scores - kl_reward * _kl(prox, ref, mask, text.estimator).sum(dim=1) if kl_reward else scores
                 adv = group_advantages(sequence, self.group_size, text.group_scale)[:, None] * mask
 
         sums: dict[str, float] = {}
         count = 0
-        for _ in range(ppo.epochs):
-            perm = torch.randperm(rows, generator=self._gen)
+        for epoch, perm in enumerate(perms):
             for start in range(0, mb * ppo.minibatches, mb):
                 idx = perm[start : start + mb]
-                stats = self._minibatch(idx, prompts, pmask, tokens, mask, old_logp, adv, values, returns, weights, ref)
+                fresh = epoch == 0 and start == 0 and first is not None
+                stats = self._minibatch(
+                    idx, fresh, prompts, pmask, tokens, mask, prox, behaviour, adv, values, returns, ref
+                )
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
+        ratio = (prox - behaviour).exp()  # every row's proximal log-probs are known now
+        kl = _kl(prox, ref, mask, text.estimator)
         out = {k: v / count for k, v in sums.items()}
         lengths = mask.sum(dim=1)
         trained = float(lengths.sum())
@@ -338,35 +381,48 @@ class LMPPO:
         return out
 
     # ------------------------------------------------------------------ internals
-    def _logp(self, model: CausalLM, prompts: Tensor, pmask: Tensor, tokens: Tensor, mask: Tensor, s: slice) -> Tensor:
+    def _logp(
+        self, model: CausalLM, prompts: Tensor, pmask: Tensor, tokens: Tensor, mask: Tensor, s: slice | Tensor
+    ) -> Tensor:
         return completion_logp(model, prompts[s], pmask[s], tokens[s], mask[s], self.text.temperature, self.vocab)
 
     def _minibatch(
         self,
         idx: Tensor,
+        fresh: bool,
         prompts: Tensor,
         pmask: Tensor,
         tokens: Tensor,
         mask: Tensor,
-        old_logp: Tensor,
+        prox: Tensor,
+        behaviour: Tensor,
         adv: Tensor,
         values: Tensor | None,
         returns: Tensor | None,
-        weights: Tensor | None,
-        ref: Tensor,
+        ref: Tensor | None,
     ) -> dict[str, float]:
+        """One optimizer step on the rows ``idx``. ``fresh``: the weights have not moved since the update began,
+        so this forward's log-probs are the rows' proximal ones (``prox`` gets them)."""
         ppo, text = self.ppo, self.text
         m = mask[idx]
         valid = m.bool()
-        logits, _ = completion_logits(self.policy, prompts[idx], pmask[idx], tokens[idx], m)
+        logits = completion_logits(self.policy, prompts[idx], pmask[idx], tokens[idx], m)
         logp, entropy = token_logp(logits, tokens[idx], text.temperature, self.vocab)
+        if fresh:
+            prox[idx] = logp.detach() * m
+        weights = old_logp = None
+        if ppo.td_compensation:  # decoupled PPO: the ratio against the proximal policy, weighted by its IS ratio
+            old_logp = prox[idx][valid]
+            weights = (old_logp - behaviour[idx][valid]).exp().clamp(max=ppo.is_rho_clip)
+        else:
+            old_logp = behaviour[idx][valid]
         new_v = old_v = ret = None
         if self.critic is not None and values is not None and returns is not None:
             new_v = self.critic(prompts[idx], pmask[idx], tokens[idx], m)[valid]
             old_v, ret = values[idx][valid], returns[idx][valid]
         loss, stats = ppo_loss(
             logp[valid],
-            old_logp[idx][valid],
+            old_logp,
             adv[idx][valid],
             new_v,
             old_v,
@@ -376,9 +432,9 @@ class LMPPO:
             value_clip=ppo.value_clip,
             vf_coef=ppo.vf_coef,
             ent_coef=ppo.ent_coef,
-            weights=None if weights is None else weights[idx][valid],
+            weights=weights,
         )
-        if text.kl_in == "loss" and text.kl_coef > 0:
+        if text.kl_in == "loss" and ref is not None:
             leash = kl_penalty(logp, ref[idx], m, text.kl_coef, text.estimator)
             loss = loss + leash
             stats["kl_loss"] = leash.detach()
@@ -392,6 +448,15 @@ class LMPPO:
         return out
 
 
+def _reference(cfg: ExperimentConfig) -> CausalLM | None:
+    """The frozen model of the KL leash (None without one: ``text.kl_coef`` 0)."""
+    text = cfg.text
+    if text.kl_coef == 0:
+        return None
+    where = "text.reference" if text.reference else "text.model"
+    return _load(text.reference or text.model, where).eval().requires_grad_(False)
+
+
 def _tokenizer(cfg: ExperimentConfig) -> Any:
     folder = cfg.text.model
     if folder is None:
@@ -400,6 +465,11 @@ def _tokenizer(cfg: ExperimentConfig) -> Any:
         return load_tokenizer(folder)
     except ModelError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _kl(prox: Tensor, ref: Tensor | None, mask: Tensor, estimator: Literal["k1", "k2", "k3"]) -> Tensor:
+    """The per-token KL estimate to the reference ``[N, C]`` (0 without a leash)."""
+    return torch.zeros_like(prox) if ref is None else kl_per_token(prox, ref, estimator) * mask
 
 
 def _chunks(n: int, size: int) -> Iterator[slice]:

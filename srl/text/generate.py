@@ -98,8 +98,8 @@ def generate(
     device = prompt_ids.device
     mask = prompt_mask.long()
     pos = positions(mask)
-    out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-    cache, logits = out.cache, out.logits[:, -1]
+    cache, logits = prefill(model, prompt_ids, mask, "logits")
+    logits = logits[:, -1]
     next_pos = pos[:, -1] + 1
     tokens = torch.full((N, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logp = torch.zeros((N, max_new_tokens), dtype=torch.float32, device=device)
@@ -136,6 +136,34 @@ def generate(
     return Completions(tokens, logp, lengths)
 
 
+def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The distinct prompts of a batch (ids and mask) and each row's index among them, where rows repeat prompts
+    enough for one pass per distinct prompt to pay (at least two rows per prompt on average: GRPO's groups);
+    None where they do not."""
+    both = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)
+    distinct, rows = torch.unique(both, dim=0, return_inverse=True)
+    if 2 * len(distinct) > len(both):
+        return None
+    P = prompt_ids.shape[1]
+    return distinct[:, :P], distinct[:, P:].to(prompt_mask.dtype), rows
+
+
+def prefill(model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, read: str) -> tuple[Any, Tensor]:
+    """One forward pass over left-padded prompts: the KV cache, one row per prompt, and the output ``read``
+    (``"logits"``, at the last column only; ``"last_hidden_state"`` of a trunk, at every column). Rows that
+    share a prompt share its pass (:func:`distinct_prompts`): the prompt runs once and its cache and output
+    are gathered per row, which is exact and carries the gradient of every row back to the one pass."""
+    shared = distinct_prompts(prompt_ids, prompt_mask)
+    ids, mask = (prompt_ids, prompt_mask) if shared is None else shared[:2]
+    kwargs = {"logits_to_keep": 1} if read == "logits" else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, **kwargs)
+    cache, value = out.cache, getattr(out, read)
+    if shared is not None:
+        cache.batch_select_indices(shared[2])
+        value = value[shared[2]]
+    return cache, value
+
+
 def completion_inputs(
     prompt_ids: Tensor, prompt_mask: Tensor, tokens: Tensor, mask: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -146,17 +174,31 @@ def completion_inputs(
     return ids, attn, positions(attn)
 
 
-def completion_logits(
-    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, tokens: Tensor, mask: Tensor, hidden: bool = False
-) -> tuple[Tensor, Tensor | None]:
-    """One forward pass over prompt + completion: the logits ``[N, C, V]`` that predicted each completion token
-    (the last prompt column predicts the first), and with ``hidden`` the last layer's states at those columns
-    ``[N, C, D]`` (what a value head reads)."""
-    ids, attn, pos = completion_inputs(prompt_ids, prompt_mask, tokens, mask)
+def completion_outputs(
+    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, tokens: Tensor, mask: Tensor, read: str = "logits"
+) -> Tensor:
+    """The outputs ``read`` (``"logits"`` of a causal LM, ``"last_hidden_state"`` of its trunk) at the columns
+    that predicted each completion token ``[N, C, ...]``: the last prompt column predicts the first token.
+
+    The prompts run first (:func:`prefill`, once per distinct prompt where rows share them), then the
+    completion's tokens but the last over their KV cache; the same numbers as one pass over prompt and
+    completion, and gradients reach the prompt's columns through the cache."""
     P, C = prompt_ids.shape[1], tokens.shape[1]
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, output_hidden_states=hidden)
-    states = out.hidden_states[-1][:, P - 1 : P + C - 1] if hidden else None
-    return out.logits[:, P - 1 : P + C - 1], states
+    cache, head = prefill(model, prompt_ids, prompt_mask, read)
+    head = head[:, -1:]
+    if C == 1:
+        return head
+    attn = torch.cat([prompt_mask.long(), mask.long()], dim=1)[:, : P + C - 1]
+    pos = positions(attn)[:, P:]
+    out = model(input_ids=tokens[:, : C - 1], attention_mask=attn, position_ids=pos, cache=cache, use_cache=True)
+    return torch.cat([head, getattr(out, read)], dim=1)
+
+
+def completion_logits(
+    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, tokens: Tensor, mask: Tensor
+) -> Tensor:
+    """The logits ``[N, C, V]`` that predicted each completion token (:func:`completion_outputs`)."""
+    return completion_outputs(model, prompt_ids, prompt_mask, tokens, mask, "logits")
 
 
 def token_logp(
@@ -181,5 +223,5 @@ def completion_logp(
     vocab: int | None = None,
 ) -> Tensor:
     """Each completion token's log-prob ``[N, C]`` under ``model`` by one full forward pass (0 after the end)."""
-    logits, _ = completion_logits(model, prompt_ids, prompt_mask, tokens, mask)
+    logits = completion_logits(model, prompt_ids, prompt_mask, tokens, mask)
     return token_logp(logits, tokens, temperature, vocab)[0] * mask

@@ -130,6 +130,11 @@ class TextConfig:
     """Where the leash acts: a per-token penalty in the rewards (PPO-RLHF), or a term of the loss (GRPO)."""
     kl_estimator: Literal["k1", "k2", "k3"] | None = None
     """The per-token KL estimator; None: ``k1`` in the reward, ``k3`` in the loss."""
+    reference_on: Literal["trainer", "generator"] = "trainer"
+    """Where the reference's log-probs of each completion are taken: in the trainer, a no-grad pass over each
+    batch, or in the generator (the policy worker, or the actor under inline inference) right after it samples,
+    so they travel in the sample as ``ref_logp`` and the trainer never holds the reference. The generator then
+    keeps a second model; it pays where the generators have time to spare (they wait on the trainer)."""
     value_head_init: float = 0.0
     """Std of the value head's initial weights (0: values start at 0)."""
     base: TextBaseConfig = field(default_factory=TextBaseConfig)
