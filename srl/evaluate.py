@@ -23,6 +23,7 @@ from srl.api.env import OneGroup
 from srl.api.spaces import action_spec, check_fits, obs_parts
 from srl.api.worker import Policy
 from srl.envs.slots import GymSlot, make_grouped, probe_groups
+from srl.nets.memory import Remembering, remembering
 from srl.system.run_dir import policy_checkpoints
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 from srl.text.task import TextTask, evaluation_env
@@ -115,6 +116,7 @@ def play(
             kwargs=env_cfg.kwargs if _is_ale(env_cfg.id) else {**env_cfg.kwargs, "render_mode": "rgb_array"},
         )
     slot = make_grouped(env_cfg, episodes, cfg.agents)
+    policies = [remembering(p) for p in policies]  # a policy with memory keeps each episode's state here
     frames: list[np.ndarray] = []
     try:
         obs = slot.reset_groups(seed)
@@ -141,6 +143,9 @@ def play(
                     for sample, reward in zip(samples, steps[0].reward):
                         sample["reward"] = float(reward)
                 obs = [step.obs for step in steps]
+                for policy, step in zip(policies, steps):
+                    if isinstance(policy, Remembering):
+                        policy.reset(step.terminated | step.truncated)
                 running = ~np.all([f.reshape(episodes, -1).all(axis=1) for f in finished], axis=0)
                 lengths += running
                 for ret, done, step in zip(returns, finished, steps):

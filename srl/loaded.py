@@ -25,6 +25,7 @@ from gymnasium import spaces
 from srl.api.config import ExperimentConfig
 from srl.api.spaces import ObsPart, flatten_obs, obs_parts
 from srl.api.worker import Policy
+from srl.nets.memory import Remembering, remembering
 
 
 class LoadedPolicy:
@@ -46,7 +47,8 @@ class LoadedPolicy:
         ``agents``: a multi-agent env's agent ids this policy plays (the spaces are then each agent's);
         ``seat_key``: the observation key that tells the policy which agent it plays (``env.agent_id``), filled
         in here with ``seats[agent]`` (by default the agent's index in ``agents``)."""
-        self.policy, self.config, self.agents, self._seat_key = policy, cfg, agents, seat_key
+        # a policy with memory keeps the state of the batch's rows between calls; reset() starts them afresh
+        self.policy, self.config, self.agents, self._seat_key = remembering(policy), cfg, agents, seat_key
         self._seats = seats if seats is not None else {a: i for i, a in enumerate(agents or ())}
         self.observation_space, self.action_space = obs_space, action_space
         self._to_env = to_env
@@ -72,6 +74,13 @@ class LoadedPolicy:
         batch = {p.name: np.asarray(parts[p.name], dtype=p.dtype).reshape((-1, *p.shape)) for p in self._parts}
         actions = self._act(batch, deterministic)
         return actions[0] if single else actions
+
+    def reset(self, ended: Any = None) -> None:
+        """Forget what a policy with memory remembers of the rows where ``ended`` is set (every row when None):
+        call it when their episodes end. A policy without memory has nothing to forget. With memory, each call
+        of :meth:`act` is taken as the next step of the same rows (a batch of another size starts afresh)."""
+        if isinstance(self.policy, Remembering):
+            self.policy.reset(None if ended is None else np.atleast_1d(np.asarray(ended, bool)))
 
     def _act(self, batch: dict[str, np.ndarray], deterministic: bool) -> np.ndarray:
         """Env actions for a batch of flat observation parts."""
@@ -107,6 +116,11 @@ class LoadedPolicies:
             if mine:
                 out.update(policy.act(mine, deterministic))
         return {a: out[a] for a in obs}
+
+    def reset(self) -> None:
+        """Forget what policies with memory remember (:meth:`LoadedPolicy.reset`)."""
+        for policy in self.by_policy.values():
+            policy.reset()
 
 
 def load(target: Path) -> LoadedPolicy | LoadedPolicies:

@@ -16,6 +16,7 @@ from srl.api.config import ExperimentConfig
 from srl.api.plugins import resolve
 from srl.api.spaces import OBS, STATE
 from srl.api.worker import Algorithm, Collective, Policy
+from srl.nets.memory import Recurrent
 from srl.nets.policy import PolicyNet, ValueNet
 
 ALGORITHMS = {"ppo": "srl.algorithms.ppo:PPO", "lm_ppo": "srl.text.algorithm:LMPPO"}
@@ -45,10 +46,12 @@ class NetModels:
         self._encoder = resolve(cfg.model.encoder, ENCODERS, "model.encoder")
 
     def encoder(self) -> nn.Module:
-        """A new encoder for one network."""
+        """A new encoder for one network, with the recurrent core after it when ``model.core`` names one."""
         enc = self._encoder(self.obs_space, self.cfg.model)
         if not isinstance(enc, nn.Module) or not isinstance(getattr(enc, "out_dim", None), int):
             raise TypeError(f"model.encoder: {self.cfg.model.encoder!r} must build an nn.Module with an int out_dim")
+        if self.cfg.model.core != "none":
+            return Recurrent(enc, self.cfg.model.core, self.cfg.model.core_size)
         return enc
 
     def policy(self) -> PolicyNet:

@@ -29,8 +29,9 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
 from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs
-from srl.api.schema import Field
+from srl.api.schema import MEMORY, Field, memory_field
 from srl.api.spaces import STATE, obs_parts
+from srl.nets.memory import After, Sequences, encode
 
 
 class RunningMoments(Protocol):
@@ -63,13 +64,21 @@ class ActingPolicy:
         self.net = net.eval()
         self.critic = None if critic is None else critic.eval()
         self._actor_size = net.flat_size()
+        self.memory = int(getattr(net, "memory_size", 0))
 
     def output_fields(self) -> tuple[Field, ...]:
-        """Besides the actions: the behaviour log-prob of each step (importance weights, the PPO ratio)."""
-        return (Field("logp", (), "float32"),)
+        """Besides the actions: the behaviour log-prob of each step (importance weights, the PPO ratio), and
+        with a recurrent core its state (:data:`~srl.api.schema.MEMORY`)."""
+        return (Field("logp", (), "float32"),) + ((memory_field(self.memory),) if self.memory else ())
 
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        actions, logp = self.net.act(as_tensors(obs), deterministic)
+        """With memory, ``obs`` carries each environment's state as ``obs[MEMORY]`` and the answer the next."""
+        tensors = dict(as_tensors(obs))
+        if self.memory:
+            state = tensors.pop(MEMORY)
+            actions, logp, after = self.net.act_with_memory(tensors, state, deterministic)
+            return {"actions": actions.numpy(), "logp": logp.numpy(), MEMORY: after.numpy()}
+        actions, logp = self.net.act(tensors, deterministic)
         return {"actions": actions.numpy(), "logp": logp.numpy()}
 
     def load_flat(self, flat: np.ndarray) -> None:
@@ -133,6 +142,11 @@ class PPO:
             for name, params in (("actor", actor_params), ("critic", critic_params))
         }
         self._gen = torch.Generator().manual_seed(ctx.seed + 1)
+        # recurrent cores (``model.core``): the actor's state is in the batch; a critic with a core of its own
+        # (no shared encoder) starts each segment from zeros, since it never acts
+        self.memory = int(getattr(self.policy, "memory_size", 0))
+        self.critic_memory = not self.value.shared and hasattr(self.value.encoder, "state_size")
+        self.burn_in = cfg.burn_in if cfg.memory == "recompute" else 0
 
     @staticmethod
     def acting_policy(ctx: AlgorithmContext) -> ActingPolicy:
@@ -191,7 +205,8 @@ class PPO:
             critic_obs = {name: x[: T * N] for name, x in flat_critic.items()}
         actions = self._tensor(batch["actions"]).reshape(T * N, *batch["actions"].shape[2:])
         behaviour_logp = self._tensor(batch["logp"]).reshape(-1)
-        v_all, prox_logp = self._evaluate_rollout(flat_obs, obs, actions, flat_critic)
+        seq = self._sequences(batch) if self.memory or self.critic_memory else None
+        v_all, prox_logp, after = self._evaluate_rollout(flat_obs, obs, actions, flat_critic, seq)
         out: dict[str, float] = {}
         weights = rho = c = None
         old_logp = behaviour_logp
@@ -215,6 +230,7 @@ class PPO:
             N,
             None if rho is None else rho.reshape(T, N),
             None if c is None else c.reshape(T, N),
+            after,
         )
         adv, ret, old_v = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
         # The critic regresses on its own scale (standardized returns with value normalization).
@@ -223,7 +239,8 @@ class PPO:
         # column waiting for its turn or done before the others still has a value (and rewards may reach it
         # while it waits: an opponent's winning move); the policy learns from the steps it acted in only.
         acted = None if "alive" not in batch else self._tensor(batch["alive"]).reshape(-1)
-        size = T * N
+        unroll = seq is not None and not seq.stored
+        size = N if unroll else T * N  # an unrolled core trains on whole segments (columns), else on steps
         mb = max(1, size // cfg.minibatches)
         sums: dict[str, float] = {}
         count = 0
@@ -231,8 +248,21 @@ class PPO:
             perm = torch.randperm(size, generator=self._gen).to(self.device)
             for start in range(0, mb * cfg.minibatches, mb):  # exactly ``minibatches``: peers stay in lockstep
                 idx = perm[start : start + mb]
-                local = None if acted is None else acted[idx].nonzero().squeeze(-1)
+                mb_seq = None
+                crit = None  # the rows of idx the losses see (all but a burn-in)
+                if seq is not None:
+                    mb_seq = seq.columns(idx, T) if unroll else seq.rows(idx)
+                    if unroll:  # the columns' steps, time-major
+                        idx = (torch.arange(T, device=self.device)[:, None] * N + idx[None, :]).reshape(-1)
+                        if self.burn_in:
+                            crit = torch.arange(len(idx), device=self.device) >= self.burn_in * mb_seq.n
+                local = None if acted is None else acted[idx]
+                if crit is not None:
+                    local = crit if local is None else local & crit
+                local = None if local is None else local.nonzero().squeeze(-1)
+                crit_rows = None if crit is None else crit.nonzero().squeeze(-1)
                 pi = idx if local is None else idx[local]
+                vi = idx if crit_rows is None else idx[crit_rows]
                 mb_obs = {name: x[idx] for name, x in obs.items()}
                 stats = self._minibatch(
                     mb_obs,
@@ -241,9 +271,11 @@ class PPO:
                     actions[pi],
                     old_logp[pi],
                     adv[pi],
-                    ret_head[idx],
-                    old_v_head[idx],
+                    ret_head[vi],
+                    old_v_head[vi],
                     None if weights is None else weights[pi],
+                    mb_seq,
+                    crit_rows,
                 )
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -270,18 +302,30 @@ class PPO:
     # ------------------------------------------------------------------ internals
     @torch.no_grad()
     def _evaluate_rollout(
-        self, flat_obs: Obs, obs: Obs, actions: torch.Tensor, flat_critic: Obs
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Current values of all T+1 rows (from the critic's inputs), and (with TD compensation) current
-        log-probs of the taken actions."""
+        self, flat_obs: Obs, obs: Obs, actions: torch.Tensor, flat_critic: Obs, seq: Sequences | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, After | None]:
+        """Current values of all T+1 rows (from the critic's inputs), (with TD compensation) current log-probs
+        of the taken actions, and with a recurrent critic its states after each step (:class:`After`)."""
         want_logp = self.cfg.td_compensation or self.cfg.vtrace_targets
-        if self.value.shared:  # one encoder pass serves both heads
-            features = self.policy.encoder(flat_obs)
-            v_all = self.value.denormalize(self.value.head_output(features))
+        if seq is None:
+            if self.value.shared:  # one encoder pass serves both heads
+                features = self.policy.encoder(flat_obs)
+                v_all = self.value.denormalize(self.value.head_output(features))
+                legal = self.policy.legal(flat_obs, len(actions))
+                logp = self.policy.evaluate_features(features[: len(actions)], actions, legal)[0] if want_logp else None
+                return v_all, logp, None
+            return self.value(flat_critic), self.policy.evaluate(obs, actions)[0] if want_logp else None, None
+        # with memory: the actor's core runs over all T + 1 rows, so one pass gives its features for both
+        features, after = encode(self.policy.encoder, flat_obs, seq)
+        logp = None
+        if want_logp:
             legal = self.policy.legal(flat_obs, len(actions))
-            logp = self.policy.evaluate_features(features[: len(actions)], actions, legal)[0] if want_logp else None
-            return v_all, logp
-        return self.value(flat_critic), self.policy.evaluate(obs, actions)[0] if want_logp else None
+            logp = self.policy.evaluate_features(features[: len(actions)], actions, legal)[0]
+        if self.value.shared:
+            return self.value.denormalize(self.value.head_output(features)), logp, after
+        critic_features, critic_after = encode(self.value.encoder, flat_critic, self._critic_seq(seq))
+        v_all = self.value.denormalize(self.value.head_output(critic_features))
+        return v_all, logp, critic_after
 
     @torch.no_grad()
     def _advantages(
@@ -292,16 +336,22 @@ class PPO:
         N: int,
         rho: torch.Tensor | None,
         c: torch.Tensor | None,
+        after: After | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """GAE (V-trace-corrected with ``rho``/``c``) on current values; truncated episodes bootstrap from their
-        final obs."""
+        final obs (a recurrent critic sees it with the state its episode reached, ``after``)."""
         values, next_values = v_all[:T], v_all[1:].clone()
         truncated = self._tensor(batch["truncated"])
         terminated = self._tensor(batch["terminated"])
         if bool(truncated.any()):
             if self.critic_parts[0].final_name in batch:
                 final = {p.name: self._tensor(batch[p.final_name])[truncated] for p in self.critic_parts}
-                next_values[truncated] = self.value(final)
+                if after is None:
+                    next_values[truncated] = self.value(final)
+                else:
+                    t, n = truncated.nonzero(as_tuple=True)
+                    features, _ = self.value.encoder.step(final, after.states(t, n))
+                    next_values[truncated] = self.value.denormalize(self.value.head_output(features))
             else:  # image observations carry no final obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
                 next_values[truncated] = values[truncated]
         rewards = self._tensor(batch["rewards"])
@@ -317,6 +367,25 @@ class PPO:
             c=c,
         )
         return adv, ret, values
+
+    def _critic_seq(self, seq: Sequences) -> Sequences | None:
+        """A critic with a core of its own unrolls from zeros (its state is never kept); None: no core."""
+        if not self.critic_memory:
+            return None
+        return seq.zeros(int(self.value.encoder.state_size))
+
+    def _sequences(self, batch: Mapping[str, np.ndarray]) -> Sequences:
+        """The batch's rows in time for the recurrent cores: states at each segment's start (or every row's,
+        ``ppo.memory: stored``) and where episodes ended."""
+        T, N = batch["rewards"].shape
+        ended = self._tensor(batch["terminated"]) | self._tensor(batch["truncated"])
+        resets = torch.cat([torch.zeros(1, N, dtype=torch.bool, device=self.device), ended])
+        if MEMORY not in batch:  # an actor without a core beside a critic with one
+            return Sequences(torch.zeros(N, 0, device=self.device), resets)
+        memory = self._tensor(batch[MEMORY])
+        if self.cfg.memory == "stored":
+            return Sequences(memory.reshape((T + 1) * N, -1), resets, stored=True)
+        return Sequences(memory[0], resets)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """A batch field as a tensor on the trainer's device (no copy on the CPU)."""
@@ -345,14 +414,25 @@ class PPO:
         ret: torch.Tensor,
         old_v: torch.Tensor,
         weights: torch.Tensor | None,
+        seq: Sequences | None = None,
+        crit: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """One gradient step: the critic on every row of ``obs``, the policy on the rows ``acted`` picks (all when
-        None); ``actions``, ``old_logp``, ``adv`` and ``weights`` are the acted rows' already."""
+        """One gradient step: the critic on the rows ``crit`` picks of ``obs`` (all when None), the policy on the
+        rows ``acted`` picks (all when None); ``actions``, ``old_logp``, ``adv`` and ``weights`` are the acted
+        rows' already, ``ret`` and ``old_v`` the critic's. ``seq``: the rows' order in time, for a recurrent
+        core (every row is encoded then, burn-in rows without gradient, and the losses pick theirs)."""
         cfg = self.cfg
         if cfg.normalize_advantages:
             adv = normalize_advantages(adv)
         policy_obs = obs if acted is None else {name: x[acted] for name, x in obs.items()}
-        if self.value.shared:  # one encoder pass feeds both heads
+        if seq is not None:
+            features, _ = encode(self.policy.encoder, obs, seq, self.burn_in)
+            policy_features = features if acted is None else features[acted]
+            logp, entropy = self.policy.evaluate_features(policy_features, actions, self.policy.legal(policy_obs))
+            if not self.value.shared:
+                features, _ = encode(self.value.encoder, critic_obs, self._critic_seq(seq), self.burn_in)
+            v = self.value.head_output(features if crit is None else features[crit])
+        elif self.value.shared:  # one encoder pass feeds both heads
             features = self.policy.encoder(obs)
             policy_features = features if acted is None else features[acted]
             logp, entropy = self.policy.evaluate_features(policy_features, actions, self.policy.legal(policy_obs))

@@ -12,7 +12,8 @@ places:
   for vector observations ``final_obs...``, the true last observation of an
   episode cut by a time limit (so the trainer bootstraps it correctly);
 - the acting policy's outputs (``logp``; an algorithm that wants rollout-time
-  values declares ``values`` through the policy it builds; later recurrent state);
+  values declares ``values`` through the policy it builds; a policy with
+  memory declares its recurrent state, :data:`MEMORY`);
 - the streams themselves: ``version``, the policy version that acted.
 
 Adding a field is one :class:`Field` in one of those declarations.
@@ -114,6 +115,20 @@ def env_fields(parts: tuple[ObsPart, ...], action: ActionSpec, state_parts: tupl
 
 STREAM_FIELDS = (Field("version", (), "int64"),)
 """What the inference stream contributes: the policy version that answered each step."""
+
+
+MEMORY = "memory"
+"""The recurrent state of a policy with memory (``model.core``), declared by its acting policy with
+:func:`memory_field`. Row t holds the state step t starts from (zeros after an episode's end), row T the one the
+bootstrap observation is seen with. The policy reads row t with the observations and returns the next state,
+which the answer writes to row t + 1 (:func:`srl.system.streams.write_answer`: a re-asked request recomputes
+the same row from the same input); the actor zeroes it where an episode ended and carries row T into the next
+segment's row 0. The trainer unrolls each segment from row 0, or reads every row (``ppo.memory: stored``)."""
+
+
+def memory_field(size: int) -> Field:
+    """The :data:`MEMORY` field of a state of ``size`` floats per environment."""
+    return Field(MEMORY, (int(size),), "float32", Scope.OBSERVATION, acting=False)
 
 
 ALIVE = Field("alive", (), "bool")

@@ -26,9 +26,11 @@ import torch
 
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.env import Slot
+from srl.api.schema import MEMORY
 from srl.api.spaces import ACTION_MASK, Observation, ObsPart, action_spec, flatten_obs, obs_parts
 from srl.envs.factory import make_env
 from srl.envs.slots import make_slot
+from srl.nets.memory import Remembering, remembering
 from srl.runtime.local import run_local
 from srl.runtime.plan import Plan, PolicyPlan, make_plan
 from srl.system.controller import Controller
@@ -75,16 +77,20 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
     cfg = plan.cfg
     w = cfg.workers
     torch.set_num_threads(w.torch_threads)
-    policy = plan.only("srl bench sampling").acting_policy()
+    acting = plan.only("srl bench sampling").acting_policy()
     slots = [make_slot(cfg.env, w.envs_per_slot) for i in range(w.actors * w.ring_size)]
+    policies = [remembering(acting) for _ in slots]  # with memory: each slot's envs keep their own state
     obs = [slot.reset(cfg.seed + i) for i, slot in enumerate(slots)]
     steps, start = 0, time.perf_counter()
     t0, s0 = start, 0
     try:
         while True:
             for i, slot in enumerate(slots):
-                actions = policy.act(obs[i])["actions"]
-                obs[i] = slot.step(actions).obs
+                policy = policies[i]
+                step = slot.step(policy.act(obs[i])["actions"])
+                obs[i] = step.obs
+                if isinstance(policy, Remembering):
+                    policy.reset(step.terminated | step.truncated)
                 steps += w.envs_per_slot
             now = time.perf_counter()
             if s0 == 0 and now - start >= warmup:
@@ -105,13 +111,15 @@ def sampling_vector_loop(plan: Plan, num_envs: int, seconds: float, warmup: floa
     stepped with one batched forward pass of the same network per step (as a CleanRL-style script samples)."""
     cfg = plan.cfg
     torch.set_num_threads(cfg.workers.torch_threads)
-    policy = plan.only("srl bench sampling").acting_policy()
+    policy = remembering(plan.only("srl bench sampling").acting_policy())
     venv = gym.vector.SyncVectorEnv([functools.partial(make_env, cfg.env) for _ in range(num_envs)])
     parts = obs_parts(venv.single_observation_space)
     obs = [venv.reset(seed=cfg.seed)[0]]
 
     def step(i: int) -> None:
-        obs[0] = venv.step(policy.act(flatten_obs(parts, obs[0]))["actions"])[0]
+        obs[0], _, terminated, truncated, _ = venv.step(policy.act(flatten_obs(parts, obs[0]))["actions"])
+        if isinstance(policy, Remembering):  # a throughput baseline: the state costs what it costs in a run
+            policy.reset(terminated | truncated)
 
     try:
         with torch.inference_mode():
@@ -271,8 +279,13 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
 
 
 def random_obs(plan: PolicyPlan, rng: np.random.Generator, lead: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """Observations of every part, ``[*lead, ...]``, in their stream dtypes."""
-    return {p.name: _random_part(p, rng, lead) for p in obs_parts(plan.obs_space)}
+    """Observations of every part, ``[*lead, ...]``, in their stream dtypes (with a policy with memory, the
+    recurrent state too, as the streams hand it in)."""
+    out = {p.name: _random_part(p, rng, lead) for p in obs_parts(plan.obs_space)}
+    memory = plan.layout.fields.get(MEMORY)
+    if memory is not None:
+        out[MEMORY] = rng.standard_normal((*lead, *memory.shape[2:])).astype(np.float32)
+    return out
 
 
 def _random_part(p: ObsPart, rng: np.random.Generator, lead: tuple[int, ...]) -> np.ndarray:

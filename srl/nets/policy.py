@@ -24,6 +24,7 @@ from srl.api.spaces import ACTION_MASK, OBS, ObsPart, action_spec, mask_part, ob
 from srl.nets.cnn import NatureCNN
 from srl.nets.distributions import ActionHead, make_action_head, mask_logits, masked_categorical_evaluate
 from srl.nets.flat import FlatState
+from srl.nets.memory import Recurrent
 from srl.nets.mlp import init_linear, mlp
 from srl.nets.normalizer import RunningMeanStd
 
@@ -266,6 +267,25 @@ class PolicyNet(_Flattened):
     def act(self, obs: Mapping[str, Tensor], deterministic: bool = False) -> tuple[Tensor, Tensor]:
         """Sample actions and their log-probs for inference (no autograd); log-probs float32 ``[N]``."""
         return self.dist.act(self.forward(obs), deterministic)
+
+    @property
+    def memory_size(self) -> int:
+        """Floats of recurrent state per environment (0: a feed-forward policy)."""
+        return int(getattr(self.encoder, "state_size", 0))
+
+    @torch.no_grad()
+    def act_with_memory(
+        self, obs: Mapping[str, Tensor], state: Tensor, deterministic: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`act` for a policy with memory: each environment's state ``[N, memory_size]`` in, actions,
+        log-probs and the next states out."""
+        core: Recurrent = self.encoder  # type: ignore[assignment]  # memory_size > 0: the encoder has a core
+        features, after = core.step(obs, state)
+        out = self.head.forward(features)
+        if self.mask is not None:
+            out = mask_logits(out, obs[self.mask])
+        actions, logp = self.dist.act(out, deterministic)
+        return actions, logp, after
 
     def evaluate(self, obs: Mapping[str, Tensor], actions: Tensor) -> tuple[Tensor, Tensor]:
         """Log-probs ``[N]`` and entropies ``[N]`` of given actions, with gradients (training)."""

@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from srl.api.env import GroupedSlot, SlotStep
+from srl.api.schema import MEMORY
 from srl.api.spaces import FINAL_PREFIX, OBS, Observation
 from srl.api.worker import Reporter, Worker
 from srl.base.fileio import atomic_save
@@ -134,6 +135,14 @@ class ActorWorker(Worker):
         ):
             self._load_reward_stats(self.reward_stats)
         self._saves.restart()
+        # a policy with memory: each slot's state at the end of its last segment, per group ``[columns, S]``
+        self.memory = [
+            [
+                np.zeros(p.layout.fields[MEMORY].shape[1:], np.float32) if MEMORY in p.arrays else None
+                for p in self.pools
+            ]
+            for _ in range(R)
+        ]
         self.ep_return = [np.zeros((R, n), np.float64) for n in columns]  # per group: [slot, column]
         self.ep_length = [np.zeros((R, n), np.int64) for n in columns]
         self._reports.restart()
@@ -225,6 +234,9 @@ class ActorWorker(Worker):
                 arrays = pool.arrays
                 for name, x in self.obs[slot][k].items():
                     arrays[name][self.row, buffers[k], 0] = x
+                memory = self.memory[slot][k]
+                if memory is not None:  # the state the last segment ended with (zeros at the start)
+                    arrays[MEMORY][self.row, buffers[k], 0] = memory
             self._post_all(slot)
         self.parked = still
 
@@ -282,6 +294,14 @@ class ActorWorker(Worker):
         obs = self.obs[slot][k] = step.obs
         for name, x in obs.items():  # row T too: the segment's last observation, its bootstrap value's input
             arrays[name][a, buf, t] = x
+        memory = self.memory[slot][k]
+        if memory is not None:  # the answer wrote the next state to row t: a new episode starts from zeros
+            row = arrays[MEMORY][a, buf, t]
+            ended = step.terminated | step.truncated
+            if ended.any():
+                row[ended] = 0.0
+            if t == self.T:
+                memory[:] = row  # the next segment starts from it (this buffer goes to the trainer)
 
     def _finite(self, step: SlotStep, k: int) -> bool:
         """One reduction per array (a NaN or inf poisons the sum); the exact check runs only when it fails."""

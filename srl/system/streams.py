@@ -37,7 +37,7 @@ from typing import Protocol
 
 import numpy as np
 
-from srl.api.schema import FieldSpec, SampleSchema, Scope
+from srl.api.schema import MEMORY, FieldSpec, SampleSchema, Scope
 from srl.api.worker import Policy
 from srl.base.channel import Channel
 from srl.base.shm import ShmArray
@@ -319,7 +319,10 @@ class InlineInference:
         version.refresh()
         index = (self.actor, buffer, t)
         arrays = pool.arrays
-        outputs = self.policies[policy].act({name: arrays[name][index] for name in self._obs[policy]})
+        obs = {name: arrays[name][index] for name in self._obs[policy]}
+        if MEMORY in arrays:
+            obs[MEMORY] = arrays[MEMORY][index]
+        outputs = self.policies[policy].act(obs)
         write_answer(pool, index, outputs, version.current)
         self._ready.append(policy * self._ring + slot)
 
@@ -387,7 +390,7 @@ class InferenceServer:
         one copy each)."""
         index = (requests[:, 0], requests[:, 2], requests[:, 3])
         arrays, out = self.pools[policy].arrays, {}
-        for name in self._obs[policy]:
+        for name in self._obs[policy] + ((MEMORY,) if MEMORY in arrays else ()):
             obs = arrays[name][index]
             out[name] = obs.reshape(-1, *obs.shape[2:])
         return out
@@ -405,11 +408,15 @@ class InferenceServer:
 def write_answer(pool: SegmentPool, index: tuple, outputs: Mapping[str, np.ndarray], version: int) -> None:
     """Write an inference answer in place at ``(actor, buffer, t)`` (one step, or arrays of them for a batch).
 
-    Step-scoped outputs go to row ``t``; a segment-scoped output (one row per segment) only at ``t == 0``.
+    Step-scoped outputs go to row ``t``; a segment-scoped output (one row per segment) only at ``t == 0``; the
+    next recurrent state (:data:`~srl.api.schema.MEMORY`) to row ``t + 1``, the row its step reads.
     """
     arrays = pool.arrays
     for name, value in outputs.items():
-        if name in pool.layout.segment_scoped:
+        if name == MEMORY:
+            actor, buffer, t = index
+            arrays[name][actor, buffer, np.asarray(t) + 1] = value
+        elif name in pool.layout.segment_scoped:
             actor, buffer, t = index
             first = np.asarray(t) == 0
             if first.ndim == 0:

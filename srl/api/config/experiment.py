@@ -78,6 +78,17 @@ class ExperimentConfig:
         )
         check(len(names) == 1 or self.stage.worker is None, "stage.worker", "a stage serves runs of one policy")
         check(
+            self.ppo.burn_in < self.workers.segment_length,
+            "ppo.burn_in",
+            f"{self.ppo.burn_in} warm-up steps leave nothing to train in segments of {self.workers.segment_length}",
+        )
+        check(
+            self.model.core == "none" or self.ppo.memory == "recompute" or self.model.shared_encoder,
+            "ppo.memory",
+            "stored states are the actor's: a critic with a core of its own needs memory: recompute (or "
+            "model.shared_encoder: true)",
+        )
+        check(
             self.runtime != "inline" or self.workers.trainers == 1,
             "workers.trainers",
             "the inline runtime runs one trainer; use runtime: local for several",

@@ -38,7 +38,16 @@ class ModelConfig:
     still never leaves the trainer; the value loss then also shapes the actor's features.
     """
 
+    core: Literal["none", "lstm", "gru"] = "none"
+    """A recurrent core between the encoder and the heads: the policy then has memory (its state travels with
+    each inference request and each segment; see :mod:`srl.nets.memory`). With ``shared_encoder`` the critic's
+    head reads the actor's core; otherwise the critic has a core of its own, unrolled over each segment from a
+    zero state (it never acts, so no state of it is kept between segments: ``ppo.burn_in`` warms it up)."""
+    core_size: int = 128
+    """Units of the recurrent core (its state is twice that for an LSTM: h and c)."""
+
     def __post_init__(self) -> None:
+        check(self.core_size >= 1, "core_size", f"must be >= 1, got {self.core_size}")
         check(all(c >= 1 for c in self.plane_convs), "plane_convs", f"must be positive, got {list(self.plane_convs)}")
         check(
             len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),

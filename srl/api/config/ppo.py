@@ -33,7 +33,16 @@ class PPOConfig:
     epochs: int = 4
     """Passes over each batch."""
     minibatches: int = 4
-    """Minibatches per epoch."""
+    """Minibatches per epoch. With a recurrent core (``model.core``) and ``memory: recompute`` a minibatch is a
+    set of whole segments (columns of the batch), each unrolled from its stored start state."""
+    memory: Literal["recompute", "stored"] = "recompute"
+    """With a recurrent core: ``recompute`` unrolls the core over each segment from the state it started with
+    (truncated back-propagation through time over the segment, states recomputed with the current weights);
+    ``stored`` reads every step's state as the actor had it (no unroll: each step is a sample of its own, and
+    gradients stop at its stored state)."""
+    burn_in: int = 0
+    """With a recurrent core and ``memory: recompute``: the first steps of each segment only warm the state up
+    (no gradient through them, no loss on them)."""
     max_grad_norm: float | None = 0.5
     """Gradient-norm clip, applied to the actor's and the critic's gradients separately; ``None`` disables it.
     With ``grad_clip: adaptive`` it is the threshold used until the window of recent norms has filled."""
@@ -82,6 +91,7 @@ class PPOConfig:
         check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "must be > 0 or null")
         for name in ("epochs", "minibatches"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        check(self.burn_in >= 0, "burn_in", f"must be >= 0, got {self.burn_in}")
         check(
             0 < self.grad_clip_percentile <= 100,
             "grad_clip_percentile",

@@ -1,0 +1,214 @@
+"""Recurrent cores: an observation encoder followed by an LSTM or a GRU (``model.core``).
+
+A :class:`Recurrent` encoder is what a policy with memory has where a feed-forward one has its encoder; the
+heads read its features as they would read the encoder's. Its state is one flat float32 vector per
+environment, ``state_size`` wide (an LSTM's ``h`` then ``c``; a GRU's ``h``), so it travels through the sample
+schema as one field (:data:`srl.api.schema.MEMORY`) like any other.
+
+- Acting (:meth:`Recurrent.step`): one step for a batch of environments, each with its own state in and out.
+- Training (:meth:`Recurrent.unroll`): ``L`` steps of ``n`` environments from their states at the first step,
+  with ``resets[l]`` marking the environments whose state is zeroed before step ``l`` (an episode ended at
+  step ``l - 1``). The time axis is cut only where some environment resets, and each stretch between cuts
+  runs as one call of the fused ``nn.LSTM`` / ``nn.GRU``, so long episodes unroll at the speed of the
+  library's kernel rather than one Python call per step. Gradients run through the whole unroll: truncated
+  back-propagation through time over a segment.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from srl.api.schema import MEMORY
+
+
+class Recurrent(nn.Module):
+    """``encoder`` (an ``nn.Module`` with ``out_dim``), then an LSTM or GRU core of ``size`` units."""
+
+    def __init__(self, encoder: nn.Module, kind: str, size: int) -> None:
+        super().__init__()
+        if kind not in ("lstm", "gru"):
+            raise ValueError(f"model.core: expected none, lstm or gru, got {kind!r}")
+        self.encoder = encoder
+        self.kind, self.size = kind, int(size)
+        width = int(encoder.out_dim)  # type: ignore[arg-type]  # a plugin encoder declares its int out_dim
+        self.rnn: nn.LSTM | nn.GRU = nn.LSTM(width, self.size) if kind == "lstm" else nn.GRU(width, self.size)
+        self.out_dim = self.size
+        self.state_size = 2 * self.size if kind == "lstm" else self.size
+
+    # The built-in encoder's normalizers stay reachable through the core (the trainer folds in their statistics).
+    @property
+    def obs_normalizer(self) -> nn.Module | None:
+        return getattr(self.encoder, "obs_normalizer", None)
+
+    def normalizer_inputs(self, obs: Mapping[str, Tensor]) -> list:
+        inputs = getattr(self.encoder, "normalizer_inputs", None)
+        return [] if inputs is None else inputs(obs)
+
+    def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
+        raise TypeError("a recurrent encoder needs its state: call step(obs, state) or unroll(...)")
+
+    def initial_state(self, n: int, device: torch.device | str = "cpu") -> Tensor:
+        """The state of ``n`` environments at the start of their episodes (zeros) ``[n, state_size]``."""
+        return torch.zeros(n, self.state_size, device=device)
+
+    def _split(self, state: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """A flat ``[n, state_size]`` state as what the core takes (each ``[1, n, size]``)."""
+        if self.kind == "lstm":
+            return (state[:, : self.size].unsqueeze(0).contiguous(), state[:, self.size :].unsqueeze(0).contiguous())
+        return state.unsqueeze(0).contiguous()
+
+    def _join(self, state: Tensor | tuple[Tensor, Tensor]) -> Tensor:
+        if isinstance(state, tuple):
+            return torch.cat([state[0][0], state[1][0]], dim=1)
+        return state[0]
+
+    def step(self, obs: Mapping[str, Tensor], state: Tensor) -> tuple[Tensor, Tensor]:
+        """One step: features ``[n, size]`` and the next state ``[n, state_size]``."""
+        x = self.encoder(obs)
+        out, after = self.rnn(x.unsqueeze(0), self._split(state))
+        return out[0], self._join(after)
+
+    def unroll(
+        self, obs: Mapping[str, Tensor], state: Tensor, resets: Tensor
+    ) -> tuple[Tensor, dict[int, Tensor], Tensor]:
+        """``L`` steps of ``n`` environments: ``obs`` parts time-major ``[L * n, ...]``, ``state`` ``[n, S]`` at the
+        first step, ``resets`` bool ``[L, n]`` (the state is zeroed before step ``l`` where set; row 0 is
+        ignored: ``state`` is the first step's). Returns the features ``[L * n, size]``, time-major; the states
+        after each step ``l`` that precedes a reset of some environment, before that reset (what a value of a
+        truncated episode's final observation is taken from), keyed by ``l``; and the state after the last."""
+        L, n = resets.shape
+        x = self.encoder(obs).reshape(L, n, -1)
+        cuts = [0] + [int(t) for t in torch.nonzero(resets[1:].any(dim=1)).squeeze(1).add(1).tolist()] + [L]
+        outs, ends = [], {}
+        h = self._split(state)
+        for lo, hi in itertools.pairwise(cuts):
+            if lo > 0:  # zero the state of the environments whose episode ended at step lo - 1
+                keep = (~resets[lo]).to(x.dtype)[None, :, None]
+                h = (h[0] * keep, h[1] * keep) if isinstance(h, tuple) else h * keep
+            out, h = self.rnn(x[lo:hi], h)
+            outs.append(out)
+            if hi < L:
+                ends[hi - 1] = self._join(h)
+        return torch.cat(outs).reshape(L * n, -1), ends, self._join(h)
+
+
+@dataclass
+class Sequences:
+    """How a batch's rows run in time, for a recurrent encoder: ``n`` columns (segments) of ``L`` rows,
+    time-major (row ``l * n + j``), with the state each column starts from and ``resets`` ``[L, n]`` (the state
+    is zeroed before row ``l``: an episode ended at ``l - 1``); or, ``stored``, every row's own stored state."""
+
+    states: Tensor
+    """``[n, S]``: each column's state at its first row; stored: ``[rows, S]``, each row's."""
+    resets: Tensor
+    stored: bool = False
+
+    @property
+    def n(self) -> int:
+        return int(self.resets.shape[1])
+
+    def columns(self, cols: Tensor, rows: int) -> Sequences:
+        """The columns ``cols``, first ``rows`` rows."""
+        return Sequences(self.states[cols], self.resets[:rows, cols])
+
+    def rows(self, index: Tensor) -> Sequences:
+        """Stored states: the rows ``index`` (flat), each with its own state."""
+        return Sequences(self.states[index], self.resets, True)
+
+    def zeros(self, size: int) -> Sequences:
+        """The same rows for a core of ``size`` state floats that starts every column from zeros."""
+        return Sequences(self.states.new_zeros(self.n, size), self.resets)
+
+
+@dataclass
+class After:
+    """The states a recurrent encoder reached after given rows, before any reset (:func:`encode`)."""
+
+    n: int
+    ends: dict[int, Tensor] | None = None
+    """Unrolled: the state after row ``l`` of every column, at the rows some column reset after."""
+    flat: Tensor | None = None
+    """Stepped (stored states): the state after every row, flat."""
+
+    def states(self, t: Tensor, col: Tensor) -> Tensor:
+        """The states after rows ``(t[i], col[i])``: each must be one an episode ended at (truncated)."""
+        if self.flat is not None:
+            return self.flat[t * self.n + col]
+        assert self.ends is not None
+        return torch.stack([self.ends[int(a)][int(b)] for a, b in zip(t.tolist(), col.tolist())])
+
+
+def encode(
+    encoder: nn.Module, obs: Mapping[str, Tensor], seq: Sequences | None, burn_in: int = 0
+) -> tuple[Tensor, After | None]:
+    """Features of ``obs``'s rows from ``encoder``: a feed-forward one directly (``seq`` is then unused), a
+    :class:`Recurrent` one unrolled over ``seq`` (the first ``burn_in`` rows of each column without gradient,
+    their features detached) or stepped from each row's stored state; with the states after the rows."""
+    if seq is None or not isinstance(encoder, Recurrent):
+        return encoder(obs), None
+    if seq.stored:
+        features, after = encoder.step(obs, seq.states)
+        return features, After(seq.n, flat=after)
+    L, n = seq.resets.shape
+    if 0 < burn_in < L:
+        cut = burn_in * n
+        with torch.no_grad():
+            warm, _, state = encoder.unroll({k: x[:cut] for k, x in obs.items()}, seq.states, seq.resets[:burn_in])
+        state = state * (~seq.resets[burn_in]).to(state.dtype)[:, None]
+        rest, _, _ = encoder.unroll({k: x[cut:] for k, x in obs.items()}, state, seq.resets[burn_in:])
+        return torch.cat([warm, rest]), None
+    features, ends, _ = encoder.unroll(obs, seq.states, seq.resets)
+    return features, After(n, ends=ends)
+
+
+def memory_size(policy: Any) -> int:
+    """The state floats per environment an acting policy declares (its :data:`~srl.api.schema.MEMORY` output
+    field), 0 for a policy without memory."""
+    for f in policy.output_fields():
+        if f.name == MEMORY:
+            return int(f.shape[0])
+    return 0
+
+
+class Remembering:
+    """An acting policy with memory, used outside the streams (evaluation, ``srl.load_policy``): it keeps the
+    state of each of the columns it acts on, feeds it in with their observations, keeps what comes back, and
+    starts a column afresh when told that its episode ended (:meth:`reset`). A batch of another size than the
+    last starts every column afresh."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.size = memory_size(policy)
+        self.state: np.ndarray | None = None
+
+    def __getattr__(self, name: str) -> Any:  # the wrapped policy's other methods (load_flat, output_fields, ...)
+        return getattr(self.policy, name)
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        n = len(next(iter(obs.values())))
+        if self.state is None or len(self.state) != n:
+            self.state = np.zeros((n, self.size), np.float32)
+        out = dict(self.policy.act({**obs, MEMORY: self.state}, deterministic=deterministic))
+        self.state = np.array(out.pop(MEMORY), np.float32)
+        return out
+
+    def reset(self, ended: np.ndarray | None = None) -> None:
+        """Zero the state of the columns where ``ended`` is set (all of them when None)."""
+        if self.state is None:
+            return
+        if ended is None:
+            self.state[:] = 0.0
+        else:
+            self.state[np.asarray(ended, bool)] = 0.0
+
+
+def remembering(policy: Any) -> Any:
+    """``policy`` as it acts outside the streams: wrapped in :class:`Remembering` when it has memory."""
+    return Remembering(policy) if memory_size(policy) else policy
