@@ -231,7 +231,7 @@ def test_the_trainer_sees_the_states_the_actor_acted_with(memory: str, tmp_path:
     from srl.runtime.train import train
 
     over = {"ppo.td_compensation": True, "ppo.memory": memory, "run.total_env_steps": 1024, "run.target_return": None,
-            "run.log_interval_seconds": 0.001}  # fmt: skip
+            "run.log_interval_seconds": 0.001, "model.shared_encoder": memory == "stored"}  # fmt: skip
     train(_inline(_masked(**over)), tmp_path / "run", progress=None)
     first = next(
         json.loads(line)

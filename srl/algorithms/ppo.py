@@ -205,7 +205,7 @@ class PPO:
             critic_obs = {name: x[: T * N] for name, x in flat_critic.items()}
         actions = self._tensor(batch["actions"]).reshape(T * N, *batch["actions"].shape[2:])
         behaviour_logp = self._tensor(batch["logp"]).reshape(-1)
-        seq = self._sequences(batch) if self.memory or self.critic_memory else None
+        seq = self._sequences(batch) if self.memory else None  # the critic has a core only beside the actor's
         v_all, prox_logp, after = self._evaluate_rollout(flat_obs, obs, actions, flat_critic, seq)
         out: dict[str, float] = {}
         weights = rho = c = None
@@ -380,8 +380,6 @@ class PPO:
         T, N = batch["rewards"].shape
         ended = self._tensor(batch["terminated"]) | self._tensor(batch["truncated"])
         resets = torch.cat([torch.zeros(1, N, dtype=torch.bool, device=self.device), ended])
-        if MEMORY not in batch:  # an actor without a core beside a critic with one
-            return Sequences(torch.zeros(N, 0, device=self.device), resets)
         memory = self._tensor(batch[MEMORY])
         if self.cfg.memory == "stored":
             return Sequences(memory.reshape((T + 1) * N, -1), resets, stored=True)
