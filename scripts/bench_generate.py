@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,6 +23,16 @@ from srl.text import arithmetic
 from srl.text.algorithm import prompt_mask
 from srl.text.generate import generate
 from srl.text.hf import load_lm, load_tokenizer
+
+
+def arithmetic_batch(tok: Any, rows: int, group: int, digits: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` left-padded prompts of the arithmetic task's train split, ``group`` rows per prompt (as GRPO's
+    groups), and their prompt mask (also what ``bench_text_passes.py`` times)."""
+    rng = np.random.default_rng(seed)
+    drawn = [arithmetic.prompts(rng, "train", digits) for _ in range(-(-rows // group))]
+    prompts = [p for p in drawn for _ in range(group)][:rows]
+    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
+    return enc["input_ids"], prompt_mask(enc["input_ids"], tok.pad_token_id)
 
 
 def main() -> None:
@@ -36,12 +47,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     tok, model = load_tokenizer(args.model), load_lm(args.model)
-    rng = np.random.default_rng(0)
-    drawn = [arithmetic.prompts(rng, "train", args.digits) for _ in range(-(-args.batch // args.group))]
-    prompts = [p for p in drawn for _ in range(args.group)][: args.batch]
-    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
-    ids = enc["input_ids"]
-    mask = prompt_mask(ids, tok.pad_token_id)
+    ids, mask = arithmetic_batch(tok, args.batch, args.group, args.digits)
     eos, pad = tok.eos_token_id, tok.pad_token_id
 
     def ours() -> int:

@@ -17,9 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from bench_generate import arithmetic_batch  # this folder's (scripts/ is on the path of a script run from it)
 
-from srl.text import arithmetic
-from srl.text.algorithm import prompt_mask
 from srl.text.generate import completion_logits, completion_logp, generate, token_logp
 from srl.text.hf import load_lm, load_tokenizer
 
@@ -38,11 +37,7 @@ def main() -> None:
     tok, model = load_tokenizer(args.model), load_lm(args.model)
     model.eval()
     rng = np.random.default_rng(0)
-    drawn = [arithmetic.prompts(rng, "train", args.digits) for _ in range(-(-args.batch // args.group))]
-    prompts = [q for q in drawn for _ in range(args.group)][: args.batch]
-    enc = tok(prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
-    ids = enc["input_ids"]
-    mask = prompt_mask(ids, tok.pad_token_id)
+    ids, mask = arithmetic_batch(tok, args.batch, args.group, args.digits)
     eos, pad = tok.eos_token_id, tok.pad_token_id
     with torch.no_grad():
         out = generate(model, ids, mask, args.new, eos_id=eos, pad_id=pad)
