@@ -189,6 +189,8 @@ class Remembering:
         self.state: np.ndarray | None = None
 
     def __getattr__(self, name: str) -> Any:  # the wrapped policy's other methods (load_flat, output_fields, ...)
+        if name == "policy":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self.policy, name)
 
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
