@@ -305,7 +305,7 @@ class InlineInference:
         self, actor: int, pools: Sequence[SegmentPool], policies: Sequence[Policy], versions: Sequence[VersionSource]
     ) -> None:
         self.actor, self.pools, self.policies, self.versions = actor, pools, policies, versions
-        self._obs = [pool.layout.obs_fields for pool in pools]
+        self._obs = [_inputs(pool) for pool in pools]
         self._ring = pools[0].layout.slots
         self._ready: list[int] = []
 
@@ -319,10 +319,7 @@ class InlineInference:
         version.refresh()
         index = (self.actor, buffer, t)
         arrays = pool.arrays
-        obs = {name: arrays[name][index] for name in self._obs[policy]}
-        if MEMORY in arrays:
-            obs[MEMORY] = arrays[MEMORY][index]
-        outputs = self.policies[policy].act(obs)
+        outputs = self.policies[policy].act({name: arrays[name][index] for name in self._obs[policy]})
         write_answer(pool, index, outputs, version.current)
         self._ready.append(policy * self._ring + slot)
 
@@ -354,7 +351,7 @@ class InferenceServer:
         self._served = np.array(sorted(replies), np.int32)  # the actors this server answers
         layout = pools[0].layout
         self._ring, self._buffers, self._T = layout.slots, layout.buffers, layout.fields["actions"].shape[0]
-        self._obs = [pool.layout.obs_fields for pool in pools]
+        self._obs = [_inputs(pool) for pool in pools]
         self.superseded = 0  # requests dropped because their slot had asked again since
 
     def gather(self, max_requests: int, timeout: float | None) -> list[tuple[int, np.ndarray]]:
@@ -390,7 +387,7 @@ class InferenceServer:
         one copy each)."""
         index = (requests[:, 0], requests[:, 2], requests[:, 3])
         arrays, out = self.pools[policy].arrays, {}
-        for name in self._obs[policy] + ((MEMORY,) if MEMORY in arrays else ()):
+        for name in self._obs[policy]:
             obs = arrays[name][index]
             out[name] = obs.reshape(-1, *obs.shape[2:])
         return out
@@ -403,6 +400,11 @@ class InferenceServer:
         write_answer(self.pools[policy], index, outs, version)
         for actor, slot, ticket in zip(requests[:, 0].tolist(), requests[:, 1].tolist(), requests[:, 4].tolist()):
             self.replies[actor].send((slot, ticket))
+
+
+def _inputs(pool: SegmentPool) -> tuple[str, ...]:
+    """What a request hands the policy: the observation parts, and a policy's recurrent state when it has one."""
+    return pool.layout.obs_fields + ((MEMORY,) if MEMORY in pool.arrays else ())
 
 
 def write_answer(pool: SegmentPool, index: tuple, outputs: Mapping[str, np.ndarray], version: int) -> None:
