@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from srl.api.config import ConfigError
 from srl.league.ratings import expected_score, fit_elo, pfsp_weights
 
 
@@ -74,7 +75,7 @@ class _Reports:
         self.records.append(dict(meta))
 
 
-def _worker(tmp_path, results, **league):
+def _worker(tmp_path, results, bots=None, **league):
     """A league worker whose matches return ``results`` in turn (the learner's (wins, draws, losses))."""
     from srl.api.config import EnvConfig, ExperimentConfig, LeagueConfig
     from srl.envs.slots import probe_spaces
@@ -95,7 +96,9 @@ def _worker(tmp_path, results, **league):
         return MatchResult(*queue.pop(0))
 
     reports = _Reports()
-    worker = LeagueWorker(LeagueConfig(opponent="pfsp", **league), make(), None, tmp_path, make, play, reports, 0)
+    worker = LeagueWorker(
+        LeagueConfig(opponent="pfsp", **league), make(), None, tmp_path, make, play, reports, 0, bots=bots
+    )
     worker.index = read_index(tmp_path)
     return worker, reports, played
 
@@ -136,3 +139,46 @@ def test_the_league_freezes_when_the_learner_beats_the_pool_and_drops_the_oldest
     assert index.ratings["-1"] == 0.0 and all(index.ratings[str(v)] > 0 for v in (10, 20, 30, 40))
     assert [m.elo for m in index.members] == [index.ratings["20"], index.ratings["40"]]
     assert reports.records[-1]["pool_size"] == 2 and reports.records[-1]["rounds"] == 4
+
+
+def test_the_league_plays_its_bots_every_round_and_rates_them_from_the_results(tmp_path):
+    """A bot is a player of the league's ratings (id -2, named in the index), never a pool member; its win
+    rate is a metric of every round."""
+    from srl.league.match import RandomOpponent
+    from srl.league.pool import read_index
+
+    class Bot(RandomOpponent):
+        pass
+
+    rounds = [(60, 0, 4), (8, 0, 56), (62, 0, 2), (40, 0, 24), (32, 0, 32)]  # v10: random, bot; v20: +member
+    worker, reports, played = _worker(tmp_path, rounds, bots={"mcts:100": Bot(0)})
+    worker.round(10)
+    worker.round(20)
+    index = read_index(tmp_path)
+    assert played == ["RandomOpponent", "Bot", "RandomOpponent", "PolicyOpponent", "Bot"]
+    assert [r["win_rate_vs_mcts100"] for r in reports.records] == [8 / 64, 32 / 64]
+    assert index.bots == {"mcts:100": -2} and [m.version for m in index.members] == [10, 20]
+    assert [[int(r[0]), int(r[1])] for r in index.results] == [[10, -1], [10, -2], [20, -1], [20, 10], [20, -2]]
+    # the bot beat v10 (8/64) and drew even with v20 (32/64): rated above v10, near v20
+    assert index.ratings["-2"] > index.ratings["10"] and abs(index.ratings["-2"] - index.ratings["20"]) < 100
+
+
+@pytest.mark.parametrize(
+    ("league", "message"),
+    [
+        ({"bots": [{"opponent": "mcts:10", "share": 0.6}, {"opponent": "mcts:20", "share": 0.4}]}, "add up to 1"),
+        ({"bots": [{"opponent": "mcts:10", "share": 0.2}, {"opponent": "mcts:10", "share": 0.1}]}, "named twice"),
+        ({"bots": [{"opponent": "random", "share": 0.2}]}, "league.random_opponent"),
+        ({"bots": [{"opponent": "mcts:10", "share": 0.0}]}, "share: must be in"),
+        ({"opponent": "latest", "bots": [{"opponent": "mcts:10", "share": 0.2}]}, "need league.opponent"),
+        ({"bots": [{"opponent": "mcts:0", "share": 0.2}]}, "league.bots: 'mcts:0': expected mcts:N"),
+        ({"bots": [{"opponent": "no/such/run", "share": 0.2}]}, "league.bots: 'no/such/run' is not"),
+    ],
+)
+def test_bad_league_bots_are_one_line(league, message):
+    import srl
+
+    cfg = {"env": {"id": "srl.envs.turns:game", "kwargs": {"name": "tic_tac_toe"}}, "league": {"opponent": "pfsp"}}
+    cfg["league"].update(league)
+    with pytest.raises(ConfigError, match=message):
+        srl.train(cfg)

@@ -164,6 +164,38 @@ def test_league_slot_loads_pool_members_and_plays_them(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------- self-play, end to end
+def test_league_slot_plays_bots_their_share_of_games_and_their_moves_are_the_bots(tmp_path, monkeypatch):
+    """Half the games go to MCTS: the learner that always takes the first free square never beats it (the
+    solver blocks every line), while it beats random moves often; the same seed plays the same games."""
+    from srl.api.config import Bot
+
+    def outcomes(seed: int) -> tuple[dict[int, list[float]], list[int]]:
+        slot, _ = _league_slot(tmp_path, monkeypatch, random_opponent=0.5, bots=(Bot(opponent="mcts:50", share=0.5),))
+        try:
+            by_opponent: dict[int, list[float]] = {league_slot.RANDOM: [], league_slot.RANDOM - 1: []}
+            drawn = []
+            obs = slot.reset(seed=seed)
+            for _ in range(150):
+                before = slot.opponent.copy()
+                step = slot.step(np.array([np.flatnonzero(m)[0] for m in obs[ACTION_MASK]]))
+                for e in np.flatnonzero(step.episode_end).tolist():
+                    by_opponent[int(before[e])].append(float(step.reward[e]))
+                    drawn.append(int(before[e]))
+                obs = step.obs
+            return by_opponent, drawn
+        finally:
+            slot.close()
+
+    games, drawn = outcomes(seed=3)
+    vs_bot, vs_random = games[league_slot.RANDOM - 1], games[league_slot.RANDOM]
+    assert len(vs_bot) >= 40 and len(vs_random) >= 40  # the pool is empty: the rest of the games go to random
+    assert 0.35 < len(vs_bot) / (len(vs_bot) + len(vs_random)) < 0.65
+    assert max(vs_bot) <= 0.0 and min(vs_bot) == -1.0
+    assert np.mean(np.array(vs_random) > 0) > 0.3
+    again, drawn_again = outcomes(seed=3)
+    assert drawn_again == drawn and again == games
+
+
 def test_a_league_learns_tic_tac_toe_and_srl_eval_plays_it_against_opponents(tmp_path):
     """Self-play against a PFSP league; random against random scores about 0.5 with seats alternating."""
     import json

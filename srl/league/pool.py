@@ -3,7 +3,8 @@
 - ``v<version>.npy``: a member's acting-policy parameters (flat float32, as the parameter service ships them);
 - ``pool.json``: the members (version, Elo, the learner's last score against it), every result the league
   worker recorded (``[a, b, points of a, games]``, players named by the version the learner had, ``-1`` the
-  random player), the Elo fitted to them of every version that played, and the versions ever frozen.
+  random player, ``-2`` and below the fixed bots, named in ``bots``), the Elo fitted to them of every player,
+  and the versions ever frozen.
 
 Both are written atomically (a reader never sees half a file) and read without pickle. The league worker is
 the only writer; actors read the index when it changed and load members they do not hold yet.
@@ -41,6 +42,14 @@ class PoolIndex:
     """Fitted Elo by player (``str(version)``; the random player ``"-1"`` is the anchor at 0)."""
     frozen: list[int] = field(default_factory=list)
     """Every version ever frozen into the pool, in order."""
+    bots: dict[str, int] = field(default_factory=dict)
+    """The player id of every bot that ever played (by its name, ``league.bots``); ids are -2, -3, ..."""
+
+    def bot_id(self, name: str) -> int:
+        """The player id of the bot ``name``, given a new one the first time it plays."""
+        if name not in self.bots:
+            self.bots[name] = -2 - len(self.bots)
+        return self.bots[name]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,6 +62,7 @@ class PoolIndex:
             [[float(x) for x in r] for r in data.get("results", [])],
             {str(k): float(v) for k, v in data.get("ratings", {}).items()},
             [int(v) for v in data.get("frozen", [])],
+            {str(k): int(v) for k, v in data.get("bots", {}).items()},
         )
 
 

@@ -1,13 +1,14 @@
 """A slot of games against the league: the learner holds one seat of each game, pool members play the others.
 
 Each of the B games draws, when it starts, the learner's seat (uniformly) and
-its opponent: a uniform random legal move with probability
-``league.random_opponent`` (always while the pool is empty), otherwise a pool
-member, uniformly or by PFSP on the learner's last scores against each (the
-league worker writes them to the pool index). The opponent's moves are made
-inside the slot, one batched forward per member per step over the games it
-plays, with its frozen parameters from ``RUN_DIR/league``; they are sampled, so
-that a game is not one fixed line of play.
+its opponent: one of ``league.bots`` with its share of the games; otherwise a
+uniform random legal move with probability ``league.random_opponent`` (always
+while the pool is empty), otherwise a pool member, uniformly or by PFSP on the
+learner's last scores against each (the league worker writes them to the pool
+index). The opponent's moves are made inside the slot: one batched forward per
+member per step over the games it plays, with its frozen parameters from
+``RUN_DIR/league``, sampled so that a game is not one fixed line of play; a
+bot's moves come from the bot (:mod:`srl.league.match`).
 
 The slot is then an ordinary single-agent slot of B columns: every step is one
 move of the learner followed by the opponents' replies, and the reward of the
@@ -30,11 +31,12 @@ from srl.api.env import SlotStep
 from srl.api.spaces import Observation
 from srl.api.worker import Policy
 from srl.envs.turns import TurnSlot
+from srl.league.match import Opponent, RandomOpponent, opponent
 from srl.league.pool import PoolIndex, read_index, read_snapshot
 from srl.league.ratings import pfsp_weights
 
 RANDOM = -1
-"""The opponent id of a uniform random legal move."""
+"""The opponent id of a uniform random legal move; bot ``i`` of ``league.bots`` is ``RANDOM - 1 - i``."""
 REFRESH_SECONDS = 2.0
 """How often a slot looks whether the pool index changed."""
 
@@ -66,11 +68,15 @@ class LeagueSlot:
         self._policies: dict[int, Policy] = {}
         self._n = N
         self._seed = 0
+        self._bot_shares = np.array([b.share for b in cfg.bots])
+        self._bots: dict[int, Opponent] = {}
+        self._seed_bots(seed)
 
     # ------------------------------------------------------------------ the slot
     def reset(self, seed: int) -> Observation:
         self.rng = np.random.default_rng(seed)
         self._seed = seed
+        self._seed_bots(seed)
         for e, g in enumerate(self.games):
             g.reset(seed + e)
             self._draw(e)
@@ -155,10 +161,21 @@ class LeagueSlot:
             self.games[e].reset(self._seed + e)
             self._draw(e)
 
+    def _seed_bots(self, seed: int) -> None:
+        """The random player and the bots, seeded from the slot's seed (the same games again after a reset)."""
+        self._bots = {RANDOM: RandomOpponent(seed)}
+        for i, bot in enumerate(self.cfg.bots):
+            self._bots[RANDOM - 1 - i] = opponent(bot.opponent, self.turns, seed + 7 * i, "league.bots", False)
+
     def _draw(self, e: int) -> None:
         """The learner's seat and the opponent of game ``e``."""
         self.seat[e] = self.rng.integers(self._n)
         self._refresh()
+        if len(self._bot_shares):
+            u, edges = self.rng.random(), np.cumsum(self._bot_shares)
+            if u < edges[-1]:
+                self.opponent[e] = RANDOM - 1 - int(np.searchsorted(edges, u, side="right"))
+                return
         members = self._index.members
         if not members or self.rng.random() < self.cfg.random_opponent:
             self.opponent[e] = RANDOM
@@ -200,25 +217,22 @@ class LeagueSlot:
             self.turns.write(obs, i, self.games[e].observe(p), p, True)
         actions = np.zeros(len(rows), np.int64)
         ids = np.array([self.opponent[e] for e, _ in rows])
+        at = np.array([e for e, _ in rows])
         for member in np.unique(ids).tolist():
             sel = np.flatnonzero(ids == member)
+            part = {k: v[sel] for k, v in obs.items()}
             policy = self._policies.get(member)
-            if policy is None:  # a random opponent, or a member that left the pool during this game
-                actions[sel] = [self._random_move(obs, i) for i in sel.tolist()]
+            if policy is None:  # a bot, the random player, or a member that left the pool during this game
+                bot = self._bots.get(member, self._bots[RANDOM])
+                actions[sel] = bot.moves(self.turns, part, at[sel])
                 continue
             with torch.inference_mode():
-                picked = policy.act({k: v[sel] for k, v in obs.items()}, deterministic=False)["actions"]
+                picked = policy.act(part, deterministic=False)["actions"]
             actions[sel] = np.asarray(picked).reshape(-1)
         moves: dict[int, dict[int, int]] = {e: {} for e in games}
         for (e, p), a in zip(rows, actions.tolist()):
             moves[e][p] = a
         return moves
-
-    def _random_move(self, obs: Observation, row: int) -> int:
-        mask = self.turns.mask
-        if mask is None:
-            return int(self.rng.integers(int(self.games[0].action_space.n)))
-        return int(self.rng.choice(np.flatnonzero(obs[mask][row])))
 
     def _observe(self) -> Observation:
         out = self.turns.blank(self.num_envs)

@@ -178,7 +178,7 @@ def build_eval(ctx: BuildContext) -> Worker:
 
 def build_league(ctx: BuildContext) -> Worker:
     """The league worker reads snapshots like the eval worker and keeps the pool in ``RUN_DIR/league``."""
-    from srl.league.match import match_slot, play_games
+    from srl.league.match import match_slot, opponent, play_games
     from srl.system.league_worker import LeagueWorker
 
     plan, fabric = ctx.plan, ctx.fabric
@@ -186,6 +186,9 @@ def build_league(ctx: BuildContext) -> Worker:
     learner = learning.acting_policy()
     slot = match_slot(cfg, cfg.league.match_games, "league.opponent")
     seed = worker_seed(plan, LEAGUE, 0)
+    bots = {
+        b.name: opponent(b.opponent, slot, seed + 11 * i, "league.bots", False) for i, b in enumerate(cfg.league.bots)
+    }
     return LeagueWorker(
         cfg.league,
         learner,
@@ -196,6 +199,7 @@ def build_league(ctx: BuildContext) -> Worker:
         fabric.reporter(),
         seed,
         wait_timeout=max(ctx.wait_timeout, 0.0),
+        bots=bots,
     )
 
 

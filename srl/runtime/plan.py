@@ -177,6 +177,9 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
                 f"league.opponent: {cfg.league.opponent}: env {cfg.env.id!r} is not a turn-based game of two or "
                 "more players"
             )
+        from srl.league.match import check_bots
+
+        check_bots(cfg)
         agents = 1
     cores = [n for n in names if cfg.for_policy(n).model.core != "none"]
     if probed.turn_based and cores:  # its matches (eval against random, the league) act on changing columns

@@ -2,14 +2,15 @@
 
 Every ``league.check_every_versions`` policy versions it reads the newest
 snapshot from the parameter service (like the eval worker) and plays a round:
-``league.match_games`` games of the learner against each pool member and
-against a uniform random legal move, seats alternating, both sides sampling.
-From the round it
+``league.match_games`` games of the learner against each pool member, against
+a uniform random legal move and against each of ``league.bots``, seats
+alternating, both sides sampling. From the round it
 
 - records the results and fits Elo ratings to all of them
   (:func:`srl.league.ratings.fit_elo`): every version of the learner that
-  played a round is a player, the members among them. The random player is the
-  fixed anchor at 0, so a rating reads as strength over random play;
+  played a round is a player, the members among them, and so is every bot. The
+  random player is the fixed anchor at 0, so a rating reads as strength over
+  random play, and a bot's rating is a yardstick from outside the league;
 - stores the learner's score against each member in the pool index, which the
   actors' PFSP draws read;
 - freezes the learner into the pool (its parameters to ``RUN_DIR/league``)
@@ -53,10 +54,12 @@ class LeagueWorker(Worker):
         reporter: Reporter,
         seed: int,
         wait_timeout: float = 0.05,
+        bots: dict[str, Opponent] | None = None,
     ) -> None:
         self.name = "league0"
         self.cfg, self.learner, self.params, self.folder = cfg, learner, params, folder
         self._make_policy, self.play, self.reporter = make_policy, play, reporter
+        self.bots = bots or {}
         self.seed, self.wait_timeout = seed, wait_timeout
         self.checked = -1
         self._members: dict[int, Policy] = {}
@@ -87,6 +90,11 @@ class LeagueWorker(Worker):
             member.score = result.points / result.games
             scores.append(member.score)
             index.results.append([version, member.version, result.points, result.games])
+        vs_bots = {}
+        for name, bot in self.bots.items():
+            result = self.play(self.learner, bot)
+            vs_bots[f"win_rate_vs_{metric_name(name)}"] = result.wins / result.games
+            index.results.append([version, index.bot_id(name), result.points, result.games])
         index.ratings = ratings(index.results)
         for member in index.members:
             member.elo = index.ratings[str(member.version)]
@@ -112,6 +120,7 @@ class LeagueWorker(Worker):
                 "learner_elo": index.ratings[str(version)],
                 "score_vs_pool": score_vs_pool,
                 "win_rate_vs_random": vs_random.wins / vs_random.games,
+                **vs_bots,
                 "froze": froze,
             },
         )
@@ -123,6 +132,11 @@ class LeagueWorker(Worker):
             policy.load_flat(read_snapshot(self.folder, version, policy.flat_size()))
             self._members[version] = policy
         return policy
+
+
+def metric_name(bot: str) -> str:
+    """A bot's name as it goes into a metric's name: letters, digits and underscores (``mcts:100``: ``mcts100``)."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in bot.replace(":", ""))
 
 
 def ratings(results: list[list[float]]) -> dict[str, float]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import ConfigError
 from srl.api.config.experiment import ExperimentConfig
-from srl.api.config.league import LeagueConfig
+from srl.api.config.league import Bot, LeagueConfig
 from srl.api.config.load import apply_overrides, config_from, load_config, parse_override, resolve_per_node
 from srl.api.config.model import ModelConfig
 from srl.api.config.params import ParamsConfig
@@ -30,6 +30,7 @@ from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
 
 __all__ = [
+    "Bot",
     "ConfigError",
     "EnvConfig",
     "ExperimentConfig",
