@@ -1,6 +1,7 @@
 """Draw a self-play run's league: the Elo of every policy version that played a round (fitted to all the
-league's results, the uniform random player fixed at 0), the members frozen into the pool marked, and the
-league worker's win rate against random and score against the pool.
+league's results, the uniform random player fixed at 0), the members frozen into the pool marked, the fitted
+rating of every bot (``league.bots``) as a level line, and the league worker's win rates against random and
+the bots and its score against the pool.
 
     python scripts/plot_league.py RUN_DIR [RUN_DIR ...] --out docs/img/connect_four_elo.png
 
@@ -40,6 +41,8 @@ def main() -> None:
         fx = [xi for xi, (v, _) in zip(x, elo) if v in frozen]
         fy = [e for v, e in elo if v in frozen]
         ax1.scatter(np.asarray(fx) / 1e6, fy, s=12, color=line.get_color(), label=f"{run.name}: frozen members")
+        for bot, player in pool.get("bots", {}).items():
+            ax1.axhline(pool["ratings"][str(player)], color=line.get_color(), ls=":", lw=1, label=f"{run.name}: {bot}")
         league = [r for r in records if "league_win_rate_vs_random" in r]
         ls = np.array([r["env_steps"] for r in league], float) / 1e6
         ax2.plot(
@@ -52,6 +55,16 @@ def main() -> None:
             ls="--",
             label=f"{run.name}: vs pool",
         )
+        for key in sorted(
+            {k for r in league for k in r if k.startswith("league_win_rate_vs_")} - {"league_win_rate_vs_random"}
+        ):
+            ax2.plot(
+                ls,
+                [r.get(key, np.nan) for r in league],
+                color=line.get_color(),
+                ls=":",
+                label=f"{run.name}: vs {key.removeprefix('league_win_rate_vs_')}",
+            )
     ax1.set(
         xlabel="env steps (M, learner moves)", ylabel="Elo (random = 0)", title="fitted Elo of the learner's versions"
     )

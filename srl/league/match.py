@@ -38,11 +38,17 @@ class Opponent(Protocol):
 
     def moves(self, slot: TurnSlot, obs: Observation, games: np.ndarray) -> np.ndarray: ...
 
+    def reseed(self, seed: int) -> None:
+        """Start its random choices again from ``seed``."""
+
 
 class RandomOpponent:
     """A uniform legal move (every move when the game has no mask)."""
 
     def __init__(self, seed: int) -> None:
+        self.reseed(seed)
+
+    def reseed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
 
     def moves(self, slot: TurnSlot, obs: Observation, games: np.ndarray) -> np.ndarray:
@@ -60,8 +66,13 @@ class MctsOpponent:
         game = getattr(slot.games[0], "game", None)
         if game is None:
             raise ConfigError(f"{what} mcts:N: needs an OpenSpiel game (env.id srl.envs.turns:game)")
-        evaluator = pyspiel.RandomRolloutEvaluator(1, seed)
-        self.bot = pyspiel.MCTSBot(game, evaluator, 2.0, simulations, MCTS_MEMORY_MB, True, seed, False)
+        self._make = lambda seed: pyspiel.MCTSBot(
+            game, pyspiel.RandomRolloutEvaluator(1, seed), 2.0, simulations, MCTS_MEMORY_MB, True, seed, False
+        )
+        self.reseed(seed)
+
+    def reseed(self, seed: int) -> None:
+        self.bot = self._make(seed)
 
     def moves(self, slot: TurnSlot, obs: Observation, games: np.ndarray) -> np.ndarray:
         return np.array([self.bot.step(slot.games[g].state) for g in games.tolist()], np.int64)
@@ -76,6 +87,9 @@ class PolicyOpponent:
 
     def __init__(self, policy: Policy, deterministic: bool = True) -> None:
         self.policy, self.deterministic = policy, deterministic
+
+    def reseed(self, seed: int) -> None:
+        """Nothing to do: a sampling policy draws from torch's generator, like the pool members."""
 
     def moves(self, slot: TurnSlot, obs: Observation, games: np.ndarray) -> np.ndarray:
         with torch.inference_mode():

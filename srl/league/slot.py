@@ -69,14 +69,16 @@ class LeagueSlot:
         self._n = N
         self._seed = 0
         self._bot_shares = np.array([b.share for b in cfg.bots])
-        self._bots: dict[int, Opponent] = {}
-        self._seed_bots(seed)
+        self._bots: dict[int, Opponent] = {RANDOM: RandomOpponent(seed)}
+        for i, bot in enumerate(cfg.bots):
+            self._bots[RANDOM - 1 - i] = opponent(bot.opponent, turns, seed, "league.bots", deterministic=False)
 
     # ------------------------------------------------------------------ the slot
     def reset(self, seed: int) -> Observation:
         self.rng = np.random.default_rng(seed)
         self._seed = seed
-        self._seed_bots(seed)
+        for i, bot in self._bots.items():  # the same games again after a reset with the same seed
+            bot.reseed(seed + 7 * (RANDOM - i))
         for e, g in enumerate(self.games):
             g.reset(seed + e)
             self._draw(e)
@@ -160,12 +162,6 @@ class LeagueSlot:
             self._seed += self.num_envs
             self.games[e].reset(self._seed + e)
             self._draw(e)
-
-    def _seed_bots(self, seed: int) -> None:
-        """The random player and the bots, seeded from the slot's seed (the same games again after a reset)."""
-        self._bots = {RANDOM: RandomOpponent(seed)}
-        for i, bot in enumerate(self.cfg.bots):
-            self._bots[RANDOM - 1 - i] = opponent(bot.opponent, self.turns, seed + 7 * i, "league.bots", False)
 
     def _draw(self, e: int) -> None:
         """The learner's seat and the opponent of game ``e``."""
