@@ -27,11 +27,7 @@ class Bot:
         """Its name in the league's metrics and results: the spec, or a run directory's folder name."""
         from pathlib import PurePath
 
-        return (
-            self.opponent
-            if self.opponent == "random" or self.opponent.startswith("mcts:")
-            else (PurePath(self.opponent).name)
-        )
+        return self.opponent if self.opponent.startswith("mcts:") else PurePath(self.opponent).name
 
 
 @dataclass(frozen=True, kw_only=True)
