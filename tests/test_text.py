@@ -212,6 +212,19 @@ def test_prompt_generators_take_their_own_settings(digit_model: Path) -> None:
         _task(digit_model, prompt_args=[2])
 
 
+def test_arithmetic_rewards_against_hand_scored_answers() -> None:
+    """Exact match ignores surrounding spaces only; partial credit counts digits in place from the units up,
+    over the longer answer, at half weight, so no near miss reaches an exact answer's 1."""
+    from srl.text.arithmetic import digit_match, exact_match
+
+    prompts = ["48+39="] * 6 + ["1+1=", "99+99="]
+    answers = ["87", " 87 ", "97", "8", "x7", "187", "02", "198"]
+    assert exact_match(prompts, answers) == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert digit_match(prompts, answers) == [1.0, 1.0, 0.25, 0.0, 0.0, 0.5 * 2 / 3, 0.25, 1.0]
+    with pytest.raises(ValueError, match="not an addition prompt"):
+        digit_match(["hello"], ["1"])
+
+
 def test_eval_split_answers_each_prompt_once(digit_model: Path) -> None:
     task = _task(digit_model, num_envs=4, group_size=2, split="eval")
     task.reset(0)

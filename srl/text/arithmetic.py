@@ -54,6 +54,23 @@ def exact_match(prompts: list[str], completions: list[str]) -> list[float]:
     return out
 
 
+def digit_match(prompts: list[str], completions: list[str]) -> list[float]:
+    """Partial credit: 1.0 for the exact sum, otherwise half the share of the sum's digits in place (counted from
+    the units up, over the longer of the two), so an exact answer always scores above any near miss; an
+    exact-match accuracy is then the share of scores equal to 1."""
+    out = []
+    for score, prompt, completion in zip(exact_match(prompts, completions), prompts, completions):
+        if score == 1.0:
+            out.append(1.0)
+            continue
+        m = _PROMPT.match(prompt)
+        assert m is not None  # exact_match checked every prompt
+        want, got = str(int(m.group(1)) + int(m.group(2))), completion.strip()
+        same = sum(a == b for a, b in zip(reversed(want), reversed(got)))
+        out.append(0.5 * same / max(len(want), len(got)) if got.isdigit() else 0.0)
+    return out
+
+
 def corpus(rng: np.random.Generator, n: int, digits: int = DIGITS) -> list[tuple[str, str]]:
     """``n`` solved training problems as ``(prompt, answer)`` pairs, for supervised fine-tuning of the base model
     (``text.base.corpus``; ``text.base.corpus_args.digits``)."""
