@@ -68,7 +68,7 @@ class LeagueSlot:
         self._policies: dict[int, Policy] = {}
         self._n = N
         self._seed = 0
-        self._bot_shares = np.array([b.share for b in cfg.bots])
+        self._bot_edges = np.cumsum([b.share for b in cfg.bots])  # bot i plays where u falls in [edge i-1, edge i)
         self._bots: dict[int, Opponent] = {RANDOM: RandomOpponent(seed)}
         for i, bot in enumerate(cfg.bots):
             self._bots[RANDOM - 1 - i] = opponent(bot.opponent, turns, seed, "league.bots", deterministic=False)
@@ -167,10 +167,10 @@ class LeagueSlot:
         """The learner's seat and the opponent of game ``e``."""
         self.seat[e] = self.rng.integers(self._n)
         self._refresh()
-        if len(self._bot_shares):
-            u, edges = self.rng.random(), np.cumsum(self._bot_shares)
-            if u < edges[-1]:
-                self.opponent[e] = RANDOM - 1 - int(np.searchsorted(edges, u, side="right"))
+        if len(self._bot_edges):
+            u = self.rng.random()
+            if u < self._bot_edges[-1]:
+                self.opponent[e] = RANDOM - 1 - int(np.searchsorted(self._bot_edges, u, side="right"))
                 return
         members = self._index.members
         if not members or self.rng.random() < self.cfg.random_opponent:

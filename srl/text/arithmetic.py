@@ -43,15 +43,17 @@ def prompts(rng: np.random.Generator, split: str, digits: int = DIGITS) -> str:
     return f"{a}+{b}="
 
 
+def _answer(prompt: str) -> str:
+    """The sum an addition prompt asks for (a ValueError line for any other prompt)."""
+    m = _PROMPT.match(prompt)
+    if m is None:
+        raise ValueError(f"not an addition prompt: {prompt!r}")
+    return str(int(m.group(1)) + int(m.group(2)))
+
+
 def exact_match(prompts: list[str], completions: list[str]) -> list[float]:
     """1.0 where the completion is the sum (spaces around it ignored), else 0.0."""
-    out = []
-    for prompt, completion in zip(prompts, completions):
-        m = _PROMPT.match(prompt)
-        if m is None:
-            raise ValueError(f"not an addition prompt: {prompt!r}")
-        out.append(1.0 if completion.strip() == str(int(m.group(1)) + int(m.group(2))) else 0.0)
-    return out
+    return [1.0 if completion.strip() == _answer(prompt) else 0.0 for prompt, completion in zip(prompts, completions)]
 
 
 def digit_match(prompts: list[str], completions: list[str]) -> list[float]:
@@ -59,15 +61,15 @@ def digit_match(prompts: list[str], completions: list[str]) -> list[float]:
     the units up, over the longer of the two), so an exact answer always scores above any near miss; an
     exact-match accuracy is then the share of scores equal to 1."""
     out = []
-    for score, prompt, completion in zip(exact_match(prompts, completions), prompts, completions):
-        if score == 1.0:
+    for prompt, completion in zip(prompts, completions):
+        want, got = _answer(prompt), completion.strip()
+        if got == want:
             out.append(1.0)
-            continue
-        m = _PROMPT.match(prompt)
-        assert m is not None  # exact_match checked every prompt
-        want, got = str(int(m.group(1)) + int(m.group(2))), completion.strip()
-        same = sum(a == b for a, b in zip(reversed(want), reversed(got)))
-        out.append(0.5 * same / max(len(want), len(got)) if got.isdigit() else 0.0)
+        elif got.isdigit():
+            same = sum(a == b for a, b in zip(reversed(want), reversed(got)))
+            out.append(0.5 * same / max(len(want), len(got)))
+        else:
+            out.append(0.0)
     return out
 
 

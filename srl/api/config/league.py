@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Literal
 
 from srl.api.config.errors import check
@@ -25,8 +26,6 @@ class Bot:
     @property
     def name(self) -> str:
         """Its name in the league's metrics and results: the spec, or a run directory's folder name."""
-        from pathlib import PurePath
-
         return self.opponent if self.opponent.startswith("mcts:") else PurePath(self.opponent).name
 
 
