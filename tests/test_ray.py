@@ -101,7 +101,11 @@ def _cfg(c: Cluster, *overrides: str, config: str = "configs/cartpole_ppo.yaml")
     )
 
 
-def _wait_for(path: Path, ready: Any, timeout: float = 120.0) -> dict[str, Any]:
+SAFETY_NET = 300.0
+"""Seconds a wait below gives a broken run before failing; conditions, never this clock, decide how runs stop."""
+
+
+def _wait_for(path: Path, ready: Any, timeout: float = SAFETY_NET) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists():
@@ -112,7 +116,7 @@ def _wait_for(path: Path, ready: Any, timeout: float = 120.0) -> dict[str, Any]:
     raise AssertionError(f"{path} not ready in {timeout} s")
 
 
-def _wait_for_record(run_dir: Path, ready: Any, timeout: float = 120.0) -> dict[str, Any]:
+def _wait_for_record(run_dir: Path, ready: Any, timeout: float = SAFETY_NET) -> dict[str, Any]:
     """Until the run's newest metrics record satisfies ``ready``; returns that record."""
     path, deadline = run_dir / "metrics.jsonl", time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -123,7 +127,7 @@ def _wait_for_record(run_dir: Path, ready: Any, timeout: float = 120.0) -> dict[
     raise AssertionError(f"{path}: no record ready in {timeout} s")
 
 
-def _wait_for_steps(run_dir: Path, steps: int, timeout: float = 120.0) -> None:
+def _wait_for_steps(run_dir: Path, steps: int, timeout: float = SAFETY_NET) -> None:
     """Until the run's metrics show ``steps`` env steps (the run is training, not starting)."""
     _wait_for_record(run_dir, lambda r: r.get("env_steps", 0) >= steps, timeout)
 
@@ -277,7 +281,7 @@ def test_killed_actor_policy_worker_and_trainer_processes_are_restarted(cluster,
     cfg = _cfg(c, "run.checkpoint_interval_seconds=0.2", "workers.trainers=2", "ray.policy_workers_per_node=1")
     thread, summary = _train_in_thread(cfg, run_dir)
     workers = _wait_for(run_dir / "workers.json", lambda d: "actor1" in d)
-    deadline = time.monotonic() + 120.0
+    deadline = time.monotonic() + SAFETY_NET
     while not list((run_dir / "checkpoints").glob("ckpt_*.pt")):
         assert time.monotonic() < deadline, "no checkpoint"
         time.sleep(0.05)
