@@ -107,6 +107,27 @@ def test_a_left_padded_prompt_generates_as_it_would_alone(tokenizer: Any) -> Non
     assert positions(mask)[0].tolist()[-4:] == [0, 1, 2, 3]
 
 
+def test_columns_of_padding_only_are_trimmed_and_change_nothing(tokenizer: Any) -> None:
+    """A batch padded wider than its longest prompt (a task pads to its max_prompt_tokens) loses the columns that
+    are padding in every row, and generates the same completions, log-probs and all."""
+    from srl.text.generate import trim_padding
+
+    torch.manual_seed(1)
+    model = build_lm(LMSpec(arch="llama", layers=2, width=32, heads=4), tokenizer).eval()
+    ids, mask = _left_padded(tokenizer, ["1+2=", "12+7="])
+    pad = tokenizer.pad_token_id
+    wide_ids = torch.cat([torch.full((2, 3), pad), ids], dim=1)
+    wide_mask = torch.cat([torch.zeros((2, 3), dtype=mask.dtype), mask], dim=1)
+    narrow = trim_padding(wide_ids, wide_mask)
+    assert torch.equal(narrow[0], ids) and torch.equal(narrow[1], mask)
+    assert trim_padding(ids, mask)[0] is ids  # nothing to trim: the same tensors
+    kw = {"eos_id": tokenizer.eos_token_id, "pad_id": pad, "temperature": 0.8}
+    a = generate(model, wide_ids, wide_mask, 6, generator=torch.Generator().manual_seed(3), **kw)
+    b = generate(model, ids, mask, 6, generator=torch.Generator().manual_seed(3), **kw)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.lengths, b.lengths)
+    assert torch.allclose(a.logp, b.logp, atol=1e-6)
+
+
 def test_top_p_draws_only_from_the_nucleus() -> None:
     from srl.text.generate import _sample
 
@@ -364,7 +385,10 @@ def test_an_update_is_the_same_wherever_its_log_probs_are_taken(digit_model: Pat
     weights, stats = _update(base, fuse=False)
     for cfg, fuse in ((base, True), (_config(digit_model, text={**text, "reference_on": "generator"}, ppo=ppo), True)):
         w, s = _update(cfg, fuse)
-        assert torch.allclose(w, weights, atol=1e-6), (cfg.text.reference_on, fuse)
+        # a pass with gradients and one without round differently (about 1e-7), and Adam's first step magnifies
+        # that on weights whose gradient is near its eps; log-probs from the wrong weights would move many of
+        # them by a sizeable share of the learning rate (3e-3)
+        assert torch.allclose(w, weights, atol=1e-5), (cfg.text.reference_on, fuse)
         # not the timings, nor the share of IS ratios above is_rho_clip = 1: at the start they are 1 +- rounding
         same = [k for k in s if "per_second" not in k and k != "is_weight_truncated"]
         assert s.keys() == stats.keys() and all(s[k] == pytest.approx(stats[k], rel=1e-4, abs=1e-6) for k in same)

@@ -1,17 +1,21 @@
-"""srl beside TRL on the arithmetic task: throughput and the training reward against wall time.
+"""srl beside TRL: throughput and the training reward against wall time.
 
 Reads an srl run directory (``metrics.jsonl``: ``env_steps``, ``reward``, ``tokens_trained``, ``response_length``
-per record) and a ``trl_arithmetic.py`` log (one line per optimizer step, then a summary line); prints one
-JSON line per system with completions and completion tokens per second and the mean training reward in
-windows of wall time, and plots reward against wall time (TRL's per-step rewards smoothed over as many recent
-completions as srl's ``run.return_window``).
+per record) and a TRL log, ``trl_arithmetic.py``'s (GRPO, one line per optimizer step, its ``reward``) or
+``trl_ppo_preference.py``'s (PPO, one line per update, its reward model's ``rm_score``), each ending with a
+summary line; prints one JSON line per system with completions and completion tokens per second and the mean
+training reward in windows of wall time, and plots reward against wall time (TRL's per-step rewards smoothed
+over as many recent completions as srl's ``run.return_window``).
 
     python scripts/peers/compare_trl.py RUN_DIR TRL_JSONL --window 60 --out docs/img/rlhf_arithmetic_trl.png
+    python scripts/peers/compare_trl.py RUN_DIR TRL_PPO_JSONL --smooth 500 --ylabel "reward model score" \
+        --out docs/img/rlhf_preference_trl.png
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -43,11 +47,13 @@ def srl_curve(run: Path) -> tuple[np.ndarray, np.ndarray, dict]:
 
 def trl_curve(log: Path, smooth: int) -> tuple[np.ndarray, np.ndarray, dict]:
     rows = [json.loads(line) for line in log.read_text().splitlines()]
-    steps = [r for r in rows if "step" in r and "reward" in r]
-    summary = next((r for r in reversed(rows) if "step" not in r), {})
+    key = "reward" if any("step" in r and "reward" in r for r in rows) else "rm_score"  # GRPO's log, or PPO's
+    steps = [r for r in rows if key in r and ("step" in r or "update" in r)]
+    summary = next((r for r in reversed(rows) if r.get("summary") or "total_wall_s" in r), {})
     wall = np.array([r["wall_s"] for r in steps])
-    reward = np.array([r["reward"] for r in steps])
-    per_step = int(summary.get("completions_per_step", 128))  # each optimizer step's share of a batch
+    reward = np.array([r[key] for r in steps])
+    # completions per log line: each optimizer step's share of a batch (GRPO), or an update's batch (PPO)
+    per_step = int(summary.get("completions_per_step", summary.get("completions_per_update", 128)))
     completions = per_step * len(steps)
     # the same smoothing as srl's return_mean: the mean over the last ``smooth`` completions
     k = max(1, round(smooth / per_step))
@@ -61,7 +67,7 @@ def windows(wall: np.ndarray, reward: np.ndarray, width: float) -> list[tuple[fl
     edges = np.arange(0.0, wall.max() + width, width)
     return [
         (float(hi), float(reward[(wall > lo) & (wall <= hi)].mean()))
-        for lo, hi in zip(edges[:-1], edges[1:])
+        for lo, hi in itertools.pairwise(edges)
         if ((wall > lo) & (wall <= hi)).any()
     ]
 
@@ -73,8 +79,11 @@ def main() -> None:
     p.add_argument("--window", type=float, default=60.0)
     p.add_argument("--smooth", type=int, default=2000, help="TRL's reward: mean over this many recent completions")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--ylabel", default="training reward (exact match, sampled)")
     args = p.parse_args()
-    curves = {"srl": srl_curve(args.run_dir), "TRL GRPOTrainer": trl_curve(args.trl_log, args.smooth)}
+    trl = trl_curve(args.trl_log, args.smooth)
+    name = "TRL PPOTrainer" if "completions_per_update" in trl[2] else "TRL GRPOTrainer"
+    curves = {"srl": srl_curve(args.run_dir), name: trl}
     for wall, reward, info in curves.values():
         info["reward_by_wall_window"] = windows(wall, reward, args.window)
         print(json.dumps(info))
@@ -88,7 +97,7 @@ def main() -> None:
         for name, (wall, reward, _) in curves.items():
             ax.plot(wall, reward, label=name)
         ax.set_xlabel("wall seconds from process start")
-        ax.set_ylabel("training reward (exact match, sampled)")
+        ax.set_ylabel(args.ylabel)
         ax.legend()
         fig.tight_layout()
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,7 @@ from srl.text.generate import (
     completion_outputs,
     generate,
     token_logp,
+    trim_padding,
 )
 from srl.text.hf import CausalLM, ModelError, load_lm, load_tokenizer
 
@@ -297,7 +298,8 @@ class LMPPO:
         T, N = batch["rewards"].shape
         rows = T * N
         prompts = torch.from_numpy(batch[OBS][:T]).reshape(rows, -1).long()
-        pmask = prompt_mask(prompts, self.pad_id)
+        # trimmed once for the whole update, so every pass over any rows sees the same columns (and numbers)
+        prompts, pmask = trim_padding(prompts, prompt_mask(prompts, self.pad_id))
         tokens = torch.from_numpy(batch["actions"]).reshape(rows, -1)
         C = tokens.shape[1]
         mask = lengths_mask(torch.from_numpy(batch["length"]).reshape(rows).long(), C)

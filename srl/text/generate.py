@@ -62,6 +62,17 @@ class StopStrings:
         return torch.tensor([any(s in t for s in self.stop) for t in texts], dtype=torch.bool)
 
 
+def trim_padding(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Left-padded prompts without their leading columns that are padding in every row: the same numbers (those
+    columns are masked everywhere, and positions count real tokens only), fewer columns to attend over. A task's
+    prompts arrive padded to its ``max_prompt_tokens``; a batch's longest prompt is often shorter."""
+    real = prompt_mask.bool().any(dim=0)
+    if prompt_mask.shape[1] == 0 or bool(real[0]) or not bool(real.any()):
+        return prompt_ids, prompt_mask
+    first = int(real.long().argmax())
+    return prompt_ids[:, first:], prompt_mask[:, first:]
+
+
 def _sample(logits: Tensor, top_p: float, generator: torch.Generator | None) -> Tensor:
     """One token per row from ``softmax(logits)``, restricted to the smallest set of tokens whose probability
     reaches ``top_p`` (nucleus sampling) when ``top_p < 1``."""
@@ -96,6 +107,7 @@ def generate(
     among the first ``vocab`` ids only (a model whose embedding table is padded past its tokenizer's)."""
     N = prompt_ids.shape[0]
     device = prompt_ids.device
+    prompt_ids, prompt_mask = trim_padding(prompt_ids, prompt_mask)
     mask = prompt_mask.long()
     pos = positions(mask)
     cache, logits = prefill(model, prompt_ids, mask, "logits")
