@@ -41,30 +41,19 @@ line with completion tokens/s.
 
 from __future__ import annotations
 
+from peer_env import T0  # first: the clock starts, the hubs go offline, the repository joins sys.path
+
+# isort: split
+import argparse
+import json
+import tempfile
 import time
+from pathlib import Path
 
-T0 = time.perf_counter()  # "since process start": before the heavy imports
+import numpy as np
+import torch
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("WANDB_DISABLED", "true")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-REPO = Path(__file__).resolve().parents[2]  # /work/main: srl.text.arithmetic needs only numpy
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from srl.text import arithmetic  # noqa: E402
+from srl.text import arithmetic
 
 NUM_GENERATIONS = 8
 PROMPTS_PER_BATCH = 16

@@ -83,33 +83,22 @@ completion strings, to compare with ``srl.text.reward_model.RewardModelScorer`` 
 
 from __future__ import annotations
 
+from peer_env import REPO, T0  # first: the clock starts, the hubs go offline, the repository joins sys.path
+
+# isort: split
+import argparse
+import json
+import math
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-T0 = time.perf_counter()  # "since process start": before the heavy imports
+import numpy as np
+import torch
+from torch import nn
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("WANDB_DISABLED", "true")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-REPO = Path(__file__).resolve().parents[2]  # /work/main: srl.text.preference needs only numpy and the stdlib
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from srl.text import preference  # noqa: E402
+from srl.text import preference
 
 BATCH = 64  # completions per update (workers.batch_segments x envs_per_slot)
 HEAD = "score_head.safetensors"  # srl.text.reward_model.HEAD
