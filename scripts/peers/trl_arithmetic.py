@@ -41,7 +41,7 @@ line with completion tokens/s.
 
 from __future__ import annotations
 
-from peer_env import T0  # first: the clock starts, the hubs go offline, the repository joins sys.path
+from peer_env import T0, time_generate  # first: the clock starts, the hubs go offline, the repository joins sys.path
 
 # isort: split
 import argparse
@@ -130,35 +130,10 @@ def generate_only(args: argparse.Namespace) -> None:
         rows = [p for p in prompts for _ in range(NUM_GENERATIONS)]
         return tok(rows, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
 
-    with torch.no_grad():
-        enc = batch()
-        model.generate(**enc, **kwargs)  # warm-up
-        tokens = positions = 0
-        seconds = 0.0
-        for _ in range(args.repeats):
-            enc = batch()
-            t = time.perf_counter()
-            out = model.generate(**enc, **kwargs)
-            seconds += time.perf_counter() - t
-            comp = out[:, enc["input_ids"].shape[1] :]
-            tokens += count_completion_tokens(comp, tok.eos_token_id)
-            positions += comp.numel()
-    print(
-        json.dumps(
-            {
-                "mode": "generate_only",
-                "rows": BATCH,
-                "repeats": args.repeats,
-                "threads": torch.get_num_threads(),
-                "completion_tokens": tokens,
-                "generated_positions": positions,
-                "seconds": round(seconds, 4),
-                "completion_tokens_per_s": round(tokens / seconds, 1),
-                "generated_positions_per_s": round(positions / seconds, 1),
-                "total_wall_s": round(time.perf_counter() - T0, 3),
-            }
-        )
+    record = time_generate(
+        model, batch, kwargs, args.repeats, lambda c: count_completion_tokens(c, tok.eos_token_id), {"rows": BATCH}
     )
+    print(json.dumps(record))
 
 
 # ----------------------------------------------------------------------------------------------------- training

@@ -83,7 +83,11 @@ completion strings, to compare with ``srl.text.reward_model.RewardModelScorer`` 
 
 from __future__ import annotations
 
-from peer_env import REPO, T0  # first: the clock starts, the hubs go offline, the repository joins sys.path
+from peer_env import (  # first: the clock starts, the hubs go offline, the repository joins sys.path
+    REPO,
+    T0,
+    time_generate,
+)
 
 # isort: split
 import argparse
@@ -338,36 +342,11 @@ def generate_only(args: argparse.Namespace) -> None:
         prompts = [preference.prompts(rng, "train") for _ in range(BATCH)]
         return tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
 
-    with torch.no_grad():
-        enc = batch()
-        model.generate(**enc, **kwargs)  # warm-up
-        tokens = positions = 0
-        seconds = 0.0
-        for _ in range(args.repeats):
-            enc = batch()
-            t = time.perf_counter()
-            out = model.generate(**enc, **kwargs)
-            seconds += time.perf_counter() - t
-            comp = out[:, enc["input_ids"].shape[1] :]
-            tokens += sum(decode_completions(tok, comp)[1])
-            positions += comp.numel()
-    print(
-        json.dumps(
-            {
-                "mode": "generate_only",
-                "rows": BATCH,
-                "max_new": args.max_new,
-                "repeats": args.repeats,
-                "threads": torch.get_num_threads(),
-                "completion_tokens": tokens,
-                "generated_positions": positions,
-                "seconds": round(seconds, 4),
-                "completion_tokens_per_s": round(tokens / seconds, 1),
-                "generated_positions_per_s": round(positions / seconds, 1),
-                "total_wall_s": round(time.perf_counter() - T0, 3),
-            }
-        )
-    )
+    record = time_generate(
+        model, batch, kwargs, args.repeats, lambda c: sum(decode_completions(tok, c)[1]),
+        {"rows": BATCH, "max_new": args.max_new},
+    )  # fmt: skip
+    print(json.dumps(record))
 
 
 # ------------------------------------------------------------------------------------------------- eval
