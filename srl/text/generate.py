@@ -66,11 +66,9 @@ def trim_padding(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tenso
     """Left-padded prompts without their leading columns that are padding in every row: the same numbers (those
     columns are masked everywhere, and positions count real tokens only), fewer columns to attend over. A task's
     prompts arrive padded to its ``max_prompt_tokens``; a batch's longest prompt is often shorter."""
-    real = prompt_mask.bool().any(dim=0)
-    if prompt_mask.shape[1] == 0 or bool(real[0]) or not bool(real.any()):
-        return prompt_ids, prompt_mask
-    first = int(real.long().argmax())
-    return prompt_ids[:, first:], prompt_mask[:, first:]
+    real = prompt_mask.bool().any(dim=0).nonzero()
+    first = int(real[0]) if len(real) else 0  # no real token anywhere: nothing to go by, nothing trimmed
+    return (prompt_ids, prompt_mask) if first == 0 else (prompt_ids[:, first:], prompt_mask[:, first:])
 
 
 def _sample(logits: Tensor, top_p: float, generator: torch.Generator | None) -> Tensor:
