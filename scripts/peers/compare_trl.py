@@ -94,8 +94,8 @@ def main() -> None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, (wall, reward, _) in curves.items():
-            ax.plot(wall, reward, label=name)
+        for label, (wall, reward, _) in curves.items():
+            ax.plot(wall, reward, label=label)
         ax.set_xlabel("wall seconds from process start")
         ax.set_ylabel(args.ylabel)
         ax.legend()
