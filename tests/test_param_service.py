@@ -6,9 +6,10 @@ import time
 
 import numpy as np
 import pytest
+import torch
 import zmq
 
-from srl.base import wire
+from srl.base import transfer, wire
 from srl.base.seqlock import VersionedBuffer
 from srl.system.param_service import ParamServer, ParamServiceWorker, RemoteSnapshot
 
@@ -52,27 +53,29 @@ def test_readers_get_each_new_version_and_root_counts_one_send_per_reader(ctx, t
         server.close()
 
 
-def test_relay_tree_root_sends_once_per_relay(ctx, tmp_path) -> None:
-    """root -> relay (mirrors into its node buffer, serves 4 readers): the root sends once per version."""
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_relay_tree_root_sends_once_per_relay(ctx, tmp_path, dtype) -> None:
+    """root -> relay (mirrors into its node buffer, serves 4 readers): the root sends once per version, and a
+    16-bit snapshot arrives as the one rounding of the trainer's floats (the relay's re-packing is exact)."""
     root = VersionedBuffer.in_process(SIZE, np.float32)
-    server = ParamServer(ctx, root, SIZE, f"ipc://{tmp_path}/root", TOKEN, transfer_dtype="float16")
+    server = ParamServer(ctx, root, SIZE, f"ipc://{tmp_path}/root", TOKEN, transfer_dtype=dtype)
     node = VersionedBuffer.in_process(SIZE, np.float32)
     relay = ParamServiceWorker(
         "relay0",
-        RemoteSnapshot(ctx, server.address, SIZE, TOKEN, "float16"),
+        RemoteSnapshot(ctx, server.address, SIZE, TOKEN, dtype),
         SIZE,
         reporter=_Sink(),
         server_address=f"ipc://{tmp_path}/relay0",
         token=TOKEN,
         mirror=node,
-        transfer_dtype="float16",
+        transfer_dtype=dtype,
         wait_timeout=0.0,
         ctx=ctx,
     )
     relay.setup()
-    readers = [RemoteSnapshot(ctx, relay.server.address, SIZE, TOKEN, "float16") for _ in range(4)]
+    readers = [RemoteSnapshot(ctx, relay.server.address, SIZE, TOKEN, dtype) for _ in range(4)]
     try:
-        values = np.linspace(-1, 1, SIZE, dtype=np.float32)
+        values = np.linspace(-1, 1, SIZE, dtype=np.float32) * np.float32(1.001)
         for version in range(5):
             root.write(version, values + version)
 
@@ -82,10 +85,13 @@ def test_relay_tree_root_sends_once_per_relay(ctx, tmp_path) -> None:
 
             _pump(server, readers, done)
         assert server.sends == 5  # one relay, five versions: independent of the four readers below it
-        assert relay.server.sends == 20
+        assert relay.server.sends == 20 and server.bytes_sent == 5 * SIZE * 2
+        want = torch.from_numpy(values + 4).to(getattr(torch, dtype)).float().numpy()
         out = np.empty(SIZE, np.float32)
-        node.read_into(out, -1)
-        np.testing.assert_allclose(out, values + 4, atol=4e-3)  # float16 transfer: ~3 significant digits
+        assert node.read_into(out, -1) == 4 and readers[0].read_into(got := np.empty(SIZE, np.float32), -1) == 4
+        np.testing.assert_array_equal(out, want)
+        np.testing.assert_array_equal(got, want)
+        assert not np.array_equal(want, values + 4)  # the rounding is there to see
     finally:
         for r in readers:
             r.close()
@@ -245,3 +251,23 @@ def test_a_departed_reader_costs_no_send(ctx, tmp_path) -> None:
     finally:
         stays.close()
         server.close()
+
+
+def test_bfloat16_packing_is_torchs_rounding() -> None:
+    """Round half to even on the dropped bits, infinities and signed zeros kept, NaN kept NaN, subnormals and
+    the float32 extremes: every value packs to the pattern torch's own conversion gives, and unpacks exactly."""
+    rng = np.random.default_rng(0)
+    spread = (rng.standard_normal(20_000) * 10.0 ** rng.integers(-40, 38, 20_000)).astype(np.float32)
+    ties = (np.arange(1, 2001, dtype=np.uint32) << 16 | 0x8000).view(np.float32)  # exactly halfway, both parities
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 3.4e38, -3.4e38, 1e-40, -1e-45], np.float32)
+    values = np.concatenate([spread, ties, special])
+    packed = transfer.pack(values, "bfloat16")
+    want = torch.from_numpy(values).to(torch.bfloat16)
+    assert packed.dtype == np.uint16 and packed.nbytes == values.size * 2
+    finite = ~np.isnan(values)
+    np.testing.assert_array_equal(packed[finite], want.view(torch.int16).numpy().view(np.uint16)[finite])
+    out = np.empty_like(values)
+    transfer.unpack_into(out, packed, "bfloat16")
+    np.testing.assert_array_equal(out, want.float().numpy())  # NaN where torch has NaN
+    with pytest.raises(ValueError, match="transfer dtype must be one of"):
+        transfer.wire_dtype("int8")

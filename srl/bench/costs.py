@@ -34,6 +34,7 @@ import zmq
 from srl.api.config import ExperimentConfig
 from srl.api.schema import Field
 from srl.api.worker import Policy
+from srl.base import transfer
 from srl.base.channel import FifoChannel
 from srl.base.shm import new_tag
 from srl.bench.params import measure as measure_params
@@ -238,7 +239,7 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
 def param_transfer(floats: int, dtype: str, versions: int = 6, interval: float = 0.15) -> dict[str, float]:
     """Fixed hop time and byte rate of the parameter service (root server -> one reader process), fitted
     from the delivery latency of the real snapshot size and of a large one."""
-    itemsize = np.dtype(dtype).itemsize
+    itemsize = transfer.itemsize(dtype)
     sizes = (floats, max(LARGE_SNAPSHOT_FLOATS, 4 * floats))
     lat = [
         measure_params("flat", 1, size=n, versions=versions, interval=interval, dtype=dtype)[
@@ -282,7 +283,7 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         **stream_costs(plan, max(0.4, seconds / 2)),
         update_seconds_per_sample=1.0 / compute["update_samples_per_second"],
         trainer_threads=w.torch_threads,
-        param_bytes=one.param_size * np.dtype(cfg.params.transfer_dtype).itemsize,
+        param_bytes=one.param_size * transfer.itemsize(cfg.params.transfer_dtype),
         **send,
         **params,
     )

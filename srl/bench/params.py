@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from srl.base import transfer
 from srl.base.seqlock import VersionedBuffer
 from srl.base.shm import ShmArray, new_tag
 from srl.system.param_service import ParamServiceWorker, RemoteSnapshot, relay_parent
@@ -178,7 +179,7 @@ def measure(
             "readers": readers,
             "groups": groups,
             "fan_out": fan_out,
-            "snapshot_bytes": size * np.dtype(dtype).itemsize,
+            "snapshot_bytes": size * transfer.itemsize(dtype),
             "versions": versions,
             "root_sends_per_version": sends / versions,
             "root_bytes_per_version": sent_bytes / versions,

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from srl.api.config import ConfigError, load_config
+from srl.base.transfer import TRANSFER_DTYPES
 
 # The sampling layout used when no config is given: two actors of two slots served by one policy worker.
 DEFAULT_SAMPLING = [
@@ -54,7 +55,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--size", type=int, default=1_700_000, help="snapshot length in floats (default: ~Nature CNN)")
     p.add_argument("--versions", type=int, default=10, help="versions published per measurement")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between versions")
-    p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="transfer dtype")
+    p.add_argument("--dtype", choices=list(TRANSFER_DTYPES), default="float32", help="transfer dtype")
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -12,7 +12,8 @@ comparison) every reader subscribes to the root itself.
 Protocol (wire format, never pickle), a long poll over ROUTER/DEALER:
 
 - request  ``param_get``       meta ``{"token": str, "since": int}``
-- reply    ``param_snapshot``  meta ``{"version": int}``, array ``params`` (float32 or float16)
+- reply    ``param_snapshot``  meta ``{"version": int}``, array ``params`` (float32, float16, or bfloat16 as
+  its uint16 pattern: ``srl/base/transfer.py``)
 
 The server answers a request as soon as it holds a version newer than
 ``since`` (at once, or when one is published). Requests without the run's
@@ -30,7 +31,7 @@ import numpy as np
 import zmq
 
 from srl.api.worker import Reporter, Worker
-from srl.base import wire
+from srl.base import transfer, wire
 from srl.base.seqlock import VersionedBuffer
 from srl.base.timing import Every
 from srl.system.params import SnapshotSource
@@ -77,8 +78,8 @@ class ParamServer:
         self._sock.bind(address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._scratch = np.empty(size, np.float32)
-        self._dtype = np.dtype(transfer_dtype)
-        self._wire = np.empty(size, self._dtype)
+        self._dtype = transfer_dtype
+        self._wire = np.empty(size, transfer.wire_dtype(transfer_dtype))
         self.version = -1
         self._pending: dict[bytes, int] = {}  # subscriber identity -> the version it already holds
         self.sends = 0
@@ -95,7 +96,7 @@ class ParamServer:
         if newest is not None:
             # A fresh array per version: frames still queued in ZeroMQ (sent without copying) keep
             # referencing the previous one, which must not change under them.
-            self._wire = self._scratch.astype(self._dtype)
+            self._wire = transfer.pack(self._scratch, self._dtype)
             self.version = newest
         _drain(self._sock, self._take)
         sent = 0
@@ -146,7 +147,8 @@ class RemoteSnapshot:
 
     def __init__(self, ctx: zmq.Context, address: str, size: int, token: str, transfer_dtype: str = "float32") -> None:
         self.size, self.token = size, token
-        self._fields = {"params": (transfer_dtype, (size,))}
+        self._dtype = transfer_dtype
+        self._fields = {"params": (transfer.wire_dtype(transfer_dtype).name, (size,))}
         self._sock = ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.connect(address)
@@ -192,7 +194,7 @@ class RemoteSnapshot:
             return
         self._asked_at = None
         if version > self._version:
-            np.copyto(self._staging, msg.arrays["params"], casting="same_kind")
+            transfer.unpack_into(self._staging, msg.arrays["params"], self._dtype)
             self._version = version
             self.received += 1
 

@@ -43,17 +43,27 @@ def prompts(rng: np.random.Generator, split: str, digits: int = DIGITS) -> str:
     return f"{a}+{b}="
 
 
-def _answer(prompt: str) -> str:
-    """The sum an addition prompt asks for (a ValueError line for any other prompt)."""
+def _answer(prompt: str, reverse: bool = False) -> str:
+    """The sum an addition prompt asks for, its digits units first with ``reverse`` (a ValueError line for any
+    other prompt)."""
     m = _PROMPT.match(prompt)
     if m is None:
         raise ValueError(f"not an addition prompt: {prompt!r}")
-    return str(int(m.group(1)) + int(m.group(2)))
+    digits = str(int(m.group(1)) + int(m.group(2)))
+    return digits[::-1] if reverse else digits
 
 
 def exact_match(prompts: list[str], completions: list[str]) -> list[float]:
     """1.0 where the completion is the sum (spaces around it ignored), else 0.0."""
     return [1.0 if completion.strip() == _answer(prompt) else 0.0 for prompt, completion in zip(prompts, completions)]
+
+
+def exact_match_reversed(prompts: list[str], completions: list[str]) -> list[float]:
+    """1.0 where the completion is the sum written units first (``corpus(..., reverse=True)``), else 0.0."""
+    return [
+        1.0 if completion.strip() == _answer(prompt, reverse=True) else 0.0
+        for prompt, completion in zip(prompts, completions)
+    ]
 
 
 def digit_match(prompts: list[str], completions: list[str]) -> list[float]:
@@ -73,11 +83,11 @@ def digit_match(prompts: list[str], completions: list[str]) -> list[float]:
     return out
 
 
-def corpus(rng: np.random.Generator, n: int, digits: int = DIGITS) -> list[tuple[str, str]]:
+def corpus(rng: np.random.Generator, n: int, digits: int = DIGITS, reverse: bool = False) -> list[tuple[str, str]]:
     """``n`` solved training problems as ``(prompt, answer)`` pairs, for supervised fine-tuning of the base model
-    (``text.base.corpus``; ``text.base.corpus_args.digits``)."""
+    (``text.base.corpus``; ``text.base.corpus_args.digits``; ``reverse``: the sum's digits units first)."""
     out = []
     for _ in range(n):
         a, b = pair(rng, "train", digits)
-        out.append((f"{a}+{b}=", str(a + b)))
+        out.append((f"{a}+{b}=", str(a + b)[:: -1 if reverse else 1]))
     return out

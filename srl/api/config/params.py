@@ -21,8 +21,10 @@ class ParamsConfig:
     hierarchical mode the readers share the trainer's buffer and nothing goes over a socket."""
     fan_out: int = 8
     """Children per server in the relay tree: the root serves at most this many relays, which serve the rest."""
-    transfer_dtype: Literal["float32", "float16"] = "float32"
-    """Dtype of snapshots on the network (float16 halves the bytes; readers compute in float32)."""
+    transfer_dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    """Dtype of snapshots on the network; readers compute in float32. float16 and bfloat16 halve the bytes;
+    bfloat16 keeps float32's range (what language models are trained in), float16 more precision but no value
+    past 65504."""
 
     def __post_init__(self) -> None:
         check(self.groups >= 1, "groups", f"must be >= 1, got {self.groups}")
