@@ -236,12 +236,21 @@ def test_prompt_generators_take_their_own_settings(digit_model: Path) -> None:
 def test_arithmetic_rewards_against_hand_scored_answers() -> None:
     """Exact match ignores surrounding spaces only; partial credit counts digits in place from the units up,
     over the longer answer, at half weight, so no near miss reaches an exact answer's 1."""
-    from srl.text.arithmetic import digit_match, exact_match
+    from srl.text.arithmetic import corpus, digit_match, exact_match, exact_match_reversed
 
     prompts = ["48+39="] * 6 + ["1+1=", "99+99="]
     answers = ["87", " 87 ", "97", "8", "x7", "187", "02", "198"]
     assert exact_match(prompts, answers) == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert digit_match(prompts, answers) == [1.0, 1.0, 0.25, 0.0, 0.0, 0.5 * 2 / 3, 0.25, 1.0]
+    # Units first: 87 is "78", 2 is "2" (not "20"), 198 is "891".
+    assert exact_match_reversed(prompts, ["78", " 78", "87", "7", "x8", "781", "2", "891"]) == [
+        *[1.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+        *[1.0, 1.0],
+    ]
+    rng = np.random.default_rng(0)
+    solved = corpus(rng, 200, digits=3, reverse=True)
+    assert exact_match_reversed([p for p, _ in solved], [a for _, a in solved]) == [1.0] * 200
+    assert sum(exact_match([p for p, _ in solved], [a for _, a in solved])) < 200  # palindromic sums only
     with pytest.raises(ValueError, match="not an addition prompt"):
         digit_match(["hello"], ["1"])
 
@@ -536,3 +545,44 @@ def test_a_text_run_resumes_from_its_checkpoint(digit_model: Path, tmp_path: Pat
     assert again["env_steps"] >= 384
     with pytest.raises(ConfigError, match="text.advantage: cannot change when resuming"):
         resume_config(tmp_path / "run", ["text.advantage=gae"])
+
+
+def test_a_reward_worker_scores_as_the_actors_would(digit_model: Path, tmp_path: Path) -> None:
+    """``env.kwargs.reward_on: stage``: the actors' tasks leave the rewards to the reward worker, which writes the
+    task's own scores into each segment (the numbers the actors would have given) and reports the returns; a run
+    that scores there learns as one that scores in the actors, and its return counts every scored completion."""
+    from srl.api.stage import StageContext
+    from srl.runtime.train import train
+    from srl.text.reward_stage import NAME, RewardStage
+
+    kwargs = {**_config(digit_model).env.kwargs, "reward_on": "stage"}
+    cfg = _config(digit_model, env={"id": "srl.text.task:TextTask", "kwargs": kwargs}, stage={"worker": NAME})
+    actor_side = TextTask(**_config(digit_model).env.kwargs, num_envs=64)
+    deferred = TextTask(**kwargs, num_envs=64)
+    obs = actor_side.reset(0)
+    prompts = list(actor_side.prompts)
+    assert np.array_equal(deferred.reset(0)["obs"], obs["obs"])
+    tok = actor_side.tokenizer
+    vocab = [tok.convert_tokens_to_ids(d) for d in "0123456789"] + [actor_side.eos_id, actor_side.pad_id]
+    tokens = np.random.default_rng(0).choice(vocab, (64, 4))  # digits, end-of-sequence and padding among them
+    want = actor_side.step(tokens).reward
+    assert not deferred.step(tokens).reward.any() and deferred.deferred_rewards
+    stage = RewardStage(StageContext(0, {}, {}, cfg, lambda: -1))
+    assert stage.task.prompt_texts(obs["obs"]) == prompts  # what a reward of the prompt would see
+    segment = {"obs": obs["obs"][None], "actions": tokens[None], "rewards": np.full((1, 64), -1.0, np.float32)}
+    assert stage.keep(segment) and want.std() > 0
+    np.testing.assert_array_equal(segment["rewards"][0], want)
+    np.testing.assert_array_equal(stage.episode_returns(), want)
+    assert len(stage.episode_returns()) == 0  # each score reported once
+
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["stop_reason"] == "solved" and summary["final_eval_return_mean"] >= 0.8, summary
+    assert summary["episodes"] == summary["stages"]["stage0"]["stage_completions_scored"] > 0
+    assert summary["stages"]["stage0"]["kept"] * 64 == summary["episodes"]
+
+    with pytest.raises(ConfigError, match="env.kwargs.reward_on: stage goes with stage.worker"):
+        from srl.runtime.plan import make_plan
+
+        make_plan(_config(digit_model, env={"id": "srl.text.task:TextTask", "kwargs": kwargs}))
+    with pytest.raises(ConfigError, match="env.kwargs.reward_on: expected actor or stage"):
+        _task(digit_model, reward_on="nowhere")

@@ -107,6 +107,9 @@ class OneGroup:
         self.env_count = slot.num_envs // slot.agents_per_env
         agents = tuple(getattr(slot, "agents", ()))
         alive = bool(getattr(slot, "reports_alive", False))
+        # its rewards are written downstream, into the segment (a text task with a reward worker): the actor
+        # reports no returns for it
+        self.deferred_rewards = bool(getattr(slot, "deferred_rewards", False))
         self.groups: tuple[SlotGroup, ...] = (
             SlotGroup(policy, agents, slot.single_observation_space, slot.single_action_space, slot.state_space, alive),
         )

@@ -9,8 +9,12 @@ network), a prioritizer (keep the segments that teach the most), a recorder.
 The named object is a class (or factory) called with a :class:`StageContext`;
 what it returns implements :class:`Stage`. The segment it is shown is a view
 into the actors' shared memory, laid out ``[T(+1), B, ...]`` by the run's
-sample schema (``ctx.fields``): read it, never keep it or write to it (the
-buffer is reused once the stage has decided).
+sample schema (``ctx.fields``): read it and never keep it (the buffer is
+reused once the stage has decided). A stage that scores segments writes its
+scores into the ``rewards`` of a segment it keeps (the text task's reward
+worker, ``srl/text/reward_stage.py``), and then reports the episodes' returns
+itself through the optional ``episode_returns()``: the returns of the episodes
+it has scored since the last call, which the run's ``return_mean`` counts.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class Stage(Protocol):
 
     def metrics(self) -> Mapping[str, float]:
         """Numbers of its own for the run's metrics and summary (reported with the kept and dropped counts)."""
+
+    # optional: ``episode_returns(self) -> np.ndarray``, for a stage that writes the rewards (see above)
 
 
 class StageClass(Protocol):

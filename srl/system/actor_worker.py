@@ -99,6 +99,7 @@ class ActorWorker(Worker):
         self.t_env = self.t_wait = self.t_post = 0.0  # seconds stepping envs, waiting for actions, posting requests
         self.slots: list[GroupedSlot] = []
         self.reward_transforms: list[list[RewardTransform]] | None = None  # per slot and group; built in setup
+        self.deferred_rewards = False  # the slots' rewards are written downstream (set in setup)
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
         self._done_policies: list[int] = []
@@ -122,6 +123,7 @@ class ActorWorker(Worker):
             self.obs.append(env.reset_groups(seed=self.seed + slot * 10_007))
             self.parked.append(slot)
         groups = self.slots[0].groups
+        self.deferred_rewards = bool(getattr(self.slots[0], "deferred_rewards", False))  # a reward worker reports
         assert len(groups) == G, f"{len(groups)} groups of agents, {G} policy pools"
         self.envs = self.slots[0].env_count
         columns = [self.envs * g.agents_per_env for g in groups]
@@ -360,9 +362,10 @@ class ActorWorker(Worker):
 
     def _finish_episodes(self, k: int, slot: int, done: np.ndarray) -> None:
         ret, length = self.ep_return[k][slot], self.ep_length[k][slot]
-        self._done_returns.extend(ret[done].tolist())
-        self._done_lengths.extend(length[done].tolist())
-        self._done_policies.extend([k] * int(done.sum()))
+        if not self.deferred_rewards:  # else the returns are known only downstream, which reports them
+            self._done_returns.extend(ret[done].tolist())
+            self._done_lengths.extend(length[done].tolist())
+            self._done_policies.extend([k] * int(done.sum()))
         ret[done] = 0.0
         length[done] = 0
 

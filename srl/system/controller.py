@@ -81,19 +81,22 @@ class Controller:
         """Take one worker report (dispatched by the control channel or called directly)."""
         if "t_total" in meta and kind in ("actor", "policy", "trainer", "stage"):
             self.timing[f"{kind}{meta[kind]}"] = {k[2:]: float(v) for k, v in meta.items() if k.startswith("t_")}
-        if kind == "actor":
-            self.actor_steps[int(meta["actor"])] = int(meta["env_steps"])
-            self.actor_nonfinite[int(meta["actor"])] = int(meta.get("nonfinite_steps", 0))
+        if kind in ("actor", "stage"):  # a stage that writes the rewards reports the returns (the actors then don't)
             returns = arrays.get("episode_returns")
             if returns is not None and len(returns):
                 self.window.extend(float(r) for r in returns)
                 self.episodes += len(returns)
                 owners = arrays.get("episode_policies")
-                if owners is not None and len(owners) == len(returns):
+                if owners is None:  # a stage serves one policy's run
+                    self.policy_windows[0].extend(float(r) for r in returns)
+                elif len(owners) == len(returns):
                     for k, r in zip(owners.tolist(), returns.tolist()):
                         if 0 <= k < len(self.names):
                             self.policy_windows[k].append(float(r))
                 self._check_solved()
+        if kind == "actor":
+            self.actor_steps[int(meta["actor"])] = int(meta["env_steps"])
+            self.actor_nonfinite[int(meta["actor"])] = int(meta.get("nonfinite_steps", 0))
         elif kind == "trainer":
             self.trainers[int(meta.get("trainer", 0))] = dict(meta)
             hist = arrays.get("lag_hist")

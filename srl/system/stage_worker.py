@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from srl.api.stage import Stage
 from srl.api.worker import Reporter, Worker
 from srl.base.timing import Every
@@ -78,4 +80,6 @@ class StageWorker(Worker):
             t_total=time.perf_counter() - self._t_start,
             t_decide=self.t_decide,
         )
-        self.reporter.report("stage", meta)
+        take = getattr(self.stage, "episode_returns", None)  # a stage that scores reports the returns
+        arrays = None if take is None else {"episode_returns": np.asarray(take(), np.float32)}
+        self.reporter.report("stage", meta, arrays)

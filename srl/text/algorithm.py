@@ -65,6 +65,7 @@ from srl.text.generate import (
     trim_padding,
 )
 from srl.text.hf import CausalLM, ModelError, load_lm, load_tokenizer
+from srl.text.reward_stage import NAME as REWARD_STAGE
 
 
 def prompt_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -97,6 +98,18 @@ def _task_settings(cfg: ExperimentConfig, action_space: spaces.Space) -> tuple[i
         raise ConfigError(
             f"text.advantage: group (GRPO) compares completions of one prompt: needs env.kwargs.group_size >= 2, "
             f"got {group}"
+        )
+    on_stage = kwargs.get("reward_on", "actor") == "stage"
+    if on_stage != (cfg.stage.worker == REWARD_STAGE):
+        raise ConfigError(
+            f"env.kwargs.reward_on: {'stage' if on_stage else 'actor'} goes with "
+            f"{'stage.worker: ' + REWARD_STAGE if on_stage else 'no reward worker'}; stage.worker is "
+            f"{cfg.stage.worker!r} (the reward worker scores in place of the actors, never beside them)"
+        )
+    if on_stage and (cfg.env.normalize_reward or cfg.env.reward_clip is not None):
+        raise ConfigError(
+            "env.kwargs.reward_on: stage: the actors never see the rewards, so they cannot scale or clip them "
+            "(env.normalize_reward, env.reward_clip)"
         )
     if cfg.workers.envs_per_slot % group:
         raise ConfigError(

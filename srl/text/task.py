@@ -15,7 +15,11 @@
 - ``group_size`` (G): each drawn training prompt fills G consecutive environments of a slot (GRPO's group);
 - ``stop``: strings that end a completion (the generating policy stops there; the reward function sees the
   completion up to, not including, the first stop string);
-- ``split``: ``train`` (default) or ``eval`` (held-out prompts; set by evaluation).
+- ``split``: ``train`` (default) or ``eval`` (held-out prompts; set by evaluation);
+- ``reward_on``: ``actor`` (default: each slot scores its own completions) or ``stage``: a reward worker
+  (``stage.worker: srl.text.reward_stage:RewardStage``) scores every actor's completions between the actors and
+  the trainers, with one copy of the reward (a reward model) per node instead of one per slot. The actors' tasks
+  then neither build the reward nor report returns (the worker reports them); evaluation scores in place.
 
 One step answers the whole slot: the completions of its B prompts are decoded (up to their end-of-sequence
 token), scored by one call of the reward function, and every environment is done (``terminated``) and shows
@@ -40,6 +44,7 @@ from srl.api.env import SlotStep
 from srl.api.spaces import OBS, Observation
 
 SPLITS = ("train", "eval")
+REWARD_ON = ("actor", "stage")
 PromptFn = Callable[..., str]
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
@@ -159,6 +164,7 @@ class TextTask:
         prompt_args: Mapping[str, Any] | None = None,
         reward_args: Mapping[str, Any] | None = None,
         split: str = "train",
+        reward_on: str = "actor",
     ) -> None:
         from srl.text.hf import ModelError, load_tokenizer
 
@@ -172,6 +178,8 @@ class TextTask:
             raise ConfigError(f"env.kwargs.group_size: must be an integer >= 1, got {group_size!r}")
         if split not in SPLITS:
             raise ConfigError(f"env.kwargs.split: expected train or eval, got {split!r}")
+        if reward_on not in REWARD_ON:
+            raise ConfigError(f"env.kwargs.reward_on: expected actor or stage, got {reward_on!r}")
         if isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop):
             raise ConfigError(f"env.kwargs.stop: expected a list of non-empty strings, got {stop!r}")
         assert tokenizer is not None  # checked above
@@ -195,7 +203,9 @@ class TextTask:
         if reward_args is not None and not isinstance(reward_args, Mapping):
             raise ConfigError(f"env.kwargs.reward_args: expected a mapping, got {reward_args!r}")
         fn = _resolve(reward, "reward")
-        if isinstance(fn, type):
+        # training completions scored downstream (a reward worker): the name is checked, nothing is built here
+        self.deferred_rewards = reward_on == "stage" and split == "train"
+        if isinstance(fn, type) and not self.deferred_rewards:
             try:
                 fn = fn(**(reward_args or {}))
             except ConfigError:
@@ -262,6 +272,13 @@ class TextTask:
                 texts[i] = text[: min(cuts)]
         return texts
 
+    def prompt_texts(self, ids: np.ndarray) -> list[str]:
+        """The prompts of observations ``[B, P]`` (left-padded ids) as text, for a scorer that sees only ids."""
+        ids = np.asarray(ids)
+        first = np.where((ids != self.pad_id).any(axis=1), (ids != self.pad_id).argmax(axis=1), ids.shape[1])
+        rows = [row[k:] for row, k in zip(ids.tolist(), first.tolist())]  # the left padding off, nothing else
+        return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+
     def score(self, prompts: list[str], completions: list[str]) -> np.ndarray:
         """The reward function's scores, checked: one finite number per completion."""
         name = self.reward_name
@@ -283,7 +300,10 @@ class TextTask:
         return np.asarray(values, np.float32)
 
     def step(self, actions: np.ndarray) -> SlotStep:
-        rewards = self.score(self.prompts, self.completions(np.asarray(actions)))
+        if self.deferred_rewards:
+            rewards = np.zeros(self.num_envs, np.float32)  # the reward worker writes them into the segment
+        else:
+            rewards = self.score(self.prompts, self.completions(np.asarray(actions)))
         done = np.ones(self.num_envs, bool)
         return SlotStep(self._draw(), rewards, done, np.zeros(self.num_envs, bool), done, None)
 
