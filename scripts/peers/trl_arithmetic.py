@@ -1,7 +1,8 @@
 """Peer baseline: TRL 1.16's ``GRPOTrainer`` on srl's arithmetic task (``configs/rlhf_arithmetic.yaml``).
 
 Written for this project. It trains the same fine-tuned Llama (a Hugging Face folder, loaded offline) with
-the same prompts (``srl.text.arithmetic.prompts``), the same reward (``srl.text.arithmetic.exact_match``)
+the same prompts (``srl.text.arithmetic.prompts``), the same reward (``srl.text.arithmetic.exact_match``, or with
+``--reverse`` ``exact_match_reversed``, the shipped config's)
 and srl's GRPO settings, so that the two can be run side by side. See ``TRL.md`` beside this file for the venv
 and the command lines.
 
@@ -69,6 +70,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--digits", type=int, default=3, help="operands of 1 to this many digits (prompt_args.digits)")
     p.add_argument("--max-new", type=int, default=5, help="max completion tokens (env.kwargs.max_new_tokens)")
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument(
+        "--reverse", action="store_true", help="answers units first (exact_match_reversed, the shipped config's)"
+    )
     p.add_argument("--max-seconds", type=float, default=None, help="stop after the step that passes this wall time")
     p.add_argument("--prompts", type=int, default=20_000, help="training prompts in the dataset")
     p.add_argument(
@@ -157,10 +161,12 @@ class Meter:
         self.loop_begin: float | None = None
 
 
-def make_reward(meter: Meter):
+def make_reward(meter: Meter, reverse: bool = False):
+    score = arithmetic.exact_match_reversed if reverse else arithmetic.exact_match
+
     def exact_match_reward(prompts, completions, completion_ids=None, **kwargs):
         """TRL's reward signature: lists of prompt and completion strings (one per completion), plus kwargs."""
-        rewards = arithmetic.exact_match(list(prompts), list(completions))
+        rewards = score(list(prompts), list(completions))
         meter.last_rewards = rewards
         if completion_ids is not None:
             n = sum(len(ids) for ids in completion_ids)
@@ -324,7 +330,7 @@ def main_train(args: argparse.Namespace) -> None:
     assert config.generation_batch_size == BATCH, config.generation_batch_size
     trainer = TimedGRPOTrainer(
         model=args.model,
-        reward_funcs=make_reward(meter),
+        reward_funcs=make_reward(meter, args.reverse),
         args=config,
         train_dataset=dataset,
         processing_class=tok,

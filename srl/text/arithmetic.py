@@ -4,6 +4,12 @@ A prompt is ``"482+39="``; the answer is the sum's digits. The pair ``(a, b)`` i
 of it falls in the eval tenth, so ``split="eval"`` prompts are never trained on. ``exact_match`` scores 1 for
 the exact sum (surrounding spaces ignored) and 0 otherwise. ``corpus`` gives solved problems, what the base
 model is fine-tuned on.
+
+The answer may also be written units first (``corpus(..., reverse=True)`` and ``exact_match_reversed``:
+``"482+39="`` is answered ``"125"`` for 521), the order in which the digits are computed: each digit then
+depends on the operands' digits in that place and on the carry out of the digit written just before it, so a
+small model can learn the rule rather than a table of sums (Lee et al. 2023, "Teaching Arithmetic to Small
+Transformers", report the same for supervised training). ``configs/rlhf_arithmetic.yaml`` uses it.
 """
 
 from __future__ import annotations
@@ -67,9 +73,9 @@ def exact_match_reversed(prompts: list[str], completions: list[str]) -> list[flo
 
 
 def digit_match(prompts: list[str], completions: list[str]) -> list[float]:
-    """Partial credit: 1.0 for the exact sum, otherwise half the share of the sum's digits in place (counted from
-    the units up, over the longer of the two), so an exact answer always scores above any near miss; an
-    exact-match accuracy is then the share of scores equal to 1."""
+    """Partial credit for answers written most significant digit first: 1.0 for the exact sum, otherwise half
+    the share of the sum's digits in place (counted from the units up, over the longer of the two), so an exact
+    answer always scores above any near miss; an exact-match accuracy is then the share of scores equal to 1."""
     out = []
     for prompt, completion in zip(prompts, completions):
         want, got = _answer(prompt), completion.strip()
