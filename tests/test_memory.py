@@ -127,7 +127,7 @@ def test_auto_batched_requests_each_keep_their_own_state() -> None:
     assert np.array_equal(pool.arrays[MEMORY][1, 1, 3], want[1])
 
 
-def _probe(runtime: str, tmp_path: Path) -> list[dict[str, Any]]:
+def _probe(runtime: str, tmp_path: Path, env: str = "srl.system.testing:step_counter") -> list[dict[str, Any]]:
     from srl.runtime.train import train
 
     cfg = build(
@@ -136,7 +136,7 @@ def _probe(runtime: str, tmp_path: Path) -> list[dict[str, Any]]:
             "name": "memory_probe",
             "runtime": runtime,
             "algorithm": "srl.system.testing:MemoryProbe",
-            "env": {"id": "srl.system.testing:step_counter"},
+            "env": {"id": env},
             "workers": {
                 "actors": 2 if runtime == "local" else 1,
                 "policy_workers": 1 if runtime == "local" else 0,
@@ -152,12 +152,23 @@ def _probe(runtime: str, tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("runtime", ["inline", "local"])
-def test_the_state_is_carried_per_env_reset_at_episode_ends_and_across_segments(runtime: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("runtime", "env"),
+    [
+        ("inline", "srl.system.testing:step_counter"),
+        ("local", "srl.system.testing:step_counter"),
+        ("inline", "srl.envs.ma_testing:step_counters"),
+        ("local", "srl.envs.ma_testing:step_counters"),
+    ],
+)
+def test_the_state_is_carried_per_env_reset_at_episode_ends_and_across_segments(
+    runtime: str, env: str, tmp_path: Path
+) -> None:
     """Every row of every batch the trainer gets holds the state its step started from: zeros at an episode's
     first step, else what this env's own previous steps made, also across segment boundaries; inline and
-    through a policy worker batching the requests of two actors."""
-    records = [r for r in _probe(runtime, tmp_path) if "memory_rows" in r]
+    through a policy worker batching the requests of two actors; and per agent, each agent of a multi-agent env
+    (a column of its own) with a state of its own."""
+    records = [r for r in _probe(runtime, tmp_path, env) if "memory_rows" in r]
     assert records and sum(r["memory_rows"] for r in records) > 0
     assert sum(r["memory_violations"] for r in records) == 0
 
@@ -242,6 +253,45 @@ def test_the_trainer_sees_the_states_the_actor_acted_with(memory: str, tmp_path:
     assert first["is_weight_max"] == pytest.approx(1.0, abs=1e-4), first
 
 
+@pytest.mark.parametrize(
+    ("config", "overrides"),
+    [
+        # a Nature CNN under the LSTM, single frames (2 envs x 16 steps, 2 minibatches of one segment column)
+        ("pong_lstm_cpu", ["workers.envs_per_slot=2", "workers.segment_length=16", "workers.batch_segments=1",
+                           "workers.ring_size=1", "ppo.minibatches=2", "run.total_env_steps=96"]),
+        # three agents per env as columns of one shared policy, each with its own state
+        ("mpe_simple_spread_ippo", ["model.core=lstm", "model.core_size=32", "run.total_env_steps=2000"]),
+        # MAPPO: the critic on the global state has a core of its own, unrolled over each segment
+        ("mpe_simple_spread_mappo", ["model.core=lstm", "model.core_size=32", "run.total_env_steps=2000"]),
+        # two policies, each agent's state in its own policy's pool
+        ("mpe_speaker_listener", ["model.core=gru", "model.core_size=32", "run.total_env_steps=2000"]),
+    ],
+)  # fmt: skip
+def test_the_states_the_actors_acted_with_reach_the_trainer_with_cnns_and_agents(
+    config: str, overrides: list[str], tmp_path: Path
+) -> None:
+    """The same check with a CNN encoder, a multi-agent env (a state per agent), MAPPO's centralized critic and
+    two policies: on the first batch every importance weight of every policy is 1."""
+    from srl.api.config import load_config
+    from srl.runtime.train import train
+
+    cfg = load_config(
+        ROOT / "configs" / f"{config}.yaml",
+        [*overrides, "ppo.td_compensation=true", "run.target_return=null", "run.log_interval_seconds=0.001",
+         "run.eval_episodes=0"],
+    )  # fmt: skip
+    train(_inline(cfg), tmp_path / "run", progress=None)
+    first = next(
+        json.loads(line)
+        for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        if "is_weight_max" in json.loads(line)
+    )
+    names = cfg.policy_names
+    keys = ["is_weight_max"] if len(names) == 1 else [f"{n}/is_weight_max" for n in names]
+    assert all(first[k] == pytest.approx(1.0, abs=1e-4) for k in keys), first
+    assert first["is_weight_mean"] == pytest.approx(1.0, abs=1e-5), first
+
+
 def test_bad_memory_settings_are_one_line() -> None:
     with pytest.raises(ConfigError, match="ppo.burn_in"):
         _masked(**{"ppo.burn_in": _masked().workers.segment_length})
@@ -249,3 +299,8 @@ def test_bad_memory_settings_are_one_line() -> None:
         _masked(**{"ppo.memory": "stored", "model.shared_encoder": False})
     with pytest.raises(ConfigError, match="model.core"):
         _masked(**{"model.core": "rnn"})
+    from srl.runtime.plan import make_plan
+
+    few = _masked(**{"workers.batch_segments": 1, "workers.envs_per_slot": 2, "ppo.minibatches": 4})
+    with pytest.raises(ConfigError, match="ppo.minibatches: 4 minibatches of an update of 2 segment columns"):
+        make_plan(few)

@@ -185,6 +185,37 @@ def test_a_stage_on_each_actor_node_filters_before_the_network(cluster, tmp_path
     assert summary["rejected_segment_messages"] == 0
 
 
+def test_a_policys_memory_is_carried_per_env_across_nodes(cluster, tmp_path):
+    """The memory probe (tests/test_memory.py) under Ray: on each actor node a policy worker batches the requests
+    of two actors, the states travel in the segments to the trainer's node over TCP, and every row of every
+    batch holds the state its step started from."""
+    c, _ = cluster
+    cfg = _cfg(
+        c,
+        "algorithm=srl.system.testing:MemoryProbe",
+        "env.id=srl.system.testing:step_counter",
+        "ray.actors_per_node=2",
+        "ray.policy_workers_per_node=1",
+        "ray.cpus_per_actor=0.5",
+        "ray.cpus_per_policy_worker=0.5",
+        "workers.ring_size=2",
+        "workers.envs_per_slot=3",
+        "workers.segment_length=5",
+        "workers.batch_segments=2",
+        "run.total_env_steps=600",
+        "run.target_return=null",
+        "run.eval_episodes=0",
+        "run.log_interval_seconds=0.05",
+    )
+    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    assert summary["stop_reason"] == "env_steps", summary
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    probed = [r for r in records if "memory_rows" in r]
+    assert probed and sum(r["memory_rows"] for r in probed) > 0
+    assert sum(r["memory_violations"] for r in probed) == 0
+    assert summary["rejected_segment_messages"] == 0
+
+
 def test_a_multi_agent_env_trains_across_nodes(cluster, tmp_path):
     """PettingZoo agents as columns and MAPPO's global state, under Ray: the state crosses to the trainers' node
     with each segment, and the two-agent cooperative task is learned."""

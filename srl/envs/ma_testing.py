@@ -172,3 +172,51 @@ class TwoKinds(_Episodic):
 def two_kinds(**kwargs: Any) -> TwoKinds:
     """``env.id: srl.envs.ma_testing:two_kinds``."""
     return TwoKinds(**kwargs)
+
+
+class StepCounters(_Episodic):
+    """The memory probe's env (:class:`srl.system.testing.StepCounter`) with ``agents`` agents: each agent says
+    who it is and how far into the episode it is, ``[uid, t]``, with a ``uid`` of its own drawn per episode, so a
+    state carried into another agent's column shows. Every agent's episode ends together, after 3 to 9 steps,
+    some by a time limit (truncated)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "step_counters_v0"}
+
+    def __init__(self, agents: int = 3) -> None:
+        self.possible_agents = [f"agent_{i}" for i in range(agents)]
+        self.agents: list[str] = []
+        self._rng = np.random.default_rng(0)
+        self._uids = np.zeros(agents, np.float32)
+        self._t = self._length = 0
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return gym.spaces.Box(0.0, np.inf, (2,), np.float32)
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return gym.spaces.Discrete(2)
+
+    def _begin(self) -> None:
+        self._uids = self._rng.integers(1, 1_000_000, len(self.possible_agents)).astype(np.float32)
+        self._length = int(self._rng.integers(3, 10))
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        return {a: np.array([self._uids[i], self._t], np.float32) for i, a in enumerate(self.possible_agents)}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self._t += 1
+        end = self._t >= self._length
+        truncated = end and self._length % 2 == 0
+        obs = self._observe()
+        agents, self.agents = self.agents, [] if end else self.agents
+        return (
+            obs,
+            {a: 0.0 for a in agents},
+            {a: end and not truncated for a in agents},
+            {a: truncated for a in agents},
+            {a: {} for a in agents},
+        )
+
+
+def step_counters(**kwargs: Any) -> StepCounters:
+    """``env.id: srl.envs.ma_testing:step_counters``."""
+    return StepCounters(**kwargs)

@@ -201,6 +201,15 @@ def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> Polic
     schema = sample_schema(
         group.observation_space, group.action_space, policy.output_fields(), group.state_space, alive=alive
     )
+    if cfg.algorithm == "ppo":  # each of its minibatches needs rows: whole segments' columns with an unrolled core
+        unrolled = pcfg.model.core != "none" and pcfg.ppo.memory == "recompute"
+        rows = w.batch_segments * w.envs_per_slot * columns * (1 if unrolled else w.segment_length)
+        if rows < pcfg.ppo.minibatches:
+            what = "segment columns (a core is unrolled over whole segments)" if unrolled else "samples"
+            raise ConfigError(
+                f"ppo.minibatches: {pcfg.ppo.minibatches} minibatches of an update of {rows} {what}: "
+                "lower it, or raise workers.batch_segments or workers.envs_per_slot"
+            )
     nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
     layout = PoolLayout.of(
         schema,
