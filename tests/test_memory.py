@@ -127,7 +127,9 @@ def test_auto_batched_requests_each_keep_their_own_state() -> None:
     assert np.array_equal(pool.arrays[MEMORY][1, 1, 3], want[1])
 
 
-def _probe(runtime: str, tmp_path: Path, env: str = "srl.system.testing:step_counter") -> list[dict[str, Any]]:
+def _probe(
+    runtime: str, tmp_path: Path, env: str = "srl.system.testing:step_counter", kwargs: dict | None = None
+) -> list[dict[str, Any]]:
     from srl.runtime.train import train
 
     cfg = build(
@@ -136,7 +138,7 @@ def _probe(runtime: str, tmp_path: Path, env: str = "srl.system.testing:step_cou
             "name": "memory_probe",
             "runtime": runtime,
             "algorithm": "srl.system.testing:MemoryProbe",
-            "env": {"id": env},
+            "env": {"id": env, "kwargs": kwargs or {}},
             "workers": {
                 "actors": 2 if runtime == "local" else 1,
                 "policy_workers": 1 if runtime == "local" else 0,
@@ -153,22 +155,24 @@ def _probe(runtime: str, tmp_path: Path, env: str = "srl.system.testing:step_cou
 
 
 @pytest.mark.parametrize(
-    ("runtime", "env"),
+    ("runtime", "env", "kwargs"),
     [
-        ("inline", "srl.system.testing:step_counter"),
-        ("local", "srl.system.testing:step_counter"),
-        ("inline", "srl.envs.ma_testing:step_counters"),
-        ("local", "srl.envs.ma_testing:step_counters"),
+        ("inline", "srl.system.testing:step_counter", {}),
+        ("local", "srl.system.testing:step_counter", {}),
+        ("inline", "srl.envs.ma_testing:step_counters", {}),
+        ("local", "srl.envs.ma_testing:step_counters", {}),
+        ("inline", "srl.envs.ma_testing:step_counters", {"finish_early": True}),
     ],
 )
 def test_the_state_is_carried_per_env_reset_at_episode_ends_and_across_segments(
-    runtime: str, env: str, tmp_path: Path
+    runtime: str, env: str, kwargs: dict, tmp_path: Path
 ) -> None:
     """Every row of every batch the trainer gets holds the state its step started from: zeros at an episode's
     first step, else what this env's own previous steps made, also across segment boundaries; inline and
-    through a policy worker batching the requests of two actors; and per agent, each agent of a multi-agent env
-    (a column of its own) with a state of its own."""
-    records = [r for r in _probe(runtime, tmp_path, env) if "memory_rows" in r]
+    through a policy worker batching the requests of two actors; per agent, each agent of a multi-agent env (a
+    column of its own) with a state of its own; and an agent done before the others, whose idle column holds
+    zeros until its next episode starts from them."""
+    records = [r for r in _probe(runtime, tmp_path, env, kwargs) if "memory_rows" in r]
     assert records and sum(r["memory_rows"] for r in records) > 0
     assert sum(r["memory_violations"] for r in records) == 0
 
@@ -265,6 +269,9 @@ def test_the_trainer_sees_the_states_the_actor_acted_with(memory: str, tmp_path:
         ("mpe_simple_spread_mappo", ["model.core=lstm", "model.core_size=32", "run.total_env_steps=2000"]),
         # two policies, each agent's state in its own policy's pool
         ("mpe_speaker_listener", ["model.core=gru", "model.core_size=32", "run.total_env_steps=2000"]),
+        # an agent done before the others: the trainer's unroll zeroes its idle column's state where the actor did
+        ("cartpole_ppo", ["env.id=srl.envs.ma_testing:step_counters", "env.kwargs.finish_early=true",
+                          "model.core=lstm", "model.core_size=16", "run.total_env_steps=3000"]),
     ],
 )  # fmt: skip
 def test_the_states_the_actors_acted_with_reach_the_trainer_with_cnns_and_agents(

@@ -376,9 +376,12 @@ class PPO:
 
     def _sequences(self, batch: Mapping[str, np.ndarray]) -> Sequences:
         """The batch's rows in time for the recurrent cores: states at each segment's start (or every row's,
-        ``ppo.memory: stored``) and where episodes ended."""
+        ``ppo.memory: stored``) and where they were zeroed: after an episode's end, and after a step a column sat
+        idle (``SlotStep.forgets``, as the actor zeroes them)."""
         T, N = batch["rewards"].shape
         ended = self._tensor(batch["terminated"]) | self._tensor(batch["truncated"])
+        if "alive" in batch:
+            ended = ended | ~self._tensor(batch["alive"]).bool()
         resets = torch.cat([torch.zeros(1, N, dtype=torch.bool, device=self.device), ended])
         memory = self._tensor(batch[MEMORY])
         if self.cfg.memory == "stored":

@@ -43,6 +43,13 @@ class SlotStep:
     others, or not yet in the env did not: its action is not a sample for the policy, though its step still is
     one for the critic). None: every column acted."""
 
+    def forgets(self) -> np.ndarray:
+        """The columns whose state a policy with memory zeroes before their next step: an episode ended, or
+        the column sat idle (its agent done before the others, or not in the env yet), so that its agent's next
+        episode starts from zeros too. The trainer's unroll resets at the same steps."""
+        ended = self.terminated | self.truncated
+        return ended if self.alive is None else ended | ~self.alive.astype(bool)
+
 
 class Slot(Protocol):
     """B environments stepped as one: ``num_envs`` columns, ``agents_per_env`` of them per environment (every

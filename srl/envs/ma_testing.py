@@ -178,11 +178,13 @@ class StepCounters(_Episodic):
     """The memory probe's env (:class:`srl.system.testing.StepCounter`) with ``agents`` agents: each agent says
     who it is and how far into the episode it is, ``[uid, t]``, with a ``uid`` of its own drawn per episode, so a
     state carried into another agent's column shows. Every agent's episode ends together, after 3 to 9 steps,
-    some by a time limit (truncated)."""
+    some by a time limit (truncated); with ``finish_early`` agent 0 is done after 2 steps and sits out the rest
+    of the episode (no observation: an idle column), so its next episode must start from zeros again."""
 
     metadata: ClassVar[dict[str, Any]] = {"name": "step_counters_v0"}
 
-    def __init__(self, agents: int = 3) -> None:
+    def __init__(self, agents: int = 3, finish_early: bool = False) -> None:
+        self.finish_early = finish_early
         self.possible_agents = [f"agent_{i}" for i in range(agents)]
         self.agents: list[str] = []
         self._rng = np.random.default_rng(0)
@@ -206,15 +208,15 @@ class StepCounters(_Episodic):
         self._t += 1
         end = self._t >= self._length
         truncated = end and self._length % 2 == 0
-        obs = self._observe()
-        agents, self.agents = self.agents, [] if end else self.agents
-        return (
-            obs,
-            {a: 0.0 for a in agents},
-            {a: end and not truncated for a in agents},
-            {a: truncated for a in agents},
-            {a: {} for a in agents},
-        )
+        agents = self.agents
+        done = {a: end and not truncated for a in agents}
+        if self.finish_early and self._t == 2 and not end and agents and agents[0] == self.possible_agents[0]:
+            done[agents[0]] = True
+        self.agents = [] if end else [a for a in agents if not done[a]]
+        # a done agent's last observation only where its episode ended with everyone's (so its column shows
+        # zeros from the step it finished in, as the rows after an end show the next episode's start)
+        obs = {a: x for a, x in self._observe().items() if a in (agents if end else self.agents)}
+        return obs, {a: 0.0 for a in agents}, done, {a: truncated for a in agents}, {a: {} for a in agents}
 
 
 def step_counters(**kwargs: Any) -> StepCounters:

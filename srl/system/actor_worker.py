@@ -299,7 +299,7 @@ class ActorWorker(Worker):
         memory = self.memory[slot][k]
         if memory is not None:  # the answer wrote the next state to row t: a new episode starts from zeros
             row = arrays[MEMORY][a, buf, t]
-            ended = step.terminated | step.truncated
+            ended = step.forgets()
             if ended.any():
                 row[ended] = 0.0
             if t == self.T:

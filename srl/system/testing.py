@@ -95,9 +95,14 @@ class MemoryProbePolicy(RandomPolicy):
 
 
 def memory_violations(batch: Mapping[str, np.ndarray]) -> tuple[int, int]:
-    """How many of a batch's rows break :class:`MemoryProbePolicy`'s rule, of how many."""
+    """How many of a batch's rows break :class:`MemoryProbePolicy`'s rule, of how many. A multi-agent column
+    holds zeros in the row after its agent's episode ended and after each step it sat idle (``alive`` false: its
+    agent done before the others), whatever it is shown there."""
     obs, memory = batch["obs"], batch[MEMORY]
     want = np.where((obs[..., 1:] == 0), 0.0, obs)
+    if "alive" in batch:
+        forgot = ~batch["alive"].astype(bool) | batch["terminated"] | batch["truncated"]  # [T, N], as the actor
+        want[1:][forgot] = 0.0
     return int((~np.isclose(memory, want).all(axis=-1)).sum()), int(memory.shape[0] * memory.shape[1])
 
 
