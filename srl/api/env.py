@@ -46,7 +46,9 @@ class SlotStep:
     def forgets(self) -> np.ndarray:
         """The columns whose state a policy with memory zeroes before their next step: an episode ended, or
         the column sat idle (its agent done before the others, or not in the env yet), so that its agent's next
-        episode starts from zeros too. The trainer's unroll resets at the same steps."""
+        episode starts from zeros too. The trainer's unroll resets at the same steps. (A turn-based game's
+        columns sit idle while they wait for their turn, where this would be wrong: the plan refuses a policy
+        with memory there.)"""
         ended = self.terminated | self.truncated
         return ended if self.alive is None else ended | ~self.alive.astype(bool)
 
