@@ -556,7 +556,8 @@ def test_a_reward_worker_scores_as_the_actors_would(digit_model: Path, tmp_path:
     from srl.text.reward_stage import NAME, RewardStage
 
     kwargs = {**_config(digit_model).env.kwargs, "reward_on": "stage"}
-    cfg = _config(digit_model, env={"id": "srl.text.task:TextTask", "kwargs": kwargs}, stage={"worker": NAME})
+    run = {**to_dict(_config(digit_model).run), "total_env_steps": 64 * 120}  # it solves in a few updates
+    cfg = _config(digit_model, env={"id": "srl.text.task:TextTask", "kwargs": kwargs}, stage={"worker": NAME}, run=run)
     actor_side = TextTask(**_config(digit_model).env.kwargs, num_envs=64)
     deferred = TextTask(**kwargs, num_envs=64)
     obs = actor_side.reset(0)
