@@ -372,3 +372,35 @@ def test_observations_that_stop_matching_their_space_fail_naming_the_env(tmp_pat
     # Gymnasium's vector env notices first; the message names our env and where, and keeps Gymnasium's words.
     assert "env srl.envs.testing:misshapen_cartpole: step failed at actor 0 slot 0" in summary["error"]
     assert "wrong shape" in summary["error"]
+
+
+def test_each_record_names_the_stage_the_run_waits_on_now() -> None:
+    """Busy shares per worker over each metrics interval (everything but waiting for work), and the kind of worker
+    the run waits on: the busiest on average. It follows the interval, not the whole run, which the summary
+    gives; a restarted worker's counters going back give no share."""
+    from srl.system.controller import Controller, bottleneck, busy_fraction
+
+    assert busy_fraction({"total": 10.0, "wait": 2.5, "env": 7.0}) == 0.75
+    assert busy_fraction({"total": 10.0, "wait": 3.0}, {"total": 6.0, "wait": 2.0}) == 0.75  # 3 of 4 s busy
+    assert busy_fraction({"total": 4.0, "decide": 1.0}) == 0.25  # a stage: busy in the phases it names
+    assert busy_fraction({"total": 1.0, "wait": 0.5}, {"total": 5.0, "wait": 1.0}) is None  # restarted
+    assert bottleneck({"actor0": 0.2, "actor1": 0.4, "trainer0": 0.35, "policy0": None}) == "trainer"
+    assert bottleneck({}) is None
+
+    cfg = load_config(CARTPOLE, ["runtime=inline"])
+    controller = Controller(cfg, None, time.time(), progress=None)
+
+    def report(t: float, actor_wait: float, trainer_wait: float) -> None:
+        for a in (0, 1):
+            controller.handle("actor", {"actor": a, "env_steps": 0, "t_total": t, "t_wait": actor_wait}, {})
+        controller.handle("trainer", {"trainer": 0, "t_total": t, "t_wait": trainer_wait, "t_train": 0.0}, {})
+
+    report(10.0, actor_wait=8.0, trainer_wait=0.5)  # the actors wait for the trainer
+    first = controller.record()
+    assert first["busy/actor0"] == pytest.approx(0.2) and first["busy/trainer0"] == pytest.approx(0.95)
+    assert first["bottleneck"] == "trainer"
+    report(20.0, actor_wait=8.5, trainer_wait=9.0)  # then the trainer waits for the actors
+    second = controller.record()
+    assert second["busy/actor0"] == pytest.approx(0.95) and second["busy/trainer0"] == pytest.approx(0.15)
+    assert second["bottleneck"] == "actor"
+    assert controller.summary(None)["bottleneck"] == "actor"  # over the whole run: 57.5% busy against 55%

@@ -65,6 +65,7 @@ class Controller:
         self._actor_steps_before: dict[int, int] = {}  # env steps of earlier incarnations of each actor
         self.lag_hist = np.zeros(1, np.int64)
         self.timing: dict[str, dict[str, float]] = {}
+        self._timing_at_tick: dict[str, dict[str, float]] = {}  # ``timing`` as the last record saw it
         self.error: str | None = None
         self.solved_at: float | None = None
         self.solved_env_steps: int | None = None
@@ -233,6 +234,7 @@ class Controller:
                 f"\r[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
                 f"return {record['return_mean']:8.2f}  episodes {self.episodes:>6d}  "
                 f"version {record['policy_version']:>5d}  lag {record.get('lag_mean', 0.0):5.2f}  "
+                f"waits on {record.get('bottleneck', '-'):<7s}  "
             )
             self.progress.flush()
 
@@ -270,6 +272,12 @@ class Controller:
         rec.update({f"league_{k}": float(v) for k, v in self.league.items() if k not in ("version", "froze")})
         rec["lag_histogram"] = self.lag_hist.tolist()  # samples per policy lag so far (TensorBoard: lag_mean/max)
         rec.update(self.time_fractions())
+        now_load = {w: busy_fraction(times, self._timing_at_tick.get(w)) for w, times in sorted(self.timing.items())}
+        self._timing_at_tick = {w: dict(times) for w, times in self.timing.items()}
+        rec.update({f"busy/{w}": b for w, b in now_load.items() if b is not None})
+        slowest = bottleneck(now_load)
+        if slowest is not None:
+            rec["bottleneck"] = slowest
         for stats in self.policy.values():
             batches = max(1, int(stats.get("batches", 0)))
             rec[f"policy{stats['policy']}_mean_batch"] = float(stats.get("samples", 0)) / batches
@@ -364,6 +372,9 @@ class Controller:
             "stages": dict(sorted(self.stages.items())),
             "time_fractions": self.time_fractions(),
         }
+        whole_run = bottleneck({w: busy_fraction(times) for w, times in self.timing.items()})
+        if whole_run is not None:
+            out["bottleneck"] = whole_run
         if self.league:
             out["league"] = dict(self.league)
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran
@@ -380,3 +391,35 @@ class Controller:
         if self.error is not None:
             out["error"] = self.error
         return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in out.items()}
+
+
+def busy_fraction(times: Mapping[str, float], before: Mapping[str, float] | None = None) -> float | None:
+    """The share of a worker's time it was busy, from its cumulative phase seconds (``total`` and its phases),
+    since ``before`` (an earlier report of the same worker) or over its life: everything but waiting for work
+    (``wait``: an actor for its actions, a policy worker for requests, a trainer for samples); a worker without a
+    ``wait`` phase (a stage) is busy in the phases it names. None: no time passed (or the worker restarted, so
+    its counters went back)."""
+
+    def delta(key: str) -> float:
+        return times.get(key, 0.0) - (before.get(key, 0.0) if before is not None else 0.0)
+
+    total = delta("total")
+    if total <= 0.0:
+        return None
+    if "wait" in times:
+        busy = total - delta("wait")
+    else:
+        busy = sum(delta(k) for k in times if k != "total")
+    return min(1.0, max(0.0, busy / total))
+
+
+def bottleneck(load: Mapping[str, float | None]) -> str | None:
+    """The kind of worker (``actor``, ``policy``, ``trainer``, ``stage``) the run waits on: the one whose workers
+    are busiest on average (the others wait for it); None before any worker reported time."""
+    by_kind: dict[str, list[float]] = {}
+    for worker, busy in load.items():
+        if busy is not None:
+            by_kind.setdefault(worker.rstrip("0123456789"), []).append(busy)
+    if not by_kind:
+        return None
+    return max(sorted(by_kind), key=lambda kind: sum(by_kind[kind]) / len(by_kind[kind]))
