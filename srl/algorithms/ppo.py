@@ -29,6 +29,7 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
 from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs
+from srl.api.env import forgotten
 from srl.api.schema import MEMORY, Field, memory_field
 from srl.api.spaces import STATE, obs_parts
 from srl.nets.memory import After, Sequences, encode
@@ -377,11 +378,9 @@ class PPO:
     def _sequences(self, batch: Mapping[str, np.ndarray]) -> Sequences:
         """The batch's rows in time for the recurrent cores: states at each segment's start (or every row's,
         ``ppo.memory: stored``) and where they were zeroed: after an episode's end, and after a step a column sat
-        idle (``SlotStep.forgets``, as the actor zeroes them)."""
+        idle (``api.env.forgotten``, as the actor zeroes them)."""
         T, N = batch["rewards"].shape
-        ended = self._tensor(batch["terminated"]) | self._tensor(batch["truncated"])
-        if "alive" in batch:
-            ended = ended | ~self._tensor(batch["alive"]).bool()
+        ended = self._tensor(forgotten(batch["terminated"], batch["truncated"], batch.get("alive")))
         resets = torch.cat([torch.zeros(1, N, dtype=torch.bool, device=self.device), ended])
         memory = self._tensor(batch[MEMORY])
         if self.cfg.memory == "stored":

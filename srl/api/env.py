@@ -44,13 +44,18 @@ class SlotStep:
     one for the critic). None: every column acted."""
 
     def forgets(self) -> np.ndarray:
-        """The columns whose state a policy with memory zeroes before their next step: an episode ended, or
-        the column sat idle (its agent done before the others, or not in the env yet), so that its agent's next
-        episode starts from zeros too. The trainer's unroll resets at the same steps. (A turn-based game's
-        columns sit idle while they wait for their turn, where this would be wrong: the plan refuses a policy
-        with memory there.)"""
-        ended = self.terminated | self.truncated
-        return ended if self.alive is None else ended | ~self.alive.astype(bool)
+        """The columns whose state a policy with memory zeroes before their next step (:func:`forgotten`)."""
+        return forgotten(self.terminated, self.truncated, self.alive)
+
+
+def forgotten(terminated: np.ndarray, truncated: np.ndarray, alive: np.ndarray | None) -> np.ndarray:
+    """Where a policy with memory zeroes a column's state before its next step: its episode ended, or it sat
+    idle (its agent done before the others, or not in the env yet), so that its agent's next episode starts
+    from zeros too. The actor, the trainer's unroll and evaluation all reset by this rule, step by step or over
+    a segment's ``[T, N]`` rows. (A turn-based game's columns sit idle while they wait for their turn, where
+    this would be wrong: the plan refuses a policy with memory there.)"""
+    ended = terminated | truncated
+    return ended if alive is None else ended | ~alive.astype(bool)
 
 
 class Slot(Protocol):

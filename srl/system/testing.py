@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from srl.api.env import forgotten
 from srl.api.schema import MEMORY, Field, memory_field
 
 
@@ -101,8 +102,7 @@ def memory_violations(batch: Mapping[str, np.ndarray]) -> tuple[int, int]:
     obs, memory = batch["obs"], batch[MEMORY]
     want = np.where((obs[..., 1:] == 0), 0.0, obs)
     if "alive" in batch:
-        forgot = ~batch["alive"].astype(bool) | batch["terminated"] | batch["truncated"]  # [T, N], as the actor
-        want[1:][forgot] = 0.0
+        want[1:][forgotten(batch["terminated"], batch["truncated"], batch["alive"])] = 0.0  # as the actor
     return int((~np.isclose(memory, want).all(axis=-1)).sum()), int(memory.shape[0] * memory.shape[1])
 
 
