@@ -145,7 +145,7 @@ def play(
                 obs = [step.obs for step in steps]
                 for policy, step in zip(policies, steps):
                     if isinstance(policy, Remembering):
-                        policy.reset(step.forgets())
+                        policy.carry(step.terminated, step.truncated, step.alive)
                 running = ~np.all([f.reshape(episodes, -1).all(axis=1) for f in finished], axis=0)
                 lengths += running
                 for ret, done, step in zip(returns, finished, steps):

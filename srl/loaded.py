@@ -67,7 +67,7 @@ class LoadedPolicy:
             own = [obs[a] if seat is None else _seated(obs[a], seat, self._seats[a]) for a in ids]
             rows = [flatten_obs(self._parts, o) for o in own]
             batch = {p.name: np.stack([np.asarray(r[p.name], p.dtype) for r in rows]) for p in self._parts}
-            return dict(zip(ids, self._act(batch, deterministic)))
+            return dict(zip(ids, self._act(batch, deterministic, ids)))
         parts = flatten_obs(self._parts, obs)
         first = self._parts[0]
         single = np.ndim(parts[first.name]) == len(first.shape)
@@ -77,15 +77,25 @@ class LoadedPolicy:
 
     def reset(self, ended: Any = None) -> None:
         """Forget what a policy with memory remembers of the rows where ``ended`` is set (every row when None):
-        call it when their episodes end. A policy without memory has nothing to forget. With memory, each call
-        of :meth:`act` is taken as the next step of the same rows (a batch of another size starts afresh)."""
-        if isinstance(self.policy, Remembering):
-            self.policy.reset(None if ended is None else np.atleast_1d(np.asarray(ended, bool)))
+        call it when their episodes end; for a multi-agent env, ``ended`` is the agent ids whose episodes ended.
+        A policy without memory has nothing to forget. With memory, each call of :meth:`act` is taken as the next
+        step of the same rows (a batch of another size starts afresh); a multi-agent env's agents each keep
+        their own state, stepped by the calls that name them (a turn-based game's player by its own moves)."""
+        if not isinstance(self.policy, Remembering):
+            return
+        if self.agents is not None and ended is not None:
+            self.policy.reset(keys=[ended] if isinstance(ended, str) else list(ended))
+            return
+        self.policy.reset(None if ended is None else np.atleast_1d(np.asarray(ended, bool)))
 
-    def _act(self, batch: dict[str, np.ndarray], deterministic: bool) -> np.ndarray:
-        """Env actions for a batch of flat observation parts."""
+    def _act(self, batch: dict[str, np.ndarray], deterministic: bool, keys: list[str] | None = None) -> np.ndarray:
+        """Env actions for a batch of flat observation parts (``keys``: the agent of each row)."""
         with torch.inference_mode():
-            actions = np.asarray(self.policy.act(batch, deterministic=deterministic)["actions"])
+            if keys is not None and isinstance(self.policy, Remembering):
+                out = self.policy.act(batch, deterministic=deterministic, keys=keys)
+            else:
+                out = self.policy.act(batch, deterministic=deterministic)
+            actions = np.asarray(out["actions"])
         if isinstance(self.action_space, spaces.Box):
             actions = actions.reshape((-1, *self.action_space.shape))
         return np.asarray(self._to_env(actions))

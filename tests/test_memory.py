@@ -76,6 +76,54 @@ def test_an_unroll_equals_a_step_by_step_run_with_resets(kind: str) -> None:
         assert torch.allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_an_unroll_with_idle_columns_equals_a_step_by_step_run(kind: str) -> None:
+    """A turn-based game's columns sit idle in turn: the unroll gives, features and gradients alike, what one
+    step at a time gives when an idle step leaves its column's state as it was (``api.env.carried``), with
+    resets and burn-in as well."""
+    from srl.api.env import carried
+
+    torch.manual_seed(2)
+    core = Recurrent(_Flat(8), kind, 5)
+    L, n = 8, 4
+    obs = {"obs": torch.randn(L * n, 3)}
+    start = torch.randn(n, core.state_size)
+    resets = torch.zeros(L, n, dtype=torch.bool)
+    resets[3, 0] = resets[6, 2] = True
+    idle = torch.zeros(L, n, dtype=torch.bool)
+    idle[0::2, 0] = idle[1::2, 1] = True  # columns 0 and 1 take turns; 2 and 3 wait at a few steps only
+    idle[4, 2] = idle[5, 3] = idle[6, 3] = True
+    features, ends, last = core.unroll(obs, start, resets, idle)
+
+    state, steps = start, []
+    for t in range(L):
+        if t > 0:
+            state = state * (~resets[t]).float()[:, None]
+        f, after = core.step({"obs": obs["obs"][t * n : (t + 1) * n]}, state)
+        state = torch.where(idle[t][:, None], state, after)
+        steps.append(f)
+        if t + 1 < L and resets[t + 1].any():
+            assert torch.allclose(ends[t], state, atol=1e-6)  # the state an episode ended with, kept
+    stepped = torch.cat(steps)
+    assert torch.allclose(features, stepped, atol=1e-6)
+    assert torch.allclose(last, state, atol=1e-6)
+    with torch.no_grad():  # the numpy rule the actor applies gives the same states
+        before, after = start.numpy().copy(), core.step({"obs": obs["obs"][:n]}, start)[1].numpy().copy()
+        carried(before, after, np.zeros(n, bool), np.zeros(n, bool), (~idle[0]).numpy())
+        assert np.allclose(after[0], start[0].numpy()) and not np.allclose(after[1], start[1].numpy())
+
+    def grads(out: torch.Tensor) -> list[torch.Tensor]:
+        core.zero_grad()
+        (out * torch.linspace(-1, 1, out.shape[1])).sum().backward()
+        return [p.grad.clone() for p in core.parameters()]
+
+    for a, b in zip(grads(core.unroll(obs, start, resets, idle)[0]), grads(stepped), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    seq = Sequences(start, resets, idle=idle)
+    warm, _ = encode(core, obs, seq, burn_in=3)
+    assert torch.allclose(warm, stepped, atol=1e-6)
+
+
 def test_burn_in_warms_the_state_without_gradient() -> None:
     torch.manual_seed(1)
     core = Recurrent(_Flat(8), "lstm", 4)
@@ -162,6 +210,8 @@ def _probe(
         ("inline", "srl.envs.ma_testing:step_counters", {}),
         ("local", "srl.envs.ma_testing:step_counters", {}),
         ("inline", "srl.envs.ma_testing:step_counters", {"finish_early": True}),
+        ("inline", "srl.envs.ma_testing:move_counters", {}),
+        ("local", "srl.envs.ma_testing:move_counters", {}),
     ],
 )
 def test_the_state_is_carried_per_env_reset_at_episode_ends_and_across_segments(
@@ -170,8 +220,9 @@ def test_the_state_is_carried_per_env_reset_at_episode_ends_and_across_segments(
     """Every row of every batch the trainer gets holds the state its step started from: zeros at an episode's
     first step, else what this env's own previous steps made, also across segment boundaries; inline and
     through a policy worker batching the requests of two actors; per agent, each agent of a multi-agent env (a
-    column of its own) with a state of its own; and an agent done before the others, whose idle column holds
-    zeros until its next episode starts from them."""
+    column of its own) with a state of its own; an agent done before the others, whose idle column holds
+    zeros until its next episode starts from them; and the players of a turn-based game, whose states stand
+    still while they wait for their turn."""
     records = [r for r in _probe(runtime, tmp_path, env, kwargs) if "memory_rows" in r]
     assert records and sum(r["memory_rows"] for r in records) > 0
     assert sum(r["memory_violations"] for r in records) == 0
@@ -271,6 +322,9 @@ def test_the_trainer_sees_the_states_the_actor_acted_with(memory: str, tmp_path:
         ("mpe_speaker_listener", ["model.core=gru", "model.core_size=32", "run.total_env_steps=2000"]),
         # an agent done before the others: the trainer's unroll zeroes its idle column's state where the actor did
         ("cartpole_ppo", ["env.id=srl.envs.ma_testing:step_counters", "env.kwargs.finish_early=true",
+                          "model.core=lstm", "model.core_size=16", "run.total_env_steps=3000"]),
+        # a turn-based game: the unroll leaves a waiting player's state where the actor did
+        ("cartpole_ppo", ["env.id=srl.envs.turns:game", "env.kwargs.name=tic_tac_toe", "env.agent_id=true",
                           "model.core=lstm", "model.core_size=16", "run.total_env_steps=3000"]),
     ],
 )  # fmt: skip

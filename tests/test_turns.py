@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from srl.api.config import ConfigError, EnvConfig, ExperimentConfig, LeagueConfig
+from srl.api.config import ConfigError, EnvConfig, ExperimentConfig, LeagueConfig, build, to_dict
+from srl.api.schema import MEMORY
 from srl.api.spaces import ACTION_MASK
 from srl.envs.slots import make_slot, probe_spaces
 from srl.envs.turns import TurnSlot
 from srl.league import slot as league_slot
 from srl.league.pool import Member, PoolIndex, write_index, write_snapshot
+from srl.nets.memory import Remembering
 from srl.wiring import acting_policy
 
 TTT = EnvConfig(id="srl.envs.turns:game", kwargs={"name": "tic_tac_toe"}, agent_id=True)
@@ -109,12 +111,12 @@ def test_unknown_openspiel_game_is_one_line():
         make_slot(EnvConfig(id="srl.envs.turns:game", kwargs={"name": "no_such_game"}), 1)
 
 
-def _league_slot(tmp_path, monkeypatch, **league):
+def _league_slot(tmp_path, monkeypatch, core: str = "none", **league):
     monkeypatch.setattr(league_slot, "REFRESH_SECONDS", 0.0)
     turns = make_slot(TTT, 8)
     assert isinstance(turns, TurnSlot)
     probed = probe_spaces(TTT)
-    cfg = ExperimentConfig(env=TTT)
+    cfg = build(ExperimentConfig, {"env": to_dict(TTT), "model": {"core": core, "core_size": 8}})
     make = lambda: acting_policy(probed.obs, probed.action, cfg)  # noqa: E731
     return league_slot.LeagueSlot(turns, tmp_path, LeagueConfig(opponent="pfsp", **league), make, seed=0), make
 
@@ -159,6 +161,60 @@ def test_league_slot_loads_pool_members_and_plays_them(tmp_path, monkeypatch):
         slot._index_mtime = -1.0
         slot._refresh()
         assert slot._policies == {}
+    finally:
+        slot.close()
+
+
+def test_a_pool_member_with_memory_keeps_a_state_per_game_stepped_on_its_own_moves(tmp_path, monkeypatch):
+    """A member with an LSTM plays the other seat of several games at once: each of its forwards starts every
+    game's row from the state its own last move there left (zeros in a game new to it), never another game's."""
+    slot, make = _league_slot(tmp_path, monkeypatch, core="lstm", random_opponent=0.0)
+    try:
+        write_snapshot(tmp_path, 7, make().flat_state())
+        write_index(tmp_path, PoolIndex(members=[Member(7, 100.0, 0.3)]))
+        obs = slot.reset(seed=0)  # loads the member
+        member = slot._policies[7]
+        assert isinstance(member, Remembering)
+        events: list[tuple] = []  # ("new", game) and ("act", keys, states in, states out), in order
+        draw, keyed_act, forward = slot._draw, member.act, member.policy.act
+        calls: list[tuple] = []
+
+        def new_game(e):
+            events.append(("new", e))
+            draw(e)
+
+        def act(batch, deterministic=False, keys=None):
+            out = keyed_act(batch, deterministic, keys)
+            ((given, got),) = calls
+            calls.clear()
+            events.append(("act", keys, given, got))
+            return out
+
+        def policy_act(batch, deterministic=False):
+            out = forward(batch, deterministic=deterministic)
+            calls.append((batch[MEMORY].copy(), out[MEMORY].copy()))
+            return out
+
+        monkeypatch.setattr(slot, "_draw", new_game)
+        monkeypatch.setattr(member, "act", act)
+        monkeypatch.setattr(member.policy, "act", policy_act)
+        obs = slot.reset(seed=1)  # every game drawn again: the member starts afresh in each
+        for _ in range(60):
+            obs = slot.step(np.array([np.flatnonzero(m)[0] for m in obs[ACTION_MASK]])).obs
+        last: dict[int, np.ndarray] = {}
+        moves = 0
+        for event in events:
+            if event[0] == "new":
+                for seat in (0, 1):
+                    last.pop(2 * event[1] + seat, None)
+                continue
+            _, keys, given, got = event
+            assert len({k // 2 for k in keys}) == len(keys)  # one seat of each game: the learner has the other
+            for key, before, after in zip(keys, given, got, strict=True):
+                assert np.array_equal(before, last.get(key, np.zeros_like(before)))
+                last[key] = after
+                moves += 1
+        assert moves >= 100 and any(np.abs(v).sum() > 0 for v in last.values())
     finally:
         slot.close()
 

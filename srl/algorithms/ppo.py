@@ -29,7 +29,6 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
 from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs
-from srl.api.env import forgotten
 from srl.api.schema import MEMORY, Field, memory_field
 from srl.api.spaces import STATE, obs_parts
 from srl.nets.memory import After, Sequences, encode
@@ -377,15 +376,21 @@ class PPO:
 
     def _sequences(self, batch: Mapping[str, np.ndarray]) -> Sequences:
         """The batch's rows in time for the recurrent cores: states at each segment's start (or every row's,
-        ``ppo.memory: stored``) and where they were zeroed: after an episode's end, and after a step a column sat
-        idle (``api.env.forgotten``, as the actor zeroes them)."""
+        ``ppo.memory: stored``), where they were zeroed (after an episode's end) and where a step left them as
+        they were (a column that sat idle), as the actor carried them (``api.env.carried``)."""
         T, N = batch["rewards"].shape
-        ended = self._tensor(forgotten(batch["terminated"], batch["truncated"], batch.get("alive")))
+        ended = self._tensor(batch["terminated"] | batch["truncated"])
         resets = torch.cat([torch.zeros(1, N, dtype=torch.bool, device=self.device), ended])
+        alive = batch.get("alive")
+        idle = None
+        if alive is not None and not alive.all():  # rows 0..T-1: the steps; row T (the bootstrap) steps nothing
+            idle = torch.cat(
+                [self._tensor(~alive.astype(bool)), torch.zeros(1, N, dtype=torch.bool, device=self.device)]
+            )
         memory = self._tensor(batch[MEMORY])
         if self.cfg.memory == "stored":
             return Sequences(memory.reshape((T + 1) * N, -1), resets, stored=True)
-        return Sequences(memory[0], resets)
+        return Sequences(memory[0], resets, idle=idle)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """A batch field as a tensor on the trainer's device (no copy on the CPU)."""

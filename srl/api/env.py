@@ -43,19 +43,26 @@ class SlotStep:
     others, or not yet in the env did not: its action is not a sample for the policy, though its step still is
     one for the critic). None: every column acted."""
 
-    def forgets(self) -> np.ndarray:
-        """The columns whose state a policy with memory zeroes before their next step (:func:`forgotten`)."""
-        return forgotten(self.terminated, self.truncated, self.alive)
+    def carry(self, before: np.ndarray, after: np.ndarray) -> None:
+        """Settle the state a policy with memory starts each column's next step from (:func:`carried`)."""
+        carried(before, after, self.terminated, self.truncated, self.alive)
 
 
-def forgotten(terminated: np.ndarray, truncated: np.ndarray, alive: np.ndarray | None) -> np.ndarray:
-    """Where a policy with memory zeroes a column's state before its next step: its episode ended, or it sat
-    idle (its agent done before the others, or not in the env yet), so that its agent's next episode starts
-    from zeros too. The actor, the trainer's unroll and evaluation all reset by this rule, step by step or over
-    a segment's ``[T, N]`` rows. (A turn-based game's columns sit idle while they wait for their turn, where
-    this would be wrong: the plan refuses a policy with memory there.)"""
+def carried(
+    before: np.ndarray, after: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, alive: np.ndarray | None
+) -> None:
+    """The rule for a policy with memory, in place on ``after`` (the states ``[B, S]`` its core gave at a step,
+    from ``before``): a column that sat idle keeps the state it had (a player waiting for its turn, an agent
+    done before the others or not in the env yet: its step advanced nothing), and a column whose episode ended
+    starts its next step from zeros. The actor, the trainer's unroll (``idle`` and ``resets`` of
+    :class:`srl.nets.memory.Sequences`), evaluation and matches all carry states by this rule."""
+    if alive is not None:
+        idle = ~alive.astype(bool)
+        if idle.any():
+            after[idle] = before[idle]
     ended = terminated | truncated
-    return ended if alive is None else ended | ~alive.astype(bool)
+    if ended.any():
+        after[ended] = 0.0
 
 
 class Slot(Protocol):

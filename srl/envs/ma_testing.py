@@ -1,4 +1,5 @@
-"""Multi-agent environments for tests (PettingZoo ``ParallelEnv``; needs ``pip install -e '.[multiagent]'``)."""
+"""Multi-agent environments for tests (PettingZoo ``ParallelEnv`` and ``AECEnv``; needs
+``pip install -e '.[multiagent]'``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
-from pettingzoo.utils.env import ParallelEnv
+from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 
 class _Episodic(ParallelEnv):
@@ -222,3 +223,67 @@ class StepCounters(_Episodic):
 def step_counters(**kwargs: Any) -> StepCounters:
     """``env.id: srl.envs.ma_testing:step_counters``."""
     return StepCounters(**kwargs)
+
+
+class MoveCounters(AECEnv):
+    """The memory probe's turn-based game: two players move in turn, and each sees who it is and how many moves
+    it has made in this game, ``[uid, moves]``, with a ``uid`` of its own drawn per game. A game lasts 3 to 9
+    moves; an even length ends by a time limit (truncated). Wherever a policy's state is carried right, a
+    player's state stands still while it waits for its turn: the state a step starts from is then ``[uid,
+    moves]`` of its own observation (zeros before its first move)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "move_counters_v0", "is_parallelizable": False}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["player_0", "player_1"]
+        self.agents: list[str] = []
+        self._space = gym.spaces.Box(0.0, np.inf, (2,), np.float32)
+        self._rng = np.random.default_rng(0)
+        self._uids = np.zeros(2, np.float32)
+        self._moves = np.zeros(2, np.float32)
+        self._t = self._length = 0
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return self._space
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return gym.spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self._uids = self._rng.integers(1, 1_000_000, 2).astype(np.float32)
+        self._moves[:] = 0.0
+        self._t, self._length = 0, int(self._rng.integers(3, 10))
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos: dict[str, dict] = {a: {} for a in self.agents}
+        self.agent_selection = self.agents[0]
+
+    def observe(self, agent: str) -> np.ndarray:
+        i = self.possible_agents.index(agent)
+        return np.array([self._uids[i], self._moves[i]], np.float32)
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:  # a dead step: the agent leaves
+            self.agents.remove(agent)
+            if self.agents:
+                self.agent_selection = self.agents[0]
+            return
+        self._moves[self.possible_agents.index(agent)] += 1.0
+        self._t += 1
+        if self._t >= self._length:
+            done = self.truncations if self._length % 2 == 0 else self.terminations
+            for a in self.agents:
+                done[a] = True
+        self.agent_selection = self.agents[1 - self.agents.index(agent)]
+
+
+def move_counters() -> MoveCounters:
+    """``env.id: srl.envs.ma_testing:move_counters``."""
+    return MoveCounters()

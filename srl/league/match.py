@@ -31,15 +31,20 @@ from srl.api.spaces import ACTION_MASK, Observation
 from srl.api.worker import Policy
 from srl.envs.slots import make_slot, probe_spaces
 from srl.envs.turns import TurnSlot
+from srl.nets.memory import Remembering, remembering
 
 
 class Opponent(Protocol):
-    """Moves in the games ``games`` of ``slot``, whose movers see ``obs`` (one row per entry of ``games``)."""
+    """Moves for the columns ``columns`` of ``slot`` (game ``c // players``, seat ``c % players``), each to move
+    now and seeing its row of ``obs``."""
 
-    def moves(self, slot: TurnSlot, obs: Observation, games: np.ndarray) -> np.ndarray: ...
+    def moves(self, slot: TurnSlot, obs: Observation, columns: np.ndarray) -> np.ndarray: ...
 
     def reseed(self, seed: int) -> None:
         """Start its random choices again from ``seed``."""
+
+    def forget(self, columns: np.ndarray) -> None:
+        """The games of these columns start afresh: what it remembers of them goes (a policy with memory)."""
 
 
 class RandomOpponent:
@@ -51,9 +56,12 @@ class RandomOpponent:
     def reseed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
 
-    def moves(self, slot: TurnSlot, obs: Observation, games: np.ndarray) -> np.ndarray:
+    def forget(self, columns: np.ndarray) -> None:
+        """Nothing to forget."""
+
+    def moves(self, slot: TurnSlot, obs: Observation, columns: np.ndarray) -> np.ndarray:
         n = int(slot.games[0].action_space.n)
-        mask = obs[ACTION_MASK].astype(bool) if ACTION_MASK in obs else np.ones((len(games), n), bool)
+        mask = obs[ACTION_MASK].astype(bool) if ACTION_MASK in obs else np.ones((len(columns), n), bool)
         return np.array([self.rng.choice(np.flatnonzero(row)) for row in mask], np.int64)
 
 
@@ -74,8 +82,12 @@ class MctsOpponent:
     def reseed(self, seed: int) -> None:
         self.bot = self._make(seed)
 
-    def moves(self, slot: TurnSlot, obs: Observation, games: np.ndarray) -> np.ndarray:
-        return np.array([self.bot.step(slot.games[g].state) for g in games.tolist()], np.int64)
+    def forget(self, columns: np.ndarray) -> None:
+        """Nothing to forget: each move searches from the game's state."""
+
+    def moves(self, slot: TurnSlot, obs: Observation, columns: np.ndarray) -> np.ndarray:
+        players = slot.agents_per_env
+        return np.array([self.bot.step(slot.games[c // players].state) for c in columns.tolist()], np.int64)
 
 
 MCTS_MEMORY_MB = 1_000
@@ -83,17 +95,26 @@ MCTS_MEMORY_MB = 1_000
 
 
 class PolicyOpponent:
-    """A policy: its most likely legal move, or (``deterministic=False``) one sampled from it."""
+    """A policy: its most likely legal move, or (``deterministic=False``) one sampled from it. A policy with
+    memory keeps a state per column, stepped on the moves it makes there (as in training, where a waiting
+    player's state stands still)."""
 
     def __init__(self, policy: Policy, deterministic: bool = True) -> None:
-        self.policy, self.deterministic = policy, deterministic
+        self.policy, self.deterministic = remembering(policy), deterministic
 
     def reseed(self, seed: int) -> None:
         """Nothing to do: a sampling policy draws from torch's generator, like the pool members."""
 
-    def moves(self, slot: TurnSlot, obs: Observation, games: np.ndarray) -> np.ndarray:
+    def forget(self, columns: np.ndarray) -> None:
+        if isinstance(self.policy, Remembering):
+            self.policy.reset(keys=columns.tolist())
+
+    def moves(self, slot: TurnSlot, obs: Observation, columns: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
-            out = self.policy.act(obs, deterministic=self.deterministic)
+            if isinstance(self.policy, Remembering):
+                out = self.policy.act(obs, deterministic=self.deterministic, keys=columns.tolist())
+            else:
+                out = self.policy.act(obs, deterministic=self.deterministic)
         return np.asarray(out["actions"]).reshape(-1)
 
 
@@ -193,10 +214,13 @@ def match_slot(cfg: ExperimentConfig, games: int, what: str) -> TurnSlot:
 
 
 def play_games(slot: TurnSlot, policy: Policy, other: Opponent, seed: int, deterministic: bool) -> MatchResult:
-    """Every game of ``slot`` once, from ``reset(seed)``: ``policy`` in seat ``g % 2`` of game ``g``."""
+    """Every game of ``slot`` once, from ``reset(seed)``: ``policy`` in seat ``g % 2`` of game ``g``. A policy
+    with memory acts on every column, its state carried as in training (a waiting column's stands still)."""
     G, N = len(slot.games), slot.agents_per_env
     ours = np.arange(G) * N + np.arange(G) % 2  # the policy's column in each game
     theirs = np.arange(G) * N + 1 - np.arange(G) % 2
+    policy = remembering(policy)
+    other.forget(np.arange(slot.num_envs))
     obs = slot.reset(seed)
     returns = np.zeros(slot.num_envs)
     finished = np.zeros(G, bool)
@@ -208,8 +232,10 @@ def play_games(slot: TurnSlot, policy: Policy, other: Opponent, seed: int, deter
             actions = np.asarray(policy.act(obs, deterministic=deterministic)["actions"]).copy()
         their_cols = theirs[movers[theirs]]
         if len(their_cols):
-            actions[their_cols] = other.moves(slot, {k: v[their_cols] for k, v in obs.items()}, their_cols // N)
+            actions[their_cols] = other.moves(slot, {k: v[their_cols] for k, v in obs.items()}, their_cols)
         step = slot.step(actions)
+        if isinstance(policy, Remembering):
+            policy.carry(step.terminated, step.truncated, step.alive)
         returns += np.where(np.repeat(finished, N), 0.0, step.reward)
         finished |= step.episode_end.reshape(G, N).any(axis=1)
         obs = step.obs

@@ -8,7 +8,9 @@ learner's last scores against each (the league worker writes them to the pool
 index). The opponent's moves are made inside the slot: one batched forward per
 member per step over the games it plays, with its frozen parameters from
 ``RUN_DIR/league``, sampled so that a game is not one fixed line of play; a
-bot's moves come from the bot (:mod:`srl.league.match`).
+bot's moves come from the bot (:mod:`srl.league.match`). A member with memory
+keeps a state per seat of each game it plays, stepped on its own moves and
+forgotten when the game starts again.
 
 The slot is then an ordinary single-agent slot of B columns: every step is one
 move of the learner followed by the opponents' replies, and the reward of the
@@ -34,6 +36,7 @@ from srl.envs.turns import TurnSlot
 from srl.league.match import Opponent, RandomOpponent, opponent
 from srl.league.pool import PoolIndex, read_index, read_snapshot
 from srl.league.ratings import pfsp_weights
+from srl.nets.memory import Remembering, remembering
 
 RANDOM = -1
 """The opponent id of a uniform random legal move; bot ``i`` of ``league.bots`` is ``RANDOM - 1 - i``."""
@@ -165,6 +168,12 @@ class LeagueSlot:
 
     def _draw(self, e: int) -> None:
         """The learner's seat and the opponent of game ``e``."""
+        columns = np.arange(e * self._n, (e + 1) * self._n)
+        for policy in self._policies.values():  # a new game: what its players remembered of the last goes
+            if isinstance(policy, Remembering):
+                policy.reset(keys=columns.tolist())
+        for bot in self._bots.values():
+            bot.forget(columns)
         self.seat[e] = self.rng.integers(self._n)
         self._refresh()
         if len(self._bot_edges):
@@ -202,7 +211,7 @@ class LeagueSlot:
         for version in versions - set(self._policies):
             policy = self._make_policy()
             policy.load_flat(read_snapshot(self.folder, version, policy.flat_size()))
-            self._policies[version] = policy
+            self._policies[version] = remembering(policy)
         self._index, self._index_mtime = index, mtime
 
     def _opponent_moves(self, games: list[int]) -> dict[int, dict[int, int]]:
@@ -213,7 +222,7 @@ class LeagueSlot:
             self.turns.write(obs, i, self.games[e].observe(p), p, True)
         actions = np.zeros(len(rows), np.int64)
         ids = np.array([self.opponent[e] for e, _ in rows])
-        at = np.array([e for e, _ in rows])
+        at = np.array([e * self._n + p for e, p in rows])  # their columns of the games
         for member in np.unique(ids).tolist():
             sel = np.flatnonzero(ids == member)
             part = {k: v[sel] for k, v in obs.items()}
@@ -223,7 +232,10 @@ class LeagueSlot:
                 actions[sel] = bot.moves(self.turns, part, at[sel])
                 continue
             with torch.inference_mode():
-                picked = policy.act(part, deterministic=False)["actions"]
+                if isinstance(policy, Remembering):
+                    picked = policy.act(part, deterministic=False, keys=at[sel].tolist())["actions"]
+                else:
+                    picked = policy.act(part, deterministic=False)["actions"]
             actions[sel] = np.asarray(picked).reshape(-1)
         moves: dict[int, dict[int, int]] = {e: {} for e in games}
         for (e, p), a in zip(rows, actions.tolist()):

@@ -8,16 +8,18 @@ schema as one field (:data:`srl.api.schema.MEMORY`) like any other.
 - Acting (:meth:`Recurrent.step`): one step for a batch of environments, each with its own state in and out.
 - Training (:meth:`Recurrent.unroll`): ``L`` steps of ``n`` environments from their states at the first step,
   with ``resets[l]`` marking the environments whose state is zeroed before step ``l`` (an episode ended at
-  step ``l - 1``). The time axis is cut only where some environment resets, and each stretch between cuts
-  runs as one call of the fused ``nn.LSTM`` / ``nn.GRU``, so long episodes unroll at the speed of the
-  library's kernel rather than one Python call per step. Gradients run through the whole unroll: truncated
-  back-propagation through time over a segment.
+  step ``l - 1``) and ``idle[l]`` those whose state step ``l`` leaves as it was (a player waiting for its
+  turn: :func:`srl.api.env.carried` is the rule). The time axis is cut only where some environment resets
+  or sits idle, and each stretch between cuts runs as one call of the fused ``nn.LSTM`` / ``nn.GRU``, so
+  long episodes unroll at the speed of the library's kernel rather than one Python call per step (a
+  turn-based game, where some column waits at every step, unrolls one step per call). Gradients run
+  through the whole unroll: truncated back-propagation through time over a segment.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from srl.api.env import carried
 from srl.api.schema import MEMORY
 
 
@@ -76,23 +79,42 @@ class Recurrent(nn.Module):
         return out[0], self._join(after)
 
     def unroll(
-        self, obs: Mapping[str, Tensor], state: Tensor, resets: Tensor
+        self, obs: Mapping[str, Tensor], state: Tensor, resets: Tensor, idle: Tensor | None = None
     ) -> tuple[Tensor, dict[int, Tensor], Tensor]:
         """``L`` steps of ``n`` environments: ``obs`` parts time-major ``[L * n, ...]``, ``state`` ``[n, S]`` at the
         first step, ``resets`` bool ``[L, n]`` (the state is zeroed before step ``l`` where set; row 0 is
-        ignored: ``state`` is the first step's). Returns the features ``[L * n, size]``, time-major; the states
-        after each step ``l`` that precedes a reset of some environment, before that reset (what a value of a
-        truncated episode's final observation is taken from), keyed by ``l``; and the state after the last."""
+        ignored: ``state`` is the first step's), ``idle`` bool ``[L, n]`` or None (step ``l`` leaves the state
+        where set as it was before it, though its features are still computed). Returns the features
+        ``[L * n, size]``, time-major; the states after each step ``l`` where the unroll was cut (every step that
+        precedes a reset of some environment, before that reset: what a value of a truncated episode's final
+        observation is taken from), keyed by ``l``; and the state after the last."""
         L, n = resets.shape
         x = self.encoder(obs).reshape(L, n, -1)
-        cuts = [0] + [int(t) for t in torch.nonzero(resets[1:].any(dim=1)).squeeze(1).add(1).tolist()] + [L]
+        cut = resets.any(dim=1)
+        cut[0] = False
+        held = None
+        if idle is not None and bool(idle.any()):  # each step some column sits idle at runs alone
+            held = idle.any(dim=1)
+            cut = cut | held
+            cut[1:] |= held[:-1]
+        cuts = [0] + [int(t) for t in torch.nonzero(cut).squeeze(1).tolist() if t > 0] + [L]
         outs, ends = [], {}
         h = self._split(state)
         for lo, hi in itertools.pairwise(cuts):
             if lo > 0:  # zero the state of the environments whose episode ended at step lo - 1
                 keep = (~resets[lo]).to(x.dtype)[None, :, None]
                 h = (h[0] * keep, h[1] * keep) if isinstance(h, tuple) else h * keep
+            before = h
             out, h = self.rnn(x[lo:hi], h)
+            if held is not None and bool(held[lo]):  # a stretch of one step: its idle columns keep their state
+                assert idle is not None and hi == lo + 1
+                still = idle[lo][None, :, None]
+                if isinstance(h, tuple):
+                    assert isinstance(before, tuple)
+                    h = (torch.where(still, before[0], h[0]), torch.where(still, before[1], h[1]))
+                else:
+                    assert not isinstance(before, tuple)
+                    h = torch.where(still, before, h)
             outs.append(out)
             if hi < L:
                 ends[hi - 1] = self._join(h)
@@ -102,13 +124,15 @@ class Recurrent(nn.Module):
 @dataclass
 class Sequences:
     """How a batch's rows run in time, for a recurrent encoder: ``n`` columns (segments) of ``L`` rows,
-    time-major (row ``l * n + j``), with the state each column starts from and ``resets`` ``[L, n]`` (the state
-    is zeroed before row ``l``: an episode ended at ``l - 1``); or, ``stored``, every row's own stored state."""
+    time-major (row ``l * n + j``), with the state each column starts from, ``resets`` ``[L, n]`` (the state
+    is zeroed before row ``l``: an episode ended at ``l - 1``) and ``idle`` ``[L, n]`` or None (row ``l``
+    leaves the state as it was: its column sat idle); or, ``stored``, every row's own stored state."""
 
     states: Tensor
     """``[n, S]``: each column's state at its first row; stored: ``[rows, S]``, each row's."""
     resets: Tensor
     stored: bool = False
+    idle: Tensor | None = None
 
     @property
     def n(self) -> int:
@@ -116,7 +140,8 @@ class Sequences:
 
     def columns(self, cols: Tensor, rows: int) -> Sequences:
         """The columns ``cols``, first ``rows`` rows."""
-        return Sequences(self.states[cols], self.resets[:rows, cols])
+        idle = None if self.idle is None else self.idle[:rows, cols]
+        return Sequences(self.states[cols], self.resets[:rows, cols], idle=idle)
 
     def rows(self, index: Tensor) -> Sequences:
         """Stored states: the rows ``index`` (flat), each with its own state."""
@@ -124,7 +149,7 @@ class Sequences:
 
     def zeros(self, size: int) -> Sequences:
         """The same rows for a core of ``size`` state floats that starts every column from zeros."""
-        return Sequences(self.states.new_zeros(self.n, size), self.resets)
+        return Sequences(self.states.new_zeros(self.n, size), self.resets, idle=self.idle)
 
 
 @dataclass
@@ -157,14 +182,18 @@ def encode(
         features, after = encoder.step(obs, seq.states)
         return features, After(seq.n, flat=after)
     L, n = seq.resets.shape
+    idle = seq.idle
     if 0 < burn_in < L:
         cut = burn_in * n
+        early, late = (None, None) if idle is None else (idle[:burn_in], idle[burn_in:])
         with torch.no_grad():
-            warm, _, state = encoder.unroll({k: x[:cut] for k, x in obs.items()}, seq.states, seq.resets[:burn_in])
+            warm, _, state = encoder.unroll(
+                {k: x[:cut] for k, x in obs.items()}, seq.states, seq.resets[:burn_in], early
+            )
         state = state * (~seq.resets[burn_in]).to(state.dtype)[:, None]
-        rest, _, _ = encoder.unroll({k: x[cut:] for k, x in obs.items()}, state, seq.resets[burn_in:])
+        rest, _, _ = encoder.unroll({k: x[cut:] for k, x in obs.items()}, state, seq.resets[burn_in:], late)
         return torch.cat([warm, rest]), None
-    features, ends, _ = encoder.unroll(obs, seq.states, seq.resets)
+    features, ends, _ = encoder.unroll(obs, seq.states, seq.resets, idle)
     return features, After(n, ends=ends)
 
 
@@ -178,31 +207,58 @@ def memory_size(policy: Any) -> int:
 
 
 class Remembering:
-    """An acting policy with memory, used outside the streams (evaluation, ``srl.load_policy``): it keeps the
-    state of each of the columns it acts on, feeds it in with their observations, keeps what comes back, and
-    starts a column afresh when told that its episode ended (:meth:`reset`). A batch of another size than the
-    last starts every column afresh."""
+    """An acting policy with memory, used outside the streams (evaluation, matches, ``srl.load_policy``): it
+    keeps the state of each of the columns it acts on, feeds it in with their observations and keeps what comes
+    back. After each step of the env, :meth:`carry` applies the rule of :func:`srl.api.env.carried` (an idle
+    column keeps its state, an ended one starts afresh); :meth:`reset` zeroes columns by hand. A batch of
+    another size than the last starts every column afresh. With ``keys`` (one per row, an agent id) the rows of
+    a call are the keys' own states instead, whatever the batch's size and order: a turn-based game's player
+    steps its state only on the moves it makes."""
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
         self.size = memory_size(policy)
         self.state: np.ndarray | None = None
+        self.before: np.ndarray | None = None
+        self.keyed: dict[Hashable, np.ndarray] = {}
 
     def __getattr__(self, name: str) -> Any:  # the wrapped policy's other methods (load_flat, output_fields, ...)
         if name == "policy":  # not set yet (a copy being built): no recursion
             raise AttributeError(name)
         return getattr(self.policy, name)
 
-    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+    def act(
+        self, obs: Mapping[str, np.ndarray], deterministic: bool = False, keys: Sequence[Hashable] | None = None
+    ) -> dict[str, np.ndarray]:
         n = len(next(iter(obs.values())))
-        if self.state is None or len(self.state) != n:
-            self.state = np.zeros((n, self.size), np.float32)
-        out = dict(self.policy.act({**obs, MEMORY: self.state}, deterministic=deterministic))
-        self.state = np.array(out.pop(MEMORY), np.float32)
+        if keys is not None:
+            blank = np.zeros(self.size, np.float32)
+            state = np.stack([self.keyed.get(k, blank) for k in keys]) if n else np.zeros((0, self.size), np.float32)
+        else:
+            if self.state is None or len(self.state) != n:
+                self.state = np.zeros((n, self.size), np.float32)
+            state = self.state
+        out = dict(self.policy.act({**obs, MEMORY: state}, deterministic=deterministic))
+        after = np.array(out.pop(MEMORY), np.float32)
+        if keys is not None:
+            self.keyed.update(zip(keys, after))
+        else:
+            self.before, self.state = state, after
         return out
 
-    def reset(self, ended: np.ndarray | None = None) -> None:
-        """Zero the state of the columns where ``ended`` is set (all of them when None)."""
+    def carry(self, terminated: np.ndarray, truncated: np.ndarray, alive: np.ndarray | None) -> None:
+        """The env stepped the columns of the last :meth:`act`: settle their states for the next."""
+        if self.state is not None and self.before is not None and len(self.before) == len(self.state):
+            carried(self.before, self.state, terminated, truncated, alive)
+
+    def reset(self, ended: np.ndarray | None = None, keys: Iterable[Hashable] | None = None) -> None:
+        """Zero the state of the columns where ``ended`` is set, or of ``keys`` (all of them when both are None)."""
+        if keys is not None:
+            for k in keys:
+                self.keyed.pop(k, None)
+            return
+        if ended is None:
+            self.keyed.clear()
         if self.state is None:
             return
         if ended is None:

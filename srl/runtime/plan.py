@@ -181,9 +181,6 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
 
         check_bots(cfg)
         agents = 1
-    cores = [n for n in names if cfg.for_policy(n).model.core != "none"]
-    if probed.turn_based and cores:  # its matches (eval against random, the league) act on changing columns
-        raise ConfigError(f"model.core: a policy with memory does not play turn-based games yet ({cfg.env.id!r})")
     if cfg.stage.worker is not None:  # a wrong name is one line now, not a failing worker later
         resolve(cfg.stage.worker, {}, "stage.worker")
     policies = tuple(_policy_plan(cfg, by_name[n], cfg.league.pool) for n in names)

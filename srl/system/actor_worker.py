@@ -297,11 +297,9 @@ class ActorWorker(Worker):
         for name, x in obs.items():  # row T too: the segment's last observation, its bootstrap value's input
             arrays[name][a, buf, t] = x
         memory = self.memory[slot][k]
-        if memory is not None:  # the answer wrote the next state to row t: a new episode starts from zeros
-            row = arrays[MEMORY][a, buf, t]
-            ended = step.forgets()
-            if ended.any():
-                row[ended] = 0.0
+        if memory is not None:  # the answer wrote the next state to row t: idle columns keep row t - 1's, a new
+            row = arrays[MEMORY][a, buf, t]  # episode starts from zeros
+            step.carry(arrays[MEMORY][a, buf, s], row)
             if t == self.T:
                 memory[:] = row  # the next segment starts from it (this buffer goes to the trainer)
 

@@ -10,7 +10,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from srl.api.env import forgotten
 from srl.api.schema import MEMORY, Field, memory_field
 
 
@@ -91,18 +90,27 @@ class MemoryProbePolicy(RandomPolicy):
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
         state = obs[MEMORY]
         out = super().act({k: v for k, v in obs.items() if k != MEMORY}, deterministic)
-        out[MEMORY] = np.stack([obs["obs"][:, 0], state[:, 1] + 1.0], axis=1).astype(np.float32)
+        out[MEMORY] = np.stack([_seen(obs)[:, 0], state[:, 1] + 1.0], axis=1).astype(np.float32)
         return out
+
+
+def _seen(obs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The probe's ``[uid, t]``: the observation, or a turn-based game's ``observation`` part."""
+    return obs["obs"] if "obs" in obs else obs["obs.observation"]
 
 
 def memory_violations(batch: Mapping[str, np.ndarray]) -> tuple[int, int]:
     """How many of a batch's rows break :class:`MemoryProbePolicy`'s rule, of how many. A multi-agent column
-    holds zeros in the row after its agent's episode ended and after each step it sat idle (``alive`` false: its
-    agent done before the others), whatever it is shown there."""
-    obs, memory = batch["obs"], batch[MEMORY]
+    holds zeros in the row after its agent's episode ended, and over each step it sat idle (``alive`` false:
+    its agent done before the others) keeps the state it had, whatever it is shown there."""
+    obs, memory = _seen(batch), batch[MEMORY]
     want = np.where((obs[..., 1:] == 0), 0.0, obs)
-    if "alive" in batch:
-        want[1:][forgotten(batch["terminated"], batch["truncated"], batch["alive"])] = 0.0  # as the actor
+    if "alive" in batch:  # as the actor carries them, step by step
+        ended = batch["terminated"] | batch["truncated"]
+        idle = ~batch["alive"].astype(bool)
+        for t in range(len(ended)):
+            want[t + 1][idle[t]] = want[t][idle[t]]
+            want[t + 1][ended[t]] = 0.0
     return int((~np.isclose(memory, want).all(axis=-1)).sum()), int(memory.shape[0] * memory.shape[1])
 
 
