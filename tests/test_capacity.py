@@ -17,7 +17,8 @@ from srl.capacity.model import Cluster, Costs, Layout, fan_out_candidates, param
 from srl.capacity.recommend import Limits, recommend, scale_table
 from srl.cli.main import main
 
-# Round numbers, so predictions can be checked by hand: an env step costs 100 us, an update 200 us per sample.
+# Round numbers, so predictions can be checked by hand: an env step costs 100 us, an update 200 us per sample;
+# the trainers' all-reduce is free here (a test of its own charges it).
 COSTS = Costs(
     env_id="Fake-v0",
     envs_per_slot=8,
@@ -38,6 +39,10 @@ COSTS = Costs(
     param_bytes=1_000_000,
     param_hop_seconds=1e-3,
     param_bytes_per_second=1e9,
+    gradient_bytes=100_000,
+    reductions_per_update=16,
+    allreduce_hop_seconds=0.0,
+    allreduce_bytes_per_second=1e18,
 )
 
 
@@ -203,7 +208,7 @@ def test_max_trainers_caps_and_leaves_idle_actor_nodes():
 
 def test_max_trainer_nodes_caps_the_trainer_nodes_and_trainers_split_evenly_over_them():
     costs = dataclasses.replace(COSTS, gpu_update_speedup=10.0)
-    cluster = Cluster(nodes=40, cores_per_node=64, gpus_per_node=8)
+    cluster = Cluster(nodes=40, cores_per_node=64, gpus_per_node=8, link_latency_us=0.0)  # a free all-reduce
     free, one = recommend(costs, cluster), recommend(costs, cluster, Limits(max_trainer_nodes=1))
     assert free.layout.trainer_nodes > 1 and one.layout.trainer_nodes == 1
     assert (
@@ -217,8 +222,60 @@ def test_max_trainer_nodes_caps_the_trainer_nodes_and_trainers_split_evenly_over
         Limits(max_trainer_nodes=0)
 
 
+def test_the_trainers_all_reduce_is_a_ring_charged_per_minibatch():
+    """By hand: 4 trainers on one node all-reduce 100 kB 16 times per update of their 512 samples; a ring takes
+    2 x 3 steps of (100 us + 25 kB at 1 GB/s) = 750 us. Across trainer nodes each step waits on the link:
+    its latency (500 us here) and bandwidth (1 Gbit/s). One trainer reduces nothing."""
+    from srl.capacity.model import allreduce_per_step, allreduce_seconds
+
+    costs = dataclasses.replace(COSTS, allreduce_hop_seconds=100e-6, allreduce_bytes_per_second=1e9)
+    node = Cluster(nodes=1, cores_per_node=64)
+    four = one_node(actors=8, trainers=4)
+    assert allreduce_seconds(costs, node, four) == pytest.approx(6 * (100e-6 + 25e-6))
+    per_step = 16 * 750e-6 / 512
+    assert allreduce_per_step(costs, node, four) == pytest.approx(per_step)
+    assert predict(costs, node, four).stages["trainer"] == pytest.approx(4 / (200e-6 + per_step))
+    assert allreduce_seconds(costs, node, one_node(actors=8)) == 0.0
+    far = Cluster(nodes=4, cores_per_node=64, link_gbps=1.0, link_latency_us=500.0)
+    spread = many_nodes(2, 2, trainers=64)
+    assert allreduce_seconds(costs, far, spread) == pytest.approx(2 * 63 * (500e-6 + 100_000 / 64 / 1.25e8))
+    near = many_nodes(2, 1, trainers=64)  # one trainer node: the ring stays on its loopback
+    assert allreduce_seconds(costs, far, near) == pytest.approx(2 * 63 * (100e-6 + 100_000 / 64 / 1e9))
+    # a costs file measured before the all-reduce was: one trainer only, more is one line
+    old = dataclasses.replace(costs, **dict.fromkeys(("gradient_bytes", "reductions_per_update",
+                                                      "allreduce_hop_seconds", "allreduce_bytes_per_second")))  # fmt: skip
+    assert predict(old, node, one_node(actors=8)).steps_per_second > 0
+    with pytest.raises(ConfigError, match="gradient_bytes: this costs file has no all-reduce measurement"):
+        predict(old, node, four)
+    assert recommend(old, Cluster(nodes=100, cores_per_node=64)).layout.trainers == 1  # it plans one trainer
+    with pytest.raises(ConfigError, match="reductions_per_update: missing, while gradient_bytes is given"):
+        dataclasses.replace(old, gradient_bytes=1000)
+
+
+def test_a_costly_all_reduce_stops_the_trainers_growing_with_the_cluster():
+    """At 160 nodes of 64 cores, a free all-reduce lets the plan run 5,120 CPU trainers; at 200 us per ring step
+    and 50 us across nodes, every one more makes each trainer wait longer: the plan keeps each trainer at least
+    half its time on its update (128 trainers here), where filling the cluster would add 40x the trainers for
+    less than 2x the throughput, each waiting 97% of its time."""
+    from srl.capacity.recommend import trainer_efficiency
+
+    free = recommend(COSTS, Cluster(nodes=160, cores_per_node=64, link_gbps=1e9, link_latency_us=0.0))
+    assert free.layout.trainers == 5_120 and free.prediction.steps_per_second == pytest.approx(5_120 / 200e-6)
+    cluster = Cluster(nodes=160, cores_per_node=64)
+    costly = dataclasses.replace(COSTS, allreduce_hop_seconds=200e-6, allreduce_bytes_per_second=1e9)
+    charged = recommend(costly, cluster)
+    assert charged.layout.trainers <= 200 and charged.layout.actor_nodes + charged.layout.trainer_nodes <= 8
+    assert trainer_efficiency(costly, cluster, charged.layout) >= 0.5
+    filled = recommend(costly, cluster, Limits(min_trainer_efficiency=0.0))
+    assert filled.layout.trainers >= 20 * charged.layout.trainers
+    assert filled.prediction.steps_per_second < 2 * charged.prediction.steps_per_second
+    assert trainer_efficiency(costly, cluster, filled.layout) < 0.05
+    with pytest.raises(ConfigError, match="min_trainer_efficiency: must be in"):
+        Limits(min_trainer_efficiency=1.0)
+
+
 def test_scale_table_compares_flat_and_hierarchical():
-    rows = scale_table(COSTS, cores_per_node=64)
+    rows = scale_table(COSTS, Cluster(nodes=1, cores_per_node=64, link_latency_us=0.0))
     assert [r.cores for r in rows] == [1_000, 10_000, 100_000]
     assert [r.cluster.nodes for r in rows] == [16, 157, 1563]
     for r in rows:
@@ -307,6 +364,8 @@ def test_plan_json_and_text(costs_file, capsys):
         (["--costs", "{good}", "--gpus-per-node", "8"], "--gpu-speedup: needed with --gpus-per-node > 0"),
         (["--costs", "{good}", "--max-trainers", "0"], "--max-trainers: must be >= 1"),
         (["--costs", "{good}", "--max-trainer-nodes", "0"], "--max-trainer-nodes: must be >= 1"),
+        (["--costs", "{good}", "--link-latency-us", "-1"], "--link-latency-us: must be >= 0"),
+        (["--costs", "{good}", "--min-trainer-efficiency", "1.5"], "--min-trainer-efficiency: must be in [0, 1)"),
         (["--costs", "{good}", "--layout", "actors=2"], "--layout 'actors=2': expected KEY=VALUE"),
         (["--costs", "{good}", "--layout", "trainers=two"], "--layout trainers: expected an integer"),
         ([], "give --costs FILE or --config CONFIG"),
@@ -394,6 +453,16 @@ def test_cost_measurements_run_the_real_paths():
     assert measured["bytes_per_sample"] == pytest.approx(segment_bytes / (w.segment_length * w.envs_per_slot))
     costs = dataclasses.replace(COSTS, **measured)
     assert predict(costs, Cluster(nodes=1, cores_per_node=2), one_node(1)).steps_per_second > 0
+    # the all-reduce: one real update's reductions counted, and two real trainer processes timed
+    from srl.bench.allreduce import measure
+    from srl.bench.costs import gradient_reductions
+
+    counted = gradient_reductions(plan)
+    assert counted["reductions_per_update"] == plan.cfg.ppo.epochs * plan.cfg.ppo.minibatches
+    # a decentralized critic reduces nothing: the actor's weights, which the snapshot holds with its normalizer's
+    assert 0.9 * plan.policies[0].param_size * 4 < counted["gradient_bytes"] <= plan.policies[0].param_size * 4
+    timed = measure(2, counted["gradient_bytes"] // 4, rounds=3, warmup=1)
+    assert timed["gradient_bytes"] == counted["gradient_bytes"] and 0 < timed["seconds_min"] <= timed["seconds_median"]
 
 
 def test_segment_send_counts_the_bytes_the_stream_sends():

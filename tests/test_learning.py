@@ -102,4 +102,5 @@ def test_two_data_parallel_trainers_solve_cartpole(tmp_path):
     assert summary["final_eval_return_mean"] >= 475
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["bytes_reduced"] > 0  # gradients really went through the collective
+    assert summary["reduce_seconds_per_update"] > 0 and summary["bytes_reduced_per_update"] > 0
     assert set(summary["time_fractions"]) >= {"trainer0/train", "trainer1/train"}

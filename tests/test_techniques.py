@@ -238,6 +238,7 @@ def _replica(rank: int, store: str, out: str, critic: str) -> None:
             actor=algo.policy.flat_state(),
             critic=algo.value.flat_state(),
             reduced=np.array(coll.bytes_reduced - before),
+            seconds=np.array(coll.seconds_reduced),
         )
     finally:
         coll.close()
@@ -268,6 +269,16 @@ def test_data_parallel_replicas_stay_identical_where_synchronized(tmp_path: Path
     else:
         np.testing.assert_array_equal(r0["critic"], r1["critic"])
         assert int(r0["reduced"]) == 4 * (actor_params + critic_params) * steps
+    assert float(r0["seconds"]) > 0 and float(r1["seconds"]) > 0  # the time in reductions is kept too
+    # what srl bench costs counts from one trainer's update is what the two reduced
+    from srl.bench.costs import CountingCollective
+
+    counter = CountingCollective()
+    alone = _ppo(ModelConfig(hidden=(16,)), PPOConfig(critic=critic, epochs=2, minibatches=2, normalize_values=True),
+                 seed=10, collective=counter)  # fmt: skip
+    for i in range(2):
+        alone.train(_random_batch(i), 0.0)
+    assert counter.bytes_reduced == int(r0["reduced"]) and counter.reductions == steps
 
 
 def test_several_trainers_need_the_local_runtime_and_enough_actors() -> None:

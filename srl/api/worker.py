@@ -54,6 +54,8 @@ class Collective(Protocol):
     world_size: int
     bytes_reduced: int
     """Payload bytes this trainer has put into reductions so far."""
+    seconds_reduced: float
+    """Seconds this trainer has spent in those reductions so far (waiting for its peers included)."""
 
     def connect(self) -> None:
         """Join the group; blocks until every trainer has joined."""

@@ -15,7 +15,10 @@ model (``srl/capacity/model.py``) can recombine them for a cluster:
   batches of one slot and of several;
 - segment send: the real ``SampleSender`` -> ``SampleReceiver`` over ZeroMQ TCP on loopback;
 - parameter transfer: ``srl.bench.params.measure`` (a root server and one reader
-  process) at two snapshot sizes, fitted as a fixed hop time plus a byte rate.
+  process) at two snapshot sizes, fitted as a fixed hop time plus a byte rate;
+- gradient all-reduce: the reductions of one real update counted (how many, how
+  many bytes) by a collective that only counts, and the ring's hop time and byte
+  rate from two real trainer processes (``srl.bench.allreduce.ring_fit``).
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ import functools
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import zmq
+from torch import Tensor
 
 from srl.api.config import ExperimentConfig
 from srl.api.schema import Field
@@ -37,6 +41,7 @@ from srl.api.worker import Policy
 from srl.base import transfer
 from srl.base.channel import FifoChannel
 from srl.base.shm import new_tag
+from srl.bench.allreduce import ring_fit
 from srl.bench.params import measure as measure_params
 from srl.bench.throughput import bench_compute, bench_env, random_batch, random_obs, timed_rate
 from srl.capacity.model import Costs
@@ -257,6 +262,50 @@ def param_transfer(floats: int, dtype: str, versions: int = 6, interval: float =
     return {"param_hop_seconds": hop, "param_bytes_per_second": rate}
 
 
+class CountingCollective:
+    """A collective of one trainer that only counts what an update reduces (how many reductions, how many bytes),
+    so one real update says what data-parallel trainers would all-reduce."""
+
+    rank, world_size = 0, 1
+
+    def __init__(self) -> None:
+        self.bytes_reduced, self.seconds_reduced, self.reductions = 0, 0.0, 0
+
+    def connect(self) -> None:
+        """Nothing to join."""
+
+    def close(self) -> None:
+        """Nothing to leave."""
+
+    def mean_(self, tensors: Sequence[Tensor]) -> None:
+        if tensors:
+            self.reductions += 1
+            self.bytes_reduced += sum(t.numel() * t.element_size() for t in tensors)
+
+    def broadcast_(self, tensors: Sequence[Tensor]) -> None:
+        """Rank 0's tensors are these already."""
+
+    def merge_moments(self, mean: Tensor, var: Tensor, n: int) -> tuple[Tensor, Tensor, int]:
+        return mean, var, n
+
+    def any(self, flag: bool) -> bool:
+        return flag
+
+
+def gradient_reductions(plan: Plan) -> dict[str, int]:
+    """What one update over a full batch all-reduces: bytes per reduction and reductions per update."""
+    from srl.wiring import make_algorithm
+
+    cfg, one = plan.cfg, plan.only("srl bench costs")
+    counter = CountingCollective()
+    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, counter, state_space=one.state_space)
+    batch = random_batch(one, np.random.default_rng(cfg.seed), cfg.workers.batch_segments * one.columns_per_slot)
+    algo.train(batch, 0.0)
+    if not counter.reductions:
+        raise RuntimeError(f"srl bench costs: an update of {cfg.algorithm!r} reduced no gradient")
+    return {"gradient_bytes": counter.bytes_reduced // counter.reductions, "reductions_per_update": counter.reductions}
+
+
 def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     """Measure every cost of ``Costs`` for ``cfg`` (each measurement runs about ``seconds``)."""
     plan = make_plan(
@@ -270,6 +319,8 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     send = segment_send(plan, max(0.2, seconds / 4))
     one = plan.only("srl bench costs")
     params = param_transfer(one.param_size, cfg.params.transfer_dtype)
+    reduced = gradient_reductions(plan)
+    ring = ring_fit(reduced["gradient_bytes"] // 4)
     costs = Costs(
         env_id=cfg.env.id,
         envs_per_slot=w.envs_per_slot,
@@ -286,6 +337,9 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         param_bytes=one.param_size * transfer.itemsize(cfg.params.transfer_dtype),
         **send,
         **params,
+        gradient_bytes=reduced["gradient_bytes"],
+        reductions_per_update=reduced["reductions_per_update"],
+        **ring,
     )
     return {"bench": "costs", **_rounded(costs.to_dict())}
 

@@ -12,7 +12,10 @@ It is a pipeline-throughput model and nothing more:
 
 - every stage has a capacity in env steps/s: the processes in it divided by the
   seconds one process needs per sample (``env``: actors stepping environments,
-  with inference when it is inline; ``inference``: policy workers; ``trainer``;
+  with inference when it is inline; ``inference``: policy workers; ``trainer``,
+  whose seconds include its share of the gradient all-reduce among data-parallel
+  trainers (:func:`allreduce_seconds`: a ring over this machine's loopback as
+  measured, or across trainer nodes over their links);
   ``network``: links carrying segments from actor nodes to trainer nodes;
   ``params``: the parameter service must deliver each version to every reader
   before the next one is published);
@@ -22,8 +25,8 @@ It is a pipeline-throughput model and nothing more:
 - the recommended layout is the integer split of the cores that maximises it.
 
 Not modelled (see docs/scaling.md): queueing and latency (a ring of two slots is
-assumed to hide each inference round trip), the gradient all-reduce between
-data-parallel trainers, policy workers on GPUs, relay, stage and controller CPU
+assumed to hide each inference round trip), trainers waiting for their slowest
+peer at each all-reduce, policy workers on GPUs, relay, stage and controller CPU
 time, stragglers and failures, and how many samples learning needs.
 """
 
@@ -101,17 +104,28 @@ class Costs:
     """Fixed time of one parameter-service hop (server wakes, sends, reader loads), from two snapshot sizes."""
     param_bytes_per_second: float
     """How fast one parameter server pushes snapshot bytes to its readers on this machine."""
+    gradient_bytes: int | None = None
+    """Bytes of one gradient all-reduce among data-parallel trainers (float32, every parameter the update
+    reduces). None (a costs file measured before it existed): the layout may have one trainer only."""
+    reductions_per_update: int | None = None
+    """All-reduces per update (PPO: ``epochs x minibatches``), counted in a real update."""
+    allreduce_hop_seconds: float | None = None
+    """Fixed time of one step of a ring all-reduce on this machine (two trainer processes on loopback, gloo)."""
+    allreduce_bytes_per_second: float | None = None
+    """How fast one ring step moves gradient bytes on this machine (the same measurement)."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "env_id":
                 _require(isinstance(value, str), f.name, f"expected a string, got {value!r}")
-            elif f.name == "gpu_update_speedup":
+            elif f.name in _OPTIONAL:
+                fits = _is_int(value) if f.type == "int | None" else _is_number(value)
+                positive = fits and (value > 0 or (value == 0 and f.name in _MAY_BE_ZERO))
                 _require(
-                    value is None or (_is_number(value) and value > 0),
+                    value is None or positive,
                     f.name,
-                    f"must be a number > 0 or null, got {value!r}",
+                    f"must be {'an integer' if f.type == 'int | None' else 'a number'} > 0 or null, got {value!r}",
                 )
             elif f.type == "int":
                 _require(
@@ -123,6 +137,10 @@ class Costs:
                 _require(_is_number(value) and value >= 0, f.name, f"must be a number >= 0, got {value!r}")
             else:
                 _require(_is_number(value) and value > 0, f.name, f"must be a number > 0, got {value!r}")
+        given = [name for name in ALLREDUCE if getattr(self, name) is not None]
+        if given and len(given) < len(ALLREDUCE):
+            missing = next(name for name in ALLREDUCE if getattr(self, name) is None)
+            _require(False, missing, f"missing, while {given[0]} is given (one all-reduce measurement has all four)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -137,7 +155,7 @@ class Costs:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ConfigError(f"{source}: {unknown[0]}: unknown field")
-        optional = {"gpu_update_speedup", "agents_per_env"}  # files measured before agents_per_env: single-agent
+        optional = _OPTIONAL | {"agents_per_env"}  # files measured before agents_per_env: single-agent
         missing = sorted(n for n in names - set(data) if n not in optional)
         if missing:
             raise ConfigError(f"{source}: {missing[0]}: missing")
@@ -162,12 +180,21 @@ _MAY_BE_ZERO = {
     "serve_seconds_per_request",
     "segment_send_seconds",
     "param_hop_seconds",
+    "allreduce_hop_seconds",
 }
 _FLOATS = {f.name for f in dataclasses.fields(Costs) if f.type in ("float", "float | None")}
+_OPTIONAL = {"gpu_update_speedup", "gradient_bytes", "reductions_per_update", "allreduce_hop_seconds",
+             "allreduce_bytes_per_second"}  # fmt: skip
+ALLREDUCE = ("gradient_bytes", "reductions_per_update", "allreduce_hop_seconds", "allreduce_bytes_per_second")
+"""The fields of one all-reduce measurement (``srl bench costs``): all present, or all None."""
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _require(cond: bool, name: str, msg: str) -> None:
@@ -185,12 +212,20 @@ class Cluster:
     """GPUs are used by trainers only (one trainer per GPU on trainer nodes)."""
     link_gbps: float = 10.0
     """Each node's network link, Gbit/s, each direction."""
+    link_latency_us: float = 50.0
+    """One message's latency between two nodes, microseconds (an assumption: nothing here measures it); a
+    step of an all-reduce ring that crosses nodes costs at least this."""
 
     def __post_init__(self) -> None:
         for name in ("nodes", "cores_per_node"):
             _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         _require(self.gpus_per_node >= 0, "gpus_per_node", f"must be >= 0, got {self.gpus_per_node}")
         _require(_is_number(self.link_gbps) and self.link_gbps > 0, "link_gbps", f"must be > 0, got {self.link_gbps}")
+        _require(
+            _is_number(self.link_latency_us) and self.link_latency_us >= 0,
+            "link_latency_us",
+            f"must be >= 0, got {self.link_latency_us}",
+        )
 
     @property
     def link_bytes_per_second(self) -> float:
@@ -212,6 +247,9 @@ class Layout:
     envs_per_slot: int
     params_mode: Literal["hierarchical", "flat"] = "hierarchical"
     fan_out: int = 8
+    batch_segments: int | None = None
+    """Segments per trainer batch (``workers.batch_segments``). None: as many as keep the measured config's batch
+    at this slot size (:func:`trainer_batch`)."""
 
 
 def layout_of(plan: Plan) -> Layout:
@@ -234,6 +272,7 @@ def layout_of(plan: Plan) -> Layout:
         envs_per_slot=cfg.workers.envs_per_slot,
         params_mode=cfg.params.mode,
         fan_out=cfg.params.fan_out,
+        batch_segments=cfg.workers.batch_segments,
     )
 
 
@@ -314,7 +353,49 @@ def trainer_seconds(costs: Costs, layout: Layout) -> float:
 
 def samples_per_version(costs: Costs, layout: Layout) -> float:
     """Samples behind one parameter version: every data-parallel trainer contributes its batch."""
-    return layout.trainers * costs.samples_per_version * layout.envs_per_slot / costs.envs_per_slot
+    return layout.trainers * trainer_batch(costs, layout)
+
+
+def batch_segments(costs: Costs, layout: Layout) -> int:
+    """Segments per trainer batch: the layout's, or the count that keeps the measured config's batch closest at
+    the layout's slot size (at least one: a larger slot than the batch holds grows it)."""
+    if layout.batch_segments is not None:
+        return layout.batch_segments
+    return max(1, int(costs.samples_per_version / (costs.segment_length * layout.envs_per_slot) + 0.5))
+
+
+def trainer_batch(costs: Costs, layout: Layout) -> float:
+    """Env steps one trainer updates on per version: its segments of ``segment_length x envs_per_slot``."""
+    return batch_segments(costs, layout) * costs.segment_length * layout.envs_per_slot
+
+
+def allreduce_seconds(costs: Costs, cluster: Cluster, layout: Layout) -> float:
+    """Seconds of one gradient all-reduce among the ``p`` data-parallel trainers, as a ring: ``2 (p - 1)`` steps,
+    each moving ``1/p`` of the gradient bytes, at this machine's measured hop time and byte rate (loopback). When
+    the trainers span several nodes every step waits on the ring's slowest hop, a node link: at least the
+    link's latency, at most its bandwidth. 0 for one trainer."""
+    p = layout.trainers
+    if p == 1:
+        return 0.0
+    if costs.gradient_bytes is None or costs.allreduce_hop_seconds is None or costs.allreduce_bytes_per_second is None:
+        raise ConfigError(
+            f"gradient_bytes: this costs file has no all-reduce measurement, needed for {p} trainers "
+            "(measure again with srl bench costs)"
+        )
+    hop, rate = costs.allreduce_hop_seconds, costs.allreduce_bytes_per_second
+    if layout.trainer_nodes > 1:
+        hop = max(hop, cluster.link_latency_us * 1e-6)
+        rate = min(rate, cluster.link_bytes_per_second)
+    return 2 * (p - 1) * (hop + costs.gradient_bytes / p / rate)
+
+
+def allreduce_per_step(costs: Costs, cluster: Cluster, layout: Layout) -> float:
+    """Seconds each trainer spends all-reducing per env step of its batch (every reduction of an update)."""
+    if layout.trainers == 1:
+        return 0.0
+    one = allreduce_seconds(costs, cluster, layout)  # refuses a costs file without the measurement
+    assert costs.reductions_per_update is not None  # given with the other all-reduce fields (ALLREDUCE)
+    return costs.reductions_per_update * one / trainer_batch(costs, layout)
 
 
 # ---------------------------------------------------------------------------------------------- parameter service
@@ -393,13 +474,14 @@ def predict(costs: Costs, cluster: Cluster, layout: Layout) -> Prediction:
     """Capacity of every stage; the pipeline runs at the smallest."""
     check_layout(cluster, layout)
     a_s, t_s = actor_seconds(costs, layout), trainer_seconds(costs, layout)
+    reduce_s = allreduce_per_step(costs, cluster, layout)  # waiting on the ring: no core of the node's busy
     pws = layout.actor_nodes * layout.policy_workers_per_node
     p_s = policy_seconds(costs, layout) if pws else 0.0
     delivery = param_delivery(costs, cluster, layout)
     stages = {
         "env": layout.actor_nodes * layout.actors_per_node / a_s,
         "inference": rate(pws, p_s) if pws else math.inf,  # inline inference is part of the env stage
-        "trainer": layout.trainers / t_s,
+        "trainer": layout.trainers / (t_s + reduce_s),
         "network": _network(costs, cluster, layout),
         "params": samples_per_version(costs, layout) / delivery.seconds if delivery.seconds else math.inf,
         "cores": _cores(costs, cluster, layout, a_s + p_s, t_s),

@@ -23,12 +23,15 @@ from srl.capacity.model import (
     ParamDelivery,
     Prediction,
     actor_seconds,
+    allreduce_per_step,
+    batch_segments,
     best_params,
     param_delivery,
     policy_seconds,
     predict,
     rate,
     samples_per_version,
+    trainer_seconds,
 )
 
 SCALES = (1_000, 10_000, 100_000)
@@ -36,22 +39,56 @@ SCALES = (1_000, 10_000, 100_000)
 MAX_ENVS_PER_SLOT = 64
 GOOD_ENOUGH = 0.95
 """The recommended ``envs_per_slot`` is the smallest whose layout reaches this share of the fastest one."""
+NODE_MARGIN = 0.01
+"""How much faster a layout with more trainer nodes must be to be preferred (see ``_best_of``)."""
+MIN_TRAINER_EFFICIENCY = 0.5
+"""The share of its time a recommended trainer spends on its own update, at least. A ring all-reduce grows by
+two steps with every trainer, so past some count each one more adds less than it costs; the model's
+throughput still creeps up (it never charges the stragglers every step waits for), and without this floor the
+search would fill every node it is given with trainers that mostly wait."""
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps on the search, for what the model does not charge for or the runtime cannot place."""
+    """Caps on the search: what a user can afford or the runtime can place, and what the model leaves out
+    (stragglers at each all-reduce grow with the trainers)."""
 
     max_trainers: int | None = None
-    """Data-parallel trainers: their all-reduce is not modelled, so a cap asks what a realistic count gives."""
+    """Data-parallel trainers."""
     max_trainer_nodes: int | None = None
-    """Nodes for trainers (``ray.trainer_nodes``); each adds an all-reduce hop the model does not charge."""
+    """Nodes for trainers (``ray.trainer_nodes``)."""
+    min_trainer_efficiency: float = MIN_TRAINER_EFFICIENCY
+    """See :data:`MIN_TRAINER_EFFICIENCY` (0: trainers as long as they add anything)."""
 
     def __post_init__(self) -> None:
         for name in ("max_trainers", "max_trainer_nodes"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {value}")
+        if not 0.0 <= self.min_trainer_efficiency < 1.0:
+            raise ConfigError(f"min_trainer_efficiency: must be in [0, 1), got {self.min_trainer_efficiency}")
+
+
+def trainer_efficiency(costs: Costs, cluster: Cluster, layout: Layout) -> float:
+    """The share of a trainer's time on its update rather than in the all-reduce (1 for one trainer)."""
+    t = trainer_seconds(costs, layout)
+    return t / (t + allreduce_per_step(costs, cluster, layout))
+
+
+def efficient_trainers(costs: Costs, cluster: Cluster, layout: Layout, floor: float) -> int:
+    """The most trainers, up to ``layout.trainers``, at which each still has ``floor`` of its time for its update
+    (the efficiency falls as trainers are added: bisection)."""
+
+    def ok(p: int) -> bool:
+        return trainer_efficiency(costs, cluster, dataclasses.replace(layout, trainers=p)) >= floor
+
+    lo, hi = 1, layout.trainers
+    if ok(hi):
+        return hi
+    while lo + 1 < hi:  # ok(lo), not ok(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
 
 
 @dataclass(frozen=True)
@@ -81,17 +118,21 @@ class Recommendation:
             "workers.trainer_device": "cuda" if lay.trainer_device == "gpu" else "cpu",
             "workers.ring_size": lay.ring_size,
             "workers.envs_per_slot": lay.envs_per_slot,
+            **({} if lay.batch_segments is None else {"workers.batch_segments": lay.batch_segments}),
             "params.mode": lay.params_mode,
             "params.fan_out": lay.fan_out,
         }
 
 
 def envs_per_slot_candidates(costs: Costs) -> list[int]:
-    """The measured ``envs_per_slot`` and its doublings up to ``MAX_ENVS_PER_SLOT``. Larger slots amortise the
-    fixed cost of each request (round trip, inline forward pass); per-step env cost is taken as independent of
-    the slot size, which overstates it for larger slots (a conservative error)."""
+    """The measured ``envs_per_slot`` and its doublings up to ``MAX_ENVS_PER_SLOT``, as long as a trainer's PPO
+    batch can stay as measured (at least one segment of the slot fits in it): a recommendation changes where
+    the work runs, not what an update learns from (and a larger batch would hide the all-reduce's cost). Larger
+    slots amortise the fixed cost of each request (round trip, inline forward pass); per-step env cost is taken
+    as independent of the slot size, which overstates it for larger slots (a conservative error)."""
+    largest = min(MAX_ENVS_PER_SLOT, costs.samples_per_version // costs.segment_length)
     out = [costs.envs_per_slot]
-    while out[-1] * 2 <= MAX_ENVS_PER_SLOT:
+    while out[-1] * 2 <= largest:
         out.append(out[-1] * 2)
     return out
 
@@ -102,10 +143,14 @@ def recommend(costs: Costs, cluster: Cluster, limits: Limits = Limits()) -> Reco
     One node: trainers, policy workers and actors split its cores. Several nodes: trainer nodes run one
     trainer per GPU (or per ``trainer_threads`` cores), actor nodes the best actor / policy worker split, and the
     number of trainer nodes balances the two. With GPUs, CPU trainers are tried too (a small network gains
-    little from a GPU). ``envs_per_slot`` is the smallest candidate within ``GOOD_ENOUGH`` of the fastest: a
-    larger slot also grows the PPO batch. ``limits`` caps trainers and trainer nodes."""
+    little from a GPU). ``envs_per_slot`` is the smallest candidate within ``GOOD_ENOUGH`` of the fastest, with
+    ``batch_segments`` keeping each trainer's PPO batch as measured (a slot larger than that batch grows it to
+    one segment). ``limits`` caps trainers and trainer nodes; a costs file measured before the all-reduce was
+    (no ``gradient_bytes``) plans one trainer."""
     if cluster.gpus_per_node and costs.gpu_update_speedup is None:
         raise ConfigError("gpu_update_speedup: needed with GPUs (give --gpu-speedup; nothing here measures it)")
+    if costs.gradient_bytes is None:
+        limits = dataclasses.replace(limits, max_trainers=1)
     search = _best_one_node if cluster.nodes == 1 else _best_many_nodes
     devices: list[Literal["cpu", "gpu"]] = ["gpu", "cpu"] if cluster.gpus_per_node else ["cpu"]
     per_slot_size = []
@@ -120,12 +165,14 @@ def recommend(costs: Costs, cluster: Cluster, limits: Limits = Limits()) -> Reco
     if not per_slot_size:
         raise ConfigError(f"cores_per_node: {cluster.cores_per_node} cores leave no room for an actor")
     fastest = max(rec.prediction.steps_per_second for rec in per_slot_size)
-    return next(rec for rec in per_slot_size if rec.prediction.steps_per_second >= GOOD_ENOUGH * fastest)
+    rec = next(rec for rec in per_slot_size if rec.prediction.steps_per_second >= GOOD_ENOUGH * fastest)
+    layout = dataclasses.replace(rec.layout, batch_segments=batch_segments(costs, rec.layout))
+    return Recommendation(layout, rec.prediction)
 
 
-def _better(candidate: Recommendation, best: Recommendation | None) -> bool:
-    """Strictly faster (by more than rounding), so that the first, smallest layout wins ties."""
-    return best is None or candidate.prediction.steps_per_second > best.prediction.steps_per_second * (1 + 1e-9)
+def _better(candidate: Recommendation, best: Recommendation | None, margin: float = 1e-9) -> bool:
+    """Faster by more than ``margin`` (rounding, by default), so that the first, smallest layout wins ties."""
+    return best is None or candidate.prediction.steps_per_second > best.prediction.steps_per_second * (1 + margin)
 
 
 def _best_one_node(
@@ -135,6 +182,10 @@ def _best_one_node(
     C = cluster.cores_per_node
     per_trainer = 1 if device == "gpu" else costs.trainer_threads
     most = min(limits.max_trainers or C, cluster.gpus_per_node if device == "gpu" else C // per_trainer)
+    if most > 1:
+        template = Layout(actor_nodes=1, trainer_nodes=0, actors_per_node=most, policy_workers_per_node=0,
+                          trainers=most, trainer_device=device, envs_per_slot=B)  # fmt: skip
+        most = efficient_trainers(costs, cluster, template, limits.min_trainer_efficiency)
     best = None
     for trainers in range(1, most + 1):
         free = C - trainers * per_trainer
@@ -189,17 +240,20 @@ def _best_many_nodes(
     max_trainers = limits.max_trainers or N * per_node
 
     def evaluate(trainer_nodes: int) -> Recommendation | None:
-        trainers = min(max_trainers, trainer_nodes * per_node)
-        trainers -= trainers % trainer_nodes  # the Ray runtime splits trainers evenly over their nodes
         layout = Layout(
             actor_nodes=N - trainer_nodes,
             trainer_nodes=trainer_nodes,
             actors_per_node=C - pws,
             policy_workers_per_node=pws,
-            trainers=trainers,
+            trainers=min(max_trainers, trainer_nodes * per_node),
             trainer_device=device,
             envs_per_slot=B,
         )
+        trainers = efficient_trainers(costs, cluster, layout, limits.min_trainer_efficiency)
+        trainers -= trainers % trainer_nodes  # the Ray runtime splits trainers evenly over their nodes
+        if trainers < trainer_nodes:  # trainer nodes the efficient trainers cannot all have one on
+            return None
+        layout = dataclasses.replace(layout, trainers=trainers)
         if layout.actor_nodes * layout.actors_per_node < layout.trainers:
             return None
         params = best_params(costs, cluster, layout)
@@ -238,10 +292,18 @@ def _fewest_actor_nodes(costs: Costs, cluster: Cluster, rec: Recommendation) -> 
 def _best_of(
     evaluate: Callable[[int], Recommendation | None], grid: range, best: Recommendation | None, best_at: int
 ) -> tuple[Recommendation | None, int]:
-    """The fastest of ``best`` and the layouts ``evaluate`` gives along ``grid``, and where it was found."""
+    """The fastest of ``best`` (found at ``best_at`` trainer nodes) and the layouts ``evaluate`` gives along
+    ``grid``, and where it was found; within ``NODE_MARGIN`` the one with fewer trainer nodes wins: once the
+    trainers are capped, more trainer nodes only move the rounding of trainers to a multiple of the nodes."""
     for n in grid:
         rec = evaluate(n)
-        if rec is not None and _better(rec, best):
+        if rec is None:
+            continue
+        if best is None or (
+            _better(rec, best, NODE_MARGIN)
+            if n > best_at
+            else rec.prediction.steps_per_second >= best.prediction.steps_per_second * (1 - NODE_MARGIN)
+        ):
             best, best_at = rec, n
     return best, best_at
 
@@ -261,22 +323,13 @@ class ScaleRow:
 
 
 def scale_table(
-    costs: Costs,
-    cores_per_node: int,
-    gpus_per_node: int = 0,
-    link_gbps: float = 10.0,
-    scales: tuple[int, ...] = SCALES,
-    limits: Limits = Limits(),
+    costs: Costs, node: Cluster, scales: tuple[int, ...] = SCALES, limits: Limits = Limits()
 ) -> list[ScaleRow]:
-    """At each core count: nodes of ``cores_per_node``, the recommended layout, and both parameter services."""
+    """At each core count: as many nodes like ``node``'s (cores, GPUs, link) as it takes, the recommended layout,
+    and both parameter services."""
     rows = []
     for cores in scales:
-        cluster = Cluster(
-            nodes=max(1, math.ceil(cores / cores_per_node)),
-            cores_per_node=cores_per_node,
-            gpus_per_node=gpus_per_node,
-            link_gbps=link_gbps,
-        )
+        cluster = dataclasses.replace(node, nodes=max(1, math.ceil(cores / node.cores_per_node)))
         rec = recommend(costs, cluster, limits)
         lay = rec.layout
         interval = samples_per_version(costs, lay) / rec.prediction.steps_per_second

@@ -27,6 +27,8 @@ WHAT = {
     "solve": "time from process start to solved, over several seeds",
     "params": "parameter service: root sends and bytes per version, flat vs hierarchical, as readers grow",
     "costs": "per-stage costs of a config on this machine, the input of `srl plan` (see docs/scaling.md)",
+    "allreduce": "the trainers' gradient all-reduce for a config: measured at --trainers counts beside the "
+    "capacity model's ring",
 }
 
 
@@ -56,6 +58,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--versions", type=int, default=10, help="versions published per measurement")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between versions")
     p.add_argument("--dtype", choices=list(TRANSFER_DTYPES), default="float32", help="transfer dtype")
+    a = b.add_argument_group("allreduce")
+    a.add_argument("--trainers", default="2,4", help="comma-separated data-parallel trainer counts")
+    a.add_argument("--rounds", type=int, default=30, help="reductions timed per measurement")
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -81,6 +86,18 @@ def run_bench(args: argparse.Namespace) -> int:
             interval=args.interval,
             dtype=args.dtype,
         ):
+            print(json.dumps(result) if args.json else _human(result), flush=True)
+        return 0
+    if args.what == "allreduce":
+        from srl.bench.allreduce import bench_allreduce
+
+        try:
+            worlds = [int(n) for n in args.trainers.split(",")]
+        except ValueError:
+            raise ConfigError(f"--trainers: must be comma-separated integers, got {args.trainers!r}") from None
+        if min(worlds) < 2 or args.rounds < 1:
+            raise ConfigError("--trainers must be >= 2 each and --rounds >= 1")
+        for result in bench_allreduce(load_config(config, overrides), worlds, args.rounds):
             print(json.dumps(result) if args.json else _human(result), flush=True)
         return 0
     if args.what == "solve":

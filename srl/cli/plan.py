@@ -1,7 +1,7 @@
 """``srl plan``: predicted throughput, bottleneck and recommended layout of a config on a cluster.
 
     srl plan --costs COSTS.json --nodes N --cores-per-node C [--gpus-per-node G] [--gpu-speedup X]
-             [--link-gbps B] [--max-trainers M] [--json]
+             [--link-gbps B] [--link-latency-us L] [--max-trainers M] [--json]
     srl plan --config CONFIG ...      (measures the costs first, as ``srl bench costs`` does)
 
 The model is ``srl/capacity/model.py``; what it assumes is in docs/scaling.md.
@@ -18,8 +18,27 @@ from pathlib import Path
 from typing import Any
 
 from srl.api.config import ConfigError
-from srl.capacity.model import STAGES, Cluster, Costs, Layout, ParamDelivery, Prediction, predict
-from srl.capacity.recommend import SCALES, Limits, Recommendation, ScaleRow, recommend, scale_table
+from srl.capacity.model import (
+    STAGES,
+    Cluster,
+    Costs,
+    Layout,
+    ParamDelivery,
+    Prediction,
+    allreduce_seconds,
+    predict,
+    trainer_batch,
+)
+from srl.capacity.recommend import (
+    MIN_TRAINER_EFFICIENCY,
+    SCALES,
+    Limits,
+    Recommendation,
+    ScaleRow,
+    recommend,
+    scale_table,
+    trainer_efficiency,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -46,16 +65,30 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--link-gbps", type=float, default=10.0, help="network link per node, Gbit/s (default 10)")
     p.add_argument(
+        "--link-latency-us",
+        type=float,
+        default=50.0,
+        help="one message's latency between nodes, microseconds: what each cross-node step of the trainers' "
+        "all-reduce ring costs at least (default 50; not measurable here)",
+    )
+    p.add_argument(
         "--max-trainers",
         type=int,
         default=None,
-        help="cap on data-parallel trainers (their all-reduce is not modelled)",
+        help="cap on data-parallel trainers",
+    )
+    p.add_argument(
+        "--min-trainer-efficiency",
+        type=float,
+        default=MIN_TRAINER_EFFICIENCY,
+        help="recommend only as many data-parallel trainers as spend at least this share of their time on their "
+        f"own update, not in the all-reduce (default {MIN_TRAINER_EFFICIENCY}; 0: as many as add anything)",
     )
     p.add_argument(
         "--max-trainer-nodes",
         type=int,
         default=None,
-        help="cap on trainer nodes (ray.trainer_nodes; the model does not charge their all-reduce)",
+        help="cap on trainer nodes (ray.trainer_nodes)",
     )
     p.add_argument(
         "--layout",
@@ -108,7 +141,7 @@ def median_costs(runs: list[Costs]) -> Costs:
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(Costs):
         values = [getattr(c, f.name) for c in runs]
-        if f.type == "float":
+        if f.type == "float" or (f.type == "float | None" and None not in values):
             fields[f.name] = statistics.median(values)
         elif len(set(values)) == 1:
             fields[f.name] = values[0]
@@ -159,6 +192,10 @@ def _check_args(args: argparse.Namespace) -> None:
     ):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag}: must be > 0, got {value}")
+    if not (math.isfinite(args.link_latency_us) and args.link_latency_us >= 0):
+        raise ConfigError(f"--link-latency-us: must be >= 0, got {args.link_latency_us}")
+    if not 0.0 <= args.min_trainer_efficiency < 1.0:
+        raise ConfigError(f"--min-trainer-efficiency: must be in [0, 1), got {args.min_trainer_efficiency}")
     for flag, value in (("--max-trainers", args.max_trainers), ("--max-trainer-nodes", args.max_trainer_nodes)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag}: must be >= 1, got {value}")
@@ -203,16 +240,24 @@ def run_plan(args: argparse.Namespace) -> int:
     _check_args(args)
     costs = _costs(args)
     cluster = Cluster(
-        nodes=args.nodes, cores_per_node=args.cores_per_node, gpus_per_node=args.gpus_per_node, link_gbps=args.link_gbps
+        nodes=args.nodes,
+        cores_per_node=args.cores_per_node,
+        gpus_per_node=args.gpus_per_node,
+        link_gbps=args.link_gbps,
+        link_latency_us=args.link_latency_us,
     )
-    limits = Limits(max_trainers=args.max_trainers, max_trainer_nodes=args.max_trainer_nodes)
+    limits = Limits(
+        max_trainers=args.max_trainers,
+        max_trainer_nodes=args.max_trainer_nodes,
+        min_trainer_efficiency=args.min_trainer_efficiency,
+    )
     rec = recommend(costs, cluster, limits)
     given = None
     if args.layout:
         layout = parse_layout(args.layout, rec.layout)
         given = Recommendation(layout, predict(costs, cluster, layout))
     own, own_note = _own_layout(args, costs, cluster) if args.config is not None else (None, "")
-    rows = scale_table(costs, args.cores_per_node, args.gpus_per_node, args.link_gbps, SCALES, limits)
+    rows = scale_table(costs, cluster, SCALES, limits)
     if args.markdown:
         print(scale_markdown(rows))
     elif args.json:
@@ -253,6 +298,15 @@ def _prediction_json(pred: Prediction) -> dict[str, Any]:
     }
 
 
+def _allreduce_json(costs: Costs, cluster: Cluster, layout: Layout) -> dict[str, float]:
+    """The trainers' all-reduce in a layout: one reduction's seconds, and the share of each trainer's time on its
+    update."""
+    return {
+        "seconds": allreduce_seconds(costs, cluster, layout),
+        "trainer_efficiency": trainer_efficiency(costs, cluster, layout),
+    }
+
+
 def plan_json(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[ScaleRow]) -> dict[str, Any]:
     """One object: inputs, prediction (stage capacities, ``null`` where a stage cannot bind), layout, scale table."""
     pred = rec.prediction
@@ -263,6 +317,7 @@ def plan_json(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
         "layout": rec.settings(),
         "trainer_nodes": rec.layout.trainer_nodes,
         "params": _delivery_json(pred.params),
+        "allreduce": _allreduce_json(costs, cluster, rec.layout) if rec.layout.trainers > 1 else None,
         "scale": [
             {
                 "cores": r.cores,
@@ -328,15 +383,22 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
         ),
         *[f"  {k:<30} {v}" for k, v in rec.settings().items()],
     ]
-    if lay.trainer_nodes > 1:
+    if costs.gradient_bytes is None:
         lines.append(
-            f"  note: {lay.trainer_nodes} trainer nodes all-reduce every minibatch across the network, "
-            "which the model does not charge (--max-trainer-nodes caps them)"
+            "  note: the costs file has no all-reduce measurement: one trainer only (srl bench costs measures it)"
+        )
+    if lay.trainers > 1:
+        reduce = _allreduce_json(costs, cluster, lay)
+        where = "across the network" if lay.trainer_nodes > 1 else "on the node"
+        lines.append(
+            f"  all-reduce: {lay.trainers} trainers {where}, {_secs(reduce['seconds'])} per reduction x "
+            f"{costs.reductions_per_update} per update; each trainer updates "
+            f"{reduce['trainer_efficiency']:.0%} of its time (waits for stragglers not counted)"
         )
     if lay.envs_per_slot != costs.envs_per_slot:
         lines.append(
-            f"  note: envs_per_slot {costs.envs_per_slot} -> {lay.envs_per_slot} also grows the PPO batch "
-            f"(batch_segments x segment_length x envs_per_slot); lower batch_segments to keep it"
+            f"  note: envs_per_slot {costs.envs_per_slot} -> {lay.envs_per_slot} with batch_segments "
+            f"{lay.batch_segments}: each trainer's PPO batch stays {trainer_batch(costs, lay):,.0f} samples"
         )
     lines += [
         "",

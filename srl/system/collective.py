@@ -13,6 +13,7 @@ minibatch costs one all-reduce whatever the number of parameter tensors.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -33,6 +34,7 @@ class TorchCollective:
         self.rank, self.world_size, self.init_method, self.interface = rank, world_size, init_method, interface
         self.timeout = timeout
         self.bytes_reduced = 0
+        self.seconds_reduced = 0.0
         self._group: object | None = None
         self._buffers: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
 
@@ -80,11 +82,13 @@ class TorchCollective:
 
         if not tensors:
             return
+        start = time.perf_counter()
         buf = self._flat(tensors)
         dist.all_reduce(buf)
         buf.div_(self.world_size)
         self.bytes_reduced += buf.numel() * buf.element_size()
         self._unflat(buf, tensors)
+        self.seconds_reduced += time.perf_counter() - start
 
     @torch.no_grad()
     def broadcast_(self, tensors: Sequence[Tensor]) -> None:

@@ -330,13 +330,16 @@ class Controller:
         return out
 
     def _bytes_per_version(self) -> dict[str, float]:
-        """Parameter bytes published per snapshot and gradient bytes all-reduced per update (per trainer)."""
+        """Parameter bytes published per snapshot, and gradient bytes all-reduced per update with the seconds the
+        reductions took (per trainer, its waits for its peers included)."""
         t = self.trainer  # counters of the reporting trainer process (from 0 again after a resume or restart)
         out = {}
         if int(t.get("snapshots_published", 0)) > 0:
             out["bytes_published_per_version"] = float(t["bytes_published"]) / int(t["snapshots_published"])
         if int(t.get("updates", 0)) > 0 and "bytes_reduced" in t:
             out["bytes_reduced_per_update"] = float(t["bytes_reduced"]) / int(t["updates"])
+        if int(t.get("updates", 0)) > 0 and "seconds_reduced" in t:
+            out["reduce_seconds_per_update"] = float(t["seconds_reduced"]) / int(t["updates"])
         return out
 
     def summary(self, final_eval: Mapping[str, float] | None) -> dict[str, Any]:

@@ -393,6 +393,7 @@ class LMPPO:
         )
         if self.collective is not None:
             out["bytes_reduced"] = float(self.collective.bytes_reduced)
+            out["seconds_reduced"] = float(self.collective.seconds_reduced)
         return out
 
     # ------------------------------------------------------------------ internals
