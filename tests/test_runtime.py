@@ -37,9 +37,81 @@ def test_inline_runtime_is_deterministic_given_the_seed():
         snapshots.append(run_inline(plan, controller, None))
         assert controller.trainer["version"] >= 2
     assert np.array_equal(snapshots[0], snapshots[1])
+    assert controller.trainer["update_threads"] == cfg.workers.torch_threads  # no hand-over inline
+    off = load_config(CARTPOLE, ["runtime=inline", "workers.autotune=false", *SMALL])  # the switch changes nothing
+    assert np.array_equal(run_inline(make_plan(off), Controller(off, None, time.time(), progress=None), None),
+                          snapshots[0])  # fmt: skip
     other = load_config(CARTPOLE, ["runtime=inline", "seed=7", *SMALL])
     controller = Controller(other, None, time.time(), progress=None)
     assert not np.array_equal(run_inline(make_plan(other), controller, None), snapshots[0])
+
+
+class _Stream:
+    """A sample stream of CartPole's fields whose segments are there at once, or after ``delay`` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        self.fields = make_plan(load_config(CARTPOLE)).policies[0].layout.fields
+        self.delay = delay
+
+    def receive(self, max_segments: int, timeout: float | None) -> np.ndarray:
+        time.sleep(self.delay)
+        return np.zeros((max_segments, 2), np.int64)
+
+    def segment(self, actor: int, buffer: int) -> dict[str, np.ndarray]:
+        return {name: np.zeros(spec.shape, spec.dtype) for name, spec in self.fields.items()}
+
+    def release(self, actor: int, buffer: int) -> None:
+        pass
+
+
+class _ThreadsSeen:
+    """An algorithm that records the torch threads each update ran on."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def train(self, batch, progress):
+        self.seen.append(torch.get_num_threads())
+        time.sleep(0.02)
+        return {}
+
+    def policy_state(self) -> np.ndarray:
+        return np.zeros(4, np.float32)
+
+
+def test_a_trainer_that_never_waits_updates_on_the_idle_cores_and_gives_them_back():
+    """workers.autotune: when the segments are always there (the actors wait for the trainer), each update runs on
+    the node's cores and the trainer returns to its own thread after it; when it waits for segments, nothing
+    changes; with the switch off (no peers given), nothing changes either."""
+    from srl.base.seqlock import VersionedBuffer
+    from srl.system.control import DirectReporter
+    from srl.system.params import ParamPublisher
+    from srl.system.trainer_worker import TrainerWorker
+
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(1)
+
+    def run(delay: float, peers: int) -> tuple[list[int], list[int]]:
+        algo, reports = _ThreadsSeen(), []
+        trainer = TrainerWorker(
+            0, algo, _Stream(delay), ParamPublisher(VersionedBuffer.in_process(4, np.float32)),
+            DirectReporter(lambda kind, meta, *rest: reports.append(meta)), batch_segments=2, max_policy_lag=99,
+            total_env_steps=10**9, autotune_peers=peers,
+        )  # fmt: skip
+        trainer.setup()
+        for _ in range(8):
+            trainer.poll()
+            assert torch.get_num_threads() == 1  # given back after every update
+        return algo.seen, [m["update_threads"] for m in reports if "update_threads" in m]
+
+    busy, reported = run(0.0, peers=1)
+    assert busy == [1] + [cores] * 7 and reported == busy  # every poll fills a batch; the first has no cycle
+    waiting, _ = run(0.05, peers=1)
+    assert waiting == [1] * len(waiting)
+    off, _ = run(0.0, peers=0)
+    assert off == [1] * len(off)
+    shared, _ = run(0.0, peers=cores)  # as many trainers as cores on the node: one thread each
+    assert shared == [1] * len(shared)
 
 
 @pytest.mark.parametrize("runtime", ["inline", "local"])

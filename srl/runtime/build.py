@@ -236,6 +236,16 @@ def _builder(role: Role) -> Builder:
     return getattr(importlib.import_module(module), attr)
 
 
+def _autotune_peers(plan: Plan, worker: WorkerSpec) -> int:
+    """With ``workers.autotune``, the trainers sharing this trainer's node (so its share of the node's cores
+    while it is the bottleneck); 0 when it keeps ``torch_threads``: the inline runtime (reproducible runs), an
+    update on a GPU."""
+    w = plan.cfg.workers
+    if not w.autotune or plan.cfg.runtime == "inline" or w.trainer_device != "cpu":
+        return 0
+    return sum(1 for t in plan.topology.of(worker.role) if t.group == worker.group)
+
+
 def build_trainer(ctx: BuildContext) -> Worker:
     """Trainer ``i`` of its policy (with ``plan.null_trainer``, one that discards every segment). Restarted, it
     continues from its policy's checkpoint in ``plan.resume`` and publishes above ``ctx.min_version``."""
@@ -283,6 +293,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
         wait_timeout=wait_timeout,
         collective=collective,
         agents_per_env=policy.agents_per_env,
+        autotune_peers=_autotune_peers(plan, ctx.worker),
     )
     if plan.resume is not None and plan.resume[k]:  # every trainer of a policy starts from its lead's checkpoint
         trainer.restore(load_checkpoint(Path(plan.resume[k])))

@@ -15,6 +15,7 @@ when any of them is asked to stop. Rank 0 publishes and checkpoints.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +29,17 @@ from srl.base.fileio import atomic_save
 from srl.base.timing import Every
 from srl.system.params import ParamPublisher
 from srl.system.streams import SegmentSource
+
+BOTTLENECK_WAIT_SHARE = 0.1
+"""A trainer that waited for segments less than this share of its last cycle (wait, copy, update) is the
+bottleneck: its segments were there before it asked (``workers.autotune``)."""
+
+
+def update_threads(wait_share: float, base: int, most: int) -> int:
+    """Torch threads for the next update: the trainer's share of the node (``most``) while it is the bottleneck,
+    else its own ``base``."""
+    return most if wait_share < BOTTLENECK_WAIT_SHARE else base
+
 
 CHECKPOINT_FORMAT = "srl-checkpoint-v2"
 """v2: observation parts and action heads (v1 checkpoints held one Box observation and are not read)."""
@@ -53,8 +65,10 @@ class TrainerWorker(Worker):
         wait_timeout: float = 0.05,
         collective: Collective | None = None,
         agents_per_env: int = 1,
+        autotune_peers: int = 0,
     ) -> None:
-        """``agents_per_env``: columns per env step (a multi-agent env's agents): ``samples`` counts env steps."""
+        """``agents_per_env``: columns per env step (a multi-agent env's agents): ``samples`` counts env steps.
+        ``autotune_peers``: with ``workers.autotune``, the trainers sharing this node's cores (0: off)."""
         self.name = f"trainer{index}"
         self.index = index
         self.algorithm, self.consumer, self.publisher, self.reporter = algorithm, consumer, publisher, reporter
@@ -78,6 +92,9 @@ class TrainerWorker(Worker):
         self.updates = 0  # by this process (a resumed trainer starts at a checkpoint's version, not at 0)
         self.dropped = 0
         self.t_wait = self.t_copy = self.t_train = 0.0  # seconds waiting for segments, copying them, training
+        self.autotune_peers = autotune_peers
+        self._threads = (0, 0)  # torch threads of its own, and its share of the node's cores while the bottleneck
+        self._cycle: tuple[float, float] | None = None  # when the last update started, and t_wait then
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint (:func:`load_checkpoint`): networks, optimizer, RNG, version, step counters."""
@@ -103,6 +120,10 @@ class TrainerWorker(Worker):
         if self.leader:
             self.publisher.publish(self.version, self.algorithm.policy_state())
         self._t_start = time.perf_counter()
+        base = torch.get_num_threads()
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self._threads = (base, max(base, cores // self.autotune_peers) if self.autotune_peers else base)
+        self._cycle = None  # the first update has no cycle to judge by: it runs on the trainer's own threads
 
     def poll(self) -> int:
         t0 = time.perf_counter()
@@ -158,9 +179,18 @@ class TrainerWorker(Worker):
     def _update(self) -> None:
         progress = min(1.0, self.samples * self.world / self.total_env_steps)
         t0 = time.perf_counter()
+        base, most = self._threads
+        threads = base
+        if most > base and self._cycle is not None:  # the last cycle: its update, then this batch's wait and copy
+            began, waited = self._cycle
+            threads = update_threads((self.t_wait - waited) / max(t0 - began, 1e-9), base, most)
+            torch.set_num_threads(threads)
+        self._cycle = (t0, self.t_wait)
         self._in_step = True
         stats = self.algorithm.train(self.batch, progress)
         self._in_step = False
+        if threads != base:  # the cores go back to the actors and policy workers
+            torch.set_num_threads(base)
         self.t_train += time.perf_counter() - t0
         n = int(self.batch["rewards"].size) // self.agents_per_env  # env steps: one per env, however many agents
         self.samples += n
@@ -187,6 +217,7 @@ class TrainerWorker(Worker):
             "t_wait": self.t_wait,
             "t_copy": self.t_copy,
             "t_train": self.t_train,
+            "update_threads": threads,
         }
         meta.update({k: float(v) for k, v in stats.items()})
         self.reporter.report("trainer", meta, {"lag_hist": np.bincount(lags, minlength=1).astype(np.int64)})
