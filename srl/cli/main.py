@@ -48,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config field, e.g. --set ppo.lr=0.001 (repeatable)",
     )
+    t.add_argument(
+        "--overlay",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a YAML overlay (sections of an experiment file, e.g. what srl tune writes), applied before --set",
+    )
     t.add_argument("--run-dir", type=Path, default=None, help="run directory (default: runs/<name>-<time>)")
     t.add_argument("--quiet", action="store_true", help="no progress line")
     e = sub.add_parser("eval", help="evaluate a run's newest checkpoint (or one checkpoint); optional MP4 video")
@@ -65,11 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         help="two-player turn-based games: play --episodes games against this opponent (seats alternate) and "
         "print win, draw and loss rates",
     )
-    from srl.cli import bench, plan, plot
+    from srl.cli import bench, plan, plot, tune
 
     bench.add_parser(sub)
     plot.add_parser(sub)
     plan.add_parser(sub)
+    tune.add_parser(sub)
     return p
 
 
@@ -82,10 +91,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "train":
+            from srl.api.config.load import overlay_overrides
             from srl.runtime.train import resume_config, train
 
             if (args.config is None) == (args.resume is None):
                 raise ConfigError("srl train: give a CONFIG file or --resume RUN_DIR (one of them)")
+            args.overrides = [o for f in args.overlay for o in overlay_overrides(f)] + args.overrides
             resume = None
             if args.resume is not None:
                 if args.run_dir is not None:
@@ -132,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             from srl.cli.plan import run_plan
 
             return run_plan(args)
+        if args.command == "tune":
+            from srl.cli.tune import run_tune
+
+            return run_tune(args)
     except ConfigError as exc:
         print(f"srl: error: {exc}", file=sys.stderr)
         return 2

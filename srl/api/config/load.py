@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,29 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+
+
+def overlay_overrides(path: Path) -> list[str]:
+    """A YAML overlay (sections of an experiment file, e.g. what ``srl tune`` writes) as dotted overrides."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read overlay ({exc.strerror})") from None
+    except yaml.YAMLError:
+        raise ConfigError(f"{path}: invalid YAML") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: an overlay is a mapping of sections, like an experiment file")
+    out: list[str] = []
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), value)
+        else:
+            out.append(f"{prefix}={json.dumps(node)}")
+
+    walk("", data)
+    return out
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:

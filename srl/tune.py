@@ -1,0 +1,197 @@
+"""``srl tune``: the layout that trains a config fastest on this machine, found by measuring the few the
+capacity model ranks first.
+
+A full grid sweep of layouts (actors x policy workers x envs per slot) costs tens of training runs. Instead:
+
+1. the config's costs are measured briefly, only the pieces that matter on one machine with one trainer
+   (env step, actor bookkeeping, inference per call and per sample, the inference stream, the PPO update;
+   ``srl.bench.costs``);
+2. the capacity model (``srl.capacity.model.predict``) ranks every layout of the grid below on this
+   machine's cores, oversubscribed ones included (several processes per core are common here: the model's
+   ``cores`` stage charges them);
+3. the ``tries`` layouts it ranks first, and the config's own, are trained for real (``srl bench train``,
+   each in a fresh process), and the fastest measured wins.
+
+The grid: ``workers.actors`` 1-4, ``workers.policy_workers`` 0-2, ``workers.envs_per_slot`` the config's
+halved and doubled up to 4x as long as each trainer's PPO batch stays what the config says
+(``workers.batch_segments`` set to keep it), ``workers.ring_size`` 2 and 4. A layout never changes what an
+update learns from; one trainer (data-parallel trainers are ``srl plan``'s question). The winner is printed
+as ``--set`` keys and written as a YAML overlay that ``srl train CONFIG --overlay FILE`` applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from srl.api.config import ConfigError, ExperimentConfig, load_config
+from srl.capacity.model import Cluster, Costs, Layout, predict
+
+ACTORS = (1, 2, 3, 4)
+POLICY_WORKERS = (0, 1, 2)
+RING_SIZES = (2, 4)
+SLOT_SCALES = (0.5, 1, 2, 4)
+"""``envs_per_slot`` as multiples of the config's."""
+TIE = 0.02
+"""Predictions this close are taken as equal when ranking (the model's error is larger)."""
+MIN_TRAIN_SECONDS = 4.0
+"""The shortest training run a tried layout gets (start-up and warm-up are not counted in its FPS)."""
+
+
+def grid(cfg: ExperimentConfig) -> list[dict[str, int]]:
+    """Every layout the tuner may pick, as ``workers.*`` settings (the config's own among them)."""
+    w = cfg.workers
+    batch = w.batch_segments * w.envs_per_slot  # columns of segment_length steps per update
+    scaled = [w.envs_per_slot * s for s in SLOT_SCALES]
+    sizes = sorted({int(B) for B in scaled if B >= 1 and B == int(B) and batch % int(B) == 0})
+    out = []
+    for actors, pws, B, ring in itertools.product(ACTORS, POLICY_WORKERS, sizes, RING_SIZES):
+        if actors < w.trainers:
+            continue
+        out.append(
+            {
+                "workers.actors": actors,
+                "workers.policy_workers": pws,
+                "workers.envs_per_slot": B,
+                "workers.batch_segments": batch // B,
+                "workers.ring_size": ring,
+            }
+        )
+    own = own_layout(cfg)
+    return out if own in out else [own, *out]
+
+
+def own_layout(cfg: ExperimentConfig) -> dict[str, int]:
+    w = cfg.workers
+    return {
+        "workers.actors": w.actors,
+        "workers.policy_workers": w.policy_workers,
+        "workers.envs_per_slot": w.envs_per_slot,
+        "workers.batch_segments": w.batch_segments,
+        "workers.ring_size": w.ring_size,
+    }
+
+
+def predicted(costs: Costs, cores: int, settings: dict[str, int]) -> float:
+    """The capacity model's env steps/s for one layout on this machine (one trainer)."""
+    layout = Layout(
+        actor_nodes=1,
+        trainer_nodes=0,
+        actors_per_node=settings["workers.actors"],
+        policy_workers_per_node=settings["workers.policy_workers"],
+        trainers=1,
+        ring_size=settings["workers.ring_size"],
+        envs_per_slot=settings["workers.envs_per_slot"],
+        batch_segments=settings["workers.batch_segments"],
+    )
+    return predict(costs, Cluster(nodes=1, cores_per_node=cores), layout).steps_per_second
+
+
+def rank_key(steps_per_second: float, settings: dict[str, int]) -> tuple[float, int, int, int]:
+    """Faster first; within ``TIE`` of each other (the model sees no difference: often, when the trainer binds)
+    fewer processes first (more of the cores for the bottleneck), then larger slots (fewer requests), then the
+    smaller ring."""
+    bucket = -math.floor(math.log(max(steps_per_second, 1e-9)) / math.log(1 + TIE))
+    processes = settings["workers.actors"] + settings["workers.policy_workers"]
+    return (bucket, processes, -settings["workers.envs_per_slot"], settings["workers.ring_size"])
+
+
+def one_node_costs(cfg: ExperimentConfig, seconds: float) -> Costs:
+    """The costs that matter on one machine with one trainer, each measured for about ``seconds``; the
+    cross-node ones (segments over TCP, the parameter service's hops, the all-reduce) are left out: with every
+    worker on one node and one trainer, the model never reads them."""
+    from srl.base import transfer
+    from srl.bench.costs import actor_overhead, inference_fit, stream_costs
+    from srl.bench.throughput import bench_compute, bench_env
+    from srl.runtime.plan import make_plan
+    from srl.system.remote_samples import segment_bytes
+
+    one_of_each = dataclasses.replace(cfg.workers, actors=1, trainers=1, policy_workers=0)
+    plan = make_plan(dataclasses.replace(cfg, workers=one_of_each))
+    w, one = cfg.workers, plan.only("srl tune")
+    env = bench_env(cfg, seconds)
+    compute = bench_compute(cfg, seconds)
+    fit, stream = inference_fit(plan, seconds, rounds=3), stream_costs(plan, max(0.2, seconds / 2))
+    return Costs(
+        env_id=cfg.env.id,
+        envs_per_slot=w.envs_per_slot,
+        agents_per_env=plan.agents_per_env,
+        segment_length=w.segment_length,
+        samples_per_version=w.batch_segments * w.segment_length * w.envs_per_slot,
+        max_inference_batch=w.max_inference_batch,
+        env_seconds_per_step=1.0 / env[f"{cfg.env.backend}_steps_per_second"],
+        actor_seconds_per_step=actor_overhead(plan, seconds, warmup=min(0.5, seconds)),
+        inference_seconds_per_sample=fit["inference_seconds_per_sample"],
+        inference_seconds_per_batch=fit["inference_seconds_per_batch"],
+        request_seconds=stream["request_seconds"],
+        serve_seconds_per_batch=stream["serve_seconds_per_batch"],
+        serve_seconds_per_request=stream["serve_seconds_per_request"],
+        update_seconds_per_sample=1.0 / compute["update_samples_per_second"],
+        trainer_threads=w.torch_threads,
+        segment_send_seconds=0.0,  # not on one node
+        bytes_per_sample=segment_bytes(one.layout.fields) / (w.segment_length * w.envs_per_slot),
+        param_bytes=one.param_size * transfer.itemsize(cfg.params.transfer_dtype),
+        param_hop_seconds=0.0,  # readers share the trainer's buffer on one node
+        param_bytes_per_second=1.0,  # not read on one node (the delivery there takes no time)
+    )
+
+
+def tune(config: str, seconds: float, overrides: list[str], tries: int = 3, cores: int | None = None) -> dict[str, Any]:
+    """Measure ``tries`` model-ranked layouts and the config's own within about ``seconds`` in all (costs
+    first); the fastest measured, with every tried layout's prediction and measured env steps/s."""
+    from srl.bench.throughput import bench_train
+
+    if tries < 1:
+        raise ConfigError(f"--tries: must be >= 1, got {tries}")
+    cfg = load_config(config, overrides)
+    if cfg.runtime == "ray":
+        raise ConfigError("srl tune: tunes the local runtime's layout on this machine (runtime: ray is srl plan's)")
+    cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    costs_seconds = max(0.2, min(2.0, seconds / 40))
+    costs = one_node_costs(cfg, costs_seconds)
+    layouts = grid(cfg)
+    ranked = sorted(layouts, key=lambda s: rank_key(predicted(costs, cores, s), s))
+    own = own_layout(cfg)
+    chosen = [s for s in ranked if s != own][:tries]
+    chosen.insert(0, own)
+    each = max(MIN_TRAIN_SECONDS, (seconds - 10 * costs_seconds) / len(chosen))
+    tried = []
+    for settings in chosen:
+        sets = [f"{k}={v}" for k, v in settings.items()]
+        result = bench_train(config, each, [*overrides, "runtime=local", *sets])
+        tried.append(
+            {
+                "set": sets,
+                "own": settings == own,
+                "predicted_steps_per_second": round(predicted(costs, cores, settings), 1),
+                "train_fps": result["train_fps"],
+                "model_rank": ranked.index(settings) + 1,
+            }
+        )
+    best = max(tried, key=lambda t: t["train_fps"])
+    return {
+        "tune": config,
+        "cores": cores,
+        "grid_size": len(layouts),
+        "seconds_per_try": round(each, 1),
+        "tried": tried,
+        "best": best["set"],
+        "best_train_fps": best["train_fps"],
+        "own_train_fps": tried[0]["train_fps"],
+    }
+
+
+def write_overlay(path: Path, sets: list[str]) -> None:
+    """The winning keys as a YAML overlay: sections and values, as in an experiment file."""
+    data: dict[str, dict[str, Any]] = {}
+    for item in sets:
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        data.setdefault(section, {})[name] = yaml.safe_load(value)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))

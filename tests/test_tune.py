@@ -1,0 +1,68 @@
+"""``srl tune``: the grid it searches, the model's ranking of it, and a real search with a tiny budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from srl.api.config import load_config
+from srl.api.config.load import overlay_overrides
+from srl.cli.main import main
+from srl.tune import grid, own_layout, rank_key
+
+CARTPOLE = "configs/cartpole_ppo.yaml"
+
+
+def test_the_grid_keeps_every_trainers_batch_and_holds_the_configs_own_layout():
+    cfg = load_config(CARTPOLE)
+    w = cfg.workers
+    layouts = grid(cfg)
+    assert own_layout(cfg) in layouts and len(layouts) == len({json.dumps(s, sort_keys=True) for s in layouts})
+    for s in layouts:  # the PPO batch (segments x slot) is the config's in every layout
+        assert s["workers.batch_segments"] * s["workers.envs_per_slot"] == w.batch_segments * w.envs_per_slot
+    assert {s["workers.envs_per_slot"] for s in layouts} == {4, 8, 16}  # 32 would need half a segment
+    # ties (within 2%) go to fewer processes, then larger slots
+    one = {"workers.actors": 1, "workers.policy_workers": 0, "workers.envs_per_slot": 8, "workers.ring_size": 2}
+    more = {**one, "workers.actors": 2}
+    bigger = {**one, "workers.envs_per_slot": 16}
+    assert sorted([more, one, bigger], key=lambda s: rank_key(1000.0, s)) == [bigger, one, more]
+    assert rank_key(1100.0, more) < rank_key(1000.0, one)  # a clear gain wins over fewer processes
+
+
+def test_a_tiny_search_gives_keys_srl_train_accepts(tmp_path, capsys):
+    """One model-ranked layout beside the config's own, each trained for a few seconds in a fresh process: the
+    winner's --set keys build the config, and the overlay it writes applies the same keys."""
+    out = tmp_path / "tuned.yaml"
+    assert main(["tune", CARTPOLE, "--seconds", "1", "--tries", "1", "--out", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert len(result["tried"]) == 2 and result["tried"][0]["own"] and not result["tried"][1]["own"]
+    assert all(t["train_fps"] > 0 and t["predicted_steps_per_second"] > 0 for t in result["tried"])
+    assert result["best"] in [t["set"] for t in result["tried"]]
+    assert result["best_train_fps"] == max(t["train_fps"] for t in result["tried"])
+    tuned = load_config(CARTPOLE, result["best"])
+    assert load_config(CARTPOLE, overlay_overrides(out)) == tuned
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--tries", "0"], "--tries: must be >= 1"),
+        (["--seconds", "0"], "--seconds: must be > 0"),
+        (["--set", "runtime=ray"], "srl tune: tunes the local runtime's layout"),
+    ],
+)
+def test_bad_tune_input_is_one_line(args, needle, capsys):
+    assert main(["tune", CARTPOLE, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and err.count("\n") == 0, err
+
+
+def test_a_bad_overlay_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    assert main(["train", CARTPOLE, "--overlay", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad.yaml: an overlay is a mapping of sections" in err and err.count("\n") == 0, err
+    assert main(["train", CARTPOLE, "--overlay", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml: cannot read overlay" in capsys.readouterr().err
