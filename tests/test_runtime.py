@@ -65,24 +65,27 @@ class _Stream:
 
 
 class _ThreadsSeen:
-    """An algorithm that records the torch threads each update ran on."""
+    """An algorithm that records the torch threads each update ran on; with more threads its updates take
+    ``more`` seconds, else 20 ms."""
 
-    def __init__(self) -> None:
+    def __init__(self, more: float) -> None:
         self.seen: list[int] = []
+        self.more = more
 
     def train(self, batch, progress):
         self.seen.append(torch.get_num_threads())
-        time.sleep(0.02)
+        time.sleep(self.more if self.seen[-1] > 1 else 0.02)
         return {}
 
     def policy_state(self) -> np.ndarray:
         return np.zeros(4, np.float32)
 
 
-def test_a_trainer_that_never_waits_updates_on_the_idle_cores_and_gives_them_back():
-    """workers.autotune: when the segments are always there (the actors wait for the trainer), each update runs on
-    the node's cores and the trainer returns to its own thread after it; when it waits for segments, nothing
-    changes; with the switch off (no peers given), nothing changes either."""
+def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run_faster():
+    """workers.autotune: when the segments are always there (the actors wait for the trainer), the trainer tries
+    its share of the node's cores and keeps them while its updates run faster that way, giving them back after
+    every update; when more threads slow it, it goes back to its own; when it waits for segments, or the switch
+    is off, nothing changes."""
     from srl.base.seqlock import VersionedBuffer
     from srl.system.control import DirectReporter
     from srl.system.params import ParamPublisher
@@ -91,27 +94,41 @@ def test_a_trainer_that_never_waits_updates_on_the_idle_cores_and_gives_them_bac
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(1)
 
-    def run(delay: float, peers: int) -> tuple[list[int], list[int]]:
-        algo, reports = _ThreadsSeen(), []
+    def run(delay: float, peers: int, more: float) -> tuple[list[int], list[int]]:
+        algo, reports = _ThreadsSeen(more), []
         trainer = TrainerWorker(
             0, algo, _Stream(delay), ParamPublisher(VersionedBuffer.in_process(4, np.float32)),
             DirectReporter(lambda kind, meta, *rest: reports.append(meta)), batch_segments=2, max_policy_lag=99,
             total_env_steps=10**9, autotune_peers=peers,
         )  # fmt: skip
         trainer.setup()
-        for _ in range(8):
+        for _ in range(8):  # every poll fills a batch of 2 segments: 8 updates
             trainer.poll()
             assert torch.get_num_threads() == 1  # given back after every update
         return algo.seen, [m["update_threads"] for m in reports if "update_threads" in m]
 
-    busy, reported = run(0.0, peers=1)
-    assert busy == [1] + [cores] * 7 and reported == busy  # every poll fills a batch; the first has no cycle
-    waiting, _ = run(0.05, peers=1)
-    assert waiting == [1] * len(waiting)
-    off, _ = run(0.0, peers=0)
-    assert off == [1] * len(off)
-    shared, _ = run(0.0, peers=cores)  # as many trainers as cores on the node: one thread each
-    assert shared == [1] * len(shared)
+    if cores > 1:
+        faster, reported = run(0.0, peers=1, more=0.005)
+        assert faster == [1] + [cores] * 7 and reported == faster  # the first update has no cycle to judge by
+        slower, _ = run(0.0, peers=1, more=0.06)
+        assert slower == [1, cores] + [1] * 6  # tried once, slower: given back for good (until the 8th try)
+    assert run(0.05, peers=1, more=0.005)[0] == [1] * 8  # it waits for segments: not the bottleneck
+    assert run(0.0, peers=0, more=0.005)[0] == [1] * 8  # the switch is off
+    assert run(0.0, peers=cores, more=0.005)[0] == [1] * 8  # as many trainers as cores: one thread each
+
+
+def test_the_thread_handover_tries_the_other_count_again_every_few_updates():
+    from srl.system.trainer_worker import EXPLORE_EVERY, ThreadHandover
+
+    h = ThreadHandover(1, 4)
+    picks = []
+    for _ in range(2 * EXPLORE_EVERY):
+        k = h.choose(0.0)
+        picks.append(k)
+        h.record(k, 0.01 if k == 4 else 0.03)
+    assert picks[:2] == [4, 1] and picks.count(1) == 3  # measured once, then once every EXPLORE_EVERY tries
+    assert picks[EXPLORE_EVERY - 1] == 1 and picks[2 * EXPLORE_EVERY - 1] == 1
+    assert h.choose(0.5) == 1 and h.choose(None) == 1  # waiting, or no cycle yet: its own threads
 
 
 @pytest.mark.parametrize("runtime", ["inline", "local"])

@@ -33,12 +33,42 @@ from srl.system.streams import SegmentSource
 BOTTLENECK_WAIT_SHARE = 0.1
 """A trainer that waited for segments less than this share of its last cycle (wait, copy, update) is the
 bottleneck: its segments were there before it asked (``workers.autotune``)."""
+EXPLORE_EVERY = 8
+"""While the trainer is the bottleneck, every this many updates run on the thread count it is not using now."""
 
 
-def update_threads(wait_share: float, base: int, most: int) -> int:
-    """Torch threads for the next update: the trainer's share of the node (``most``) while it is the bottleneck,
-    else its own ``base``."""
-    return most if wait_share < BOTTLENECK_WAIT_SHARE else base
+class ThreadHandover:
+    """The torch threads each update runs on (``workers.autotune``).
+
+    While the trainer is the bottleneck (it waited less than :data:`BOTTLENECK_WAIT_SHARE` of its last cycle,
+    so the actors and policy workers are waiting for it), it may take its share of the node's cores, ``most``,
+    instead of its own ``base``, but only if updates run faster that way: more threads help a large update and
+    slow a small one, and what the other processes leave idle changes as they run. So it measures both: each
+    once, then the faster by a moving average of seconds per update, and every :data:`EXPLORE_EVERY`-th update
+    the other one again. When the trainer is not the bottleneck, ``base``."""
+
+    def __init__(self, base: int, most: int) -> None:
+        self.base, self.most = base, most
+        self.seconds: dict[int, float | None] = {base: None, most: None}
+        self._tried = 0
+
+    def choose(self, wait_share: float | None) -> int:
+        """Threads for the next update, given the share of the last cycle the trainer waited (None: no cycle)."""
+        if self.most <= self.base or wait_share is None or wait_share >= BOTTLENECK_WAIT_SHARE:
+            return self.base
+        self._tried += 1
+        for k in (self.most, self.base):
+            if self.seconds[k] is None:
+                return k
+        faster = min(self.seconds, key=lambda k: self.seconds[k] or 0.0)
+        slower = self.base if faster == self.most else self.most
+        return slower if self._tried % EXPLORE_EVERY == 0 else faster
+
+    def record(self, threads: int, seconds: float) -> None:
+        """An update on ``threads`` threads took ``seconds``."""
+        if threads in self.seconds:
+            last = self.seconds[threads]
+            self.seconds[threads] = seconds if last is None else 0.5 * last + 0.5 * seconds
 
 
 CHECKPOINT_FORMAT = "srl-checkpoint-v2"
@@ -93,7 +123,7 @@ class TrainerWorker(Worker):
         self.dropped = 0
         self.t_wait = self.t_copy = self.t_train = 0.0  # seconds waiting for segments, copying them, training
         self.autotune_peers = autotune_peers
-        self._threads = (0, 0)  # torch threads of its own, and its share of the node's cores while the bottleneck
+        self._handover = ThreadHandover(0, 0)
         self._cycle: tuple[float, float] | None = None  # when the last update started, and t_wait then
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -122,7 +152,7 @@ class TrainerWorker(Worker):
         self._t_start = time.perf_counter()
         base = torch.get_num_threads()
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        self._threads = (base, max(base, cores // self.autotune_peers) if self.autotune_peers else base)
+        self._handover = ThreadHandover(base, max(base, cores // self.autotune_peers) if self.autotune_peers else base)
         self._cycle = None  # the first update has no cycle to judge by: it runs on the trainer's own threads
 
     def poll(self) -> int:
@@ -179,18 +209,20 @@ class TrainerWorker(Worker):
     def _update(self) -> None:
         progress = min(1.0, self.samples * self.world / self.total_env_steps)
         t0 = time.perf_counter()
-        base, most = self._threads
-        threads = base
-        if most > base and self._cycle is not None:  # the last cycle: its update, then this batch's wait and copy
+        share = None  # of the last cycle (its update, then this batch's wait and copy) spent waiting
+        if self._cycle is not None:
             began, waited = self._cycle
-            threads = update_threads((self.t_wait - waited) / max(t0 - began, 1e-9), base, most)
-            torch.set_num_threads(threads)
+            share = (self.t_wait - waited) / max(t0 - began, 1e-9)
         self._cycle = (t0, self.t_wait)
+        base, threads = self._handover.base, self._handover.choose(share)
+        if threads != base:
+            torch.set_num_threads(threads)
         self._in_step = True
         stats = self.algorithm.train(self.batch, progress)
         self._in_step = False
         if threads != base:  # the cores go back to the actors and policy workers
             torch.set_num_threads(base)
+        self._handover.record(threads, time.perf_counter() - t0)
         self.t_train += time.perf_counter() - t0
         n = int(self.batch["rewards"].size) // self.agents_per_env  # env steps: one per env, however many agents
         self.samples += n

@@ -39,10 +39,10 @@ class WorkersConfig:
     torch_threads: int = 1
     """Torch intra-op threads in each worker process."""
     autotune: bool = True
-    """Idle cores go to the bottleneck: a CPU trainer that has not waited for segments since its last update
-    (the actors are waiting for it) runs its next update on its share of the node's cores, and gives them back
-    after it (``update_threads`` in the metrics). Never under the inline runtime, whose runs stay
-    reproducible; off: every update on ``torch_threads``."""
+    """Idle cores go to the bottleneck: a CPU trainer that has hardly waited for segments since its last update
+    (the actors are waiting for it) runs its updates on its share of the node's cores while they run faster
+    that way, measured as it goes, and gives them back after each (``update_threads`` in the metrics). Never
+    under the inline runtime, whose runs stay reproducible; off: every update on ``torch_threads``."""
     trainer_device: str = "cpu"
     """Where trainers run the update: ``cpu``, ``cuda`` or ``cuda:N`` (policy workers and actors stay on the CPU)."""
     param_pull_interval: int = 1
