@@ -29,7 +29,7 @@ SMALL = ["run.total_env_steps=3000", "run.target_return=null", "run.eval_episode
 
 
 def test_inline_runtime_is_deterministic_given_the_seed():
-    cfg = load_config(CARTPOLE, ["runtime=inline", *SMALL])
+    cfg = load_config(CARTPOLE, ["runtime=inline", "workers.autotune=true", *SMALL])
     snapshots = []
     for _ in range(2):
         plan = make_plan(cfg)

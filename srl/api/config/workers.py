@@ -38,11 +38,12 @@ class WorkersConfig:
     Fewer buffers bound policy lag by back-pressure; more let actors run ahead of the trainer."""
     torch_threads: int = 1
     """Torch intra-op threads in each worker process."""
-    autotune: bool = True
+    autotune: bool = False
     """Idle cores go to the bottleneck: a CPU trainer that has hardly waited for segments since its last update
     (the actors are waiting for it) runs its updates on its share of the node's cores while they run faster
     that way, measured as it goes, and gives them back after each (``update_threads`` in the metrics). Never
-    under the inline runtime, whose runs stay reproducible; off: every update on ``torch_threads``."""
+    under the inline runtime, whose runs stay reproducible. Off by default: on 2 cores with an actor and a
+    policy worker beside the trainer no core is idle, and it gained nothing (docs/benchmarks.md)."""
     trainer_device: str = "cpu"
     """Where trainers run the update: ``cpu``, ``cuda`` or ``cuda:N`` (policy workers and actors stay on the CPU)."""
     param_pull_interval: int = 1
