@@ -46,15 +46,26 @@ def test_inline_runtime_is_deterministic_given_the_seed():
     assert not np.array_equal(run_inline(make_plan(other), controller, None), snapshots[0])
 
 
+class _Clock:
+    """The trainer's clock in the tests below: it moves only when the fake stream waits or the fake update runs,
+    so what the trainer measures does not depend on how fast the machine is."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
 class _Stream:
     """A sample stream of CartPole's fields whose segments are there at once, or after ``delay`` seconds."""
 
-    def __init__(self, delay: float) -> None:
+    def __init__(self, clock: _Clock, delay: float) -> None:
         self.fields = make_plan(load_config(CARTPOLE)).policies[0].layout.fields
-        self.delay = delay
+        self.clock, self.delay = clock, delay
 
     def receive(self, max_segments: int, timeout: float | None) -> np.ndarray:
-        time.sleep(self.delay)
+        self.clock.now += self.delay
         return np.zeros((max_segments, 2), np.int64)
 
     def segment(self, actor: int, buffer: int) -> dict[str, np.ndarray]:
@@ -65,28 +76,29 @@ class _Stream:
 
 
 class _ThreadsSeen:
-    """An algorithm that records the torch threads each update ran on; with more threads its updates take
-    ``more`` seconds, else 20 ms."""
+    """An algorithm that records the torch threads each update ran on; with more threads an update takes
+    ``more`` seconds of the clock, else 20 ms."""
 
-    def __init__(self, more: float) -> None:
+    def __init__(self, clock: _Clock, more: float) -> None:
         self.seen: list[int] = []
-        self.more = more
+        self.clock, self.more = clock, more
 
     def train(self, batch, progress):
         self.seen.append(torch.get_num_threads())
-        time.sleep(self.more if self.seen[-1] > 1 else 0.02)
+        self.clock.now += self.more if self.seen[-1] > 1 else 0.02
         return {}
 
     def policy_state(self) -> np.ndarray:
         return np.zeros(4, np.float32)
 
 
-def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run_faster():
+def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run_faster(monkeypatch):
     """workers.autotune: when the segments are always there (the actors wait for the trainer), the trainer tries
     its share of the node's cores and keeps them while its updates run faster that way, giving them back after
     every update; when more threads slow it, it goes back to its own; when it waits for segments, or the switch
     is off, nothing changes."""
     from srl.base.seqlock import VersionedBuffer
+    from srl.system import trainer_worker
     from srl.system.control import DirectReporter
     from srl.system.params import ParamPublisher
     from srl.system.trainer_worker import TrainerWorker
@@ -95,9 +107,11 @@ def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run
     torch.set_num_threads(1)
 
     def run(delay: float, peers: int, more: float) -> tuple[list[int], list[int]]:
-        algo, reports = _ThreadsSeen(more), []
+        clock = _Clock()
+        monkeypatch.setattr(trainer_worker, "time", clock)
+        algo, reports = _ThreadsSeen(clock, more), []
         trainer = TrainerWorker(
-            0, algo, _Stream(delay), ParamPublisher(VersionedBuffer.in_process(4, np.float32)),
+            0, algo, _Stream(clock, delay), ParamPublisher(VersionedBuffer.in_process(4, np.float32)),
             DirectReporter(lambda kind, meta, *rest: reports.append(meta)), batch_segments=2, max_policy_lag=99,
             total_env_steps=10**9, autotune_peers=peers,
         )  # fmt: skip
