@@ -8,6 +8,7 @@ from typing import Any
 
 from srl.api.config import ConfigError, load_config
 from srl.base.transfer import TRANSFER_DTYPES
+from srl.cli import add_overrides
 
 # The sampling layout used when no config is given: two actors of two slots served by one policy worker.
 DEFAULT_SAMPLING = [
@@ -41,14 +42,7 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--env", default=None, help="environment id (overrides the config's)")
     b.add_argument("--seconds", type=float, default=10.0, help="measurement time")
     b.add_argument("--runs", type=int, default=3, help="solve: runs (seeds 1..N), each a fresh process")
-    b.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field (repeatable)",
-    )
+    add_overrides(b)
     b.add_argument("--json", action="store_true", help="print one JSON object per measurement")
     p = b.add_argument_group("params")
     p.add_argument("--readers", default="1,2,4,8,16,32", help="comma-separated reader (policy worker) counts")

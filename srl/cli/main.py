@@ -30,6 +30,8 @@ START = process_start_time()
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl", description="SRL: scalable distributed reinforcement learning.")
     sub = p.add_subparsers(dest="command", required=True)
+    from srl.cli import add_overrides
+
     t = sub.add_parser("train", help="train an experiment")
     t.add_argument("config", nargs="?", default=None, help="experiment YAML file (see configs/)")
     t.add_argument(
@@ -40,14 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         help="continue RUN_DIR from its newest checkpoint (with its config; --set overrides allowed "
         "except env, model, ppo.critic, ppo.normalize_values, text.model, text.advantage)",
     )
-    t.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field, e.g. --set ppo.lr=0.001 (repeatable)",
-    )
+    add_overrides(t, "override a config field, e.g. --set ppo.lr=0.001 (repeatable)")
     t.add_argument(
         "--overlay",
         type=Path,

@@ -39,20 +39,14 @@ from srl.capacity.recommend import (
     scale_table,
     trainer_efficiency,
 )
+from srl.cli import add_overrides
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="capacity model: predicted env steps/s, bottleneck and layout on a cluster")
     p.add_argument("--costs", type=Path, default=None, help="costs JSON written by `srl bench costs --json`")
     p.add_argument("--config", default=None, help="experiment YAML: measure its costs here first")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="with --config: override a config field (repeatable)",
-    )
+    add_overrides(p, "with --config: override a config field (repeatable)")
     p.add_argument("--seconds", type=float, default=3.0, help="with --config: seconds per cost measurement")
     p.add_argument("--nodes", type=int, required=True, help="nodes in the cluster")
     p.add_argument("--cores-per-node", type=int, required=True, help="CPU cores per node")

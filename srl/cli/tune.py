@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from srl.api.config import ConfigError
+from srl.cli import add_overrides
 
 
 def add_parser(sub: Any) -> None:
@@ -21,14 +22,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("config", help="experiment YAML")
     p.add_argument("--seconds", type=float, default=120.0, help="time for the whole search (default 120)")
     p.add_argument("--tries", type=int, default=3, help="model-ranked layouts to train beside the config's own")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field (repeatable)",
-    )
+    add_overrides(p)
     p.add_argument("--out", type=Path, default=None, help="write the winning keys as a YAML overlay here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
