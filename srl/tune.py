@@ -21,7 +21,6 @@ as ``--set`` keys and written as a YAML overlay that ``srl train CONFIG --overla
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import os
@@ -102,49 +101,10 @@ def rank_key(steps_per_second: float, settings: dict[str, int]) -> tuple[float, 
     return (bucket, processes, -settings["workers.envs_per_slot"], settings["workers.ring_size"])
 
 
-def one_node_costs(cfg: ExperimentConfig, seconds: float) -> Costs:
-    """The costs that matter on one machine with one trainer, each measured for about ``seconds``; the
-    cross-node ones (segments over TCP, the parameter service's hops, the all-reduce) are left out: with every
-    worker on one node and one trainer, the model never reads them."""
-    from srl.base import transfer
-    from srl.bench.costs import actor_overhead, inference_fit, stream_costs
-    from srl.bench.throughput import bench_compute, bench_env
-    from srl.runtime.plan import make_plan
-    from srl.system.remote_samples import segment_bytes
-
-    one_of_each = dataclasses.replace(cfg.workers, actors=1, trainers=1, policy_workers=0)
-    plan = make_plan(dataclasses.replace(cfg, workers=one_of_each))
-    w, one = cfg.workers, plan.only("srl tune")
-    env = bench_env(cfg, seconds)
-    compute = bench_compute(cfg, seconds)
-    fit, stream = inference_fit(plan, seconds, rounds=3), stream_costs(plan, max(0.2, seconds / 2))
-    return Costs(
-        env_id=cfg.env.id,
-        envs_per_slot=w.envs_per_slot,
-        agents_per_env=plan.agents_per_env,
-        segment_length=w.segment_length,
-        samples_per_version=w.batch_segments * w.segment_length * w.envs_per_slot,
-        max_inference_batch=w.max_inference_batch,
-        env_seconds_per_step=1.0 / env[f"{cfg.env.backend}_steps_per_second"],
-        actor_seconds_per_step=actor_overhead(plan, seconds, warmup=min(0.5, seconds)),
-        inference_seconds_per_sample=fit["inference_seconds_per_sample"],
-        inference_seconds_per_batch=fit["inference_seconds_per_batch"],
-        request_seconds=stream["request_seconds"],
-        serve_seconds_per_batch=stream["serve_seconds_per_batch"],
-        serve_seconds_per_request=stream["serve_seconds_per_request"],
-        update_seconds_per_sample=1.0 / compute["update_samples_per_second"],
-        trainer_threads=w.torch_threads,
-        segment_send_seconds=0.0,  # not on one node
-        bytes_per_sample=segment_bytes(one.layout.fields) / (w.segment_length * w.envs_per_slot),
-        param_bytes=one.param_size * transfer.itemsize(cfg.params.transfer_dtype),
-        param_hop_seconds=0.0,  # readers share the trainer's buffer on one node
-        param_bytes_per_second=1.0,  # not read on one node (the delivery there takes no time)
-    )
-
-
 def tune(config: str, seconds: float, overrides: list[str], tries: int = 3, cores: int | None = None) -> dict[str, Any]:
     """Measure ``tries`` model-ranked layouts and the config's own within about ``seconds`` in all (costs
     first); the fastest measured, with every tried layout's prediction and measured env steps/s."""
+    from srl.bench.costs import measure_costs
     from srl.bench.throughput import bench_train
 
     if tries < 1:
@@ -154,7 +114,7 @@ def tune(config: str, seconds: float, overrides: list[str], tries: int = 3, core
         raise ConfigError("srl tune: tunes the local runtime's layout on this machine (runtime: ray is srl plan's)")
     cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     costs_seconds = max(0.2, min(2.0, seconds / 40))
-    costs = one_node_costs(cfg, costs_seconds)
+    costs = measure_costs(cfg, costs_seconds, one_node=True)
     layouts = grid(cfg)
     ranked = sorted(layouts, key=lambda s: rank_key(predicted(costs, cores, s), s))
     own = own_layout(cfg)

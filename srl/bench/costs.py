@@ -308,20 +308,37 @@ def gradient_reductions(plan: Plan) -> dict[str, int]:
 
 def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     """Measure every cost of ``Costs`` for ``cfg`` (each measurement runs about ``seconds``)."""
+    return {"bench": "costs", **_rounded(measure_costs(cfg, seconds).to_dict())}
+
+
+def measure_costs(cfg: ExperimentConfig, seconds: float, one_node: bool = False) -> Costs:
+    """``cfg``'s costs, each measured for about ``seconds``. ``one_node``: only those that matter with every
+    worker on one machine and one trainer (``srl tune``); the cross-node ones (segments over TCP, the parameter
+    service's hops, the all-reduce) are then not measured, since the model never reads them there."""
     plan = make_plan(
         dataclasses.replace(cfg, workers=dataclasses.replace(cfg.workers, actors=1, trainers=1, policy_workers=0))
     )
-    w = cfg.workers
+    w, one = cfg.workers, plan.only("srl bench costs")
     env = bench_env(cfg, seconds)
     compute = bench_compute(cfg, seconds)
-    fit = inference_fit(plan, seconds)
-    actor = actor_overhead(plan, seconds)
-    send = segment_send(plan, max(0.2, seconds / 4))
-    one = plan.only("srl bench costs")
-    params = param_transfer(one.param_size, cfg.params.transfer_dtype)
-    reduced = gradient_reductions(plan)
-    ring = ring_fit(reduced["gradient_bytes"] // 4)
-    costs = Costs(
+    measured: dict[str, Any] = {**inference_fit(plan, seconds), **stream_costs(plan, max(0.4, seconds / 2))}
+    cross: dict[str, Any]
+    if one_node:
+        cross = {
+            "segment_send_seconds": 0.0,
+            "bytes_per_sample": segment_bytes(one.layout.fields) / (w.segment_length * w.envs_per_slot),
+            "param_hop_seconds": 0.0,  # readers share the trainer's buffer on one node
+            "param_bytes_per_second": 1.0,  # not read on one node (the delivery there takes no time)
+        }
+    else:
+        reduced = gradient_reductions(plan)
+        cross = {
+            **segment_send(plan, max(0.2, seconds / 4)),
+            **param_transfer(one.param_size, cfg.params.transfer_dtype),
+            **reduced,
+            **ring_fit(reduced["gradient_bytes"] // 4),
+        }
+    return Costs(
         env_id=cfg.env.id,
         envs_per_slot=w.envs_per_slot,
         agents_per_env=plan.agents_per_env,
@@ -329,19 +346,13 @@ def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         samples_per_version=w.batch_segments * w.segment_length * w.envs_per_slot,
         max_inference_batch=w.max_inference_batch,
         env_seconds_per_step=1.0 / env[f"{cfg.env.backend}_steps_per_second"],
-        actor_seconds_per_step=actor,
-        **fit,
-        **stream_costs(plan, max(0.4, seconds / 2)),
+        actor_seconds_per_step=actor_overhead(plan, seconds, warmup=min(0.5, seconds)),
+        **measured,
         update_seconds_per_sample=1.0 / compute["update_samples_per_second"],
         trainer_threads=w.torch_threads,
         param_bytes=one.param_size * transfer.itemsize(cfg.params.transfer_dtype),
-        **send,
-        **params,
-        gradient_bytes=reduced["gradient_bytes"],
-        reductions_per_update=reduced["reductions_per_update"],
-        **ring,
+        **cross,
     )
-    return {"bench": "costs", **_rounded(costs.to_dict())}
 
 
 def _rounded(values: Mapping[str, Any]) -> dict[str, Any]:
