@@ -25,7 +25,7 @@ from gymnasium import spaces
 from srl.api.config import ExperimentConfig
 from srl.api.spaces import ObsPart, flatten_obs, obs_parts
 from srl.api.worker import Policy
-from srl.nets.memory import Remembering, remembering
+from srl.nets.memory import Remembering, act_keyed, remembering
 
 
 class LoadedPolicy:
@@ -91,10 +91,10 @@ class LoadedPolicy:
     def _act(self, batch: dict[str, np.ndarray], deterministic: bool, keys: list[str] | None = None) -> np.ndarray:
         """Env actions for a batch of flat observation parts (``keys``: the agent of each row)."""
         with torch.inference_mode():
-            if keys is not None and isinstance(self.policy, Remembering):
-                out = self.policy.act(batch, deterministic=deterministic, keys=keys)
-            else:
+            if keys is None:
                 out = self.policy.act(batch, deterministic=deterministic)
+            else:
+                out = act_keyed(self.policy, batch, deterministic, keys)
             actions = np.asarray(out["actions"])
         if isinstance(self.action_space, spaces.Box):
             actions = actions.reshape((-1, *self.action_space.shape))

@@ -31,7 +31,7 @@ from srl.api.spaces import ACTION_MASK, Observation
 from srl.api.worker import Policy
 from srl.envs.slots import make_slot, probe_spaces
 from srl.envs.turns import TurnSlot
-from srl.nets.memory import Remembering, remembering
+from srl.nets.memory import Remembering, act_keyed, forget_keys, remembering
 
 
 class Opponent(Protocol):
@@ -106,15 +106,11 @@ class PolicyOpponent:
         """Nothing to do: a sampling policy draws from torch's generator, like the pool members."""
 
     def forget(self, columns: np.ndarray) -> None:
-        if isinstance(self.policy, Remembering):
-            self.policy.reset(keys=columns.tolist())
+        forget_keys(self.policy, columns.tolist())
 
     def moves(self, slot: TurnSlot, obs: Observation, columns: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
-            if isinstance(self.policy, Remembering):
-                out = self.policy.act(obs, deterministic=self.deterministic, keys=columns.tolist())
-            else:
-                out = self.policy.act(obs, deterministic=self.deterministic)
+            out = act_keyed(self.policy, obs, self.deterministic, columns.tolist())
         return np.asarray(out["actions"]).reshape(-1)
 
 

@@ -36,7 +36,7 @@ from srl.envs.turns import TurnSlot
 from srl.league.match import Opponent, RandomOpponent, opponent
 from srl.league.pool import PoolIndex, read_index, read_snapshot
 from srl.league.ratings import pfsp_weights
-from srl.nets.memory import Remembering, remembering
+from srl.nets.memory import act_keyed, forget_keys, remembering
 
 RANDOM = -1
 """The opponent id of a uniform random legal move; bot ``i`` of ``league.bots`` is ``RANDOM - 1 - i``."""
@@ -170,8 +170,7 @@ class LeagueSlot:
         """The learner's seat and the opponent of game ``e``."""
         columns = np.arange(e * self._n, (e + 1) * self._n)
         for policy in self._policies.values():  # a new game: what its players remembered of the last goes
-            if isinstance(policy, Remembering):
-                policy.reset(keys=columns.tolist())
+            forget_keys(policy, columns.tolist())
         for bot in self._bots.values():
             bot.forget(columns)
         self.seat[e] = self.rng.integers(self._n)
@@ -232,10 +231,7 @@ class LeagueSlot:
                 actions[sel] = bot.moves(self.turns, part, at[sel])
                 continue
             with torch.inference_mode():
-                if isinstance(policy, Remembering):
-                    picked = policy.act(part, deterministic=False, keys=at[sel].tolist())["actions"]
-                else:
-                    picked = policy.act(part, deterministic=False)["actions"]
+                picked = act_keyed(policy, part, False, at[sel].tolist())["actions"]
             actions[sel] = np.asarray(picked).reshape(-1)
         moves: dict[int, dict[int, int]] = {e: {} for e in games}
         for (e, p), a in zip(rows, actions.tolist()):

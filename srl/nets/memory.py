@@ -108,17 +108,22 @@ class Recurrent(nn.Module):
             out, h = self.rnn(x[lo:hi], h)
             if held is not None and bool(held[lo]):  # a stretch of one step: its idle columns keep their state
                 assert idle is not None and hi == lo + 1
-                still = idle[lo][None, :, None]
-                if isinstance(h, tuple):
-                    assert isinstance(before, tuple)
-                    h = (torch.where(still, before[0], h[0]), torch.where(still, before[1], h[1]))
-                else:
-                    assert not isinstance(before, tuple)
-                    h = torch.where(still, before, h)
+                h = _keep(idle[lo][None, :, None], before, h)
             outs.append(out)
             if hi < L:
                 ends[hi - 1] = self._join(h)
         return torch.cat(outs).reshape(L * n, -1), ends, self._join(h)
+
+
+def _keep(
+    still: Tensor, before: Tensor | tuple[Tensor, Tensor], after: Tensor | tuple[Tensor, Tensor]
+) -> Tensor | tuple[Tensor, Tensor]:
+    """``after`` with ``before`` where ``still`` is set (an LSTM's ``(h, c)`` or a GRU's ``h``)."""
+    if isinstance(after, tuple):
+        assert isinstance(before, tuple)
+        return (torch.where(still, before[0], after[0]), torch.where(still, before[1], after[1]))
+    assert not isinstance(before, tuple)
+    return torch.where(still, before, after)
 
 
 @dataclass
@@ -265,6 +270,20 @@ class Remembering:
             self.state[:] = 0.0
         else:
             self.state[np.asarray(ended, bool)] = 0.0
+
+
+def act_keyed(policy: Any, obs: Mapping[str, np.ndarray], deterministic: bool, keys: Sequence[Hashable]) -> Any:
+    """``policy.act`` on rows that are ``keys``' own: with memory, each row starts from its key's state
+    (:class:`Remembering` with ``keys``); without, the keys change nothing."""
+    if isinstance(policy, Remembering):
+        return policy.act(obs, deterministic=deterministic, keys=keys)
+    return policy.act(obs, deterministic=deterministic)
+
+
+def forget_keys(policy: Any, keys: Iterable[Hashable]) -> None:
+    """What a policy with memory remembers of ``keys`` goes (nothing to do without memory)."""
+    if isinstance(policy, Remembering):
+        policy.reset(keys=keys)
 
 
 def remembering(policy: Any) -> Any:
