@@ -10,7 +10,11 @@ A full grid sweep of layouts (actors x policy workers x envs per slot) costs ten
    machine's cores, oversubscribed ones included (several processes per core are common here: the model's
    ``cores`` stage charges them);
 3. the ``tries`` layouts it ranks first, and the config's own, are trained for real (``srl bench train``,
-   each in a fresh process), and the fastest measured wins.
+   each in a fresh process), and the fastest measured wins. Fastest means samples trained per second
+   (``summary.json``'s ``trained_samples_per_second``), not env steps sampled: when the trainer binds, more
+   actors sample more steps, but what the trainer cannot take in time ages past ``max_policy_lag`` and is
+   dropped, so the sampled rate rewards waste (CartPole with 4 actors instead of 1: 1.5x the env steps
+   sampled, the same samples trained, a third of the segments dropped).
 
 The grid: ``workers.actors`` 1-4, ``workers.policy_workers`` 0-2, ``workers.envs_per_slot`` the config's
 halved and doubled up to 4x as long as each trainer's PPO batch stays what the config says
@@ -130,11 +134,12 @@ def tune(config: str, seconds: float, overrides: list[str], tries: int = 3, core
                 "set": sets,
                 "own": settings == own,
                 "predicted_steps_per_second": round(predicted(costs, cores, settings), 1),
+                "trained_samples_per_second": result["trained_samples_per_second"],
                 "train_fps": result["train_fps"],
                 "model_rank": ranked.index(settings) + 1,
             }
         )
-    best = max(tried, key=lambda t: t["train_fps"])
+    best = max(tried, key=lambda t: t["trained_samples_per_second"])
     return {
         "tune": config,
         "cores": cores,
@@ -142,8 +147,8 @@ def tune(config: str, seconds: float, overrides: list[str], tries: int = 3, core
         "seconds_per_try": round(each, 1),
         "tried": tried,
         "best": best["set"],
-        "best_train_fps": best["train_fps"],
-        "own_train_fps": tried[0]["train_fps"],
+        "best_trained_samples_per_second": best["trained_samples_per_second"],
+        "own_trained_samples_per_second": tried[0]["trained_samples_per_second"],
     }
 
 

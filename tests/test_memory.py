@@ -77,6 +77,35 @@ def test_an_unroll_equals_a_step_by_step_run_with_resets(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_the_features_of_episode_pieces_in_one_call_equal_the_unrolls(kind: str) -> None:
+    """A gradient step's features (each episode's piece a padded column of its own, one call) equal the
+    unroll's, gradients too: with episodes of one step, a reset in row 0 (ignored), no resets at all, and a
+    column so choppy that padding would cost more than it saves (the stretches then)."""
+    torch.manual_seed(3)
+    core = Recurrent(_Flat(8), kind, 5)
+    L, n = 9, 4
+    obs = {"obs": torch.randn(L * n, 3)}
+    start = torch.randn(n, core.state_size)
+    some = torch.zeros(L, n, dtype=torch.bool)
+    some[0, 0] = some[2, 1] = some[3, 1] = some[5, 0] = some[5, 3] = some[8, 2] = True
+    choppy = torch.zeros(L, n, dtype=torch.bool)
+    choppy[1:, 2:] = True  # 16 one-step episodes beside two of 9 steps: 20 pieces x 9 steps, 5x the rows
+    for resets in (some, torch.zeros(L, n, dtype=torch.bool), choppy):
+
+        def grads(out: torch.Tensor) -> list[torch.Tensor]:
+            core.zero_grad()
+            (out * torch.linspace(-1, 1, out.shape[1])).sum().backward()
+            return [p.grad.clone() for p in core.parameters()]
+
+        features, unrolled = core.features(obs, start, resets), core.unroll(obs, start, resets)[0]
+        assert torch.allclose(features, unrolled, atol=1e-6)
+        for a, b in zip(grads(core.features(obs, start, resets)), grads(unrolled), strict=True):
+            assert torch.allclose(a, b, atol=1e-5)
+    assert core._pieces(core.encoder(obs).reshape(L, n, -1), start, choppy) is None
+    assert core._pieces(core.encoder(obs).reshape(L, n, -1), start, some) is not None
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_an_unroll_with_idle_columns_equals_a_step_by_step_run(kind: str) -> None:
     """A turn-based game's columns sit idle in turn: the unroll gives, features and gradients alike, what one
     step at a time gives when an idle step leaves its column's state as it was (``api.env.carried``), with

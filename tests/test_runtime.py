@@ -156,6 +156,11 @@ def test_run_directory_contract(tmp_path, runtime):
     for key in ("env_steps", "wall_seconds", "train_fps", "final_eval_return_mean", "policy_version"):
         assert key in on_disk, key
     assert on_disk["env_steps"] >= 3000 and on_disk["stop_reason"] == "env_steps"
+    w = cfg.workers  # every version is one update of one batch, and only trained samples are counted
+    assert (
+        on_disk["trained_samples"] == on_disk["policy_version"] * w.batch_segments * w.envs_per_slot * w.segment_length
+    )
+    assert 0 < on_disk["trained_samples_per_second"] <= on_disk["train_fps"] * 1.001
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert records and records[-1]["env_steps"] == on_disk["env_steps"]
     assert list((run / "tb").glob("events.out.tfevents.*"))

@@ -432,11 +432,11 @@ class PPO:
             adv = normalize_advantages(adv)
         policy_obs = obs if acted is None else {name: x[acted] for name, x in obs.items()}
         if seq is not None:
-            features, _ = encode(self.policy.encoder, obs, seq, self.burn_in)
+            features, _ = encode(self.policy.encoder, obs, seq, self.burn_in, states=False)
             policy_features = features if acted is None else features[acted]
             logp, entropy = self.policy.evaluate_features(policy_features, actions, self.policy.legal(policy_obs))
             if not self.value.shared:
-                features, _ = encode(self.value.encoder, critic_obs, self._critic_seq(seq), self.burn_in)
+                features, _ = encode(self.value.encoder, critic_obs, self._critic_seq(seq), self.burn_in, states=False)
             v = self.value.head_output(features if crit is None else features[crit])
         elif self.value.shared:  # one encoder pass feeds both heads
             features = self.policy.encoder(obs)

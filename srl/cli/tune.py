@@ -41,10 +41,11 @@ def run_tune(args: argparse.Namespace) -> int:
         return 0
     print(f"srl tune: {args.config} on {result['cores']} cores, {len(result['tried'])} of {result['grid_size']} "
           f"layouts trained for {result['seconds_per_try']:g} s each")  # fmt: skip
-    for t in sorted(result["tried"], key=lambda t: -t["train_fps"]):
+    for t in sorted(result["tried"], key=lambda t: -t["trained_samples_per_second"]):
         mark = " (the config's own)" if t["own"] else ""
-        print(f"  {t['train_fps']:>10,.0f} env steps/s measured, {t['predicted_steps_per_second']:>10,.0f} predicted "
-              f"(model rank {t['model_rank']}): {' '.join(t['set'])}{mark}")  # fmt: skip
+        print(f"  {t['trained_samples_per_second']:>10,.0f} samples/s trained ({t['train_fps']:,.0f} env steps/s "
+              f"sampled), {t['predicted_steps_per_second']:,.0f} predicted (model rank {t['model_rank']}): "
+              f"{' '.join(t['set'])}{mark}")  # fmt: skip
     print("best: " + " ".join(f"--set {s}" for s in result["best"]))
     if args.out is not None:
         print(f"overlay: {args.out} (srl train {args.config} --overlay {args.out})")

@@ -14,6 +14,11 @@ schema as one field (:data:`srl.api.schema.MEMORY`) like any other.
   long episodes unroll at the speed of the library's kernel rather than one Python call per step (a
   turn-based game, where some column waits at every step, unrolls one step per call). Gradients run
   through the whole unroll: truncated back-propagation through time over a segment.
+- A gradient step needs the features only (:meth:`Recurrent.features`): there every episode's piece of
+  every column runs as a column of its own, padded, in one fused call, whose time loop then runs once
+  however often episodes end (the masked CartPole config's whole PPO update runs 1.5x faster for it;
+  ``docs/benchmarks.md``). A packed sequence (``nn.utils.rnn.PackedSequence``) would need no
+  padding, but on the CPU it runs 1.2-3x slower than the stretches: it leaves the fused kernel.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ from torch import Tensor, nn
 
 from srl.api.env import carried
 from srl.api.schema import MEMORY
+
+MAX_PADDING = 4
+"""How many times its real rows a padded batch of episode pieces may hold (:meth:`Recurrent.features`): a few
+long pieces beside many short ones pad the short ones to the long ones, and on a wide core that padded work
+costs more than the stretches' extra calls."""
 
 
 class Recurrent(nn.Module):
@@ -88,8 +98,50 @@ class Recurrent(nn.Module):
         ``[L * n, size]``, time-major; the states after each step ``l`` where the unroll was cut (every step that
         precedes a reset of some environment, before that reset: what a value of a truncated episode's final
         observation is taken from), keyed by ``l``; and the state after the last."""
+        return self._stretches(self.encoder(obs).reshape(*resets.shape, -1), state, resets, idle)
+
+    def features(self, obs: Mapping[str, Tensor], state: Tensor, resets: Tensor, idle: Tensor | None = None) -> Tensor:
+        """:meth:`unroll`'s features alone (what a gradient step needs), the faster way. Without idle columns,
+        each episode's piece of each column becomes a column of its own (from its column's state if it opens
+        the column, else from zeros), padded at its end to the longest piece, and all run in one fused call:
+        the core's time loop then runs once however often episodes end, for the padded steps' extra work
+        (not when the padding would exceed :data:`MAX_PADDING` times the rows: the stretches then)."""
+        x = self.encoder(obs).reshape(*resets.shape, -1)
+        if idle is None or not bool(idle.any()):
+            features = self._pieces(x, state, resets)
+            if features is not None:
+                return features
+        return self._stretches(x, state, resets, idle)[0]
+
+    def _pieces(self, x: Tensor, state: Tensor, resets: Tensor) -> Tensor | None:
+        """The features of every episode's piece as a column of its own, or None when padding costs too much."""
         L, n = resets.shape
-        x = self.encoder(obs).reshape(L, n, -1)
+        stretches = 1 + int(resets[1:].any(dim=1).sum())
+        if stretches == 1:
+            return self.rnn(x, self._split(state))[0].reshape(L * n, -1)
+        opens = resets.t().clone()
+        opens[:, 0] = True
+        col, lo = torch.nonzero(opens, as_tuple=True)  # the pieces, by column then time
+        last = torch.ones_like(col, dtype=torch.bool)
+        last[:-1] = col[1:] != col[:-1]
+        lengths = torch.where(last, torch.full_like(lo, L), lo.roll(-1)) - lo
+        longest = int(lengths.max())
+        if len(col) * longest > MAX_PADDING * L * n:
+            return None
+        steps = torch.arange(longest, device=x.device)[:, None]
+        rows = (lo[None, :] + steps) * n + col[None, :]  # [longest, pieces], time-major rows of x
+        alive = steps < lengths[None, :]
+        flat = x.reshape(L * n, -1)
+        h0 = state[col] * (lo == 0).to(state.dtype)[:, None]
+        out, _ = self.rnn(flat[rows.clamp(max=L * n - 1)], self._split(h0))  # a padded step's input is any row
+        return out[alive][torch.argsort(rows[alive])]
+
+    def _stretches(
+        self, x: Tensor, state: Tensor, resets: Tensor, idle: Tensor | None
+    ) -> tuple[Tensor, dict[int, Tensor], Tensor]:
+        """The time axis cut where some column resets or sits idle, each stretch between cuts one fused call;
+        a step where some column sits idle runs alone, its idle columns keeping their state."""
+        L, n = resets.shape
         cut = resets.any(dim=1)
         cut[0] = False
         held = None
@@ -176,11 +228,12 @@ class After:
 
 
 def encode(
-    encoder: nn.Module, obs: Mapping[str, Tensor], seq: Sequences | None, burn_in: int = 0
+    encoder: nn.Module, obs: Mapping[str, Tensor], seq: Sequences | None, burn_in: int = 0, states: bool = True
 ) -> tuple[Tensor, After | None]:
     """Features of ``obs``'s rows from ``encoder``: a feed-forward one directly (``seq`` is then unused), a
     :class:`Recurrent` one unrolled over ``seq`` (the first ``burn_in`` rows of each column without gradient,
-    their features detached) or stepped from each row's stored state; with the states after the rows."""
+    their features detached) or stepped from each row's stored state; with the states after the rows unless
+    burn-in is used or ``states`` is False (the faster :meth:`Recurrent.features` then)."""
     if seq is None or not isinstance(encoder, Recurrent):
         return encoder(obs), None
     if seq.stored:
@@ -196,8 +249,10 @@ def encode(
                 {k: x[:cut] for k, x in obs.items()}, seq.states, seq.resets[:burn_in], early
             )
         state = state * (~seq.resets[burn_in]).to(state.dtype)[:, None]
-        rest, _, _ = encoder.unroll({k: x[cut:] for k, x in obs.items()}, state, seq.resets[burn_in:], late)
+        rest = encoder.features({k: x[cut:] for k, x in obs.items()}, state, seq.resets[burn_in:], late)
         return torch.cat([warm, rest]), None
+    if not states:
+        return encoder.features(obs, seq.states, seq.resets, idle), None
     features, ends, _ = encoder.unroll(obs, seq.states, seq.resets, idle)
     return features, After(n, ends=ends)
 

@@ -356,6 +356,10 @@ class Controller:
             "episodes": self.episodes,
             "wall_seconds": now - self.start_time,
             "train_fps": new_steps / train_seconds if train_seconds > 0 else 0.0,
+            # samples that reached an update (this process), per second: below train_fps when the trainer binds
+            # and segments too stale for it are dropped, or are still in flight at the end
+            "trained_samples": int(self.lag_hist.sum()),
+            "trained_samples_per_second": float(self.lag_hist.sum()) / train_seconds if train_seconds > 0 else 0.0,
             "train_return_mean": self.return_mean,
             "policy_version": self.policy_version,
             "dropped_segments": self.dropped_segments,
