@@ -66,6 +66,7 @@ def main() -> None:
     # SF's --train_for_seconds did not stop a synchronous run here, so the run is ended from outside once its
     # log (sf_log.txt in the experiment folder) holds enough reports: SIGTERM to its process group (its
     # workers included), then SIGKILL
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"sf_halfcheetah: signal {signum}"))  # finally runs
     log = Path(args.train_dir) / "halfcheetah_peer" / "sf_log.txt"
     log.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
