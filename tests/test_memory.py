@@ -40,6 +40,13 @@ class _Flat(torch.nn.Module):
         return self.net(obs["obs"])
 
 
+def _grads(core: torch.nn.Module, out: torch.Tensor) -> list[torch.Tensor]:
+    """The gradients of a fixed weighting of ``out``'s features."""
+    core.zero_grad()
+    (out * torch.linspace(-1, 1, out.shape[1])).sum().backward()
+    return [p.grad.clone() for p in core.parameters()]
+
+
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_an_unroll_equals_a_step_by_step_run_with_resets(kind: str) -> None:
     """Truncated BPTT's forward: the fused stretches between resets give the features, the states before each
@@ -67,12 +74,7 @@ def test_an_unroll_equals_a_step_by_step_run_with_resets(kind: str) -> None:
     for t, s in before.items():
         assert torch.allclose(ends[t], s, atol=1e-6)
 
-    def grads(out: torch.Tensor) -> list[torch.Tensor]:
-        core.zero_grad()
-        (out * torch.linspace(-1, 1, out.shape[1])).sum().backward()
-        return [p.grad.clone() for p in core.parameters()]
-
-    for a, b in zip(grads(core.unroll(obs, start, resets)[0]), grads(stepped), strict=True):
+    for a, b in zip(_grads(core, core.unroll(obs, start, resets)[0]), _grads(core, stepped), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
 
 
@@ -91,15 +93,9 @@ def test_the_features_of_episode_pieces_in_one_call_equal_the_unrolls(kind: str)
     choppy = torch.zeros(L, n, dtype=torch.bool)
     choppy[1:, 2:] = True  # 16 one-step episodes beside two of 9 steps: 20 pieces x 9 steps, 5x the rows
     for resets in (some, torch.zeros(L, n, dtype=torch.bool), choppy):
-
-        def grads(out: torch.Tensor) -> list[torch.Tensor]:
-            core.zero_grad()
-            (out * torch.linspace(-1, 1, out.shape[1])).sum().backward()
-            return [p.grad.clone() for p in core.parameters()]
-
         features, unrolled = core.features(obs, start, resets), core.unroll(obs, start, resets)[0]
         assert torch.allclose(features, unrolled, atol=1e-6)
-        for a, b in zip(grads(core.features(obs, start, resets)), grads(unrolled), strict=True):
+        for a, b in zip(_grads(core, core.features(obs, start, resets)), _grads(core, unrolled), strict=True):
             assert torch.allclose(a, b, atol=1e-5)
     assert core._pieces(core.encoder(obs).reshape(L, n, -1), start, choppy) is None
     assert core._pieces(core.encoder(obs).reshape(L, n, -1), start, some) is not None
@@ -141,12 +137,7 @@ def test_an_unroll_with_idle_columns_equals_a_step_by_step_run(kind: str) -> Non
         carried(before, after, np.zeros(n, bool), np.zeros(n, bool), (~idle[0]).numpy())
         assert np.allclose(after[0], start[0].numpy()) and not np.allclose(after[1], start[1].numpy())
 
-    def grads(out: torch.Tensor) -> list[torch.Tensor]:
-        core.zero_grad()
-        (out * torch.linspace(-1, 1, out.shape[1])).sum().backward()
-        return [p.grad.clone() for p in core.parameters()]
-
-    for a, b in zip(grads(core.unroll(obs, start, resets, idle)[0]), grads(stepped), strict=True):
+    for a, b in zip(_grads(core, core.unroll(obs, start, resets, idle)[0]), _grads(core, stepped), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
     seq = Sequences(start, resets, idle=idle)
     warm, _ = encode(core, obs, seq, burn_in=3)
