@@ -116,8 +116,7 @@ class Recurrent(nn.Module):
     def _pieces(self, x: Tensor, state: Tensor, resets: Tensor) -> Tensor | None:
         """The features of every episode's piece as a column of its own, or None when padding costs too much."""
         L, n = resets.shape
-        stretches = 1 + int(resets[1:].any(dim=1).sum())
-        if stretches == 1:
+        if not bool(resets[1:].any()):  # one piece per column
             return self.rnn(x, self._split(state))[0].reshape(L * n, -1)
         opens = resets.t().clone()
         opens[:, 0] = True

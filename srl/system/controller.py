@@ -347,6 +347,7 @@ class Controller:
         now = time.time()
         train_seconds = now - (self._train_start or now)
         new_steps = self.env_steps - self.env_steps_offset
+        trained = int(self.lag_hist.sum())
         out: dict[str, Any] = {
             "name": self.cfg.name,
             "env_id": self.cfg.env.id,
@@ -358,8 +359,8 @@ class Controller:
             "train_fps": new_steps / train_seconds if train_seconds > 0 else 0.0,
             # samples that reached an update (this process), per second: below train_fps when the trainer binds
             # and segments too stale for it are dropped, or are still in flight at the end
-            "trained_samples": int(self.lag_hist.sum()),
-            "trained_samples_per_second": float(self.lag_hist.sum()) / train_seconds if train_seconds > 0 else 0.0,
+            "trained_samples": trained,
+            "trained_samples_per_second": trained / train_seconds if train_seconds > 0 else 0.0,
             "train_return_mean": self.return_mean,
             "policy_version": self.policy_version,
             "dropped_segments": self.dropped_segments,
