@@ -142,3 +142,21 @@ def test_cli_prints_one_line_and_exits_non_zero(tmp_path, args, needle):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("srl: error: ") and needle in lines[0]
     assert not (tmp_path / "run").exists()  # nothing written for a run that never started
+
+
+def test_instance_of_asks_without_importing():
+    """Which kind of env a factory returned is asked without importing the backends the run does not use."""
+    code = (
+        "import sys, gymnasium as gym\n"
+        "from srl.envs.multiagent import is_parallel_env\n"
+        "from srl.envs.turns import is_aec_env, is_openspiel_game\n"
+        "from srl.envs.vmas_slot import is_vmas_env\n"
+        "env = gym.make('CartPole-v1')\n"
+        "assert not (is_parallel_env(env) or is_aec_env(env) or is_openspiel_game(env) or is_vmas_env(env))\n"
+        "print(sorted(m for m in ('pyspiel', 'pettingzoo', 'vmas') if m in sys.modules))\n"
+        "import pyspiel\n"
+        "from mpe2 import simple_spread_v3\n"
+        "print(is_openspiel_game(pyspiel.load_game('tic_tac_toe')), is_parallel_env(simple_spread_v3.parallel_env()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["[]", "True True"]

@@ -38,6 +38,7 @@ import numpy as np
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.config.policies import AgentRule, map_agents
 from srl.api.env import SlotGroup, SlotStep
+from srl.api.plugins import instance_of
 from srl.api.spaces import OBS, STATE, Observation, ObsPart, UnsupportedSpace, check_spaces, flatten_obs, obs_parts
 
 AGENT = "agent"
@@ -63,12 +64,8 @@ def with_seats(obs: Observation, agents: int) -> Observation:
 
 
 def is_parallel_env(env: Any) -> bool:
-    """A PettingZoo ``ParallelEnv`` (checked without importing PettingZoo when it is not installed)."""
-    try:
-        from pettingzoo.utils.env import ParallelEnv
-    except ImportError:
-        return False
-    return isinstance(env, ParallelEnv)
+    """A PettingZoo ``ParallelEnv`` (checked without importing PettingZoo)."""
+    return instance_of(env, "pettingzoo.utils.env", "ParallelEnv")
 
 
 def agent_spaces(

@@ -30,6 +30,7 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
+from srl.api.plugins import instance_of
 from srl.api.spaces import ACTION_MASK, Observation, UnsupportedSpace, check_spaces, obs_parts
 from srl.envs.multiagent import AGENT, put_observation, seat_space
 
@@ -74,21 +75,11 @@ class SeatedGame:
 
 
 def is_openspiel_game(env: Any) -> bool:
-    if isinstance(env, SeatedGame):
-        return True
-    try:
-        import pyspiel
-    except ImportError:
-        return False
-    return isinstance(env, pyspiel.Game)
+    return isinstance(env, SeatedGame) or instance_of(env, "pyspiel", "Game")
 
 
 def is_aec_env(env: Any) -> bool:
-    try:
-        from pettingzoo.utils.env import AECEnv
-    except ImportError:
-        return False
-    return isinstance(env, AECEnv)
+    return instance_of(env, "pettingzoo.utils.env", "AECEnv")
 
 
 def game(name: str, seat_planes: list[int] | None = None, **params: Any) -> Any:

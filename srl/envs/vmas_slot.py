@@ -23,17 +23,14 @@ import torch
 
 from srl.api.config import ConfigError
 from srl.api.env import SlotStep
+from srl.api.plugins import instance_of
 from srl.api.spaces import OBS, Observation, UnsupportedSpace, check_spaces
 from srl.envs.multiagent import seat_space, with_seats
 
 
 def is_vmas_env(env: Any) -> bool:
-    """A VMAS ``Environment`` (checked without importing VMAS when it is not installed)."""
-    try:
-        from vmas.simulator.environment import Environment
-    except ImportError:
-        return False
-    return isinstance(env, Environment)
+    """A VMAS ``Environment`` (checked without importing VMAS)."""
+    return instance_of(env, "vmas.simulator.environment.environment", "Environment")
 
 
 def _gymnasium(space: Any) -> gym.spaces.Space:
