@@ -245,3 +245,25 @@ def test_plane_convolutions_see_a_pattern_wherever_it_is_on_the_board():
     assert not torch.allclose(features[0, :, 2:7, 2:9], features[0, :, 6:11, 2:9])  # and it is seen only there
     out = enc({"obs.board": board, "obs.turn": torch.tensor([0, 1])})
     assert out.shape == (2, 32) and enc.out_dim == 32
+
+
+def test_the_nature_cnn_in_bfloat16_keeps_float32_weights_and_follows_float32() -> None:
+    """``model.cnn_dtype: bfloat16``: the same weights give float32 features and gradients within bfloat16's
+    8 significant bits of the float32 CNN's; weights and gradients stay float32 (the optimizer's business)."""
+    from srl.nets.cnn import NatureCNN
+
+    torch.manual_seed(0)
+    full, half = NatureCNN((4, 84, 84)), NatureCNN((4, 84, 84), "bfloat16")
+    half.load_state_dict(full.state_dict())
+    frames = torch.randint(0, 256, (16, 4, 84, 84), dtype=torch.uint8)
+    a, b = full(frames), half(frames)
+    assert b.dtype == torch.float32 and b.shape == (16, 512)
+    error = float(torch.linalg.norm(b - a) / torch.linalg.norm(a))
+    assert 1e-4 < error < 0.02  # bfloat16 arithmetic (float32 would give ~1e-7), within its precision
+    a.square().sum().backward()
+    b.square().sum().backward()
+    for p, q in zip(full.parameters(), half.parameters()):
+        assert q.dtype == torch.float32 and q.grad is not None and q.grad.dtype == torch.float32
+        assert torch.linalg.norm(q.grad - p.grad) / torch.linalg.norm(p.grad) < 0.02
+    with pytest.raises(ValueError, match="float16"):
+        NatureCNN((4, 84, 84), "float16")

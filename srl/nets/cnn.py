@@ -27,14 +27,18 @@ def _init_orthogonal(layer: nn.Conv2d | nn.Linear) -> nn.Conv2d | nn.Linear:
 
 
 class NatureCNN(nn.Module):
-    """``uint8 [N, C, H, W]`` frames -> 512 features: three ReLU convolutions, then a ReLU linear layer.
+    """``uint8 [N, C, H, W]`` frames -> 512 float32 features: three ReLU convolutions, then a ReLU linear layer.
 
     Observations stay uint8 all the way to here (4x less memory and copying in
     the streams than float32); scaling to [0, 1] happens inside ``forward``.
     """
 
-    def __init__(self, obs_shape: tuple[int, int, int]) -> None:
+    def __init__(self, obs_shape: tuple[int, int, int], dtype: str = "float32") -> None:
+        """``dtype``: ``bfloat16`` computes under autocast (``model.cnn_dtype``); weights stay float32."""
         super().__init__()
+        if dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"NatureCNN: dtype {dtype!r} is neither float32 nor bfloat16")
+        self.bf16 = dtype == "bfloat16"
         channels, height, width = (int(d) for d in obs_shape)
         layers: list[nn.Module] = []
         for out_channels, kernel, stride in _CONVS:
@@ -51,5 +55,9 @@ class NatureCNN(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:
         """``[N, C, H, W]`` pixels in 0..255 (any real dtype) -> features ``[N, 512]``."""
-        x = obs.to(torch.float32, memory_format=torch.channels_last, copy=True)
-        return self.layers(x.mul_(1.0 / 255.0))
+        x = obs.to(torch.float32, memory_format=torch.channels_last, copy=True).mul_(1.0 / 255.0)
+        if not self.bf16:
+            return self.layers(x)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            y = self.layers(x)
+        return y.float()  # the heads, losses and normalizers after the CNN stay float32

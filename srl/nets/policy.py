@@ -66,9 +66,11 @@ class ObsEncoder(nn.Module):
         normalize_obs: bool,
         root: str = OBS,
         plane_convs: Sequence[int] = (),
+        cnn_dtype: str = "float32",
     ) -> None:
         """``root``: the field names of the parts (``obs...``; ``state...`` for a global state); ``plane_convs``:
-        the channels of the convolutions over float ``[C, H, W]`` parts (``model.plane_convs``)."""
+        the channels of the convolutions over float ``[C, H, W]`` parts (``model.plane_convs``); ``cnn_dtype``:
+        what the Nature CNN of image parts computes in (``model.cnn_dtype``)."""
         super().__init__()
         # an action mask is not a feature: it only masks the actor's logits (PolicyNet)
         self.parts: tuple[ObsPart, ...] = tuple(p for p in obs_parts(obs_space, root) if p.name != ACTION_MASK)
@@ -79,7 +81,7 @@ class ObsEncoder(nn.Module):
         for p in self.parts:
             key = _key(p.name)
             if p.kind == "image":
-                cnn = NatureCNN(p.shape)  # type: ignore[arg-type]
+                cnn = NatureCNN(p.shape, cnn_dtype)  # type: ignore[arg-type]
                 self.cnns[key] = cnn
                 dim += cnn.out_dim
             elif p.kind in ("discrete", "multi_discrete"):
@@ -115,6 +117,7 @@ class ObsEncoder(nn.Module):
             model.layer_norm,
             model.normalize_obs,
             plane_convs=model.plane_convs,
+            cnn_dtype=model.cnn_dtype,
         )
 
     @property

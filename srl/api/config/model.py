@@ -31,6 +31,12 @@ class ModelConfig:
     """Channels of 3x3 same-padded ReLU convolutions run over each float observation part shaped ``[C, H, W]``
     (a board game's planes; uint8 images get the Nature CNN) before the MLP. Empty: such parts are flattened.
     The convolutions see a threat wherever on the board it is, which a flat MLP must learn square by square."""
+    cnn_dtype: Literal["float32", "bfloat16"] = "float32"
+    """What the Nature CNN computes in. ``bfloat16``: its convolutions and linear layer run under autocast, in
+    inference and in the update alike (so behaviour and trainer log-probs come from the same arithmetic); the
+    weights, their gradients, the optimizer and everything after the CNN stay float32. On CPUs with bfloat16
+    matrix units (Intel AMX: Sapphire Rapids and later) the Pong update runs about 2x faster on one thread; on
+    CPUs without them it is slower, so it is a switch (see docs/benchmarks.md, "The CNN in bfloat16")."""
     shared_encoder: bool = False
     """The critic's head sits on the actor's encoder (one CNN/MLP torso for both) instead of its own copy.
 
