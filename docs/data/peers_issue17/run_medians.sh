@@ -3,7 +3,7 @@
 rm -rf /tmp/srl-peers && mkdir /tmp/srl-peers && (cd /work/main && git ls-files | tar cf - -T - | (cd /tmp/srl-peers && tar xf -))
 cd /tmp/srl-peers
 export PYTHONPATH=/tmp/srl-peers
-OUT=${OUT:-/work/exp/peers3}
+OUT=${OUT:-/work/exp/peers3}  # then copied to docs/data/peers_issue17/medians/
 SRL="python -m srl.cli.main"
 for r in 1 2 3; do
   # CartPole: time from process start to solved
