@@ -35,8 +35,9 @@ class ModelConfig:
     """What the Nature CNN computes in. ``bfloat16``: its convolutions and linear layer run under autocast, in
     inference and in the update alike (so behaviour and trainer log-probs come from the same arithmetic); the
     weights, their gradients, the optimizer and everything after the CNN stay float32. On CPUs with bfloat16
-    matrix units (Intel AMX: Sapphire Rapids and later) the Pong update runs about 2x faster on one thread; on
-    CPUs without them it is slower, so it is a switch (see docs/benchmarks.md, "The CNN in bfloat16")."""
+    matrix units (Intel AMX: Sapphire Rapids and later) the CNN's forward+backward ran 2.2x faster on one thread
+    and Pong's whole update 1.5x; on CPUs without them it is slower, so it is a switch, off by default (see
+    docs/benchmarks.md, "The CNN in bfloat16")."""
     shared_encoder: bool = False
     """The critic's head sits on the actor's encoder (one CNN/MLP torso for both) instead of its own copy.
 
