@@ -56,8 +56,6 @@ class NatureCNN(nn.Module):
     def forward(self, obs: Tensor) -> Tensor:
         """``[N, C, H, W]`` pixels in 0..255 (any real dtype) -> features ``[N, 512]``."""
         x = obs.to(torch.float32, memory_format=torch.channels_last, copy=True).mul_(1.0 / 255.0)
-        if not self.bf16:
-            return self.layers(x)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             y = self.layers(x)
-        return y.float()  # the heads, losses and normalizers after the CNN stay float32
+        return y.float()  # the heads, losses and normalizers after the CNN stay float32 (a no-op in float32)
