@@ -272,6 +272,30 @@ def test_signal_stops_cleanly(tmp_path, runtime, sig):
     assert not list(private_tmp.iterdir())  # the run's named pipes are gone
 
 
+def test_a_signal_in_the_middle_of_a_step_lets_the_step_finish_then_stops_cleanly(tmp_path):
+    """The inline runtime's SIGTERM handler asks for a stop; it does not raise inside whatever code the signal
+    lands in (there, an import cut off halfway once broke the final metrics record)."""
+    from srl.envs.testing import SignalAt
+
+    SignalAt.finished_after_signal = 0
+    cfg = load_config(
+        CARTPOLE,
+        [
+            "runtime=inline",
+            "env.id=srl.envs.testing:signalling_cartpole",
+            "env.kwargs={at: 700}",
+            "run.target_return=null",
+            "run.total_env_steps=100000000",
+        ],
+    )
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert SignalAt.finished_after_signal == 1  # the one step that sent it ran to its end
+    assert summary["stop_reason"] == "interrupted" and "error" not in summary
+    assert summary["final_eval_return_mean"] is None
+    assert list((tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is given back
+
+
 def test_nothing_of_a_run_killed_with_sigkill_remains_after_the_next_run(tmp_path):
     """kill -9 of a whole run leaves its pipe folder (pipes, sockets, token) and its segments; the next
     ``srl train`` on the machine removes them."""

@@ -3,6 +3,8 @@ kind of space."""
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import gymnasium as gym
@@ -27,6 +29,33 @@ class CrashAfter(gym.Wrapper):
 def crashing_cartpole(crash_after: int = 100) -> gym.Env:
     """CartPole-v1 that fails after ``crash_after`` steps: ``env.id: srl.envs.testing:crashing_cartpole``."""
     return CrashAfter(gym.make("CartPole-v1"), crash_after)
+
+
+class SignalAt(gym.Wrapper):
+    """On the ``at``-th step (counted over resets), sends this process ``SIGTERM`` and then finishes the step;
+    ``finished_after_signal`` counts the steps that ran to their end after sending it."""
+
+    finished_after_signal = 0  # class-wide: the runtime builds its own copies of the env
+
+    def __init__(self, env: gym.Env, at: int) -> None:
+        super().__init__(env)
+        self.at = at
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        signalled = self.steps == self.at
+        if signalled:
+            os.kill(os.getpid(), signal.SIGTERM)
+        out = self.env.step(action)  # Python has run the signal's handler by now (between two bytecodes)
+        if signalled:
+            SignalAt.finished_after_signal += 1
+        return out
+
+
+def signalling_cartpole(at: int = 500) -> gym.Env:
+    """CartPole-v1 that sends its own process SIGTERM in the middle of its ``at``-th step."""
+    return SignalAt(gym.make("CartPole-v1"), at)
 
 
 class NonFiniteEvery(gym.Wrapper):

@@ -29,13 +29,19 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list
     fabric = InlineFabric(plan, controller.handle)
     workers = []
     current = "setup"
-    previous = signal.getsignal(signal.SIGTERM) if _main_thread() else None
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.getsignal(s) for s in signals} if _main_thread() else {}
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt  # same clean stop as Ctrl-C: teardown, final checkpoint, summary
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        # The first Ctrl-C or SIGTERM asks for the same clean stop as the local runtime's: the loop ends after the
+        # worker it is in (teardown, final checkpoint, summary). Raising from here instead could land inside any
+        # import or write in progress and leave it half done. A second signal stops waiting.
+        if controller.stop_reason == "interrupted":
+            raise KeyboardInterrupt
+        controller.stop_reason = controller.stop_reason or "interrupted"
 
-    if previous is not None:
-        signal.signal(signal.SIGTERM, on_term)
+    for sig in previous:
+        signal.signal(sig, on_signal)
     try:
         for spec in plan.topology.workers:
             current = spec.name
@@ -54,8 +60,8 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list
         log.debug("worker %s failed", current, exc_info=True)
         controller.fail(f"{current}: {type(exc).__name__}: {exc}")
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for worker in reversed(workers):
             try:
                 worker.teardown()
