@@ -57,6 +57,30 @@ def test_bench_sampling_reports_both_paths_and_their_ratio():
     assert result["mean_inference_batch"] >= 16  # at least one slot of 16 envs per forward pass
 
 
+def test_the_sampling_window_opens_once_every_actor_has_reported():
+    """Slow env construction (64 Pong envs on a busy machine) must not eat the warm-up or the window: they are
+    counted from the last actor's first report, and a window with fewer than two reports is an error, not 0."""
+    import time
+
+    from srl.api.config import load_config
+    from srl.bench.throughput import _RateController
+
+    c = _RateController(load_config("configs/cartpole_ppo.yaml", ["workers.actors=2"]), warmup=0.0, seconds=0.2)
+    c.start_time -= 100.0  # the process started long ago: no actor has stepped yet
+    assert c.should_stop() is None
+    c.handle("actor", {"actor": 0, "env_steps": 0}, {})
+    assert c.started is None and c.should_stop() is None  # one of two actors
+    c.handle("actor", {"actor": 1, "env_steps": 0}, {})
+    assert c.started is not None and c.should_stop() is None
+    with pytest.raises(RuntimeError, match="fewer than two actor reports"):
+        c.rate()
+    time.sleep(0.1)
+    c.handle("actor", {"actor": 0, "env_steps": 1000}, {})
+    assert c.rate() > 0
+    time.sleep(0.15)
+    assert c.should_stop() == "bench_done"
+
+
 def test_bench_train_reports_throughput_lag_and_time_shares():
     proc = subprocess.run(
         [

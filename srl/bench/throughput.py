@@ -38,27 +38,46 @@ from srl.wiring import make_algorithm
 
 
 class _RateController(Controller):
-    """Stops after ``warmup + seconds`` and measures the env-step rate after the warm-up from actor reports."""
+    """Measures the env-step rate from actor reports over ``seconds`` after a warm-up, then stops.
+
+    The warm-up starts once every actor has reported (its envs are built and stepping), not at process start:
+    building many envs on a busy machine can take longer than the warm-up itself."""
+
+    GIVE_UP = 300.0
+    """Seconds to wait for every actor's first report before stopping with nothing measured."""
 
     def __init__(self, cfg: ExperimentConfig, warmup: float, seconds: float) -> None:
         super().__init__(cfg, None, time.time(), progress=None)
         self.warmup, self.seconds = warmup, seconds
+        self.actors = cfg.workers.actors
+        self.reported: set[int] = set()
+        self.started: float | None = None  # when the last actor first reported
         self.samples: list[tuple[float, int]] = []
 
     def handle(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         super().handle(kind, meta, arrays)
         if kind == "actor":
-            self.samples.append((time.time(), self.env_steps))
+            now = time.time()
+            self.reported.add(int(meta["actor"]))
+            if self.started is None and len(self.reported) >= self.actors:
+                self.started = now
+            self.samples.append((now, self.env_steps))
 
     def should_stop(self) -> str | None:
-        if self.stop_reason is None and time.time() - self.start_time >= self.warmup + self.seconds:
+        now = time.time()
+        if self.stop_reason is None and (
+            (self.started is not None and now - self.started >= self.warmup + self.seconds)
+            or (self.started is None and now - self.start_time >= self.GIVE_UP)
+        ):
             self.stop_reason = "bench_done"
         return self.stop_reason
 
     def rate(self) -> float:
-        after = [(t, s) for t, s in self.samples if t - self.start_time >= self.warmup]
+        if self.started is None:
+            raise RuntimeError(f"srl bench sampling: the actors did not all report within {self.GIVE_UP:.0f} s")
+        after = [(t, s) for t, s in self.samples if t - self.started >= self.warmup]
         if len(after) < 2 or after[-1][0] <= after[0][0]:
-            return 0.0
+            raise RuntimeError("srl bench sampling: fewer than two actor reports after the warm-up")
         return (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
 
 
