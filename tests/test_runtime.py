@@ -277,7 +277,7 @@ def test_a_signal_in_the_middle_of_a_step_lets_the_step_finish_then_stops_cleanl
     lands in (there, an import cut off halfway once broke the final metrics record)."""
     from srl.envs.testing import SignalAt
 
-    SignalAt.finished_after_signal = 0
+    SignalAt.sent, SignalAt.finished_after_signal = False, 0
     cfg = load_config(
         CARTPOLE,
         [

@@ -32,10 +32,12 @@ def crashing_cartpole(crash_after: int = 100) -> gym.Env:
 
 
 class SignalAt(gym.Wrapper):
-    """On the ``at``-th step (counted over resets), sends this process ``SIGTERM`` and then finishes the step;
-    ``finished_after_signal`` counts the steps that ran to their end after sending it."""
+    """The first copy to reach its ``at``-th step (counted over resets) sends this process ``SIGTERM`` and then
+    finishes the step (once per process: the other copies step on); ``finished_after_signal`` counts the steps
+    that ran to their end after sending it."""
 
-    finished_after_signal = 0  # class-wide: the runtime builds its own copies of the env
+    sent = False  # class-wide: the runtime builds its own copies of the env
+    finished_after_signal = 0
 
     def __init__(self, env: gym.Env, at: int) -> None:
         super().__init__(env)
@@ -44,8 +46,9 @@ class SignalAt(gym.Wrapper):
 
     def step(self, action: Any) -> Any:
         self.steps += 1
-        signalled = self.steps == self.at
+        signalled = not SignalAt.sent and self.steps >= self.at
         if signalled:
+            SignalAt.sent = True
             os.kill(os.getpid(), signal.SIGTERM)
         out = self.env.step(action)  # Python has run the signal's handler by now (between two bytecodes)
         if signalled:
