@@ -59,13 +59,15 @@ def test_bench_sampling_reports_both_paths_and_their_ratio():
 
 def test_the_sampling_window_opens_once_every_actor_has_reported():
     """Slow env construction (64 Pong envs on a busy machine) must not eat the warm-up or the window: they are
-    counted from the last actor's first report, and a window with fewer than two reports is an error, not 0."""
+    counted from the last actor's first report, and a window with fewer than two reports is an error, not 0.
+    Time is moved by shifting the controller's clock marks, so no step depends on how fast this runs."""
     import time
 
     from srl.api.config import load_config
     from srl.bench.throughput import _RateController
 
-    c = _RateController(load_config("configs/cartpole_ppo.yaml", ["workers.actors=2"]), warmup=0.0, seconds=0.2)
+    cfg = load_config("configs/cartpole_ppo.yaml", ["workers.actors=2"])
+    c = _RateController(cfg, warmup=0.0, seconds=100.0)
     c.start_time -= 100.0  # the process started long ago: no actor has stepped yet
     assert c.should_stop() is None
     c.handle("actor", {"actor": 0, "env_steps": 0}, {})
@@ -74,11 +76,17 @@ def test_the_sampling_window_opens_once_every_actor_has_reported():
     assert c.started is not None and c.should_stop() is None
     with pytest.raises(RuntimeError, match="fewer than two actor reports"):
         c.rate()
-    time.sleep(0.1)
+    time.sleep(0.01)  # a later report has a later time stamp
     c.handle("actor", {"actor": 0, "env_steps": 1000}, {})
     assert c.rate() > 0
-    time.sleep(0.15)
+    c.started -= 100.0  # the window has passed
     assert c.should_stop() == "bench_done"
+
+    silent = _RateController(cfg, warmup=0.0, seconds=100.0)
+    silent.start_time -= silent.GIVE_UP  # no actor ever reported
+    assert silent.should_stop() == "bench_done"
+    with pytest.raises(RuntimeError, match="did not all report"):
+        silent.rate()
 
 
 def test_bench_train_reports_throughput_lag_and_time_shares():

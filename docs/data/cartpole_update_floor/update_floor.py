@@ -11,15 +11,15 @@ import time
 import numpy as np
 import torch
 from srl.api.config import load_config
-from srl.runtime.plan import make_plan
 from srl.bench.throughput import random_batch
-from srl.bench import throughput as T
+from srl.runtime.plan import make_plan
+from srl.wiring import make_algorithm
 
 torch.set_num_threads(1)
 cfg = load_config("configs/cartpole_ppo.yaml", [])
 plan = make_plan(cfg)
-one = plan.only("x")
-algo = T.make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, state_space=one.state_space)
+one = plan.only("update_floor.py")
+algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, state_space=one.state_space)
 rng = np.random.default_rng(0)
 batch = random_batch(one, rng, cfg.workers.batch_segments * one.columns_per_slot)
 for _ in range(5):
@@ -30,8 +30,7 @@ for _ in range(30):
     algo.train(batch, 0.0)
     ts.append(time.perf_counter() - t)
 print("srl train() ms median", round(1000 * np.median(ts), 2), "samples", batch["rewards"].size)
-# lean floor: same nets sizes, same loss, foreach adam
-B = 256
+# the lean loop: the same network sizes and loss, multi-tensor Adam
 obs = torch.randn(512, 4)
 act = torch.randint(0, 2, (512,))
 oldlp = torch.full((512,), -0.69)
