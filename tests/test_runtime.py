@@ -21,7 +21,7 @@ from srl.base.shm import list_segments
 from srl.runtime.inline import run_inline
 from srl.runtime.plan import make_plan
 from srl.runtime.train import train
-from srl.system.controller import Controller
+from srl.system.controller import Controller, stop_on_signals
 from srl.system.trainer_worker import load_checkpoint
 
 CARTPOLE = "configs/cartpole_ppo.yaml"
@@ -295,6 +295,35 @@ def test_a_signal_in_the_middle_of_a_step_lets_the_step_finish_then_stops_cleanl
     assert summary["final_eval_return_mean"] is None
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is given back
+
+
+def test_the_first_signal_asks_for_a_stop_the_second_raises_and_the_handlers_are_given_back():
+    cfg = load_config(CARTPOLE, SMALL)
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for first, second in ((signal.SIGTERM, signal.SIGINT), (signal.SIGINT, signal.SIGTERM)):
+        controller = Controller(cfg, None, time.time(), progress=None)
+        with pytest.raises(KeyboardInterrupt), stop_on_signals(controller):
+            os.kill(os.getpid(), first)
+            assert controller.stop_reason == "interrupted"
+            os.kill(os.getpid(), second)
+            pytest.fail("the second signal did not raise")
+        assert {s: signal.getsignal(s) for s in before} == before
+    solved = Controller(cfg, None, time.time(), progress=None)
+    solved.stop_reason = "solved"  # a run already stopping for its own reason keeps it, and still hears a second
+    with pytest.raises(KeyboardInterrupt), stop_on_signals(solved):
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert solved.stop_reason == "solved"
+        os.kill(os.getpid(), signal.SIGTERM)
+    entered = []
+
+    def off_the_main_thread() -> None:  # Python refuses handlers there (ValueError): the block installs none
+        with stop_on_signals(Controller(cfg, None, time.time(), progress=None)):
+            entered.append({s: signal.getsignal(s) for s in before})
+
+    thread = threading.Thread(target=off_the_main_thread)
+    thread.start()
+    thread.join()
+    assert entered == [before]
 
 
 def test_nothing_of_a_run_killed_with_sigkill_remains_after_the_next_run(tmp_path):

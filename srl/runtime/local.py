@@ -37,7 +37,7 @@ from srl.runtime.plan import Plan
 from srl.runtime.supervisor import Launch, Supervisor
 from srl.runtime.topology import Endpoint, Stream, WorkerSpec
 from srl.system.control import ControlReceiver
-from srl.system.controller import Controller
+from srl.system.controller import Controller, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -117,29 +117,19 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> list[
     fabric = SharedFabric(plan)
     receiver: ControlReceiver | None = None
     placement = LocalPlacement(plan, fabric, run_dir, method)
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if controller.stop_reason == "interrupted":
-            raise KeyboardInterrupt  # a second signal: stop waiting for workers (they are killed below)
-        controller.stop_reason = controller.stop_reason or "interrupted"
-
     try:
         fabric.create()
         receiver = ControlReceiver(fabric.control_address, controller.handle)
-        for sig in previous:
-            signal.signal(sig, on_signal)
-        supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
-        supervisor.start()
-        supervisor.run()
-        return _stop_workers(fabric, list(placement.procs.values()), receiver)
+        with stop_on_signals(controller):
+            supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
+            supervisor.start()
+            supervisor.run()
+            return _stop_workers(fabric, list(placement.procs.values()), receiver)
     finally:
         placement.kill_all()
         if receiver is not None:
             receiver.close()
         fabric.destroy()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 class LocalPlacement:

@@ -31,14 +31,11 @@ import json
 import logging
 import os
 import secrets
-import signal
 import socket
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -58,7 +55,7 @@ from srl.runtime.ray_fabric import Endpoints
 from srl.runtime.supervisor import Launch, StartError, Supervisor
 from srl.runtime.topology import TRAINER, TRAINER_NODE, Endpoint, Stream, WorkerSpec
 from srl.system.control import ControlReceiver
-from srl.system.controller import Controller
+from srl.system.controller import Controller, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -423,33 +420,22 @@ def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np
     token = secrets.token_hex(16)
     receiver = ControlReceiver(f"tcp://{ray.util.get_node_ip_address()}:*", controller.handle, token=token)
     placement = RayPlacement(plan, run_dir, Endpoints(receiver.address, token))
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if controller.stop_reason == "interrupted":
-            raise KeyboardInterrupt  # a second signal: stop waiting for workers (they are killed below)
-        controller.stop_reason = controller.stop_reason or "interrupted"
-
-    for sig in previous:
-        signal.signal(sig, on_signal)
     try:
-        supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
-        try:
-            placement.place()
-            supervisor.start()
-        except StartError as exc:
-            controller.fail(str(exc))
-            return None
-        supervisor.run()
-        return placement.stop(receiver)
+        with stop_on_signals(controller):
+            supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
+            try:
+                placement.place()
+                supervisor.start()
+            except StartError as exc:
+                controller.fail(str(exc))
+                return None
+            supervisor.run()
+            return placement.stop(receiver)
     finally:
         try:
             placement.release()
         finally:
             receiver.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
             if owns_ray:
                 ray.shutdown()
             sweep_stale()  # segments of node agents that died with their node (same machine only)
