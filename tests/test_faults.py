@@ -75,7 +75,6 @@ def test_an_env_that_keeps_raising_is_restarted_and_the_run_completes(tmp_path) 
             "env.id=srl.envs.testing:crashing_cartpole",
             "env.kwargs={crash_after: 1200}",
             "workers.max_restarts=50",
-            "run.max_wall_seconds=240",
         ],
     )
     summary = train(cfg, tmp_path / "run", progress=None)

@@ -14,7 +14,7 @@ from srl.runtime.train import train
 
 @pytest.mark.parametrize("runtime", ["inline", "local"])
 def test_cartpole_config_solves(tmp_path, runtime):
-    cfg = load_config("configs/cartpole_ppo.yaml", [f"runtime={runtime}", "run.max_wall_seconds=180"])
+    cfg = load_config("configs/cartpole_ppo.yaml", [f"runtime={runtime}"])
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["solved"], summary
     assert summary["solved_return_mean"] >= 475  # mean of the last 20 episodes when the target was reached
@@ -116,7 +116,7 @@ def test_bench_train_reports_throughput_lag_and_time_shares():
 
 
 def test_continuous_actions_learn_pendulum(tmp_path):
-    cfg = load_config("configs/pendulum_ppo.yaml", ["runtime=inline", "run.max_wall_seconds=240"])
+    cfg = load_config("configs/pendulum_ppo.yaml", ["runtime=inline"])
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["solved"], summary  # mean of the last 20 episodes >= -250 (a random policy scores ~ -1200)
     assert summary["final_eval_return_mean"] >= -400
@@ -127,7 +127,7 @@ def test_two_data_parallel_trainers_solve_cartpole(tmp_path):
     # config, reduced across the trainers (gloo) every minibatch.
     cfg = load_config(
         "configs/cartpole_ppo.yaml",
-        ["workers.trainers=2", "workers.actors=2", "workers.batch_segments=1", "run.max_wall_seconds=180"],
+        ["workers.trainers=2", "workers.actors=2", "workers.batch_segments=1"],
     )
     summary = train(cfg, tmp_path / "run", progress=None)
     assert summary["solved"], summary
