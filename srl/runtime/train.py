@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
+from srl.api.spaces import obs_parts
 from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
 from srl.evaluate import eval_seed, evaluate
@@ -58,6 +59,11 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
     return cfg, tuple(newest), states[0]
 
 
+def _has_image(space: Any) -> bool:
+    """Whether an observation space has a uint8 image part (what the Nature CNN encodes)."""
+    return any(p.kind == "image" for p in obs_parts(space))
+
+
 def train(
     cfg: ExperimentConfig,
     run_dir: Path | None = None,
@@ -90,6 +96,14 @@ def train(
         offset = int(state.get("trained_samples", state["samples"]))
     rd = RunDir(run_dir or default_run_dir(cfg), cfg, resume=resume is not None)
     controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset, stop_request=stop)
+    if any(p.cfg.model.cnn_dtype == "bfloat16" and _has_image(p.obs_space) for p in plan.policies):
+        from srl.nets.cnn import bfloat16_is_native
+
+        if bfloat16_is_native() is False:
+            controller.warn(
+                "model.cnn_dtype=bfloat16: this CPU has no bfloat16 kernels (oneDNN needs AVX-512 or newer), so the "
+                "Nature CNN runs emulated bfloat16, about 10x slower than float32 (set model.cnn_dtype=float32)"
+            )
     try:
         if cfg.runtime == "inline":
             from srl.runtime.inline import run_inline as runner

@@ -111,9 +111,7 @@ class Controller:
         elif kind == "policy":
             self.policy[int(meta["policy"])] = dict(meta)
         elif kind == "info":  # a warning: printed on its own line and counted, the run goes on
-            self.warnings.append(f"{meta.get('worker', '?')}: {meta.get('message', '')}")
-            if self.progress is not None:
-                self.progress.write(f"\nwarning: {self.warnings[-1]}\n")
+            self.warn(f"{meta.get('worker', '?')}: {meta.get('message', '')}")
         elif kind == "eval":
             self.evals.append(dict(meta))
         elif kind == "league":
@@ -344,6 +342,12 @@ class Controller:
         if int(t.get("updates", 0)) > 0 and "seconds_reduced" in t:
             out["reduce_seconds_per_update"] = float(t["seconds_reduced"]) / int(t["updates"])
         return out
+
+    def warn(self, message: str) -> None:
+        """Record a warning for ``summary.json`` and print it on its own line; the run goes on."""
+        self.warnings.append(message)
+        if self.progress is not None:
+            self.progress.write(f"\nwarning: {message}\n")
 
     def summary(self, final_eval: Mapping[str, float] | None) -> dict[str, Any]:
         """``summary.json`` content (see DESIGN.md for the contract)."""
