@@ -387,6 +387,43 @@ def test_lost_node_leaves_training_going_and_group_returns(cluster, tmp_path):
     assert steps[-1] > steps[len(steps) // 2] > 0  # training kept going through the loss
 
 
+def test_a_signal_stops_a_ray_run_cleanly_and_gives_its_resources_back(cluster, tmp_path):
+    """SIGTERM to ``srl train`` on a cluster it joined: the run stops as interrupted, checkpoints, exits 130, and
+    its placement groups and actors are gone (the cluster's CPUs are all free again); the cluster lives on."""
+    c, _ = cluster
+    run = tmp_path / "run"
+    sets = [
+        "runtime=ray",
+        f"ray.address={c.address}",
+        "ray.actor_nodes=2",
+        "ray.actors_per_node=1",
+        "ray.node_resource=srl_actor",
+        "ray.trainer_resource=srl_trainer",
+        "run.total_env_steps=100000000",
+        "run.target_return=null",
+        "run.log_interval_seconds=0.2",
+    ]
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"), "--quiet"]
+    cmd += ["--run-dir", str(run), *[a for o in sets for a in ("--set", o)]]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_record(run, lambda r: r.get("policy_version", 0) >= 2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=SAFETY_NET)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted" and "error" not in summary
+    assert list((run / "checkpoints").glob("ckpt_*.pt"))
+    deadline = time.monotonic() + SAFETY_NET
+    while ray.available_resources().get("CPU") != ray.cluster_resources().get("CPU"):
+        assert time.monotonic() < deadline, "the run's placement groups outlived it"
+        time.sleep(0.2)
+
+
 def test_bad_ray_settings_get_one_line_and_a_non_zero_exit(tmp_path):
     cases = [
         (["ray.address=127.0.0.1:1"], "ray.address: cannot reach '127.0.0.1:1'"),

@@ -117,19 +117,19 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> list[
     fabric = SharedFabric(plan)
     receiver: ControlReceiver | None = None
     placement = LocalPlacement(plan, fabric, run_dir, method)
-    try:
-        fabric.create()
-        receiver = ControlReceiver(fabric.control_address, controller.handle)
-        with stop_on_signals(controller):
+    with stop_on_signals(controller):  # around the cleanup too: a first signal there does not cut it short
+        try:
+            fabric.create()
+            receiver = ControlReceiver(fabric.control_address, controller.handle)
             supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
             supervisor.start()
             supervisor.run()
             return _stop_workers(fabric, list(placement.procs.values()), receiver)
-    finally:
-        placement.kill_all()
-        if receiver is not None:
-            receiver.close()
-        fabric.destroy()
+        finally:
+            placement.kill_all()
+            if receiver is not None:
+                receiver.close()
+            fabric.destroy()
 
 
 class LocalPlacement:

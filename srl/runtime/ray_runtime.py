@@ -420,8 +420,8 @@ def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np
     token = secrets.token_hex(16)
     receiver = ControlReceiver(f"tcp://{ray.util.get_node_ip_address()}:*", controller.handle, token=token)
     placement = RayPlacement(plan, run_dir, Endpoints(receiver.address, token))
-    try:
-        with stop_on_signals(controller):
+    with stop_on_signals(controller):  # around the cleanup too: a first signal there does not cut it short
+        try:
             supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
             try:
                 placement.place()
@@ -431,12 +431,12 @@ def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np
                 return None
             supervisor.run()
             return placement.stop(receiver)
-    finally:
-        try:
-            placement.release()
         finally:
-            receiver.close()
-            if owns_ray:
-                ray.shutdown()
-            sweep_stale()  # segments of node agents that died with their node (same machine only)
-            sweep_stale_pipe_dirs()  # and their pipe folders
+            try:
+                placement.release()
+            finally:
+                receiver.close()
+                if owns_ray:
+                    ray.shutdown()
+                sweep_stale()  # segments of node agents that died with their node (same machine only)
+                sweep_stale_pipe_dirs()  # and their pipe folders
