@@ -8,6 +8,7 @@ import pytest
 
 from srl.api.config import load_config
 from srl.api.config.load import overlay_overrides
+from srl.bench import throughput
 from srl.cli.main import main
 from srl.tune import grid, own_layout, rank_key
 
@@ -30,9 +31,16 @@ def test_the_grid_keeps_every_trainers_batch_and_holds_the_configs_own_layout():
     assert rank_key(1100.0, more) < rank_key(1000.0, one)  # a clear gain wins over fewer processes
 
 
-def test_a_tiny_search_gives_keys_srl_train_accepts(tmp_path, capsys):
-    """One model-ranked layout beside the config's own, each trained for a few seconds in a fresh process: the
-    winner's --set keys build the config, and the overlay it writes applies the same keys."""
+def test_a_tiny_search_gives_keys_srl_train_accepts(tmp_path, capsys, monkeypatch):
+    """One model-ranked layout beside the config's own, each trained in a fresh process: the winner's --set keys
+    build the config, and the overlay it writes applies the same keys.
+
+    Each try here stops at 20k env steps instead of the search's seconds (its clock includes start-up, which a
+    loaded machine can spend whole): the actors cannot run more than their sample buffers ahead of the trainer,
+    so by then it has trained, however fast the machine is."""
+    real = throughput.bench_train
+    by_steps = ["run.max_wall_seconds=null", "run.total_env_steps=20000"]
+    monkeypatch.setattr(throughput, "bench_train", lambda config, s, sets: real(config, s, [*sets, *by_steps]))
     out = tmp_path / "tuned.yaml"
     assert main(["tune", CARTPOLE, "--seconds", "1", "--tries", "1", "--out", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
