@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from srl.base.shm import list_segments
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _is_mp_helper(proc: Path) -> bool:
@@ -77,3 +80,33 @@ def no_leaks():
         time.sleep(0.05)
     assert not (_ours() - before_segments), f"leaked shared memory: {sorted(_ours() - before_segments)}"
     assert not (_children() - before_children), f"leaked child processes: {sorted(_children() - before_children)}"
+
+
+def start_endless_training(
+    run: Path, *overrides: str, tmp: Path | None = None, new_session: bool = False
+) -> subprocess.Popen:
+    """``srl train`` on CartPole with no target and an unreachable step budget: it runs until signalled.
+
+    ``tmp`` becomes the run's temporary folder (``TMPDIR``), where its named pipes live; with ``new_session``
+    the run leads its own process group (``os.killpg(proc.pid, ...)`` reaches every worker).
+    """
+    sets = ["run.total_env_steps=100000000", "run.target_return=null", "run.log_interval_seconds=0.2", *overrides]
+    env = dict(os.environ, TMPDIR=str(tmp)) if tmp is not None else None
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "train",
+            str(ROOT / "configs" / "cartpole_ppo.yaml"),
+            "--quiet",
+            "--run-dir",
+            str(run),
+            *[a for o in sets for a in ("--set", o)],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=new_session,
+    )

@@ -25,7 +25,7 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 
 import pytest  # noqa: E402
 import ray  # noqa: E402
-from conftest import children_of  # noqa: E402
+from conftest import children_of, start_endless_training  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from srl.api.config import load_config  # noqa: E402
@@ -86,19 +86,20 @@ def cluster():
     assert not children_of(os.getpid()) - before, "Ray processes outlived the cluster"
 
 
+def _on_cluster(c: Cluster) -> list[str]:
+    """The settings that place a run on the module's cluster: trainers on the head, one actor per worker node."""
+    return [
+        "runtime=ray",
+        f"ray.address={c.address}",
+        "ray.actor_nodes=2",
+        "ray.actors_per_node=1",
+        "ray.node_resource=srl_actor",
+        "ray.trainer_resource=srl_trainer",
+    ]
+
+
 def _cfg(c: Cluster, *overrides: str, config: str = "configs/cartpole_ppo.yaml"):
-    return load_config(
-        ROOT / config,
-        [
-            "runtime=ray",
-            f"ray.address={c.address}",
-            "ray.actor_nodes=2",
-            "ray.actors_per_node=1",
-            "ray.node_resource=srl_actor",
-            "ray.trainer_resource=srl_trainer",
-            *overrides,
-        ],
-    )
+    return load_config(ROOT / config, [*_on_cluster(c), *overrides])
 
 
 SAFETY_NET = 300.0
@@ -392,20 +393,7 @@ def test_a_signal_stops_a_ray_run_cleanly_and_gives_its_resources_back(cluster, 
     its placement groups and actors are gone (the cluster's CPUs are all free again); the cluster lives on."""
     c, _ = cluster
     run = tmp_path / "run"
-    sets = [
-        "runtime=ray",
-        f"ray.address={c.address}",
-        "ray.actor_nodes=2",
-        "ray.actors_per_node=1",
-        "ray.node_resource=srl_actor",
-        "ray.trainer_resource=srl_trainer",
-        "run.total_env_steps=100000000",
-        "run.target_return=null",
-        "run.log_interval_seconds=0.2",
-    ]
-    cmd = [sys.executable, "-m", "srl.cli.main", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"), "--quiet"]
-    cmd += ["--run-dir", str(run), *[a for o in sets for a in ("--set", o)]]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_endless_training(run, *_on_cluster(c))
     try:
         _wait_for_record(run, lambda r: r.get("policy_version", 0) >= 2)
         proc.send_signal(signal.SIGTERM)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import children_of
+from conftest import children_of, start_endless_training
 
 from srl.api.config import load_config
 from srl.base.shm import list_segments
@@ -199,36 +199,6 @@ def test_checkpoint_write_is_atomic(tmp_path):
     load_checkpoint(ckpt_dir / sorted(before)[-1])
 
 
-def _start_endless_training(
-    run: Path, *overrides: str, tmp: Path | None = None, new_session: bool = False
-) -> subprocess.Popen:
-    """``srl train`` on CartPole with no target and an unreachable step budget: it runs until signalled.
-
-    ``tmp`` becomes the run's temporary folder (``TMPDIR``), where its named pipes live; with ``new_session``
-    the run leads its own process group (``os.killpg(proc.pid, ...)`` reaches every worker).
-    """
-    sets = ["run.total_env_steps=100000000", "run.target_return=null", "run.log_interval_seconds=0.2", *overrides]
-    env = dict(os.environ, TMPDIR=str(tmp)) if tmp is not None else None
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "srl.cli.main",
-            "train",
-            CARTPOLE,
-            "--quiet",
-            "--run-dir",
-            str(run),
-            *[a for o in sets for a in ("--set", o)],
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=new_session,
-    )
-
-
 def _wait_for_updates(run: Path, versions: int = 2, timeout: float = 60.0) -> None:
     """Wait until the run's metrics show ``versions`` policy updates."""
     deadline = time.monotonic() + timeout
@@ -247,7 +217,7 @@ def _wait_for_updates(run: Path, versions: int = 2, timeout: float = 60.0) -> No
 def test_signal_stops_cleanly(tmp_path, runtime, sig):
     run, private_tmp = tmp_path / "run", tmp_path / "tmp"
     private_tmp.mkdir()  # the run's own temporary folder: other runs on the machine cannot disturb the check
-    proc = _start_endless_training(run, f"runtime={runtime}", tmp=private_tmp)
+    proc = start_endless_training(run, f"runtime={runtime}", tmp=private_tmp)
     children: set[int] = set()
     try:
         _wait_for_updates(run)
@@ -331,7 +301,7 @@ def test_nothing_of_a_run_killed_with_sigkill_remains_after_the_next_run(tmp_pat
     ``srl train`` on the machine removes them."""
     run, private_tmp = tmp_path / "run", tmp_path / "tmp"
     private_tmp.mkdir()  # the runs' own temporary folder: other runs on the machine cannot disturb the check
-    proc = _start_endless_training(run, "runtime=local", tmp=private_tmp, new_session=True)
+    proc = start_endless_training(run, "runtime=local", tmp=private_tmp, new_session=True)
     try:
         _wait_for_updates(run)
         dead = {proc.pid, *children_of(proc.pid)}
