@@ -423,7 +423,6 @@ def stop_on_signals(controller: Controller) -> Iterator[None]:
         yield
         return
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
     received = 0
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
