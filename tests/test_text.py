@@ -94,6 +94,68 @@ def test_rows_that_share_a_prompt_share_its_pass_exactly(tokenizer: Any, arch: s
     assert distinct_prompts(ids[:4], mask[:4]) is None  # three prompts in four rows: one pass is cheaper
 
 
+def test_rows_split_by_prompt_length_where_it_saves_the_most_positions() -> None:
+    """The split into groups is the cheapest of every split of the rows sorted by length (brute force), keeps rows
+    of one length together, and is one group where a pass costs more than splitting saves."""
+    import itertools
+
+    from srl.text.generate import length_groups
+
+    def cost(groups: list[torch.Tensor], lengths: torch.Tensor, columns: int, pass_cost: float) -> float:
+        return sum(len(g) * (int(lengths[g].max()) + columns) + pass_cost for g in groups)
+
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        n = int(rng.integers(1, 9))
+        lengths = torch.from_numpy(rng.integers(1, 12, n))
+        mask = (torch.arange(12)[None] >= 12 - lengths[:, None]).long()  # left-padded
+        columns, pass_cost = int(rng.integers(1, 6)), float(rng.choice([0, 3, 10, 1000]))
+        groups = length_groups(mask, columns, pass_cost)
+        rows = torch.cat(groups).sort().values
+        assert rows.tolist() == list(range(n))  # every row once
+        for a, b in itertools.combinations(groups, 2):  # one length never in two groups
+            assert not set(lengths[a].tolist()) & set(lengths[b].tolist())
+        ordered = lengths.argsort(stable=True)
+        best = min(
+            cost([ordered[i:j] for i, j in zip((0, *cuts), (*cuts, n))], lengths, columns, pass_cost)
+            for k in range(n)
+            for cuts in itertools.combinations(range(1, n), k)
+        )
+        assert cost(groups, lengths, columns, pass_cost) == pytest.approx(best), trial
+        if pass_cost == 1000:
+            assert len(groups) == 1
+    mask = (torch.arange(40)[None] >= 40 - torch.tensor([3] * 24 + [40] * 8)[:, None]).long()
+    assert [len(g) for g in length_groups(mask, 4, 50)] == [24, 8]  # short prompts no longer pay for long ones
+
+
+def test_rows_in_groups_of_like_prompt_length_give_the_numbers_of_one_pass(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows split by prompt length (each group trimmed to its own longest prompt) give the logits and gradients of
+    one plain pass over prompt and completion, in the rows' own order."""
+    import srl.text.generate as gen
+
+    torch.manual_seed(0)
+    model = build_lm(LMSpec(arch="llama", layers=2, width=32, heads=4, kv_heads=2), tokenizer).eval()
+    ids, mask = _left_padded(tokenizer, ["1", "12+3=4567+89=", "7+1", "ab", "xyz abc 0123456789+", "3+4="])
+    tokens = torch.randint(2, 20, (len(ids), 5))
+    valid = (torch.arange(5)[None] < torch.tensor([5, 2, 5, 4, 1, 3])[:, None]).float()
+    monkeypatch.setattr(gen, "PASS_COST", 0)  # every length its own group
+    assert len(gen.length_groups(mask, 5, gen.PASS_COST)) == 6
+    ours = gen.completion_outputs(model, ids, mask, tokens, valid)
+    ours.log_softmax(-1).mul(valid[..., None]).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    full_ids, attn, pos = gen.completion_inputs(ids, mask, tokens, valid)
+    P = ids.shape[1]
+    plain = model(input_ids=full_ids, attention_mask=attn, position_ids=pos).logits[:, P - 1 : P + 4]
+    plain.log_softmax(-1).mul(valid[..., None]).sum().backward()
+    rows = valid.bool()
+    assert torch.allclose(ours[rows], plain[rows], atol=1e-5), (ours[rows] - plain[rows]).abs().max()
+    for a, p in zip(grads, model.parameters(), strict=True):
+        assert torch.allclose(a, p.grad, rtol=1e-5, atol=1e-4), (a - p.grad).abs().max()
+
+
 def test_a_left_padded_prompt_generates_as_it_would_alone(tokenizer: Any) -> None:
     torch.manual_seed(1)
     model = build_lm(LMSpec(arch="llama", layers=2, width=32, heads=4), tokenizer).eval()
@@ -404,6 +466,39 @@ def test_an_update_is_the_same_wherever_its_log_probs_are_taken(digit_model: Pat
     assert stats["kl"] == pytest.approx(0.0, abs=1e-6) and stats["is_weight_mean"] == pytest.approx(
         1.0, abs=1e-4
     )  # at the start: one model
+
+
+def test_the_critic_on_a_thread_of_its_own_changes_no_number(digit_model: Path) -> None:
+    """PPO with a critic: the critic's passes on their own thread (text.critic_thread) or on the trainer's give
+    the same policy, the same critic and the same stats."""
+    from srl.api.algorithm import AlgorithmContext
+    from srl.text.algorithm import LMPPO
+
+    results = []
+    for threaded in (True, False):
+        text = {"model": str(digit_model), "advantage": "gae", "kl_coef": 0.05, "kl_in": "reward"}
+        cfg = _config(digit_model, text={**text, "critic_thread": threaded})
+        task = TextTask(**cfg.env.kwargs, num_envs=64)
+        ctx = AlgorithmContext(task.single_observation_space, task.single_action_space, cfg, models=None)  # type: ignore[arg-type]
+        torch.manual_seed(0)
+        obs = task.reset(0)
+        out = LMPPO.acting_policy(ctx).act(obs)
+        batch = {k: v[None] for k, v in out.items()}
+        batch.update({"obs": obs["obs"][None], "rewards": task.step(out["actions"]).reward[None].astype(np.float32)})
+        algo = LMPPO(ctx)
+        assert (algo._critic_pool is not None) == threaded
+        stats = [algo.train(batch, 0.0) for _ in range(2)]
+        assert algo.critic is not None
+        results.append((algo.policy_state(), [p.detach().clone() for p in algo.critic.parameters()], stats))
+    (policy_a, critic_a, stats_a), (policy_b, critic_b, stats_b) = results
+    assert np.array_equal(policy_a, policy_b)
+    assert all(torch.equal(a, b) for a, b in zip(critic_a, critic_b, strict=True))
+    assert not torch.equal(critic_a[-1], torch.zeros_like(critic_a[-1]))  # the critic did train (its head's bias)
+    for a, b in zip(stats_a, stats_b, strict=True):
+        assert a["value_loss"] > 0
+        assert {k: v for k, v in a.items() if "per_second" not in k} == {
+            k: v for k, v in b.items() if "per_second" not in k
+        }
 
 
 def test_the_reward_named_is_the_one_used(digit_model: Path, tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def gae(
     return advantages, advantages + values
 
 
-def _value_loss(new_values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float | None) -> Tensor:
+def value_loss(new_values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float | None) -> Tensor:
     """Critic loss; the clipped form keeps the critic near its rollout-time values."""
     unclipped = (new_values - returns).pow(2)
     if value_clip is None:
@@ -109,15 +109,15 @@ def ppo_loss(
         surrogate = weights * surrogate
     policy_loss = -_mean(surrogate)
     if new_values is None or old_values is None or returns is None:
-        value_loss = torch.zeros((), dtype=new_logp.dtype, device=new_logp.device)
+        v_loss = torch.zeros((), dtype=new_logp.dtype, device=new_logp.device)
     else:
-        value_loss = _value_loss(new_values, old_values, returns, value_clip)
+        v_loss = value_loss(new_values, old_values, returns, value_clip)
     entropy_mean = _mean(entropy)
-    total = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    total = policy_loss + vf_coef * v_loss - ent_coef * entropy_mean
     with torch.no_grad():
         stats = {
             "policy_loss": policy_loss.detach(),
-            "value_loss": value_loss.detach(),
+            "value_loss": v_loss.detach(),
             "entropy": entropy_mean.detach(),
             "approx_kl": _mean((ratio - 1.0) - log_ratio),
             "clip_fraction": _mean(((ratio - 1.0).abs() > clip).float()),

@@ -29,7 +29,8 @@ The math is in :mod:`srl.algorithms.token_math`.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -39,7 +40,7 @@ from torch import Tensor, nn
 
 from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper, clip_all
-from srl.algorithms.ppo_math import ppo_loss
+from srl.algorithms.ppo_math import ppo_loss, value_loss
 from srl.algorithms.token_math import (
     group_advantages,
     kl_penalty,
@@ -251,6 +252,11 @@ class LMPPO:
             self.critic = ValueModel(_load(self.text.model, "text.model"), self.text.value_head_init)
             self.critic.eval()
             params["critic"] = list(self.critic.parameters())
+        self._critic_pool = (
+            ThreadPoolExecutor(1, thread_name_prefix="srl-critic")
+            if self.critic is not None and self.text.critic_thread
+            else None
+        )
         self.optimizer = Adam([p for group in params.values() for p in group], lr=self.ppo.lr, eps=self.ppo.adam_eps)
         self._clippers = {
             name: GradClipper(
@@ -326,6 +332,8 @@ class LMPPO:
         upfront = (text.kl_coef > 0 and text.kl_in == "reward") or (self.critic is not None and ppo.vtrace_targets)
         first = None if upfront or not self.fuse_first_minibatch else perms[0][:mb]
         kl_reward = text.kl_coef if text.kl_in == "reward" else 0.0
+        # the critic's values start on its thread (text.critic_thread) while the policy's pass runs here
+        critic_values = None if self.critic is None else self._beside(self._values, prompts, pmask, tokens, mask, mb)
         with torch.no_grad():  # the batch as the current policy, the reference and the critic see it
             prox = torch.zeros(rows, C)
             todo = torch.ones(rows, dtype=torch.bool)
@@ -342,8 +350,8 @@ class LMPPO:
                     [self._logp(self.reference, prompts, pmask, tokens, mask, s) for s in _chunks(rows, mb)]
                 )
             values = returns = None
-            if self.critic is not None:
-                values = torch.cat([self.critic(*_rows((prompts, pmask, tokens, mask), s)) for s in _chunks(rows, mb)])
+            if critic_values is not None:
+                values = critic_values()
                 rho = c = None
                 if ppo.vtrace_targets:
                     ratio = (prox - behaviour).exp()
@@ -419,6 +427,38 @@ class LMPPO:
     ) -> dict[str, float]:
         """One optimizer step on the rows ``idx``. ``fresh``: the weights have not moved since the update began,
         so this forward's log-probs are the rows' proximal ones (``prox`` gets them)."""
+        self.optimizer.zero_grad()
+        critic = None  # the critic's forward and backward, on its thread (text.critic_thread) beside the policy's
+        if self.critic is not None and values is not None and returns is not None:
+            critic = self._beside(self._critic_step, idx, prompts, pmask, tokens, mask, values, returns)
+        try:
+            stats = self._policy_step(idx, fresh, prompts, pmask, tokens, mask, prox, behaviour, adv, ref)
+        finally:  # never leave the critic's thread running into the next step
+            critic_loss = None if critic is None else critic()
+        if critic_loss is not None:
+            stats["value_loss"] = critic_loss
+        if self.collective is not None:
+            self.collective.mean_([p.grad for p in self._policy_params if p.grad is not None])
+        out = {k: float(v) for k, v in stats.items()}
+        out.update(clip_all(self._clippers))
+        self.optimizer.step()
+        return out
+
+    def _policy_step(
+        self,
+        idx: Tensor,
+        fresh: bool,
+        prompts: Tensor,
+        pmask: Tensor,
+        tokens: Tensor,
+        mask: Tensor,
+        prox: Tensor,
+        behaviour: Tensor,
+        adv: Tensor,
+        ref: Tensor | None,
+    ) -> dict[str, Tensor]:
+        """The policy's share of one minibatch: its forward, the clipped surrogate (and the KL leash in the loss)
+        and its backward; the detached stats."""
         ppo, text = self.ppo, self.text
         m = mask[idx]
         valid = m.bool()
@@ -432,17 +472,13 @@ class LMPPO:
             weights = (old_logp - behaviour[idx][valid]).exp().clamp(max=ppo.is_rho_clip)
         else:
             old_logp = behaviour[idx][valid]
-        new_v = old_v = ret = None
-        if self.critic is not None and values is not None and returns is not None:
-            new_v = self.critic(prompts[idx], pmask[idx], tokens[idx], m)[valid]
-            old_v, ret = values[idx][valid], returns[idx][valid]
         loss, stats = ppo_loss(
             logp[valid],
             old_logp,
             adv[idx][valid],
-            new_v,
-            old_v,
-            ret,
+            None,  # the critic's loss is its own (_critic_step): no parameter is shared, the gradients are the same
+            None,
+            None,
             entropy[valid],
             clip=ppo.clip,
             value_clip=ppo.value_clip,
@@ -454,14 +490,38 @@ class LMPPO:
             leash = kl_penalty(logp, ref[idx], m, text.kl_coef, text.estimator)
             loss = loss + leash
             stats["kl_loss"] = leash.detach()
-        self.optimizer.zero_grad()
         loss.backward()
-        if self.collective is not None:
-            self.collective.mean_([p.grad for p in self._policy_params if p.grad is not None])
-        out = {k: float(v) for k, v in stats.items()}
-        out.update(clip_all(self._clippers))
-        self.optimizer.step()
-        return out
+        return stats
+
+    def _critic_step(
+        self, idx: Tensor, prompts: Tensor, pmask: Tensor, tokens: Tensor, mask: Tensor, values: Tensor, returns: Tensor
+    ) -> Tensor:
+        """The critic's share of one minibatch: its forward, the value loss and its backward (the critic's own
+        gradients); the detached value loss."""
+        m = mask[idx]
+        valid = m.bool()
+        critic = self.critic
+        assert critic is not None
+        new_v = critic(prompts[idx], pmask[idx], tokens[idx], m)[valid]
+        loss = value_loss(new_v, values[idx][valid], returns[idx][valid], self.ppo.value_clip)
+        (self.ppo.vf_coef * loss).backward()
+        return loss.detach()
+
+    def _values(self, prompts: Tensor, pmask: Tensor, tokens: Tensor, mask: Tensor, chunk: int) -> Tensor:
+        """The critic's values of every row ``[N, C]``, ``chunk`` rows a pass, with no gradient (grad mode is per
+        thread: this may run on the critic's)."""
+        critic = self.critic
+        assert critic is not None
+        with torch.no_grad():
+            return torch.cat([critic(*_rows((prompts, pmask, tokens, mask), s)) for s in _chunks(len(prompts), chunk)])
+
+    def _beside(self, fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        """Start ``fn(*args)`` on the critic's thread and return what waits for its result; without the thread
+        (``text.critic_thread: false``), run it here and now."""
+        if self._critic_pool is None:
+            result = fn(*args)
+            return lambda: result
+        return self._critic_pool.submit(fn, *args).result
 
 
 def _reference(cfg: ExperimentConfig) -> CausalLM | None:

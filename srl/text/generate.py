@@ -184,15 +184,61 @@ def completion_inputs(
     return ids, attn, positions(attn)
 
 
+PASS_COST = 200
+"""A pass's fixed cost (Python and per-op overhead), in the positions of one row it costs as much as: splitting a
+batch by prompt length pays where it saves more positions than that. Measured on the 3-layer Llama of
+``configs/rlhf_preference.yaml``, one thread: a training forward and backward costs about 8-12 ms plus 50 us per
+position, a no-grad forward 5 ms plus 16 us (``docs/benchmarks.md``)."""
+
+
+def length_groups(prompt_mask: Tensor, columns: int, pass_cost: float) -> list[Tensor]:
+    """The rows, in groups by prompt length, so that passes over each group trimmed to its own longest prompt
+    cost the fewest positions: each row costs its group's longest prompt plus ``columns`` (the completion's),
+    each group ``pass_cost`` more. Rows of one length are never split (rows that share a prompt stay together).
+    One group of all rows where splitting does not pay."""
+    lengths = prompt_mask.sum(dim=1)
+    order = torch.argsort(lengths, stable=True)
+    ordered = lengths[order].tolist()
+    n = len(ordered)
+    ends = [j for j in range(1, n + 1) if j == n or ordered[j] != ordered[j - 1]]  # a group may end where it changes
+    best, back = {0: 0.0}, {}
+    for j in ends:  # best[j]: the cheapest split of the j shortest rows; back[j]: where its last group starts
+        width = ordered[j - 1] + columns
+        best[j], back[j] = min((best[i] + (j - i) * width + pass_cost, i) for i in best if i < j)
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[back[j] : j])
+        j = back[j]
+    return groups[::-1] if len(groups) > 1 else [torch.arange(n)]
+
+
 def completion_outputs(
     model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, tokens: Tensor, mask: Tensor, read: str = "logits"
 ) -> Tensor:
     """The outputs ``read`` (``"logits"`` of a causal LM, ``"last_hidden_state"`` of its trunk) at the columns
     that predicted each completion token ``[N, C, ...]``: the last prompt column predicts the first token.
 
-    The prompts run first (:func:`prefill`, once per distinct prompt where rows share them), then the
-    completion's tokens but the last over their KV cache; the same numbers as one pass over prompt and
-    completion, and gradients reach the prompt's columns through the cache."""
+    Rows run in groups of like prompt length (:func:`length_groups`), each trimmed to its own longest prompt
+    (:func:`trim_padding`), so short prompts do not pay for the longest one's columns; within a group the
+    prompts run first (:func:`prefill`, once per distinct prompt where rows share them), then the completion's
+    tokens but the last over their KV cache. The same numbers as one pass over prompt and completion, and
+    gradients reach the prompt's columns through the cache."""
+    groups = length_groups(prompt_mask, tokens.shape[1], PASS_COST)
+    if len(groups) == 1:
+        return _completion_outputs(model, *trim_padding(prompt_ids, prompt_mask), tokens, mask, read)
+    outs = [
+        _completion_outputs(model, *trim_padding(prompt_ids[g], prompt_mask[g]), tokens[g], mask[g], read)
+        for g in groups
+    ]
+    order = torch.cat(groups)
+    back = torch.empty_like(order)
+    back[order] = torch.arange(len(order))
+    return torch.cat(outs)[back]
+
+
+def _completion_outputs(
+    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, tokens: Tensor, mask: Tensor, read: str
+) -> Tensor:
     P, C = prompt_ids.shape[1], tokens.shape[1]
     cache, head = prefill(model, prompt_ids, prompt_mask, read)
     head = head[:, -1:]

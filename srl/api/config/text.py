@@ -137,6 +137,12 @@ class TextConfig:
     keeps a second model; it pays where the generators have time to spare (they wait on the trainer)."""
     value_head_init: float = 0.0
     """Std of the value head's initial weights (0: values start at 0)."""
+    critic_thread: bool = True
+    """PPO with a critic: the trainer runs the critic's passes (its values of a batch, its forward and backward in
+    each minibatch) on a thread of their own, beside the policy's. The numbers are the same (the two networks
+    share no parameter, so their gradients are apart); the update takes about as long as the longer of the two
+    where a second core has time to spare, as it does while the generators wait on the trainer. False: one after
+    the other, on the trainer's one thread."""
     base: TextBaseConfig = field(default_factory=TextBaseConfig)
     """How to make ``model`` when its folder is missing (pre-training here)."""
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
