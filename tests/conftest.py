@@ -70,6 +70,12 @@ def _ours() -> set[str]:
     return {name for name in list_segments() if name.startswith(f"srl_{os.getpid()}_")}
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Ray cluster's tests first. Under pytest-xdist (``-n 2 --dist loadgroup``, as ``.ci/run`` runs the suite)
+    they are one unit of work and the longest, so one worker starts on them while the other takes the rest."""
+    items.sort(key=lambda item: item.path.name != "test_ray.py")  # stable: each file keeps its own order
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
     """Fail a test that leaves segments created by this process or live child processes."""

@@ -33,6 +33,8 @@ from srl.base.shm import list_segments  # noqa: E402
 from srl.runtime.train import train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+# under pytest-xdist (.ci/run) the module is one unit of work: one worker holds its cluster, the other runs the rest
+pytestmark = pytest.mark.xdist_group("ray")
 
 
 def _descendants(pid: int) -> set[int]:
