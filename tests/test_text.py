@@ -427,9 +427,8 @@ def test_rl_raises_the_reward_inline(digit_model: Path, tmp_path: Path, advantag
     assert 0 < last["response_length"] <= 4 and last["tokens_per_second"] > 0
 
 
-def _update(cfg: ExperimentConfig, fuse: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
-    """One lm_ppo update on 64 completions sampled at seed 0 by the run's acting policy: the policy's weights after
-    it, and its stats (``fuse``: the first minibatch's proximal log-probs from its own forward)."""
+def _trainer_and_batch(cfg: ExperimentConfig) -> tuple[Any, dict[str, np.ndarray]]:
+    """The run's lm_ppo trainer, and a batch of 64 completions sampled at seed 0 by its acting policy, scored."""
     from srl.api.algorithm import AlgorithmContext
     from srl.text.algorithm import LMPPO
 
@@ -440,7 +439,13 @@ def _update(cfg: ExperimentConfig, fuse: bool = True) -> tuple[torch.Tensor, dic
     out = LMPPO.acting_policy(ctx).act(obs)
     batch = {k: v[None] for k, v in out.items()}
     batch.update({"obs": obs["obs"][None], "rewards": task.step(out["actions"]).reward[None].astype(np.float32)})
-    algo = LMPPO(ctx)
+    return LMPPO(ctx), batch
+
+
+def _update(cfg: ExperimentConfig, fuse: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
+    """One lm_ppo update on 64 completions sampled at seed 0 by the run's acting policy: the policy's weights after
+    it, and its stats (``fuse``: the first minibatch's proximal log-probs from its own forward)."""
+    algo, batch = _trainer_and_batch(cfg)
     algo.fuse_first_minibatch = fuse
     stats = algo.train(batch, 0.0)
     return torch.from_numpy(algo.policy_state()), stats
@@ -471,21 +476,10 @@ def test_an_update_is_the_same_wherever_its_log_probs_are_taken(digit_model: Pat
 def test_the_critic_on_a_thread_of_its_own_changes_no_number(digit_model: Path) -> None:
     """PPO with a critic: the critic's passes on their own thread (text.critic_thread) or on the trainer's give
     the same policy, the same critic and the same stats."""
-    from srl.api.algorithm import AlgorithmContext
-    from srl.text.algorithm import LMPPO
-
     results = []
     for threaded in (True, False):
         text = {"model": str(digit_model), "advantage": "gae", "kl_coef": 0.05, "kl_in": "reward"}
-        cfg = _config(digit_model, text={**text, "critic_thread": threaded})
-        task = TextTask(**cfg.env.kwargs, num_envs=64)
-        ctx = AlgorithmContext(task.single_observation_space, task.single_action_space, cfg, models=None)  # type: ignore[arg-type]
-        torch.manual_seed(0)
-        obs = task.reset(0)
-        out = LMPPO.acting_policy(ctx).act(obs)
-        batch = {k: v[None] for k, v in out.items()}
-        batch.update({"obs": obs["obs"][None], "rewards": task.step(out["actions"]).reward[None].astype(np.float32)})
-        algo = LMPPO(ctx)
+        algo, batch = _trainer_and_batch(_config(digit_model, text={**text, "critic_thread": threaded}))
         assert (algo._critic_pool is not None) == threaded
         stats = [algo.train(batch, 0.0) for _ in range(2)]
         assert algo.critic is not None

@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -63,7 +64,6 @@ from srl.text.generate import (
     completion_outputs,
     generate,
     token_logp,
-    trim_padding,
 )
 from srl.text.hf import CausalLM, ModelError, load_lm, load_tokenizer
 from srl.text.reward_stage import NAME as REWARD_STAGE
@@ -317,8 +317,7 @@ class LMPPO:
         T, N = batch["rewards"].shape
         rows = T * N
         prompts = torch.from_numpy(batch[OBS][:T]).reshape(rows, -1).long()
-        # trimmed once for the whole update, so every pass over any rows sees the same columns (and numbers)
-        prompts, pmask = trim_padding(prompts, prompt_mask(prompts, self.pad_id))
+        pmask = prompt_mask(prompts, self.pad_id)  # each pass trims its rows' padding (completion_outputs)
         tokens = torch.from_numpy(batch["actions"]).reshape(rows, -1)
         C = tokens.shape[1]
         mask = lengths_mask(torch.from_numpy(batch["length"]).reshape(rows).long(), C)
@@ -365,15 +364,13 @@ class LMPPO:
                 sequence = scores - kl_reward * _kl(prox, ref, mask, text.estimator).sum(dim=1) if kl_reward else scores
                 adv = group_advantages(sequence, self.group_size, text.group_scale)[:, None] * mask
 
+        update = _Update(prompts, pmask, tokens, mask, behaviour, prox, adv, values, returns, ref)
         sums: dict[str, float] = {}
         count = 0
         for epoch, perm in enumerate(perms):
             for start in range(0, mb * ppo.minibatches, mb):
-                idx = perm[start : start + mb]
                 fresh = epoch == 0 and start == 0 and first is not None
-                stats = self._minibatch(
-                    idx, fresh, prompts, pmask, tokens, mask, prox, behaviour, adv, values, returns, ref
-                )
+                stats = self._minibatch(perm[start : start + mb], fresh, update)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
@@ -410,29 +407,15 @@ class LMPPO:
     ) -> Tensor:
         return completion_logp(model, prompts[s], pmask[s], tokens[s], mask[s], self.text.temperature, self.vocab)
 
-    def _minibatch(
-        self,
-        idx: Tensor,
-        fresh: bool,
-        prompts: Tensor,
-        pmask: Tensor,
-        tokens: Tensor,
-        mask: Tensor,
-        prox: Tensor,
-        behaviour: Tensor,
-        adv: Tensor,
-        values: Tensor | None,
-        returns: Tensor | None,
-        ref: Tensor | None,
-    ) -> dict[str, float]:
+    def _minibatch(self, idx: Tensor, fresh: bool, u: _Update) -> dict[str, float]:
         """One optimizer step on the rows ``idx``. ``fresh``: the weights have not moved since the update began,
-        so this forward's log-probs are the rows' proximal ones (``prox`` gets them)."""
+        so this forward's log-probs are the rows' proximal ones (``u.prox`` gets them)."""
         self.optimizer.zero_grad()
         critic = None  # the critic's forward and backward, on its thread (text.critic_thread) beside the policy's
-        if self.critic is not None and values is not None and returns is not None:
-            critic = self._beside(self._critic_step, idx, prompts, pmask, tokens, mask, values, returns)
+        if self.critic is not None and u.values is not None and u.returns is not None:
+            critic = self._beside(self._critic_step, idx, u)
         try:
-            stats = self._policy_step(idx, fresh, prompts, pmask, tokens, mask, prox, behaviour, adv, ref)
+            stats = self._policy_step(idx, fresh, u)
         finally:  # never leave the critic's thread running into the next step
             critic_loss = None if critic is None else critic()
         if critic_loss is not None:
@@ -444,38 +427,26 @@ class LMPPO:
         self.optimizer.step()
         return out
 
-    def _policy_step(
-        self,
-        idx: Tensor,
-        fresh: bool,
-        prompts: Tensor,
-        pmask: Tensor,
-        tokens: Tensor,
-        mask: Tensor,
-        prox: Tensor,
-        behaviour: Tensor,
-        adv: Tensor,
-        ref: Tensor | None,
-    ) -> dict[str, Tensor]:
+    def _policy_step(self, idx: Tensor, fresh: bool, u: _Update) -> dict[str, Tensor]:
         """The policy's share of one minibatch: its forward, the clipped surrogate (and the KL leash in the loss)
         and its backward; the detached stats."""
         ppo, text = self.ppo, self.text
-        m = mask[idx]
+        m = u.mask[idx]
         valid = m.bool()
-        logits = completion_logits(self.policy, prompts[idx], pmask[idx], tokens[idx], m)
-        logp, entropy = token_logp(logits, tokens[idx], text.temperature, self.vocab)
+        logits = completion_logits(self.policy, u.prompts[idx], u.pmask[idx], u.tokens[idx], m)
+        logp, entropy = token_logp(logits, u.tokens[idx], text.temperature, self.vocab)
         if fresh:
-            prox[idx] = logp.detach() * m
+            u.prox[idx] = logp.detach() * m
         weights = old_logp = None
         if ppo.td_compensation:  # decoupled PPO: the ratio against the proximal policy, weighted by its IS ratio
-            old_logp = prox[idx][valid]
-            weights = (old_logp - behaviour[idx][valid]).exp().clamp(max=ppo.is_rho_clip)
+            old_logp = u.prox[idx][valid]
+            weights = (old_logp - u.behaviour[idx][valid]).exp().clamp(max=ppo.is_rho_clip)
         else:
-            old_logp = behaviour[idx][valid]
+            old_logp = u.behaviour[idx][valid]
         loss, stats = ppo_loss(
             logp[valid],
             old_logp,
-            adv[idx][valid],
+            u.adv[idx][valid],
             None,  # the critic's loss is its own (_critic_step): no parameter is shared, the gradients are the same
             None,
             None,
@@ -486,23 +457,21 @@ class LMPPO:
             ent_coef=ppo.ent_coef,
             weights=weights,
         )
-        if text.kl_in == "loss" and ref is not None:
-            leash = kl_penalty(logp, ref[idx], m, text.kl_coef, text.estimator)
+        if text.kl_in == "loss" and u.ref is not None:
+            leash = kl_penalty(logp, u.ref[idx], m, text.kl_coef, text.estimator)
             loss = loss + leash
             stats["kl_loss"] = leash.detach()
         loss.backward()
         return stats
 
-    def _critic_step(
-        self, idx: Tensor, prompts: Tensor, pmask: Tensor, tokens: Tensor, mask: Tensor, values: Tensor, returns: Tensor
-    ) -> Tensor:
+    def _critic_step(self, idx: Tensor, u: _Update) -> Tensor:
         """The critic's share of one minibatch: its forward, the value loss and its backward (the critic's own
         gradients); the detached value loss."""
-        m = mask[idx]
+        m = u.mask[idx]
         valid = m.bool()
-        critic = self.critic
-        assert critic is not None
-        new_v = critic(prompts[idx], pmask[idx], tokens[idx], m)[valid]
+        critic, values, returns = self.critic, u.values, u.returns
+        assert critic is not None and values is not None and returns is not None
+        new_v = critic(u.prompts[idx], u.pmask[idx], u.tokens[idx], m)[valid]
         loss = value_loss(new_v, values[idx][valid], returns[idx][valid], self.ppo.value_clip)
         (self.ppo.vf_coef * loss).backward()
         return loss.detach()
@@ -522,6 +491,24 @@ class LMPPO:
             result = fn(*args)
             return lambda: result
         return self._critic_pool.submit(fn, *args).result
+
+
+@dataclass
+class _Update:
+    """One update's batch as its minibatches read it, each tensor by row (``[N, ...]``): the prompts (left-padded)
+    and their mask, the completions and their mask, the behaviour and proximal log-probs, the advantages, and
+    where there are any the critic's values and returns (PPO) and the reference's log-probs (a KL leash)."""
+
+    prompts: Tensor
+    pmask: Tensor
+    tokens: Tensor
+    mask: Tensor
+    behaviour: Tensor
+    prox: Tensor
+    adv: Tensor
+    values: Tensor | None
+    returns: Tensor | None
+    ref: Tensor | None
 
 
 def _reference(cfg: ExperimentConfig) -> CausalLM | None:
