@@ -106,8 +106,9 @@ def rank_key(steps_per_second: float, settings: dict[str, int]) -> tuple[float, 
 
 
 def tune(config: str, seconds: float, overrides: list[str], tries: int = 3, cores: int | None = None) -> dict[str, Any]:
-    """Measure ``tries`` model-ranked layouts and the config's own within about ``seconds`` in all (costs
-    first); the fastest measured, with every tried layout's prediction and measured env steps/s."""
+    """Measure ``tries`` model-ranked layouts and the config's own, training about ``seconds`` in all (costs
+    first; each try's start-up comes on top, so every try trains as long); the fastest measured, with every tried
+    layout's prediction and measured env steps/s."""
     from srl.bench.costs import measure_costs
     from srl.bench.throughput import bench_train
 

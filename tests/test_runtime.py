@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import children_of, start_endless_training
 
-from srl.api.config import load_config
+from srl.api.config import ConfigError, load_config
 from srl.base.shm import list_segments
 from srl.runtime.inline import run_inline
 from srl.runtime.plan import make_plan
@@ -265,6 +265,27 @@ def test_a_signal_in_the_middle_of_a_step_lets_the_step_finish_then_stops_cleanl
     assert summary["final_eval_return_mean"] is None
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is given back
+
+
+def test_max_train_seconds_counts_from_the_first_env_step_and_max_wall_seconds_from_the_start():
+    """However long start-up took, ``run.max_train_seconds`` starts counting at the first env step an actor
+    reports; ``run.max_wall_seconds`` counts from the process's start. Time moves by shifting the clock marks."""
+    cfg = load_config(CARTPOLE, [*SMALL, "run.total_env_steps=1000000", "run.max_train_seconds=5"])
+    controller = Controller(cfg, None, time.time() - 600.0, progress=None)  # ten minutes of start-up
+    assert controller.should_stop() is None
+    controller.handle("actor", {"actor": 0, "env_steps": 0}, {})
+    assert controller.should_stop() is None  # no env step yet: the clock has not started
+    controller.handle("actor", {"actor": 0, "env_steps": 64}, {})
+    assert controller.should_stop() is None
+    assert controller._train_start is not None
+    controller._train_start -= 4.0
+    assert controller.should_stop() is None
+    controller._train_start -= 1.5
+    assert controller.should_stop() == "train_time"
+    walled = Controller(load_config(CARTPOLE, [*SMALL, "run.max_wall_seconds=5"]), None, time.time() - 6.0, None)
+    assert walled.should_stop() == "wall_time"  # from the start, with no env step at all
+    with pytest.raises(ConfigError, match="run.max_train_seconds"):
+        load_config(CARTPOLE, ["run.max_train_seconds=0"])
 
 
 def test_the_first_signal_asks_for_a_stop_the_second_raises_and_the_handlers_are_given_back():

@@ -35,11 +35,11 @@ def test_a_tiny_search_gives_keys_srl_train_accepts(tmp_path, capsys, monkeypatc
     """One model-ranked layout beside the config's own, each trained in a fresh process: the winner's --set keys
     build the config, and the overlay it writes applies the same keys.
 
-    Each try here stops at 20k env steps instead of the search's seconds (its clock includes start-up, which a
-    loaded machine can spend whole): the actors cannot run more than their sample buffers ahead of the trainer,
-    so by then it has trained, however fast the machine is."""
+    Each try here stops at 20k env steps instead of the search's seconds (a loaded machine can be slow enough to
+    train little in a second): the actors cannot run more than their sample buffers ahead of the trainer, so by
+    then it has trained, however fast the machine is."""
     real = throughput.bench_train
-    by_steps = ["run.max_wall_seconds=null", "run.total_env_steps=20000"]
+    by_steps = ["run.max_train_seconds=null", "run.total_env_steps=20000"]
     monkeypatch.setattr(throughput, "bench_train", lambda config, s, sets: real(config, s, [*sets, *by_steps]))
     out = tmp_path / "tuned.yaml"
     assert main(["tune", CARTPOLE, "--seconds", "1", "--tries", "1", "--out", str(out), "--json"]) == 0

@@ -345,9 +345,10 @@ def random_batch(plan: PolicyPlan, rng: np.random.Generator, n: int) -> dict[str
 
 
 def bench_train(config: str, seconds: float, overrides: list[str]) -> dict[str, Any]:
-    """End-to-end training throughput: ``srl train`` for ``seconds`` in a fresh process; FPS and time shares."""
+    """End-to-end training throughput: ``srl train`` in a fresh process for ``seconds`` from its first env step
+    (``run.max_train_seconds``: start-up on top, as the rates leave it out); FPS and time shares."""
     summary, _ = train_in_fresh_process(
-        config, ["run.target_return=null", "run.eval_episodes=0", f"run.max_wall_seconds={seconds}", *overrides]
+        config, ["run.target_return=null", "run.eval_episodes=0", f"run.max_train_seconds={seconds}", *overrides]
     )
     lags = np.asarray(summary["lag_histogram"], np.float64)  # trained samples by policy lag (versions)
     lag_mean = float(lags @ np.arange(len(lags)) / lags.sum()) if lags.sum() else None

@@ -20,7 +20,12 @@ from srl.cli import add_overrides
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("tune", help="measure the layouts the capacity model ranks first here; keep the fastest")
     p.add_argument("config", help="experiment YAML")
-    p.add_argument("--seconds", type=float, default=120.0, help="time for the whole search (default 120)")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=120.0,
+        help="training time for the whole search, each try's start-up on top (default 120)",
+    )
     p.add_argument("--tries", type=int, default=3, help="model-ranked layouts to train beside the config's own")
     add_overrides(p)
     p.add_argument("--out", type=Path, default=None, help="write the winning keys as a YAML overlay here")

@@ -100,6 +100,8 @@ class Controller:
                 self._check_solved()
         if kind == "actor":
             self.actor_steps[int(meta["actor"])] = int(meta["env_steps"])
+            if self._train_start is None and self.env_steps > self.env_steps_offset:
+                self._train_start = time.time()  # the first env step reported: training rates count from here
             self.actor_nonfinite[int(meta["actor"])] = int(meta.get("nonfinite_steps", 0))
         elif kind == "trainer":
             self.trainers[int(meta.get("trainer", 0))] = dict(meta)
@@ -214,6 +216,12 @@ class Controller:
             self.stop_reason = "env_steps"
         elif run.max_wall_seconds is not None and time.time() - self.start_time >= run.max_wall_seconds:
             self.stop_reason = "wall_time"
+        elif (
+            run.max_train_seconds is not None
+            and self._train_start is not None
+            and time.time() - self._train_start >= run.max_train_seconds
+        ):
+            self.stop_reason = "train_time"
         return self.stop_reason
 
     def tick(self, force: bool = False) -> None:
@@ -222,8 +230,6 @@ class Controller:
         if not force and now - self._last_tick < self.cfg.run.log_interval_seconds:
             return
         steps = self.env_steps
-        if self._train_start is None and steps > self.env_steps_offset:
-            self._train_start = now
         dt = now - self._last_tick
         self._fps = (steps - self._last_steps) / dt if dt > 0 else 0.0
         self._last_tick, self._last_steps = now, steps

@@ -18,7 +18,11 @@ class RunConfig:
     return_window: int = 20
     """Episodes averaged for the progress line and the target."""
     max_wall_seconds: float | None = None
-    """Stop after this much wall time; ``None`` for no limit."""
+    """Stop after this much wall time from process start; ``None`` for no limit."""
+    max_train_seconds: float | None = None
+    """Stop after this much wall time from the first environment step, so start-up (imports, building envs,
+    loading models) is left out: every run measured this way trains as long, as ``train_fps`` counts
+    (``srl bench train --seconds``, the tries of ``srl tune``); ``None`` for no limit."""
     checkpoint_interval_seconds: float = 120.0
     """Seconds between periodic checkpoints (a final one is always written)."""
     keep_checkpoints: int = 3
@@ -44,6 +48,7 @@ class RunConfig:
         check(self.total_env_steps >= 1, "total_env_steps", f"must be >= 1, got {self.total_env_steps}")
         check(self.return_window >= 1, "return_window", f"must be >= 1, got {self.return_window}")
         check(self.max_wall_seconds is None or self.max_wall_seconds > 0, "max_wall_seconds", "must be > 0 or null")
+        check(self.max_train_seconds is None or self.max_train_seconds > 0, "max_train_seconds", "must be > 0 or null")
         check(self.checkpoint_interval_seconds > 0, "checkpoint_interval_seconds", "must be > 0")
         check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
         check(self.log_interval_seconds > 0, "log_interval_seconds", "must be > 0")
