@@ -19,10 +19,13 @@ The trainer keeps three networks:
 An update recomputes, with no gradient, the current (proximal) log-probs, the reference's and the values
 (the first minibatch's proximal log-probs come from its own forward where nothing needs them earlier); then
 it takes ``ppo.epochs`` passes of ``ppo.minibatches`` minibatches of completions through the clipped
-surrogate of :func:`srl.algorithms.ppo_math.ppo_loss` over the valid tokens. With ``ppo.td_compensation``
-(asynchronous generation, bounded by ``ppo.max_policy_lag``) the ratio is taken against the proximal policy
-and each token weighted by its truncated importance weight against the behaviour policy (decoupled PPO);
-without it, against the behaviour log-probs, which synchronous generation makes equal to the proximal ones.
+surrogate of :func:`srl.algorithms.ppo_math.ppo_loss` over the valid tokens. The critic shares no parameter
+with the policy, so its passes (the values, and its forward and backward in each minibatch) run on a thread
+of their own beside the policy's (``text.critic_thread``): the same numbers, in about the policy's time.
+With ``ppo.td_compensation`` (asynchronous generation, bounded by ``ppo.max_policy_lag``) the ratio is taken
+against the proximal policy and each token weighted by its truncated importance weight against the behaviour
+policy (decoupled PPO); without it, against the behaviour log-probs, which synchronous generation makes equal
+to the proximal ones.
 The math is in :mod:`srl.algorithms.token_math`.
 """
 

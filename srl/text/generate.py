@@ -209,7 +209,7 @@ def length_groups(prompt_mask: Tensor, columns: int, pass_cost: float) -> list[T
     while j > 0:
         groups.append(order[back[j] : j])
         j = back[j]
-    return groups[::-1] if len(groups) > 1 else [torch.arange(n)]
+    return groups[::-1] if len(groups) > 1 else [torch.arange(n, device=lengths.device)]
 
 
 def completion_outputs(
@@ -232,7 +232,7 @@ def completion_outputs(
     ]
     order = torch.cat(groups)
     back = torch.empty_like(order)
-    back[order] = torch.arange(len(order))
+    back[order] = torch.arange(len(order), device=order.device)
     return torch.cat(outs)[back]
 
 
