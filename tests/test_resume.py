@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -103,7 +104,7 @@ def test_a_full_disk_skips_periodic_checkpoints_and_fails_the_final_one_leaving_
     assert "not written (No space left on device); the previous one is intact" in summary["error"]
     assert any("No space left on device" in w for w in summary["warnings"])  # periodic ones: warned, went on
     assert summary["policy_version"] > 2
-    files = sorted(p.name for p in (run / "checkpoints").iterdir())
+    files = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name != "controller.json")
     assert len(files) == 1 and files[0].startswith("ckpt_")  # the one good checkpoint, no temp files left
     assert load_checkpoint(run / "checkpoints" / files[0])["format"] == "srl-checkpoint-v2"
 
@@ -209,3 +210,54 @@ def test_resume_keeps_the_actors_reward_scaling_statistics(tmp_path) -> None:
     train(cfg2, run, progress=None, resume=(paths, state))
     second = np.load(saved, allow_pickle=False)
     assert (second[:, 2] >= first[:, 2] + 1024).all()  # counted on from the saved statistics, not from zero
+
+
+def test_resume_continues_wall_time_episodes_and_the_return_window(tmp_path) -> None:
+    """Across a resume the records' wall time and episodes go on from where the run stopped (so a plot over wall
+    time never draws backwards), and the first record after it has the return of the restored window."""
+    run = tmp_path / "run"
+    first = train(load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT]), run, progress=None)
+    before = len((run / "metrics.jsonl").read_text().splitlines())
+    # a record after every round of polls: the first comes before any episode of the resumed run can end
+    cfg2, paths, state = resume_config(run, ["run.total_env_steps=12000", "run.log_interval_seconds=0.000001"])
+    second = train(cfg2, run, progress=None, resume=(paths, state))
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for key in ("wall_seconds", "episodes"):
+        values = [r[key] for r in records]
+        assert values == sorted(values), key  # non-decreasing, across the boundary too
+        assert second[key] > first[key], key
+    assert math.isfinite(records[before]["return_mean"])
+    (run / "checkpoints" / "controller.json").unlink()  # a run saved without the counters still resumes
+    cfg3, paths, state = resume_config(run, ["run.total_env_steps=12500"])
+    third = train(cfg3, run, progress=None, resume=(paths, state))
+    assert third["stop_reason"] == "env_steps" and third["episodes"] < second["episodes"]
+
+
+def test_the_controller_counters_reach_the_next_process_per_policy_and_a_damaged_file_is_one_line(tmp_path) -> None:
+    import time
+
+    import numpy as np
+
+    from srl.api.config import ExperimentConfig, build
+    from srl.system.controller import Controller
+    from srl.system.run_dir import RunDir, read_counters
+
+    rules = [{"match": "red_.*", "policy": "red"}, {"match": "blue_.*", "policy": "blue"}]
+    cfg = build(ExperimentConfig, {"agents": rules, "run": {"return_window": 3}})
+    rd = RunDir(tmp_path / "run", cfg)
+    before = Controller(cfg, rd, time.time() - 50.0, progress=None)  # ran 50 s
+    owners = np.array([0, 1, 0, 1, 0])
+    before.handle(
+        "actor", {"actor": 0, "env_steps": 64}, {"episode_returns": np.arange(1.0, 6.0), "episode_policies": owners}
+    )
+    before.tick(force=True)
+    rd.close()
+    after = Controller(cfg, None, time.time(), progress=None)
+    after.restore(read_counters(tmp_path / "run"))
+    record = after.record()
+    assert record["episodes"] == 5 and record["wall_seconds"] >= 50.0 and record["return_mean"] == 4.0
+    first, second = cfg.policy_names
+    assert record[f"{first}/return_mean"] == 3.0 and record[f"{second}/return_mean"] == 3.0  # [1, 3, 5] and [2, 4]
+    (tmp_path / "run" / "checkpoints" / "controller.json").write_text('{"wall_seconds": 1.0, "episodes": -1}')
+    with pytest.raises(ConfigError, match=r"controller.json: not readable \(episodes: an integer >= 0 expected\)"):
+        read_counters(tmp_path / "run")

@@ -17,7 +17,7 @@ from srl.base.shm import sweep_stale
 from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
-from srl.system.run_dir import RunDir, default_run_dir, policy_checkpoints
+from srl.system.run_dir import RunDir, default_run_dir, policy_checkpoints, read_counters
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 
 FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values", "text.model", "text.advantage")
@@ -75,9 +75,10 @@ def train(
     """Train, evaluate the final policy, write ``summary.json``; return the summary.
 
     ``resume`` (each policy's checkpoint and the first one's content, from :func:`resume_config`) continues the run in
-    ``run_dir``: trainers restore networks, optimizer, RNG state, version and step counters, and the
-    step count and metrics carry on from the checkpoint. Setting ``stop`` (from another thread) ends the run
-    as requested (``stop_reason: requested``), evaluated and summarized like any other end.
+    ``run_dir``: trainers restore networks, optimizer, RNG state, version and step counters, the step count
+    and metrics carry on from the checkpoint, and wall time, episodes and the return window from the
+    controller's counters (:func:`~srl.system.run_dir.read_counters`). Setting ``stop`` (from another thread)
+    ends the run as requested (``stop_reason: requested``), evaluated and summarized like any other end.
     """
     start_time = time.time() if start_time is None else start_time
     sweep_stale()  # segments left by runs that were killed with SIGKILL
@@ -94,8 +95,12 @@ def train(
         paths, state = resume
         plan = dataclasses.replace(plan, resume=tuple(map(str, paths)), start_version=int(state["version"]))
         offset = int(state.get("trained_samples", state["samples"]))
-    rd = RunDir(run_dir or default_run_dir(cfg), cfg, resume=resume is not None)
+    path = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
+    counters = None if resume is None else read_counters(path)
+    rd = RunDir(path, cfg, resume=resume is not None)
     controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset, stop_request=stop)
+    if counters is not None:  # wall time, episodes and the return window go on
+        controller.restore(counters)
     if any(p.cfg.model.cnn_dtype == "bfloat16" and _has_image(p.obs_space) for p in plan.policies):
         from srl.nets.cnn import bfloat16_is_native
 
@@ -124,6 +129,7 @@ def train(
         ):
             final_eval = evaluate(plan, snapshots, cfg.run.eval_episodes, seed=eval_seed(cfg))
         summary = controller.summary(final_eval)
+        rd.write_counters(controller.counters())  # the final evaluation's time included
         if final_eval is not None and cfg.run.eval_initial and resume is None:
             initial = [p.acting_policy().flat_state() for p in plan.policies]
             before = evaluate(plan, initial, cfg.run.eval_episodes, seed=eval_seed(cfg))

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from srl.api.config import ExperimentConfig
-from srl.system.run_dir import RunDir
+from srl.system.run_dir import RunCounters, RunDir
 
 
 class Controller:
@@ -50,6 +50,8 @@ class Controller:
         self.actor_steps: dict[int, int] = {}
         self.actor_nonfinite: dict[int, int] = {}
         self.episodes = 0
+        self.wall_offset = 0.0
+        """Seconds the run ran in earlier processes (a resumed run's): its wall time counts on from them."""
         self.trainers: dict[int, Mapping[str, Any]] = {}
         self.policy: dict[int, Mapping[str, Any]] = {}
         self.param_service: dict[str, Mapping[str, Any]] = {}
@@ -187,6 +189,23 @@ class Controller:
         )
 
     @property
+    def wall_seconds(self) -> float:
+        """Seconds the run has run: this process's since its start, and those of the processes it resumes."""
+        return self.wall_offset + time.time() - self.start_time
+
+    def counters(self) -> RunCounters:
+        """What a resumed run continues from (:meth:`restore`)."""
+        returns = {name: list(window) for name, window in zip(self.names, self.policy_windows)}
+        return RunCounters(self.wall_seconds, self.episodes, list(self.window), returns)
+
+    def restore(self, counters: RunCounters) -> None:
+        """Continue the wall time, the episode count and the return windows of the run's earlier processes."""
+        self.wall_offset, self.episodes = counters.wall_seconds, counters.episodes
+        self.window.extend(counters.returns)
+        for name, window in zip(self.names, self.policy_windows):
+            window.extend(counters.policy_returns.get(name, []))
+
+    @property
     def return_mean(self) -> float:
         return float(np.mean(self.window)) if self.window else float("nan")
 
@@ -236,6 +255,7 @@ class Controller:
         record = self.record()
         if self.run_dir is not None:
             self.run_dir.log(record, steps)
+            self.run_dir.write_counters(self.counters())  # after the record: never older than it
         if self.progress is not None:
             self.progress.write(
                 f"\r[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
@@ -248,7 +268,7 @@ class Controller:
     def record(self) -> dict[str, Any]:
         """The current metrics record."""
         rec: dict[str, Any] = {
-            "wall_seconds": time.time() - self.start_time,
+            "wall_seconds": self.wall_seconds,
             "env_steps": self.env_steps,
             "fps": self._fps,
             "episodes": self.episodes,
@@ -356,7 +376,12 @@ class Controller:
             self.progress.write(f"\nwarning: {message}\n")
 
     def summary(self, final_eval: Mapping[str, float] | None) -> dict[str, Any]:
-        """``summary.json`` content (see DESIGN.md for the contract)."""
+        """``summary.json`` content (see DESIGN.md for the contract).
+
+        ``wall_seconds``, ``solved_wall_seconds`` and ``episodes`` count the whole run, a resumed run's earlier
+        processes included; ``train_fps`` and ``trained_samples_per_second`` are this process's rates (its env
+        steps and trained samples over its seconds since its first env step), as ``srl bench`` and ``srl tune``
+        measure them."""
         now = time.time()
         train_seconds = now - (self._train_start or now)
         new_steps = self.env_steps - self.env_steps_offset
@@ -368,7 +393,7 @@ class Controller:
             "stop_reason": self.stop_reason or "interrupted",
             "env_steps": self.env_steps,
             "episodes": self.episodes,
-            "wall_seconds": now - self.start_time,
+            "wall_seconds": self.wall_offset + now - self.start_time,
             "train_fps": new_steps / train_seconds if train_seconds > 0 else 0.0,
             # samples that reached an update (this process), per second: below train_fps when the trainer binds
             # and segments too stale for it are dropped, or are still in flight at the end
@@ -406,7 +431,7 @@ class Controller:
             out["target_return"] = self.cfg.run.target_return
             out["solved"] = self.solved_at is not None
             if self.solved_at is not None:
-                out["solved_wall_seconds"] = self.solved_at - self.start_time
+                out["solved_wall_seconds"] = self.wall_offset + self.solved_at - self.start_time
                 out["solved_env_steps"] = self.solved_env_steps
                 out["solved_return_mean"] = self.solved_return_mean
         if self.error is not None:

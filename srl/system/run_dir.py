@@ -1,5 +1,5 @@
 """The run directory contract: ``config.yaml``, ``metrics.jsonl``, TensorBoard events (``tb/``),
-``checkpoints/`` and, on exit, ``summary.json`` (written atomically)."""
+``checkpoints/`` (with the controller's ``controller.json``) and, on exit, ``summary.json`` (written atomically)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import json
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -23,6 +24,68 @@ def policy_checkpoints(run_dir: Path, cfg: ExperimentConfig, policy: str) -> Pat
     (``agents`` rules) ``RUN_DIR/checkpoints/<policy>``."""
     folder = Path(run_dir) / "checkpoints"
     return folder if len(cfg.policy_names) == 1 else folder / policy
+
+
+@dataclass(frozen=True)
+class RunCounters:
+    """What a resumed run takes over from the controller of the processes before it.
+
+    Why a file of its own beside the checkpoints (``checkpoints/controller.json``) and not fields in them: the
+    trainers write the checkpoints, these numbers live in the controller, and reports run from the workers to
+    the controller only. The controller rewrites it with every metrics record, so it is never older than the
+    last record, and a resumed run's records go on from the last one's wall time and episodes.
+    """
+
+    wall_seconds: float
+    """Seconds the run's processes have run, from each one's start."""
+    episodes: int
+    """Episodes finished."""
+    returns: list[float]
+    """The newest episode returns (the window of ``run.return_window``), oldest first."""
+    policy_returns: dict[str, list[float]]
+    """Each policy's window, by policy name."""
+
+    @staticmethod
+    def parse(data: Any) -> RunCounters:
+        """The counters in ``data`` (a decoded JSON object); ValueError naming the first field at fault."""
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        wall, episodes, policies = data.get("wall_seconds"), data.get("episodes"), data.get("policy_returns")
+        if not _is_number(wall) or wall < 0:
+            raise ValueError("wall_seconds: a number >= 0 expected")
+        if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
+            raise ValueError("episodes: an integer >= 0 expected")
+        if not isinstance(policies, dict):
+            raise ValueError("policy_returns: an object expected")
+        by_policy = {str(k): _numbers(v, f"policy_returns.{k}") for k, v in policies.items()}
+        return RunCounters(float(wall), episodes, _numbers(data.get("returns"), "returns"), by_policy)
+
+
+def _is_number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numbers(values: Any, field: str) -> list[float]:
+    if not isinstance(values, list) or not all(_is_number(v) for v in values):
+        raise ValueError(f"{field}: a list of numbers expected")
+    return [float(v) for v in values]
+
+
+COUNTERS = "checkpoints/controller.json"
+"""Where in a run directory the controller keeps its :class:`RunCounters`."""
+
+
+def read_counters(run_dir: Path) -> RunCounters | None:
+    """The counters a resumed run continues from; None when the run saved none (it counts from zero then).
+
+    Raises ConfigError (one line) when the file is there but unreadable."""
+    path = Path(run_dir) / COUNTERS
+    try:
+        return RunCounters.parse(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ConfigError(f"{path}: not readable ({exc}); remove it to resume with counters from zero") from None
 
 
 def default_run_dir(cfg: ExperimentConfig, root: Path = Path("runs")) -> Path:
@@ -85,6 +148,10 @@ class RunDir:
             self._tb.add_scalars(scalars, step)
         if self._wandb is not None:
             self._wandb.log({**scalars, "env_steps": step}, step=step)
+
+    def write_counters(self, counters: RunCounters) -> None:
+        """Replace ``checkpoints/controller.json`` (atomically: a run killed meanwhile leaves the previous one)."""
+        atomic_write_text(self.path / COUNTERS, json.dumps(asdict(counters)) + "\n")
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
