@@ -75,6 +75,7 @@ class Controller:
         self.solved_at: float | None = None
         self.solved_env_steps: int | None = None
         self.solved_return_mean: float | None = None
+        self._warned_early = False  # a target met too early to count is said once
         self.stop_reason: str | None = None
         self.stop_request = stop_request
         self._last_tick = time.time()
@@ -211,15 +212,30 @@ class Controller:
 
     def _check_solved(self) -> None:
         target = self.cfg.run.target_return
-        if (
-            self.solved_at is None
-            and target is not None
-            and len(self.window) == self.window.maxlen
-            and self.return_mean >= target
-        ):
+        if self.solved_at is not None or target is None or not self.return_mean >= target:
+            return
+        early = self._too_early()
+        if not early:
             self.solved_at = time.time()
             self.solved_env_steps = self.env_steps
             self.solved_return_mean = self.return_mean
+        elif not self._warned_early:
+            self._warned_early = True
+            hint = f" (is the target meant for {self.cfg.env.id}?)" if "by the untrained policy" in early else ""
+            self.warn(
+                f"run.target_return {target:g} met {', '.join(early)}: not counted as solved{hint}; training goes on"
+            )
+
+    def _too_early(self) -> list[str]:
+        """Why a target met now does not count (none: it counts). A mean over fewer episodes than
+        ``run.return_window`` is noise; a target the untrained policy meets (every policy still at version 0,
+        nothing resumed) says nothing about learning, and was most likely written for another env."""
+        reasons = []
+        if self.policy_version == 0 and self.env_steps_offset == 0:
+            reasons.append("by the untrained policy")
+        if len(self.window) < self.cfg.run.return_window:
+            reasons.append(f"after {len(self.window)} of run.return_window={self.cfg.run.return_window} episodes")
+        return reasons
 
     # ------------------------------------------------------------------ periodic
     def should_stop(self) -> str | None:

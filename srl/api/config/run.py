@@ -14,7 +14,8 @@ class RunConfig:
     total_env_steps: int = 1_000_000
     """Stop after this many environment steps."""
     target_return: float | None = None
-    """Stop as solved when the mean return of the last ``return_window`` episodes reaches this."""
+    """Stop as solved when the mean return of the last ``return_window`` episodes reaches this after every
+    policy's first update (met earlier, by fewer episodes or the untrained policy, it is a warning)."""
     return_window: int = 20
     """Episodes averaged for the progress line and the target."""
     max_wall_seconds: float | None = None

@@ -1,0 +1,48 @@
+"""When a run counts as solved: a target met before a full return window, or by the untrained policy, does not."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import numpy as np
+
+from srl.api.config import load_config
+from srl.runtime.train import train
+from srl.system.controller import Controller
+
+CARTPOLE = "configs/cartpole_ppo.yaml"
+
+
+def _episodes(controller: Controller, *returns: float) -> None:
+    controller.handle("actor", {"actor": 0, "env_steps": 64}, {"episode_returns": np.array(returns)})
+
+
+def test_a_target_counts_after_a_full_window_and_the_first_update_and_an_earlier_one_is_one_warning() -> None:
+    cfg = load_config(CARTPOLE, ["run.target_return=0", "run.return_window=3"])
+    progress = io.StringIO()
+    controller = Controller(cfg, None, time.time(), progress=progress)
+    _episodes(controller, 10.0, 10.0)  # two of three episodes
+    _episodes(controller, 10.0)  # a full window, but of the untrained policy
+    assert controller.should_stop() is None and controller.solved_at is None
+    assert len(controller.warnings) == 1 and progress.getvalue().count("warning:") == 1
+    assert "run.target_return 0 met by the untrained policy" in controller.warnings[0]
+    controller.handle("trainer", {"trainer": 0, "version": 1}, {})
+    _episodes(controller, 10.0)
+    assert controller.should_stop() == "solved" and len(controller.warnings) == 1
+    resumed = Controller(cfg, None, time.time(), progress=None, env_steps_offset=512)  # its policy was trained
+    _episodes(resumed, 10.0, 10.0)
+    assert resumed.solved_at is None and "after 2 of run.return_window=3 episodes" in resumed.warnings[0]
+    _episodes(resumed, 10.0)
+    assert resumed.should_stop() == "solved"
+
+
+def test_a_target_the_untrained_policy_meets_does_not_stop_the_run_before_the_first_update(tmp_path) -> None:
+    """Every CartPole episode returns more than 0; an update takes 2048 env steps, and 20 episodes of the untrained
+    policy end well before that."""
+    sets = ["runtime=inline", "run.target_return=0", "run.eval_episodes=0", "workers.batch_segments=8"]
+    progress = io.StringIO()
+    summary = train(load_config(CARTPOLE, [*sets, "run.total_env_steps=20000"]), tmp_path / "run", progress=progress)
+    assert summary["stop_reason"] == "solved" and summary["solved_env_steps"] >= 2048, summary
+    early = [w for w in summary["warnings"] if "met by the untrained policy" in w]
+    assert len(early) == 1 and progress.getvalue().count(early[0]) == 1, summary["warnings"]
