@@ -91,7 +91,7 @@ class Film:
         """``name``: the env's id, for the error lines."""
         self.name = name
         self.frames: list[np.ndarray] = []
-        self.fps = DEFAULT_FPS
+        self.fps: float = DEFAULT_FPS
         self._rolling = False
 
     def watch(self, env: Any) -> Any:
@@ -130,7 +130,7 @@ class Film:
                 f"--video: env {self.name!r} rendered {type(frame).__name__}, not an RGB image (its render() "
                 "must return one when made with render_mode='rgb_array')"
             )
-        self.frames.append(frame[..., :3])
+        self.frames.append(np.array(frame[..., :3]))  # a copy: a renderer may hand out its own buffer
 
 
 def _ale(env: gym.Env) -> Any:
@@ -185,7 +185,7 @@ class _VmasFilm:
         return self._env.render(mode="rgb_array", env_index=0)
 
 
-def write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> int:
+def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> int:
     """Write ``frames`` to ``path`` as H.264 MP4, atomically (a reader never sees half a video); how many. With
     no frames nothing is written, and the line says so."""
     if not frames:
