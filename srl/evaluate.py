@@ -8,12 +8,10 @@ reads only the spaces and the config of a run's plan (:class:`PlannedRun`), so i
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -22,7 +20,8 @@ from srl.api.config.policies import DEFAULT_POLICY
 from srl.api.env import OneGroup
 from srl.api.spaces import action_spec, check_fits, obs_parts
 from srl.api.worker import Policy
-from srl.envs.slots import GymSlot, make_grouped, probe_groups
+from srl.envs.slots import make_grouped, probe_groups
+from srl.envs.video import Film, recording_env, write_mp4
 from srl.nets.memory import Remembering, remembering
 from srl.system.run_dir import policy_checkpoints
 from srl.system.trainer_worker import checkpoints, load_checkpoint
@@ -109,15 +108,12 @@ def play(
     the first one is written there as MP4. The return is the mean over every agent's episode return; each
     policy's (over its agents) is under ``policies``."""
     env_cfg = evaluation_env(cfg.env)
-    if video is not None:  # frames come from Gymnasium envs (ALE screens are read directly)
-        env_cfg = dataclasses.replace(
-            env_cfg,
-            backend="gymnasium",
-            kwargs=env_cfg.kwargs if _is_ale(env_cfg.id) else {**env_cfg.kwargs, "render_mode": "rgb_array"},
-        )
-    slot = make_grouped(env_cfg, episodes, cfg.agents)
+    film = None
+    if video is not None:
+        env_cfg = recording_env(env_cfg)
+        film = Film(env_cfg.id)
+    slot = make_grouped(env_cfg, episodes, cfg.agents, watch=None if film is None else film.watch)
     policies = [remembering(p) for p in policies]  # a policy with memory keeps each episode's state here
-    frames: list[np.ndarray] = []
     try:
         obs = slot.reset_groups(seed)
         columns = [episodes * g.agents_per_env for g in slot.groups]  # episodes x agents: every agent counts
@@ -125,10 +121,7 @@ def play(
         lengths = np.zeros(episodes, np.int64)
         finished = [np.zeros(n, bool) for n in columns]
         inner = slot.slot if isinstance(slot, OneGroup) else None
-        first = inner.venv.envs[0] if video is not None and isinstance(inner, GymSlot) else None
         samples: list[dict[str, Any]] = []
-        if first is not None:
-            frames.append(_frame(first))
         with torch.inference_mode():
             for _ in range(max_steps):
                 if all(f.all() for f in finished):
@@ -150,8 +143,6 @@ def play(
                 lengths += running
                 for ret, done, step in zip(returns, finished, steps):
                     ret += np.where(done, 0.0, step.reward)
-                if first is not None and running[0] and not steps[0].episode_end[0]:
-                    frames.append(_frame(first))
                 for done, step in zip(finished, steps):
                     done |= step.episode_end
     finally:
@@ -173,51 +164,9 @@ def play(
             g.policy: {"return_mean": float(r.mean()), "return_std": float(r.std())}
             for g, r in zip(slot.groups, returns)
         }
-    if video is not None:
-        out.update(video=str(video), video_frames=_write_mp4(video, frames, _fps(cfg.env.id)))
+    if video is not None and film is not None:
+        out.update(video=str(video), video_frames=write_mp4(video, film.frames, film.fps))
     return out
-
-
-def _is_ale(env_id: str) -> bool:
-    return env_id.startswith("ALE/")
-
-
-def _frame(env: gym.Env) -> np.ndarray:
-    """The env's current RGB frame: the emulator screen for Atari, ``render()`` otherwise."""
-    ale = getattr(env.unwrapped, "ale", None)
-    if ale is not None:
-        return np.asarray(ale.getScreenRGB())
-    try:
-        frame = env.render()
-    except Exception as exc:  # a missing renderer (pygame, OpenGL) raises many types
-        raise ConfigError(f"--video: the env cannot render frames: {type(exc).__name__}: {exc}") from None
-    if not isinstance(frame, np.ndarray) or frame.ndim != 3:
-        raise ConfigError("--video: the env did not render an RGB frame")
-    return frame
-
-
-def _fps(env_id: str) -> int:
-    if _is_ale(env_id):
-        return 15  # one frame per agent step (frame skip 4 at 60 Hz)
-    try:
-        return int(gym.spec(env_id).kwargs.get("render_fps") or gym.make(env_id).metadata.get("render_fps", 30))
-    except Exception:  # a custom factory id: no registry entry
-        return 30
-
-
-def _write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> int:
-    try:
-        import imageio.v2 as imageio
-    except ImportError:
-        raise ConfigError("--video needs imageio and imageio-ffmpeg: pip install -e '.[video]'") from None
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.mp4")
-    with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=2) as writer:
-        for frame in frames:
-            writer.append_data(frame)  # type: ignore[attr-defined]
-    tmp.replace(path)  # a reader never sees a half-written video
-    return len(frames)
 
 
 def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[str, Any]]:

@@ -86,7 +86,7 @@ def create_env(cfg: EnvConfig, num_envs: int = 1) -> Any:
     ``num_envs`` argument makes a batch of environments at once (VMAS): it gets ``num_envs``."""
     factory = _resolve(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.kwargs)
-    if _takes_num_envs(factory):
+    if takes(factory, "num_envs"):
         kwargs["num_envs"] = num_envs
     custom = ":" in cfg.id  # a user's factory need not take max_episode_steps: its env gets a TimeLimit instead
     if cfg.max_episode_steps is not None and not custom:
@@ -118,12 +118,14 @@ def create_env(cfg: EnvConfig, num_envs: int = 1) -> Any:
     )
 
 
-def _takes_num_envs(factory: Callable[..., Any]) -> bool:
-    """Whether ``factory`` has a ``num_envs`` parameter (it makes a batch of environments)."""
+def takes(factory: Callable[..., Any], name: str, any_keyword: bool = False) -> bool:
+    """Whether ``factory`` has a parameter ``name`` (``num_envs``: it makes a batch of environments); with
+    ``any_keyword``, ``**kwargs`` counts too (PettingZoo's factories pass theirs on to the env)."""
     try:
-        return "num_envs" in inspect.signature(factory).parameters
+        params = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # builtins and some C callables have no signature
         return False
+    return name in params or (any_keyword and any(p.kind is p.VAR_KEYWORD for p in params.values()))
 
 
 def wrap_env(cfg: EnvConfig, env: gym.Env) -> gym.Env:

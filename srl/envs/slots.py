@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -82,14 +83,20 @@ def make_slot(cfg: EnvConfig, num_envs: int, state: bool = False) -> Slot:
 
 
 def make_grouped(
-    cfg: EnvConfig, num_envs: int, rules: Sequence[AgentRule] = (), state: Collection[str] = ()
+    cfg: EnvConfig,
+    num_envs: int,
+    rules: Sequence[AgentRule] = (),
+    state: Collection[str] = (),
+    watch: Callable[[Any], Any] | None = None,
 ) -> GroupedSlot:
     """``num_envs`` environments as one slot whose agents ``rules`` split among policies (see
-    :mod:`srl.api.config.policies`); ``state``: the policies whose observations carry the env's global state."""
+    :mod:`srl.api.config.policies`); ``state``: the policies whose observations carry the env's global state.
+    ``watch``: wraps the first environment before the slot is built around it, so it sees that env's own steps
+    and resets (the slot resets a finished episode within the step that ended it); evaluation films it so."""
     if not rules:
-        slot = _make(cfg, num_envs, bool(state))
+        slot = _make(cfg, num_envs, bool(state), (), watch)
         return slot if isinstance(slot, ParallelSlot) else OneGroup(slot, DEFAULT_POLICY)
-    slot = _make(cfg, num_envs, state, rules)
+    slot = _make(cfg, num_envs, state, rules, watch)
     if isinstance(slot, ParallelSlot):
         return slot
     agents = getattr(slot, "agents", None)
@@ -100,8 +107,16 @@ def make_grouped(
     return OneGroup(slot, next(iter(mapping))) if len(mapping) == 1 else SplitSlot(slot, mapping)
 
 
-def _make(cfg: EnvConfig, num_envs: int, state: bool | Collection[str], rules: Sequence[AgentRule] = ()) -> Slot:
-    """The slot backend that fits ``cfg`` (a ParallelSlot already split by ``rules``)."""
+def _make(
+    cfg: EnvConfig,
+    num_envs: int,
+    state: bool | Collection[str],
+    rules: Sequence[AgentRule] = (),
+    watch: Callable[[Any], Any] | None = None,
+) -> Slot:
+    """The slot backend that fits ``cfg`` (a ParallelSlot already split by ``rules``); the env's kind is read
+    before ``watch`` wraps it, and ``watch`` wraps a Gymnasium env outermost (its time limit included)."""
+    first = watch or (lambda made: made)
     if cfg.backend == "envpool":
         from srl.envs.envpool_slot import EnvPoolSlot
 
@@ -111,15 +126,15 @@ def _make(cfg: EnvConfig, num_envs: int, state: bool | Collection[str], rules: S
     else:
         env = create_env(cfg, num_envs)
         if is_aec_env(env) or is_openspiel_game(env):
-            slot = TurnSlot(cfg, num_envs, env, lambda: create_env(cfg), cfg.agent_id)
+            slot = TurnSlot(cfg, num_envs, first(env), lambda: create_env(cfg), cfg.agent_id)
             if state:
                 slot.close()
                 raise ConfigError(f"ppo.critic_input: state: turn-based game {cfg.id!r} has no global state")
             return slot
         if is_parallel_env(env):
-            return ParallelSlot(cfg, num_envs, env, lambda: create_env(cfg), state, cfg.agent_id, rules)
+            return ParallelSlot(cfg, num_envs, first(env), lambda: create_env(cfg), state, cfg.agent_id, rules)
         if is_vmas_env(env):
-            slot = VmasSlot(cfg.id, env, cfg.agent_id)
+            slot = VmasSlot(cfg.id, first(env), cfg.agent_id)
         elif isinstance(env, TextTask):
             if cfg.agent_id:
                 raise ConfigError(f"env.agent_id: {cfg.id!r} is a text task, not a multi-agent env")
@@ -128,7 +143,7 @@ def _make(cfg: EnvConfig, num_envs: int, state: bool | Collection[str], rules: S
             if cfg.agent_id:
                 env.close()
                 raise ConfigError(f"env.agent_id: {cfg.id!r} is not a multi-agent env")
-            slot = GymSlot(cfg, num_envs, wrap_env(cfg, env))
+            slot = GymSlot(cfg, num_envs, first(wrap_env(cfg, env)))
     if state:
         slot.close()
         raise ConfigError(f"ppo.critic_input: state: env {cfg.id!r} has no global state (a multi-agent env's state())")
