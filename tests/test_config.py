@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
+from srl.api.config.load import overlay_overrides
 
 CARTPOLE = "configs/cartpole_ppo.yaml"
 
@@ -110,11 +112,30 @@ def test_bad_files_are_reported(tmp_path):
         load_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("ppo: [unclosed\n")
-    with pytest.raises(ConfigError, match="invalid YAML at line"):
+    with pytest.raises(ConfigError, match=re.escape("bad.yaml: line 2, column 1: invalid YAML: expected ',' or ']'")):
         load_config(bad)
     bad.write_text("- a list\n")
     with pytest.raises(ConfigError, match="expected a mapping at the top level"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    "text, where", [("name: x\nenv:\n\tid: CartPole-v1\n", "line 3, column 1"), ("seed:\t1\n", "line 1, column 6")]
+)
+def test_a_tab_in_yaml_is_named_with_its_line_and_column(tmp_path, text, where):
+    bad = tmp_path / "tabs.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert str(info.value) == f"{bad}: {where}: a tab character; YAML indents with spaces"
+
+
+def test_a_tab_in_an_overlay_is_named_too(tmp_path):
+    bad = tmp_path / "overlay.yaml"
+    bad.write_text("ppo:\n\tlr: 0.1\n")
+    with pytest.raises(ConfigError) as info:
+        overlay_overrides(bad)
+    assert str(info.value) == f"{bad}: line 2, column 1: a tab character; YAML indents with spaces"
 
 
 def test_configs_are_frozen():
