@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
+from srl.api.config.errors import did_you_mean
 from srl.api.config.load import overlay_overrides
 
 CARTPOLE = "configs/cartpole_ppo.yaml"
@@ -149,6 +150,7 @@ def test_configs_are_frozen():
     [
         (["--set", "ppo.clip=0"], "ppo.clip: must be > 0"),
         (["--set", "env.id=NoSuchEnv-v9"], "env.id: unknown environment 'NoSuchEnv-v9'"),
+        (["--set", "env.id=CartPol-v1"], "env.id: unknown environment 'CartPol-v1'; did you mean 'CartPole-v1'?"),
         (["--set", "env.id=no_such_module:make"], "env.id: cannot import module 'no_such_module'"),
     ],
 )
@@ -163,6 +165,15 @@ def test_cli_prints_one_line_and_exits_non_zero(tmp_path, args, needle):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("srl: error: ") and needle in lines[0]
     assert not (tmp_path / "run").exists()  # nothing written for a run that never started
+
+
+@pytest.mark.parametrize(
+    "name, suggestion",
+    [("CartPol-v1", "CartPole-v1"), ("cartpole-v1", "CartPole-v1"), ("CartPole-v9", "CartPole-v1"), ("Zzz", None)],
+)
+def test_a_mistyped_name_gets_the_closest_known_one(name, suggestion):
+    said = did_you_mean(name, ["CartPole-v1", "CartPole-v0", "Pendulum-v1", "Acrobot-v1"])
+    assert said == ("" if suggestion is None else f"; did you mean {suggestion!r}?")
 
 
 def test_instance_of_asks_without_importing():
