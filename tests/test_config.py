@@ -176,6 +176,23 @@ def test_a_mistyped_name_gets_the_closest_known_one(name, suggestion):
     assert said == ("" if suggestion is None else f"; did you mean {suggestion!r}?")
 
 
+@pytest.mark.parametrize("bad", ["override", "tab"])
+def test_a_bad_config_is_refused_before_torch_or_gymnasium_is_imported(tmp_path, bad):
+    """Bad input is answered in a fraction of a second: the config is checked before the heavy imports."""
+    tabs = tmp_path / "tabs.yaml"
+    tabs.write_text("env:\n\tid: CartPole-v1\n")
+    argv = ["train", CARTPOLE, "--set", "ppo.lr=-1"] if bad == "override" else ["train", str(tabs)]
+    code = (
+        "import sys\n"
+        "from srl.cli.main import main\n"
+        f"rc = main({argv!r})\n"
+        "print(rc, [m for m in ('torch', 'gymnasium') if m in sys.modules])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split("\n")[0] == "2 []", proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("srl: error: ")
+
+
 def test_instance_of_asks_without_importing():
     """Which kind of env a factory returned is asked without importing the backends the run does not use."""
     code = (
