@@ -24,7 +24,7 @@ from srl.envs.slots import make_grouped, probe_groups
 from srl.envs.video import Film, recording_env, write_mp4
 from srl.nets.memory import Remembering, remembering
 from srl.system.run_dir import policy_checkpoints
-from srl.system.trainer_worker import checkpoints, load_checkpoint
+from srl.system.trainer_worker import ACTING_ENTRIES, checkpoints, load_checkpoint
 from srl.text.task import TextTask, evaluation_env
 from srl.wiring import acting_policy
 
@@ -191,7 +191,7 @@ def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[st
     states = []
     for path in files:
         try:
-            states.append(load_checkpoint(path))
+            states.append(load_checkpoint(path, ACTING_ENTRIES))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, states[0]["config"], prefix="checkpoint config: ")

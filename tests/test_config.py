@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
+from srl.api.config.errors import did_you_mean
+from srl.api.config.load import overlay_overrides
 
 CARTPOLE = "configs/cartpole_ppo.yaml"
 
@@ -110,11 +113,30 @@ def test_bad_files_are_reported(tmp_path):
         load_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("ppo: [unclosed\n")
-    with pytest.raises(ConfigError, match="invalid YAML at line"):
+    with pytest.raises(ConfigError, match=re.escape("bad.yaml: line 2, column 1: invalid YAML: expected ',' or ']'")):
         load_config(bad)
     bad.write_text("- a list\n")
     with pytest.raises(ConfigError, match="expected a mapping at the top level"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    "text, where", [("name: x\nenv:\n\tid: CartPole-v1\n", "line 3, column 1"), ("seed:\t1\n", "line 1, column 6")]
+)
+def test_a_tab_in_yaml_is_named_with_its_line_and_column(tmp_path, text, where):
+    bad = tmp_path / "tabs.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert str(info.value) == f"{bad}: {where}: a tab character; YAML indents with spaces"
+
+
+def test_a_tab_in_an_overlay_is_named_too(tmp_path):
+    bad = tmp_path / "overlay.yaml"
+    bad.write_text("ppo:\n\tlr: 0.1\n")
+    with pytest.raises(ConfigError) as info:
+        overlay_overrides(bad)
+    assert str(info.value) == f"{bad}: line 2, column 1: a tab character; YAML indents with spaces"
 
 
 def test_configs_are_frozen():
@@ -128,6 +150,7 @@ def test_configs_are_frozen():
     [
         (["--set", "ppo.clip=0"], "ppo.clip: must be > 0"),
         (["--set", "env.id=NoSuchEnv-v9"], "env.id: unknown environment 'NoSuchEnv-v9'"),
+        (["--set", "env.id=CartPol-v1"], "env.id: unknown environment 'CartPol-v1'; did you mean 'CartPole-v1'?"),
         (["--set", "env.id=no_such_module:make"], "env.id: cannot import module 'no_such_module'"),
     ],
 )
@@ -142,6 +165,32 @@ def test_cli_prints_one_line_and_exits_non_zero(tmp_path, args, needle):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("srl: error: ") and needle in lines[0]
     assert not (tmp_path / "run").exists()  # nothing written for a run that never started
+
+
+@pytest.mark.parametrize(
+    "name, suggestion",
+    [("CartPol-v1", "CartPole-v1"), ("cartpole-v1", "CartPole-v1"), ("CartPole-v9", "CartPole-v1"), ("Zzz", None)],
+)
+def test_a_mistyped_name_gets_the_closest_known_one(name, suggestion):
+    said = did_you_mean(name, ["CartPole-v1", "CartPole-v0", "Pendulum-v1", "Acrobot-v1"])
+    assert said == ("" if suggestion is None else f"; did you mean {suggestion!r}?")
+
+
+@pytest.mark.parametrize("bad", ["override", "tab"])
+def test_a_bad_config_is_refused_before_torch_or_gymnasium_is_imported(tmp_path, bad):
+    """Bad input is answered in a fraction of a second: the config is checked before the heavy imports."""
+    tabs = tmp_path / "tabs.yaml"
+    tabs.write_text("env:\n\tid: CartPole-v1\n")
+    argv = ["train", CARTPOLE, "--set", "ppo.lr=-1"] if bad == "override" else ["train", str(tabs)]
+    code = (
+        "import sys\n"
+        "from srl.cli.main import main\n"
+        f"rc = main({argv!r})\n"
+        "print(rc, [m for m in ('torch', 'gymnasium') if m in sys.modules])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split("\n")[0] == "2 []", proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("srl: error: ")
 
 
 def test_instance_of_asks_without_importing():

@@ -160,7 +160,7 @@ def test_eval_refuses_missing_or_foreign_targets(tmp_path) -> None:
     foreign = tmp_path / "foreign.pt"
     foreign.write_bytes(b"definitely not a checkpoint")
     bad = _srl_eval(str(foreign))
-    assert bad.returncode == 2 and "not a readable checkpoint" in bad.stderr
+    assert bad.returncode == 2 and f"{foreign}: not a torch file" in bad.stderr
     empty = tmp_path / "run"
     (empty / "checkpoints").mkdir(parents=True)
     none = _srl_eval(str(empty))

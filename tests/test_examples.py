@@ -168,7 +168,7 @@ def test_load_policy_refuses_what_is_not_a_policy(tmp_path):
         srl.load_policy(tmp_path / "missing")
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(ConfigError, match="not a readable checkpoint"):
+    with pytest.raises(ConfigError, match=r"bad\.pt: not a torch file"):
         srl.load_policy(bad)
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from srl.api.config import load_config
+from srl.cli.plot import draw, short_number
 from srl.runtime.train import train
 
 
@@ -50,3 +55,62 @@ def test_plot_refuses_a_directory_without_metrics(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"srl: error: {tmp_path}: no metrics.jsonl (not a run directory?)"
+
+
+@pytest.mark.parametrize(
+    "value, label",
+    [
+        (0, "0"),
+        (999, "999"),
+        (1000, "1k"),
+        (1250, "1.25k"),
+        (100_000, "100k"),
+        (999_999, "1M"),
+        (1_500_000, "1.5M"),
+        (2e9, "2B"),
+        (-1500, "-1.5k"),
+        (0.5, "0.5"),
+    ],
+)
+def test_tick_labels_are_short(value, label):
+    assert short_number(value) == label
+
+
+def _fake_run(path: Path, env_id: str | None, seed: int = 1, steps: int = 2_400_000) -> Path:
+    path.mkdir(parents=True)
+    records = [
+        {"env_steps": s, "wall_seconds": s / 5000, "return_mean": s / 10_000, "fps": 5000.0, "lag_mean": 0.5}
+        for s in range(0, steps + 1, steps // 20)
+    ]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if env_id is not None:
+        (path / "config.yaml").write_text(f"name: cartpole_ppo\nseed: {seed}\nalgorithm: ppo\nenv:\n  id: {env_id}\n")
+    return path
+
+
+def test_the_legend_shows_each_runs_env_and_the_title_what_was_trained(tmp_path):
+    runs = [
+        _fake_run(tmp_path / "cartpole_ppo-1", "Pendulum-v1"),
+        _fake_run(tmp_path / "cartpole_ppo-2", "CartPole-v1", seed=1),
+        _fake_run(tmp_path / "cartpole_ppo-3", "CartPole-v1", seed=2),
+        _fake_run(tmp_path / "old", None),
+    ]
+    fig = draw(runs)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+        "Pendulum-v1 (cartpole_ppo-1)",
+        "CartPole-v1 seed 1 (cartpole_ppo-2)",
+        "CartPole-v1 seed 2 (cartpole_ppo-3)",
+        "old",
+    ]
+    assert fig._suptitle.get_text() == "ppo on CartPole-v1, Pendulum-v1"
+    assert draw(runs[:1], title="mine")._suptitle.get_text() == "mine"
+    assert draw(runs[3:])._suptitle is None  # no config: nothing to name
+
+
+def test_step_ticks_are_few_and_short_at_millions_of_steps(tmp_path):
+    fig = draw([_fake_run(tmp_path / "run", "CartPole-v1")])
+    fig.canvas.draw()
+    for ax in fig.axes:
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        assert 3 <= len(labels) <= 8 and all(len(label) <= 5 for label in labels), labels
+    assert "1M" in [t.get_text() for t in fig.axes[0].get_xticklabels()]

@@ -56,7 +56,7 @@ def test_resume_refuses_what_it_cannot_honour(tmp_path) -> None:
         resume_config(tmp_path / "elsewhere", [])
     newest = checkpoints(run / "checkpoints")[-1]
     newest.write_bytes(newest.read_bytes()[:100])  # truncated (as by a full disk outside our atomic write)
-    with pytest.raises(ConfigError, match="not a readable checkpoint"):
+    with pytest.raises(ConfigError, match="a truncated file"):
         resume_config(run, [])
     for path in checkpoints(run / "checkpoints"):
         path.unlink()

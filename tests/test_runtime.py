@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from srl.runtime.inline import run_inline
 from srl.runtime.plan import make_plan
 from srl.runtime.train import train
 from srl.system.controller import Controller, stop_on_signals
-from srl.system.trainer_worker import load_checkpoint
+from srl.system.trainer_worker import ACTING_ENTRIES, CHECKPOINT_FORMAT, load_checkpoint
 
 CARTPOLE = "configs/cartpole_ppo.yaml"
 SMALL = ["run.total_env_steps=3000", "run.target_return=null", "run.eval_episodes=2"]
@@ -171,14 +172,50 @@ def test_run_directory_contract(tmp_path, runtime):
     assert set(state["algorithm"]) == {"policy", "value", "optimizer", "rng"}
 
 
-def test_checkpoints_are_validated(tmp_path):
-    bad = tmp_path / "bad.pt"
-    bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="not a readable checkpoint"):
-        load_checkpoint(bad)
-    torch.save({"something": 1}, tmp_path / "foreign.pt")
-    with pytest.raises(ValueError, match="not an srl checkpoint"):
-        load_checkpoint(tmp_path / "foreign.pt")
+def _zip_without_torch_data(path: Path) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/notes.txt", "hello")
+
+
+def _truncated_torch_file(path: Path) -> None:
+    torch.save({"format": CHECKPOINT_FORMAT, "w": torch.zeros(1000)}, path)
+    path.write_bytes(path.read_bytes()[:2000])
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p.write_bytes(b""), "an empty file, not a checkpoint"),
+        (lambda p: p.write_bytes(b"not a checkpoint"), "not a torch file (torch.save writes a zip archive)"),
+        (_truncated_torch_file, "a truncated file (its zip directory, at the end, is missing)"),
+        (_zip_without_torch_data, "a zip archive, not a torch file (no data.pkl in it)"),
+        (
+            lambda p: torch.save(torch.nn.Linear(2, 2), p),
+            "not loadable as weights only (Unsupported global: GLOBAL torch.nn",
+        ),
+        (lambda p: torch.save({"something": 1}, p), "not a checkpoint of srl: no 'format' entry"),
+        (
+            lambda p: torch.save({"format": "srl-checkpoint-v1"}, p),
+            "checkpoint format 'srl-checkpoint-v1'; this srl reads",
+        ),
+        (lambda p: torch.save({"format": CHECKPOINT_FORMAT}, p), "not a whole checkpoint of srl: no 'version' entry"),
+    ],
+)
+def test_an_unreadable_checkpoint_says_what_the_file_is(tmp_path, make, message):
+    path = tmp_path / "ckpt_00000005.pt"
+    make(path)
+    with pytest.raises(ValueError) as info:
+        load_checkpoint(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+
+
+def test_an_acting_checkpoint_needs_no_training_state(tmp_path):
+    """The eval worker's ``best.pt`` holds what acting needs; resuming needs the algorithm's state besides."""
+    state = {"format": CHECKPOINT_FORMAT, "version": 3, "policy_state": torch.zeros(2), "config": {}, "spaces": {}}
+    torch.save(state, tmp_path / "best.pt")
+    assert load_checkpoint(tmp_path / "best.pt", ACTING_ENTRIES)["version"] == 3
+    with pytest.raises(ValueError, match="no 'samples' entry"):
+        load_checkpoint(tmp_path / "best.pt")
 
 
 def test_checkpoint_write_is_atomic(tmp_path):

@@ -87,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             from srl.api.config.load import overlay_overrides
-            from srl.runtime.train import resume_config, train
 
             if (args.config is None) == (args.resume is None):
                 raise ConfigError("srl train: give a CONFIG file or --resume RUN_DIR (one of them)")
@@ -96,10 +95,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume is not None:
                 if args.run_dir is not None:
                     raise ConfigError("--run-dir: a resumed run continues in its own directory")
+                from srl.runtime.train import resume_config
+
                 cfg, ckpts, state = resume_config(args.resume, args.overrides)
                 resume, args.run_dir = (ckpts, state), args.resume
             else:
                 cfg = load_config(args.config, args.overrides)
+            from srl.runtime.train import train  # torch and the envs load after the config passed: errors come fast
+
             summary = train(cfg, args.run_dir, START, progress=None if args.quiet else sys.stderr, resume=resume)
             print(json.dumps(summary))
             if summary.get("error"):

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium.wrappers import ClipAction, TimeLimit
 
 from srl.api.config import ConfigError, EnvConfig
+from srl.api.config.errors import did_you_mean
 from srl.api.plugins import resolve
 from srl.api.spaces import UnsupportedSpace, check_spaces
 
@@ -38,7 +39,7 @@ def _resolve(env_id: str) -> Callable[..., gym.Env]:
     try:
         spec = gym.spec(env_id)
     except gym.error.Error:
-        raise ConfigError(f"env.id: unknown environment {env_id!r}") from None
+        raise ConfigError(f"env.id: unknown environment {env_id!r}{did_you_mean(env_id, gym.registry)}") from None
     if "mujoco" in str(spec.entry_point):
         _quiet_mujoco_compiler()
     if atari:

@@ -53,8 +53,8 @@ def overlay_overrides(path: Path) -> list[str]:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read overlay ({exc.strerror})") from None
-    except yaml.YAMLError:
-        raise ConfigError(f"{path}: invalid YAML") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an overlay is a mapping of sections, like an experiment file")
     out: list[str] = []
@@ -82,12 +82,26 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{path}: invalid YAML{where}") from None
+            raise ConfigError(f"{path}: {yaml_problem(exc)}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
     return config_from(data, overrides)
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where a YAML file went wrong and why, for a one-line error: ``line 3, column 1: a tab character; ...``.
+
+    A tab is the usual culprit in a hand-edited file, and PyYAML's words for it ("found character '\\t' that
+    cannot start any token") do not say that YAML wants spaces, so it gets its own.
+    """
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(exc, "problem", None)
+    if problem is not None and "'\\t'" in problem:
+        return f"{where}a tab character; YAML indents with spaces"
+    context = getattr(exc, "context", None)
+    detail = f"{problem} ({context})" if problem and context else problem or " ".join(str(exc).split())
+    return f"{where}invalid YAML: {detail}"
 
 
 def config_from(data: Mapping[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
