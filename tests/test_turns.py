@@ -402,3 +402,31 @@ def test_a_league_needs_a_turn_based_game():
 
     with pytest.raises(ConfigError, match="league.opponent: pfsp: env 'CartPole-v1' is not a turn-based game"):
         srl.train({"env": {"id": "CartPole-v1"}, "league": {"opponent": "pfsp"}})
+
+
+def test_plain_self_play_shows_its_win_draw_and_loss_rates_against_random_while_it_trains(tmp_path):
+    """One policy in both seats of tic-tac-toe: its returns average 0 whatever it plays, so an eval worker, on
+    without settings in such a game, plays it against a uniform random player; the rates reach the progress
+    line, metrics.jsonl and TensorBoard."""
+    import io
+    import json
+    import re
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from srl.runtime.train import train
+
+    run, progress = tmp_path / "run", io.StringIO()
+    cfg = build(ExperimentConfig, {"runtime": "inline", "env": {"id": AEC_TTT.id}, "run": {"total_env_steps": 12_000}})
+    summary = train(cfg, run, progress=progress)
+    assert summary["stop_reason"] == "env_steps" and summary["policy_version"] >= 10, summary
+    assert summary["evaluations"] >= 2  # the untrained policy at version 0, and every 10 versions from there
+    record = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    rates = [record[f"eval_vs_random_{k}_rate"] for k in ("win", "draw", "loss")]
+    assert all(0.0 <= r <= 1.0 for r in rates) and sum(rates) == pytest.approx(1.0), record
+    assert record["eval_version"] >= 10 and record["return_mean"] == 0.0  # zero-sum: both seats are the policy
+    shown = re.findall(r"win (\d\.\d\d) draw (\d\.\d\d) loss (\d\.\d\d) vs random", progress.getvalue())
+    assert shown and [float(r) for r in shown[-1]] == pytest.approx(rates, abs=0.005)
+    tb = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    tb.Reload()
+    assert {f"eval_vs_random_{k}_rate" for k in ("win", "draw", "loss")} <= set(tb.Tags()["scalars"])
