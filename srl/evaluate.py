@@ -66,22 +66,15 @@ def eval_seed(cfg: ExperimentConfig) -> int:
     return cfg.seed + 999_983
 
 
-def evaluate(
-    plan: PlannedRun,
-    snapshots: Sequence[np.ndarray],
-    episodes: int,
-    seed: int,
-    deterministic: bool = True,
-    max_steps: int = 100_000,
-) -> dict[str, Any]:
+def evaluate(plan: PlannedRun, snapshots: Sequence[np.ndarray], episodes: int, seed: int) -> dict[str, Any]:
     """:func:`evaluate_policies` of the policies whose flat parameters are ``snapshots`` (one per planned
-    policy)."""
+    policy), deterministically."""
     policies = []
     for planned, flat in zip(plan.policies, snapshots):
         policy = planned.acting_policy()
         policy.load_flat(flat)
         policies.append(policy)
-    return evaluate_policies(plan, policies, episodes, seed, deterministic, max_steps)
+    return evaluate_policies(plan, policies, episodes, seed)
 
 
 def evaluate_policies(

@@ -62,12 +62,12 @@ class EvalWorker(Worker):
             self.best = score
             if self.save_best is not None:
                 self.save_best(version, mean)
-        vs_random = {k: float(v) for k, v in result.items() if k in VS_RANDOM_RATES}
+        vs_random = {k: float(v) for k, v in result.items() if k in VS_RANDOM_KEYS}
         report = {"version": version, "return_mean": mean, "return_std": float(result["return_std"]), "best": best}
         self.reporter.report("eval", {**report, **vs_random})
         return 1
 
 
 VS_RANDOM_SCORE = "vs_random_score"
-VS_RANDOM_RATES = ("vs_random_win_rate", "vs_random_draw_rate", "vs_random_loss_rate", VS_RANDOM_SCORE)
+VS_RANDOM_KEYS = ("vs_random_win_rate", "vs_random_draw_rate", "vs_random_loss_rate", VS_RANDOM_SCORE)
 """What an evaluation against a uniform random player reports (as ``eval_<key>`` in the metrics)."""

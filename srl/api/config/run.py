@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from srl.api.config.errors import check
 
-
 SELF_PLAY_EVAL_EVERY_VERSIONS = 10
 """The eval worker's cadence when ``run.eval_every_versions`` is unset and one policy plays a two-player
 turn-based game: 100 games against random cost about a tenth of a second there, against seconds of training for
