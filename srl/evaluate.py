@@ -48,7 +48,7 @@ class PlannedRun(Protocol):
     def policies(self) -> Sequence[PlannedPolicy]: ...
 
     @property
-    def turn_based(self) -> bool: ...
+    def vs_random(self) -> bool: ...
 
 
 VS_RANDOM_GAMES = 100
@@ -65,28 +65,36 @@ def eval_seed(cfg: ExperimentConfig) -> int:
     return cfg.seed + 999_983
 
 
-def evaluate(
+def evaluate(plan: PlannedRun, snapshots: Sequence[np.ndarray], episodes: int, seed: int) -> dict[str, Any]:
+    """:func:`evaluate_policies` of the policies whose flat parameters are ``snapshots`` (one per planned
+    policy), deterministically."""
+    policies = []
+    for planned, flat in zip(plan.policies, snapshots):
+        policy = planned.acting_policy()
+        policy.load_flat(flat)
+        policies.append(policy)
+    return evaluate_policies(plan, policies, episodes, seed)
+
+
+def evaluate_policies(
     plan: PlannedRun,
-    snapshots: Sequence[np.ndarray],
+    policies: Sequence[Policy],
     episodes: int,
     seed: int,
     deterministic: bool = True,
     max_steps: int = 100_000,
 ) -> dict[str, Any]:
     """Mean/std return over ``episodes`` episodes, one per environment of one slot (one forward per policy per
-    step), with each policy's own under ``policies``; in a two-player turn-based game of one policy also the
-    result of :data:`VS_RANDOM_GAMES` games against a random player.
+    step), with each policy's own under ``policies``; when one policy plays a two-player turn-based game
+    (``plan.vs_random``) also the result of :data:`VS_RANDOM_GAMES` games against a random player
+    (``vs_random_win_rate``, ``_draw_rate``, ``_loss_rate``, ``_score``, ``_games``). Both the final evaluation
+    and the eval worker play this.
 
     An env without a time limit could run forever under a deterministic policy: after ``max_steps``
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
-    policies = []
-    for planned, flat in zip(plan.policies, snapshots):
-        policy = planned.acting_policy()
-        policy.load_flat(flat)
-        policies.append(policy)
     out = play(plan.cfg, policies, episodes, seed, deterministic, max_steps)
-    if plan.turn_based and len(policies) == 1 and out["agents_per_episode"] == 2:
+    if plan.vs_random:
         # Self-play returns of a zero-sum game average 0 whatever the policy: a match says how strong it is.
         from srl.league.match import play_match
 

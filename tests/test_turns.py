@@ -402,3 +402,50 @@ def test_a_league_needs_a_turn_based_game():
 
     with pytest.raises(ConfigError, match="league.opponent: pfsp: env 'CartPole-v1' is not a turn-based game"):
         srl.train({"env": {"id": "CartPole-v1"}, "league": {"opponent": "pfsp"}})
+
+
+def test_plain_self_play_shows_its_win_draw_and_loss_rates_against_random_while_it_trains(tmp_path):
+    """One policy in both seats of tic-tac-toe: its returns average 0 whatever it plays, so an eval worker, on
+    without settings in such a game, plays it against a uniform random player; the rates reach the progress
+    line, metrics.jsonl and TensorBoard."""
+    import io
+    import json
+    import re
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from srl.runtime.train import train
+
+    run, progress = tmp_path / "run", io.StringIO()
+    cfg = build(ExperimentConfig, {"runtime": "inline", "env": {"id": AEC_TTT.id}, "run": {"total_env_steps": 12_000}})
+    summary = train(cfg, run, progress=progress)
+    assert summary["stop_reason"] == "env_steps" and summary["policy_version"] >= 10, summary
+    assert summary["evaluations"] >= 2  # the untrained policy at version 0, and every 10 versions from there
+    # best.pt is the best against random: a trained version's score beat the untrained one's
+    assert summary["best_eval_version"] >= 10 and summary["best_eval_vs_random_score"] > 0.5, summary
+    record = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    rates = [record[f"eval_vs_random_{k}_rate"] for k in ("win", "draw", "loss")]
+    assert all(0.0 <= r <= 1.0 for r in rates) and sum(rates) == pytest.approx(1.0), record
+    assert record["eval_version"] >= 10 and record["return_mean"] == 0.0  # zero-sum: both seats are the policy
+    shown = re.findall(r"win (\d\.\d\d) draw (\d\.\d\d) loss (\d\.\d\d) vs random", progress.getvalue())
+    assert shown and [float(r) for r in shown[-1]] == pytest.approx(rates, abs=0.005)
+    tb = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    tb.Reload()
+    assert {f"eval_vs_random_{k}_rate" for k in ("win", "draw", "loss")} <= set(tb.Tags()["scalars"])
+
+
+def test_an_eval_worker_runs_without_settings_where_one_policy_plays_a_two_player_turn_based_game():
+    """Self-play (plain or against a league) gets one every 10 versions; other envs, a game split between two
+    policies, ``eval_episodes: 0`` and ``eval_every_versions: 0`` get none; a cadence that is set is kept."""
+    from srl.runtime.plan import make_plan
+
+    def eval_workers(env: dict, **settings) -> list[tuple[str, int]]:
+        plan = make_plan(build(ExperimentConfig, {"env": env, **settings}))
+        return [(w.name, plan.eval_every) for w in plan.topology.workers if w.name.startswith("eval")]
+
+    ttt, league = {"id": AEC_TTT.id}, {"opponent": "pfsp"}
+    assert eval_workers(ttt) == eval_workers(ttt, league=league) == [("eval0", 10)]
+    assert eval_workers(ttt, run={"eval_every_versions": 3}) == [("eval0", 3)]
+    assert eval_workers(ttt, run={"eval_every_versions": 0}) == eval_workers(ttt, run={"eval_episodes": 0}) == []
+    seats = [{"match": "player_1", "policy": "crosses"}, {"match": "player_2", "policy": "noughts"}]
+    assert eval_workers(ttt, agents=seats) == eval_workers({"id": "CartPole-v1"}) == []

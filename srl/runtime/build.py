@@ -142,7 +142,7 @@ def build_relay(ctx: BuildContext) -> Worker:
 def build_eval(ctx: BuildContext) -> Worker:
     """The eval worker reads every policy's snapshots like a policy worker and saves the best policies next to
     their checkpoints."""
-    from srl.evaluate import eval_seed, play
+    from srl.evaluate import eval_seed, evaluate_policies
 
     plan, fabric, run_dir = ctx.plan, ctx.fabric, ctx.run_dir
     cfg = plan.cfg
@@ -168,8 +168,8 @@ def build_eval(ctx: BuildContext) -> Worker:
     return EvalWorker(
         policies,
         Subscribers(subscribers),
-        lambda p: play(cfg, p, cfg.run.eval_episodes, eval_seed(cfg)),
-        cfg.run.eval_every_versions,
+        lambda p: evaluate_policies(plan, p, cfg.run.eval_episodes, eval_seed(cfg)),
+        plan.eval_every,
         fabric.reporter(),
         save_best,
         wait_timeout=max(ctx.wait_timeout, 0.0),

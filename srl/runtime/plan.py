@@ -14,6 +14,7 @@ import gymnasium as gym
 import torch
 
 from srl.api.config import ConfigError, ExperimentConfig, build
+from srl.api.config.run import SELF_PLAY_EVAL_EVERY_VERSIONS
 from srl.api.env import SlotGroup
 from srl.api.plugins import resolve
 from srl.api.schema import sample_schema
@@ -68,14 +69,26 @@ class Plan:
     """The run's policies (one without ``agents`` rules), in the order of ``cfg.policy_names``."""
     agents_per_env: int = 1
     """Columns per environment, every policy's (a multi-agent env's agents)."""
-    turn_based: bool = False
-    """The env is a turn-based game (OpenSpiel, PettingZoo AEC): evaluations also play matches."""
+    vs_random: bool = False
+    """One policy plays a two-player turn-based game (OpenSpiel, PettingZoo AEC; plain self-play or a league):
+    evaluations also play it against a uniform random player, since self-play's returns average 0 in a zero-sum
+    game whatever the policy."""
     null_trainer: bool = False
     """Replace the trainer by one that discards segments (sampling benchmarks)."""
     resume: tuple[str, ...] | None = None
     """The checkpoints the trainers continue from (``srl train --resume``, a restart): one per policy."""
     start_version: int = 0
     """Policy version the run starts at (the checkpoint's when resuming)."""
+
+    @property
+    def eval_every(self) -> int:
+        """Versions between the eval worker's evaluations, 0 for no eval worker: ``run.eval_every_versions``, or
+        when that is unset, :data:`SELF_PLAY_EVAL_EVERY_VERSIONS` in a game measured against random (unless
+        ``run.eval_episodes`` is 0: no evaluation at all)."""
+        run = self.cfg.run
+        if run.eval_every_versions is not None:
+            return run.eval_every_versions
+        return SELF_PLAY_EVAL_EVERY_VERSIONS if self.vs_random and run.eval_episodes > 0 else 0
 
     def only(self, what: str) -> PolicyPlan:
         """The one policy of the run, for ``what``, which trains or measures one (one line when there are more)."""
@@ -184,7 +197,8 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     if cfg.stage.worker is not None:  # a wrong name is one line now, not a failing worker later
         resolve(cfg.stage.worker, {}, "stage.worker")
     policies = tuple(_policy_plan(cfg, by_name[n], cfg.league.pool) for n in names)
-    return Plan(cfg, policies, agents_per_env=agents, turn_based=probed.turn_based, null_trainer=null_trainer)
+    vs_random = probed.turn_based and probed.agents_per_env == 2 and len(names) == 1
+    return Plan(cfg, policies, agents_per_env=agents, vs_random=vs_random, null_trainer=null_trainer)
 
 
 def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> PolicyPlan:

@@ -363,7 +363,7 @@ ACTOR = Role(
 )
 EVAL = Role(
     "eval",
-    count=lambda plan: int(plan.cfg.run.eval_every_versions > 0),
+    count=lambda plan: int(plan.eval_every > 0),
     builder="srl.runtime.build:build_eval",
     seed_salt=5,
     connects=lambda plan, i: _every_policy(plan, TRAINER_NODE, i),

@@ -4,9 +4,15 @@ It reads snapshots from the parameter service like a policy worker, and when
 one is at least ``every`` versions past the last it evaluated, plays it
 deterministically (``play`` builds its own environments; with several policies
 each plays its agents), reports the returns (``eval_return_mean`` in the
-metrics) and, on a new best mean return, writes ``checkpoints/best.pt``
+metrics) and, on a new best score, writes ``checkpoints/best.pt``
 atomically (through ``save_best``; one per policy): the acting networks and
 the config, loadable by ``srl eval``.
+
+The score is the mean return, or where ``play`` also plays games against a
+uniform random player (``vs_random_*``: one policy in a two-player turn-based
+game) their score, wins plus half the draws: self-play's returns average 0
+there whatever the policy, so they cannot tell a better one. Those games'
+win, draw and loss rates go into the report too.
 """
 
 from __future__ import annotations
@@ -50,12 +56,18 @@ class EvalWorker(Worker):
         result = self.play(self.policies)
         self.evaluated = version
         mean = float(result["return_mean"])
-        best = mean > self.best
+        score = float(result.get(VS_RANDOM_SCORE, mean))
+        best = score > self.best
         if best:
-            self.best = mean
+            self.best = score
             if self.save_best is not None:
                 self.save_best(version, mean)
-        self.reporter.report(
-            "eval", {"version": version, "return_mean": mean, "return_std": float(result["return_std"]), "best": best}
-        )
+        vs_random = {k: float(v) for k, v in result.items() if k in VS_RANDOM_KEYS}
+        report = {"version": version, "return_mean": mean, "return_std": float(result["return_std"]), "best": best}
+        self.reporter.report("eval", {**report, **vs_random})
         return 1
+
+
+VS_RANDOM_SCORE = "vs_random_score"
+VS_RANDOM_KEYS = ("vs_random_win_rate", "vs_random_draw_rate", "vs_random_loss_rate", VS_RANDOM_SCORE)
+"""What an evaluation against a uniform random player reports (as ``eval_<key>`` in the metrics)."""
