@@ -30,7 +30,6 @@ import numpy as np
 import torch
 
 from srl.api.config import to_dict
-from srl.base.fileio import atomic_write_text
 from srl.runtime.build import build_worker
 from srl.runtime.fabric import SharedFabric, newest_snapshots
 from srl.runtime.plan import Plan
@@ -38,6 +37,7 @@ from srl.runtime.supervisor import Launch, Supervisor
 from srl.runtime.topology import Endpoint, Stream, WorkerSpec
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller, stop_on_signals
+from srl.system.run_dir import write_run_file
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class LocalPlacement:
         """``workers.json``: which process is which worker, for operators (and fault-injection tests)."""
         if self.run_dir is not None:
             pids = {name: proc.pid for name, proc in self.procs.items()}
-            atomic_write_text(self.run_dir / "workers.json", json.dumps(pids, indent=1) + "\n")
+            write_run_file(self.run_dir / "workers.json", json.dumps(pids, indent=1) + "\n")
 
 
 def _start(method: str, plan: Plan, fabric: SharedFabric, launch: Launch, run_dir: Path | None) -> WorkerProcess:

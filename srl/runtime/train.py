@@ -17,7 +17,7 @@ from srl.base.shm import sweep_stale
 from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
-from srl.system.run_dir import RunDir, default_run_dir, policy_checkpoints
+from srl.system.run_dir import RunDir, RunDirError, default_run_dir, policy_checkpoints
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 
 FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values", "text.model", "text.advantage")
@@ -112,7 +112,11 @@ def train(
             from srl.runtime.ray_runtime import run_ray as runner
         else:
             from srl.runtime.local import run_local as runner
-        snapshots = runner(plan, controller, rd.path)
+        try:
+            snapshots = runner(plan, controller, rd.path)
+        except RunDirError as exc:  # e.g. workers.json at a restart: the runner stopped and cleaned up on its way out
+            controller.fail(str(exc))
+            snapshots = None
         controller.tick(force=True)
         if progress is not None:
             progress.write("\n")
@@ -131,7 +135,10 @@ def train(
         summary["run_dir"] = str(rd.path)
         if resume is not None:
             summary["resumed_from"] = str(resume[0][0]) if len(resume[0]) == 1 else [str(p) for p in resume[0]]
-        rd.write_summary(summary)
+        try:
+            rd.write_summary(summary)
+        except RunDirError as exc:  # the summary still goes to the caller (``srl train`` prints it)
+            summary["error"] = summary.get("error") or str(exc)
         return summary
     finally:
         rd.close()

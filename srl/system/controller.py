@@ -14,14 +14,14 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import Any, TextIO
 
 import numpy as np
 
 from srl.api.config import ExperimentConfig
-from srl.system.run_dir import RunDir
+from srl.system.run_dir import RunDir, RunDirError
 
 
 class Controller:
@@ -139,6 +139,14 @@ class Controller:
             self.error = message
             self.stop_reason = "error"
 
+    def _write(self, write: Callable[[RunDir], None]) -> None:
+        """Write to the run directory; a lost one (deleted, a full disk) ends the run with one line."""
+        if self.run_dir is not None:
+            try:
+                write(self.run_dir)
+            except RunDirError as exc:
+                self.fail(str(exc))
+
     @property
     def trainer(self) -> Mapping[str, Any]:
         """The newest report of the first policy's lead trainer (rank 0, which publishes), or of any before it
@@ -234,8 +242,7 @@ class Controller:
         self._fps = (steps - self._last_steps) / dt if dt > 0 else 0.0
         self._last_tick, self._last_steps = now, steps
         record = self.record()
-        if self.run_dir is not None:
-            self.run_dir.log(record, steps)
+        self._write(lambda rd: rd.log(record, steps))
         if self.progress is not None:
             self.progress.write(
                 f"\r[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
