@@ -1,8 +1,9 @@
 """Faults survived on purpose: actor, policy worker and trainer processes killed mid-run, an env that keeps raising;
-and faults that end a run cleanly: a run directory lost mid-run."""
+and faults that end a run cleanly: a user's env whose bug shows its own file and line, a run directory lost mid-run."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import user_envs
 from conftest import children_of, last_record, wait_while_running, worker_pids
 
 from srl.api.config import load_config
@@ -103,6 +105,44 @@ def test_restarts_are_bounded(tmp_path) -> None:
     assert summary["error"].startswith("actor0: RuntimeError: env srl.envs.testing:crashing_cartpole: step failed")
     assert summary["error"].endswith("RuntimeError: injected failure at step 50 (after 2 restarts)")
     assert summary["restarts"] == {"actor0": 2}
+
+
+def _users_line() -> str:
+    """How a traceback names the line of ``user_envs`` that raises."""
+    source = Path(user_envs.__file__).read_text().splitlines()
+    line = next(n for n, text in enumerate(source, 1) if "simulator exploded" in text)
+    return f'File "{user_envs.__file__}", line {line}, in step'
+
+
+def _train_user_env(tmp_path: Path, *settings: str) -> tuple[dict, str, str]:
+    """A run of ``user_envs:make`` (it raises on its 50th step): its summary, what it printed and its errors.log."""
+    cfg = load_config(CARTPOLE, ["env.id=user_envs:make", "run.eval_episodes=0", *settings])
+    printed = io.StringIO()
+    summary = train(cfg, tmp_path / "run", progress=printed)
+    assert summary["stop_reason"] == "error"
+    return summary, printed.getvalue(), (tmp_path / "run" / "errors.log").read_text()
+
+
+def test_a_user_env_that_raises_under_inline_prints_its_whole_traceback(tmp_path) -> None:
+    summary, printed, log = _train_user_env(tmp_path, "runtime=inline")
+    assert summary["error"].endswith("RuntimeError: simulator exploded (user bug)")
+    assert _users_line() in printed and _users_line() in log
+    actor = os.path.join("srl", "system", "actor_worker.py")
+    assert actor in printed and actor in log  # in full: srl's frames too
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1])
+def test_a_user_env_that_raises_in_a_worker_process_shows_its_file_and_line(tmp_path, max_restarts: int) -> None:
+    """In the restart warning (or above the run's error, when it is not restarted) and in errors.log, every time it
+    fails; from the user's frame on, without srl's."""
+    summary, printed, log = _train_user_env(tmp_path, f"workers.max_restarts={max_restarts}")
+    assert summary["error"].startswith("actor0: RuntimeError: env user_envs:make: step failed at actor 0")
+    if max_restarts:
+        printed = printed.split("warning: actor0: restarted (1) after: RuntimeError: env user_envs:make")[1]
+    assert "Traceback (most recent call last, from the first frame of your code):\n  " + _users_line() in printed
+    assert printed.count(_users_line()) == 1  # the same traceback again (the restart failed alike) is not repeated
+    assert log.count(_users_line()) == max_restarts + 1
+    assert "actor_worker.py" not in printed + log
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from srl.runtime.topology import Endpoint, Stream, WorkerSpec
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller, stop_on_signals
 from srl.system.run_dir import write_run_file
+from srl.system.tracebacks import error_report
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +95,9 @@ def _worker_main(
         )
         # os.getppid() covers platforms without a parent-death signal and a controller that died before prctl.
         built.run(lambda: bool(stop[0]) or stopping["now"] or os.getppid() != parent)
-    except Exception as exc:  # report any worker failure in one line, then exit non-zero
+    except Exception as exc:  # report any worker failure (one line and the user's traceback), then exit non-zero
         log.debug("worker %s failed:\n%s", worker.name, traceback.format_exc())
-        message = f"{type(exc).__name__}: {exc}"
-        reporter.report("error", {"worker": worker.name, "message": message[:2000]})
+        reporter.report("error", error_report(worker.name, exc))
         code = 1
     finally:
         fabric.close_worker_side()

@@ -63,6 +63,10 @@ class Controller:
         self.supervised: frozenset[str] = frozenset()
         """Workers the runtime restarts (by name): their error reports are kept for it instead of ending the run."""
         self.worker_errors: dict[str, str] = {}
+        self.tracebacks: dict[str, str] = {}
+        """The newest traceback of each failed worker (by name), until its restart warning or the run's error shows
+        it."""
+        self._shown: set[str] = set()  # tracebacks printed so far: a restart that fails alike does not repeat one
         self.restarts: dict[str, int] = {}
         self.restart_dropped_segments = 0
         self._actor_steps_before: dict[int, int] = {}  # env steps of earlier incarnations of each actor
@@ -128,16 +132,35 @@ class Controller:
                 stats[key] = int(meta[key]) + before.get(key, 0)
             self.stages[name] = stats
         elif kind == "error":
-            worker = str(meta.get("worker", "?"))
-            if worker in self.supervised:
-                self.worker_errors[worker] = str(meta.get("message", "failed"))
-            else:
-                self.fail(f"{worker}: {meta.get('message', 'failed')}")
+            worker, traceback = str(meta.get("worker", "?")), str(meta.get("traceback", ""))
+            self.worker_failed(worker, str(meta.get("message", "failed")), traceback)
 
-    def fail(self, message: str) -> None:
+    def worker_failed(self, worker: str, message: str, traceback: str = "") -> None:
+        """``worker`` failed with ``message``. Its traceback goes to the run directory's ``errors.log`` now, and to
+        the progress stream with its restart warning or the run's error. A supervised worker's error waits for the
+        runtime's decision (restart or end); another's ends the run."""
+        if traceback:
+            self.tracebacks[worker] = traceback
+            self._write(lambda rd: rd.log_failure(worker, message, traceback))
+        if worker in self.supervised:
+            self.worker_errors[worker] = message
+        else:
+            self.fail(f"{worker}: {message}", worker)
+
+    def fail(self, message: str, worker: str | None = None) -> None:
+        """Stop the run with ``message`` as its error (the first one stands); when the failure is ``worker``'s, its
+        traceback is printed."""
         if self.error is None:
             self.error = message
             self.stop_reason = "error"
+            self.show_traceback(worker, "\n")
+
+    def show_traceback(self, worker: str | None, before: str = "") -> None:
+        """Print the traceback ``worker`` reported (after ``before``), unless the same one was printed already."""
+        text = self.tracebacks.pop(worker, "") if worker is not None else ""
+        if text and text not in self._shown and self.progress is not None:
+            self._shown.add(text)
+            self.progress.write(before + text)
 
     def _write(self, write: Callable[[RunDir], None]) -> None:
         """Write to the run directory; a lost one (deleted, a full disk) ends the run with one line."""
@@ -193,6 +216,7 @@ class Controller:
             },
             {},
         )
+        self.show_traceback(worker)
 
     @property
     def return_mean(self) -> float:

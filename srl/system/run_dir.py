@@ -1,5 +1,6 @@
 """The run directory contract: ``config.yaml``, ``metrics.jsonl``, TensorBoard events (``tb/``),
-``checkpoints/`` and, on exit, ``summary.json`` (written atomically).
+``checkpoints/``, ``errors.log`` (each worker failure with its traceback) and, on exit, ``summary.json`` (written
+atomically).
 
 A run directory can be lost while the run writes to it: deleted or moved, a full disk, a network filesystem that
 fails. Every write of the controller's goes through :class:`RunDir` (or :func:`write_run_file`), which turns that
@@ -132,6 +133,13 @@ class RunDir:
                 self._tb.add_scalars(scalars, step)
         if self._wandb is not None:
             self._wandb.log({**scalars, "env_steps": step}, step=step)
+
+    def log_failure(self, worker: str, message: str, traceback: str) -> None:
+        """Append a worker's failure to ``errors.log``: when, which worker, its error line and its traceback.
+        Raises RunDirError."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with self._writing("errors.log"), open(self.path / "errors.log", "a", encoding="utf-8") as f:
+            f.write(f"{stamp} {worker}: {message}\n{traceback.rstrip()}\n\n")
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """Raises RunDirError."""
