@@ -1,15 +1,22 @@
-"""Faults survived on purpose: actor, policy worker and trainer processes killed mid-run, an env that keeps raising."""
+"""Faults survived on purpose: actor, policy worker and trainer processes killed mid-run, an env that keeps raising;
+and faults that end a run cleanly: a user's env whose bug shows its own file and line, a run directory lost mid-run."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from conftest import children_of, wait_while_running, worker_pids
+import pytest
+import user_envs
+from conftest import children_of, last_record, wait_while_running, worker_pids
 
 from srl.api.config import load_config
 from srl.base.shm import list_segments
@@ -98,3 +105,113 @@ def test_restarts_are_bounded(tmp_path) -> None:
     assert summary["error"].startswith("actor0: RuntimeError: env srl.envs.testing:crashing_cartpole: step failed")
     assert summary["error"].endswith("RuntimeError: injected failure at step 50 (after 2 restarts)")
     assert summary["restarts"] == {"actor0": 2}
+
+
+def _users_line() -> str:
+    """How a traceback names the line of ``user_envs`` that raises."""
+    source = Path(user_envs.__file__).read_text().splitlines()
+    line = next(n for n, text in enumerate(source, 1) if "simulator exploded" in text)
+    return f'File "{user_envs.__file__}", line {line}, in step'
+
+
+def _train_user_env(tmp_path: Path, *settings: str) -> tuple[dict, str, str]:
+    """A run of ``user_envs:make`` (it raises on its 50th step): its summary, what it printed and its errors.log."""
+    cfg = load_config(CARTPOLE, ["env.id=user_envs:make", "run.eval_episodes=0", *settings])
+    printed = io.StringIO()
+    summary = train(cfg, tmp_path / "run", progress=printed)
+    assert summary["stop_reason"] == "error"
+    return summary, printed.getvalue(), (tmp_path / "run" / "errors.log").read_text()
+
+
+def test_a_user_env_that_raises_under_inline_prints_its_whole_traceback(tmp_path) -> None:
+    summary, printed, log = _train_user_env(tmp_path, "runtime=inline")
+    assert summary["error"].endswith("RuntimeError: simulator exploded (user bug)")
+    assert _users_line() in printed and _users_line() in log
+    actor = os.path.join("srl", "system", "actor_worker.py")
+    assert actor in printed and actor in log  # in full: srl's frames too
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1])
+def test_a_user_env_that_raises_in_a_worker_process_shows_its_file_and_line(tmp_path, max_restarts: int) -> None:
+    """In the restart warning (or above the run's error, when it is not restarted) and in errors.log, every time it
+    fails; from the user's frame on, without srl's."""
+    summary, printed, log = _train_user_env(tmp_path, f"workers.max_restarts={max_restarts}")
+    assert summary["error"].startswith("actor0: RuntimeError: env user_envs:make: step failed at actor 0")
+    if max_restarts:
+        printed = printed.split("warning: actor0: restarted (1) after: RuntimeError: env user_envs:make")[1]
+    assert "Traceback (most recent call last, from the first frame of your code):\n  " + _users_line() in printed
+    assert printed.count(_users_line()) == 1  # the same traceback again (the restart failed alike) is not repeated
+    assert log.count(_users_line()) == max_restarts + 1
+    assert "actor_worker.py" not in printed + log
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs, to fill up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)  # also when a failed test left a file open
+
+
+def _lose_run_dir(run: Path, tmp: Path, lose: Callable[[subprocess.Popen], None]) -> tuple[subprocess.Popen, str]:
+    """Start a run in ``run`` that stops only by an error, call ``lose`` after its first metrics record; return
+    the ended process and its stderr, having checked that no worker process, shared memory or pipe outlived it."""
+    tmp.mkdir()  # the run's own temporary folder (its named pipes)
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--quiet", "--run-dir", str(run)]
+    for setting in ("run.target_return=null", "run.total_env_steps=100000000", "run.log_interval_seconds=0.2"):
+        cmd += ["--set", setting]
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_while_running(lambda: last_record(run) and worker_pids(run), proc)
+        children = children_of(proc.pid)
+        lose(proc)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert json.loads(out)["stop_reason"] == "error"
+    assert children and not [c for c in children if Path(f"/proc/{c}").exists()]
+    assert not [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
+    assert not list(tmp.iterdir())
+    return proc, err
+
+
+def test_a_full_disk_stops_the_run_with_one_line(small_disk: Path, tmp_path: Path) -> None:
+    run = small_disk / "run"
+    proc, err = _lose_run_dir(run, tmp_path / "tmp", lambda proc: _fill(small_disk / "filler", proc))
+    assert proc.returncode == 1
+    assert err == f"srl: error: run directory {run}: No space left on device (metrics not written)\n"
+
+
+def _fill(path: Path, proc: subprocess.Popen) -> None:
+    """Fill the disk, and keep it full until the run ends (it frees the temporary files of writes that failed).
+    The run's output waits in its pipes meanwhile: with ``--quiet`` it is one line and the summary."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        while proc.poll() is None:
+            try:
+                os.write(fd, bytes(65536))
+            except OSError:
+                time.sleep(0.01)
+    finally:
+        os.close(fd)
+
+
+def test_a_deleted_run_directory_stops_the_run_with_one_line(tmp_path: Path) -> None:
+    def delete(proc: subprocess.Popen) -> None:
+        while run.exists():  # a checkpoint written meanwhile may make one attempt fail
+            shutil.rmtree(run, ignore_errors=True)
+
+    run = tmp_path / "run"
+    proc, err = _lose_run_dir(run, tmp_path / "tmp", delete)
+    assert proc.returncode == 1
+    assert err == f"srl: error: run directory {run}: deleted or moved (metrics not written)\n"
+    assert not run.exists()  # nothing wrote into a new one

@@ -55,13 +55,12 @@ def test_values_are_float32_and_many_events_all_arrive(tmp_path: Path) -> None:
     assert [s.value for s in acc.Scalars("z")] == [float(np.float32(i * i)) for i in range(0, n, 10)]
 
 
-def test_event_file_opens_on_the_first_write_and_flush_makes_it_readable(tmp_path: Path) -> None:
+def test_event_file_opens_on_the_first_write_and_is_readable_when_it_returns(tmp_path: Path) -> None:
     log_dir = tmp_path / "nested" / "tb"
-    w = ScalarWriter(log_dir, flush_secs=3600)
+    w = ScalarWriter(log_dir)
     try:
         assert log_dir.is_dir() and not list(log_dir.iterdir())  # nothing opened before a scalar comes
         w.add_scalar("x", 1.5, step=3)
-        w.flush()
         (path,) = log_dir.iterdir()
         assert path.name.startswith("events.out.tfevents.")
         assert _steps_values(_load(log_dir), "x") == [(3, 1.5)]
@@ -74,7 +73,6 @@ def test_close_is_idempotent_and_final(tmp_path: Path) -> None:
     w.add_scalar("x", 1.0, step=1)
     w.close()
     w.close()
-    w.flush()  # harmless after close
     assert w.closed
     with pytest.raises(ValueError, match="closed"):
         w.add_scalar("x", 2.0, step=2)

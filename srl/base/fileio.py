@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_save", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_save", "atomic_write_bytes", "atomic_write_text", "write_all"]
 
 PathLike = str | os.PathLike[str]
 
@@ -57,6 +57,14 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
 def atomic_write_text(path: PathLike, text: str, encoding: str = "utf-8") -> None:
     """Atomically replace ``path`` with ``text`` encoded as ``encoding``."""
     atomic_write_bytes(path, text.encode(encoding))
+
+
+def write_all(file: BinaryIO, data: bytes) -> None:
+    """Write all of ``data`` to an unbuffered file, whose ``write`` may take less (a full disk takes what fits; the
+    next call raises the reason), so an error surfaces in the caller and no record is cut short unnoticed."""
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view) or 0 :]
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +12,7 @@ from srl.runtime.build import build_worker
 from srl.runtime.fabric import InlineFabric, newest_snapshots
 from srl.runtime.plan import Plan
 from srl.system.controller import Controller, stop_on_signals
-
-log = logging.getLogger(__name__)
+from srl.system.tracebacks import error_line
 
 
 def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np.ndarray] | None:
@@ -41,14 +40,18 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list
                 controller.tick()
         except KeyboardInterrupt:
             controller.stop_reason = "interrupted"
-        except Exception as exc:  # a failing worker ends the run with one line naming it, as in the local runtime
-            log.debug("worker %s failed", current, exc_info=True)
-            controller.fail(f"{current}: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            _failed(controller, current, exc)
         finally:
             for worker in reversed(workers):
                 try:
                     worker.teardown()
-                except Exception as exc:  # e.g. the final checkpoint was not written: one line, the rest still close
-                    log.debug("worker %s failed in teardown", worker.name, exc_info=True)
-                    controller.fail(f"{worker.name}: {type(exc).__name__}: {exc}")
+                except Exception as exc:  # e.g. the final checkpoint was not written: the rest still close
+                    _failed(controller, worker.name, exc)
     return newest_snapshots(fabric)
+
+
+def _failed(controller: Controller, worker: str, exc: Exception) -> None:
+    """A worker failed: the run ends with one line naming it, and its whole traceback is printed (this is the
+    runtime for debugging: srl's frames included)."""
+    controller.worker_failed(worker, error_line(exc), "".join(traceback.format_exception(exc)))

@@ -30,7 +30,6 @@ import numpy as np
 import torch
 
 from srl.api.config import to_dict
-from srl.base.fileio import atomic_write_text
 from srl.runtime.build import build_worker
 from srl.runtime.fabric import SharedFabric, newest_snapshots
 from srl.runtime.plan import Plan
@@ -38,6 +37,8 @@ from srl.runtime.supervisor import Launch, Supervisor
 from srl.runtime.topology import Endpoint, Stream, WorkerSpec
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller, stop_on_signals
+from srl.system.run_dir import write_run_file
+from srl.system.tracebacks import error_report
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +95,9 @@ def _worker_main(
         )
         # os.getppid() covers platforms without a parent-death signal and a controller that died before prctl.
         built.run(lambda: bool(stop[0]) or stopping["now"] or os.getppid() != parent)
-    except Exception as exc:  # report any worker failure in one line, then exit non-zero
+    except Exception as exc:  # report any worker failure (one line and the user's traceback), then exit non-zero
         log.debug("worker %s failed:\n%s", worker.name, traceback.format_exc())
-        message = f"{type(exc).__name__}: {exc}"
-        reporter.report("error", {"worker": worker.name, "message": message[:2000]})
+        reporter.report("error", error_report(worker.name, exc))
         code = 1
     finally:
         fabric.close_worker_side()
@@ -183,7 +183,7 @@ class LocalPlacement:
         """``workers.json``: which process is which worker, for operators (and fault-injection tests)."""
         if self.run_dir is not None:
             pids = {name: proc.pid for name, proc in self.procs.items()}
-            atomic_write_text(self.run_dir / "workers.json", json.dumps(pids, indent=1) + "\n")
+            write_run_file(self.run_dir / "workers.json", json.dumps(pids, indent=1) + "\n")
 
 
 def _start(method: str, plan: Plan, fabric: SharedFabric, launch: Launch, run_dir: Path | None) -> WorkerProcess:

@@ -26,6 +26,7 @@ from srl.runtime.build import build_worker
 from srl.runtime.plan import Plan, plan_from_spec
 from srl.runtime.ray_fabric import Endpoints, NodeFabric
 from srl.runtime.topology import TRAINER_NODE, Stream
+from srl.system.tracebacks import error_report
 
 log = logging.getLogger(__name__)
 
@@ -150,12 +151,12 @@ class WorkerActor:
 
     def _fail(self, exc: BaseException) -> str:
         log.debug("worker %s failed:\n%s", self.name, traceback.format_exc())
-        message = f"{type(exc).__name__}: {exc}"[:2000]
+        report = error_report(self.name, exc)
         try:
-            self.fabric.reporter().report("error", {"worker": self.name, "message": message})
+            self.fabric.reporter().report("error", report)
         except Exception:  # the report is a courtesy; the driver sees the return value anyway
             pass
-        return message
+        return report["message"]
 
     def prepare(self, endpoints: str) -> str:
         """Build and set up a server; return the endpoints it bound (JSON: endpoint name -> address), or

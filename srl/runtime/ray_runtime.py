@@ -47,7 +47,6 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from srl.api.config import ConfigError, to_dict
 from srl.base import wire
 from srl.base.channel import sweep_stale_pipe_dirs
-from srl.base.fileio import atomic_write_text
 from srl.base.shm import sweep_stale
 from srl.runtime.plan import Plan
 from srl.runtime.ray_actors import NodeAgent, WorkerActor
@@ -56,6 +55,7 @@ from srl.runtime.supervisor import Launch, StartError, Supervisor
 from srl.runtime.topology import TRAINER, TRAINER_NODE, Endpoint, Stream, WorkerSpec
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller, stop_on_signals
+from srl.system.run_dir import write_run_file
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +372,7 @@ class RayPlacement:
         if self.run_dir is None:
             return
         where = {name: w.info for name, w in self.workers.items() if w.ref is not None and w.info is not None}
-        atomic_write_text(self.run_dir / "workers.json", json.dumps(where, indent=1) + "\n")
+        write_run_file(self.run_dir / "workers.json", json.dumps(where, indent=1) + "\n")
 
     # ------------------------------------------------------------------ stop
     def stop(self, receiver: ControlReceiver) -> list[np.ndarray] | None:

@@ -132,20 +132,21 @@ class Supervisor:
         self.running.discard(name)
         cause = controller.worker_errors.pop(name, None) or self.placement.exit_cause(worker)
         if not self.restartable(worker):
-            controller.fail(f"{name}: {cause}")
+            controller.fail(f"{name}: {cause}", name)
             return
         if controller.restarts.get(name, 0) >= self.max_restarts:
-            controller.fail(f"{name}: {cause} (after {self.max_restarts} restarts)")
+            controller.fail(f"{name}: {cause} (after {self.max_restarts} restarts)", name)
             return
         peers = self.topology.peers(worker)
         for peer in peers:
             if peer is not worker:
                 controller.worker_errors.pop(peer.name, None)  # a peer's own error was the broken group's echo
+                controller.tracebacks.pop(peer.name, None)
         causes = {p.name: cause if p is worker else f"{name} failed ({cause})" for p in peers}
         try:
             self._restart(peers, causes)
         except StartError as exc:
-            controller.fail(f"{name}: {cause}; not restarted: {exc}")
+            controller.fail(f"{name}: {cause}; not restarted: {exc}", name)
 
     def _restart(self, workers: Sequence[WorkerSpec], causes: Mapping[str, str]) -> None:
         """Kill these workers, free what they held, start them again and count each restart."""

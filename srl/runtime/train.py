@@ -17,7 +17,7 @@ from srl.base.shm import sweep_stale
 from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
-from srl.system.run_dir import RunDir, default_run_dir, policy_checkpoints, read_counters
+from srl.system.run_dir import RunDir, RunDirError, default_run_dir, policy_checkpoints, read_counters
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 
 FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values", "text.model", "text.advantage")
@@ -117,7 +117,11 @@ def train(
             from srl.runtime.ray_runtime import run_ray as runner
         else:
             from srl.runtime.local import run_local as runner
-        snapshots = runner(plan, controller, rd.path)
+        try:
+            snapshots = runner(plan, controller, rd.path)
+        except RunDirError as exc:  # e.g. workers.json at a restart: the runner stopped and cleaned up on its way out
+            controller.fail(str(exc))
+            snapshots = None
         controller.tick(force=True)
         if progress is not None:
             progress.write("\n")
@@ -129,7 +133,6 @@ def train(
         ):
             final_eval = evaluate(plan, snapshots, cfg.run.eval_episodes, seed=eval_seed(cfg))
         summary = controller.summary(final_eval)
-        rd.write_counters(controller.counters())  # the final evaluation's time included
         if final_eval is not None and cfg.run.eval_initial and resume is None:
             initial = [p.acting_policy().flat_state() for p in plan.policies]
             before = evaluate(plan, initial, cfg.run.eval_episodes, seed=eval_seed(cfg))
@@ -137,7 +140,11 @@ def train(
         summary["run_dir"] = str(rd.path)
         if resume is not None:
             summary["resumed_from"] = str(resume[0][0]) if len(resume[0]) == 1 else [str(p) for p in resume[0]]
-        rd.write_summary(summary)
+        try:
+            rd.write_counters(controller.counters())  # the final evaluation's time included
+            rd.write_summary(summary)
+        except RunDirError as exc:  # the summary still goes to the caller (``srl train`` prints it)
+            summary["error"] = summary.get("error") or str(exc)
         return summary
     finally:
         rd.close()

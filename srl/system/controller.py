@@ -14,14 +14,14 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import Any, TextIO
 
 import numpy as np
 
 from srl.api.config import ExperimentConfig
-from srl.system.run_dir import RunCounters, RunDir
+from srl.system.run_dir import RunCounters, RunDir, RunDirError
 
 
 class Controller:
@@ -65,6 +65,10 @@ class Controller:
         self.supervised: frozenset[str] = frozenset()
         """Workers the runtime restarts (by name): their error reports are kept for it instead of ending the run."""
         self.worker_errors: dict[str, str] = {}
+        self.tracebacks: dict[str, str] = {}
+        """The newest traceback of each failed worker (by name), until its restart warning or the run's error shows
+        it."""
+        self._shown: set[str] = set()  # tracebacks printed so far: a restart that fails alike does not repeat one
         self.restarts: dict[str, int] = {}
         self.restart_dropped_segments = 0
         self._actor_steps_before: dict[int, int] = {}  # env steps of earlier incarnations of each actor
@@ -131,16 +135,43 @@ class Controller:
                 stats[key] = int(meta[key]) + before.get(key, 0)
             self.stages[name] = stats
         elif kind == "error":
-            worker = str(meta.get("worker", "?"))
-            if worker in self.supervised:
-                self.worker_errors[worker] = str(meta.get("message", "failed"))
-            else:
-                self.fail(f"{worker}: {meta.get('message', 'failed')}")
+            worker, traceback = str(meta.get("worker", "?")), str(meta.get("traceback", ""))
+            self.worker_failed(worker, str(meta.get("message", "failed")), traceback)
 
-    def fail(self, message: str) -> None:
+    def worker_failed(self, worker: str, message: str, traceback: str = "") -> None:
+        """``worker`` failed with ``message``. Its traceback goes to the run directory's ``errors.log`` now, and to
+        the progress stream with its restart warning or the run's error. A supervised worker's error waits for the
+        runtime's decision (restart or end); another's ends the run."""
+        if traceback:
+            self.tracebacks[worker] = traceback
+            self._write(lambda rd: rd.log_failure(worker, message, traceback))
+        if worker in self.supervised:
+            self.worker_errors[worker] = message
+        else:
+            self.fail(f"{worker}: {message}", worker)
+
+    def fail(self, message: str, worker: str | None = None) -> None:
+        """Stop the run with ``message`` as its error (the first one stands); when the failure is ``worker``'s, its
+        traceback is printed."""
         if self.error is None:
             self.error = message
             self.stop_reason = "error"
+            self.show_traceback(worker, "\n")
+
+    def show_traceback(self, worker: str | None, before: str = "") -> None:
+        """Print the traceback ``worker`` reported (after ``before``), unless the same one was printed already."""
+        text = self.tracebacks.pop(worker, "") if worker is not None else ""
+        if text and text not in self._shown and self.progress is not None:
+            self._shown.add(text)
+            self.progress.write(before + text)
+
+    def _write(self, write: Callable[[RunDir], None]) -> None:
+        """Write to the run directory; a lost one (deleted, a full disk) ends the run with one line."""
+        if self.run_dir is not None:
+            try:
+                write(self.run_dir)
+            except RunDirError as exc:
+                self.fail(str(exc))
 
     @property
     def trainer(self) -> Mapping[str, Any]:
@@ -188,6 +219,7 @@ class Controller:
             },
             {},
         )
+        self.show_traceback(worker)
 
     @property
     def wall_seconds(self) -> float:
@@ -269,9 +301,8 @@ class Controller:
         self._fps = (steps - self._last_steps) / dt if dt > 0 else 0.0
         self._last_tick, self._last_steps = now, steps
         record = self.record()
-        if self.run_dir is not None:
-            self.run_dir.log(record, steps)
-            self.run_dir.write_counters(self.counters())  # after the record: never older than it
+        self._write(lambda rd: rd.log(record, steps))
+        self._write(lambda rd: rd.write_counters(self.counters()))  # after the record: never older than it
         if self.progress is not None:
             self.progress.write(
                 f"\r[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "

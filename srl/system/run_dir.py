@@ -1,13 +1,23 @@
 """The run directory contract: ``config.yaml``, ``metrics.jsonl``, TensorBoard events (``tb/``),
-``checkpoints/`` (with the controller's ``controller.json``) and, on exit, ``summary.json`` (written atomically)."""
+``checkpoints/`` (with the controller's ``controller.json``), ``errors.log`` (each worker failure with its traceback)
+and, on exit, ``summary.json`` (written atomically).
+
+A run directory can be lost while the run writes to it: deleted or moved, a full disk, a network filesystem that
+fails. Every write of the controller's goes through :class:`RunDir` (or :func:`write_run_file`), which turns that
+into :class:`RunDirError`, one line naming the directory, the reason and what was not written; the controller ends
+the run with it. A deleted directory raises nothing on a file held open, so each write first checks that
+``metrics.jsonl`` is still the file the run opened.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -15,8 +25,24 @@ from typing import Any, TypeGuard
 import yaml
 
 from srl.api.config import ConfigError, ExperimentConfig, to_dict
-from srl.base.fileio import atomic_write_text
+from srl.base.fileio import atomic_write_text, write_all
 from srl.base.tb_scalars import ScalarWriter
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be written (deleted or moved, a full disk, a network filesystem that failed)."""
+
+
+def _lost_line(path: Path, reason: str, what: str) -> str:
+    return f"run directory {path}: {reason} ({what} not written)"
+
+
+def write_run_file(path: Path, text: str) -> None:
+    """Atomically write ``text`` to ``path``, a file of the run directory; a failure raises RunDirError."""
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise RunDirError(_lost_line(path.parent, exc.strerror or str(exc), path.name)) from None
 
 
 def policy_checkpoints(run_dir: Path, cfg: ExperimentConfig, policy: str) -> Path:
@@ -124,43 +150,83 @@ class RunDir:
         elif (self.path / "config.yaml").exists():
             # Sharing a directory would mix two runs' metrics and let one run's checkpoint rotation delete the other's.
             raise ConfigError(f"{self.path}: already holds a run; choose another --run-dir")
+        self.checkpoints = self.path / "checkpoints"
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            self.checkpoints.mkdir(exist_ok=True)
+            atomic_write_text(self.path / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+            # unbuffered: a record is one write, and a failed one leaves nothing queued to fail again at close
+            self._metrics = open(self.path / "metrics.jsonl", "ab", buffering=0)
         except OSError as exc:
-            raise ConfigError(f"{self.path}: cannot create the run directory ({exc.strerror})") from None
-        self.checkpoints = self.path / "checkpoints"
-        self.checkpoints.mkdir(exist_ok=True)
-        atomic_write_text(self.path / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+            raise ConfigError(f"{self.path}: cannot create the run directory ({exc.strerror or exc})") from None
+        self._identity = _identity(os.fstat(self._metrics.fileno()))
         self._wandb = _start_wandb(cfg, self.path) if cfg.run.wandb_project else None
-        self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
         self._tb = ScalarWriter(self.path / "tb") if cfg.run.tensorboard else None
+        self.lost: str | None = None
+        """Why the directory was lost (the first :class:`RunDirError`); later writes raise it without trying."""
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Around a write of ``what``: raise RunDirError when the directory is gone (deleted or moved: its
+        ``metrics.jsonl`` is no longer the file this run opened) or the write fails."""
+        if self.lost is None:
+            try:
+                if _identity(os.stat(self.path / "metrics.jsonl")) == self._identity:
+                    yield
+                    return
+                reason = "deleted or moved"
+            except FileNotFoundError:
+                reason = "deleted or moved"
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+            self.lost = _lost_line(self.path, reason, what)
+        raise RunDirError(self.lost)
 
     def log(self, record: Mapping[str, Any], step: int) -> None:
-        """Append one metrics record (JSON line) and mirror its numbers to TensorBoard."""
+        """Append one metrics record (JSON line) and mirror its numbers to TensorBoard. Raises RunDirError."""
         clean = {k: v for k, v in record.items() if not (isinstance(v, float) and not math.isfinite(v))}
-        self._metrics.write(json.dumps(clean) + "\n")
         scalars = {
             k: v
             for k, v in clean.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "env_steps"
         }
-        if self._tb is not None:
-            self._tb.add_scalars(scalars, step)
+        with self._writing("metrics"):
+            write_all(self._metrics, (json.dumps(clean) + "\n").encode())
+            if self._tb is not None:
+                self._tb.add_scalars(scalars, step)
         if self._wandb is not None:
             self._wandb.log({**scalars, "env_steps": step}, step=step)
 
     def write_counters(self, counters: RunCounters) -> None:
-        """Replace ``checkpoints/controller.json`` (atomically: a run killed meanwhile leaves the previous one)."""
-        atomic_write_text(self.path / COUNTERS, json.dumps(asdict(counters)) + "\n")
+        """Replace ``checkpoints/controller.json`` (atomically: a run killed meanwhile leaves the previous one).
+        Raises RunDirError."""
+        with self._writing(COUNTERS):
+            atomic_write_text(self.path / COUNTERS, json.dumps(asdict(counters)) + "\n")
+
+    def log_failure(self, worker: str, message: str, traceback: str) -> None:
+        """Append a worker's failure to ``errors.log``: when, which worker, its error line and its traceback.
+        Raises RunDirError."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with self._writing("errors.log"), open(self.path / "errors.log", "a", encoding="utf-8") as f:
+            f.write(f"{stamp} {worker}: {message}\n{traceback.rstrip()}\n\n")
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
-        atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
+        """Raises RunDirError."""
+        with self._writing("summary.json"):
+            atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
 
     def close(self) -> None:
+        """Close every file; a lost directory raises nothing here (its error is the run's already)."""
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
-        self._metrics.close()
+        with contextlib.suppress(OSError):
+            self._metrics.close()
         if self._tb is not None:
-            self._tb.close()
+            with contextlib.suppress(OSError):
+                self._tb.close()
             self._tb = None
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int]:
+    return stat.st_dev, stat.st_ino

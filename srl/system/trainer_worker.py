@@ -184,7 +184,7 @@ class TrainerWorker(Worker):
             try:
                 self.save_checkpoint()
             except OSError as exc:  # e.g. a full disk: the previous checkpoint stays; training goes on
-                self.reporter.report("info", {"worker": self.name, "message": str(exc)})
+                self.reporter.report("info", {"worker": self.name, "message": exc.strerror or str(exc)})
         return len(records)
 
     def teardown(self) -> None:
@@ -263,7 +263,6 @@ class TrainerWorker(Worker):
     def save_checkpoint(self) -> Path:
         """Write ``ckpt_<version>.pt`` atomically and keep the newest ``keep_checkpoints``."""
         assert self.checkpoint_dir is not None
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / f"ckpt_{self.version:08d}.pt"
         state = {
             "format": CHECKPOINT_FORMAT,
@@ -275,6 +274,7 @@ class TrainerWorker(Worker):
             **self.checkpoint_extra,
         }
         try:
+            self.checkpoint_dir.mkdir(exist_ok=True)  # a policy's folder; never a run directory that was deleted
             atomic_save(path, lambda f: self._serialize(state, f))
         except OSError as exc:
             raise OSError(
