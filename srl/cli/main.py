@@ -3,28 +3,18 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 import time
-from pathlib import Path
 
+START = time.time()
+"""When the program started: its own clock at its first line, before any import of weight. Interpreter start-up
+before it is not counted; the process table's start is not used, as a shell that execs ``srl`` as its last
+command passes on its own start, and ``/proc/stat`` gives boot time in whole seconds."""
 
-def process_start_time() -> float:
-    """Wall-clock time this process started (Linux: from /proc), so timings include interpreter start-up."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        start_ticks = int(fields[19])
-        btime = next(
-            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
-        )
-        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
-
-
-START = process_start_time()
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
