@@ -16,6 +16,8 @@ import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from srl.base.stop_signals import listening  # noqa: E402
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl", description="SRL: scalable distributed reinforcement learning.")
@@ -68,6 +70,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. SIGINT and SIGTERM are handled from here on (:mod:`srl.base.stop_signals`):
+    a run stops cleanly, anything else ends with 130."""
+    with listening():
+        try:
+            return _command(argv)
+        except KeyboardInterrupt:  # a signal outside a run, or a second one while workers were stopping
+            print("srl: interrupted", file=sys.stderr)
+            return 130
+
+
+def _command(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     # Plugins named ``package.module:attr`` import from the current folder too, as under ``python -m``.
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -135,9 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"srl: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # a second Ctrl-C while workers were stopping: they were killed, nothing to add
-        print("srl: interrupted", file=sys.stderr)
-        return 130
     return 0
 
 

@@ -9,18 +9,17 @@ records, and decides why the run stops.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
-from types import FrameType
 from typing import Any, TextIO
 
 import numpy as np
 
 from srl.api.config import ExperimentConfig
+from srl.base.stop_signals import held
 from srl.system.run_dir import RunDir
 
 
@@ -416,35 +415,15 @@ class Controller:
 
 @contextlib.contextmanager
 def stop_on_signals(controller: Controller) -> Iterator[None]:
-    """Inside this block the first SIGINT or SIGTERM asks for a clean stop; a second raises KeyboardInterrupt.
+    """Inside this block the first SIGINT or SIGTERM, or one that came while the run was starting, stops the run
+    as ``interrupted``; a second raises KeyboardInterrupt, and the runtime stops waiting for its workers but still
+    cleans up (why: :mod:`srl.base.stop_signals`). Every runtime uses this one block."""
 
-    Why not raise on the first: the exception lands wherever the main thread happens to be, for instance inside a
-    lazy import or a file write, and leaves it half done (CI once saw tensorboard's first import broken this way,
-    and the run's last record with it). Setting ``stop_reason = "interrupted"`` ends the runtime's loop where it
-    next checks, and teardown, the final checkpoint and the summary run as on any other stop. The second signal is
-    for a user who will not wait: it stops waiting for workers, and the runtime's cleanup still runs. Every runtime
-    uses this one block. Off the main thread, where Python allows no handlers, it installs nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    received = 0
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        nonlocal received
-        received += 1
-        if received > 1:  # counted, not read from stop_reason: a run already stopping as solved still hears it
-            raise KeyboardInterrupt
+    def interrupted() -> None:
         controller.stop_reason = controller.stop_reason or "interrupted"
 
-    for sig in previous:
-        signal.signal(sig, on_signal)
-    try:
+    with held(interrupted):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def busy_fraction(times: Mapping[str, float], before: Mapping[str, float] | None = None) -> float | None:
