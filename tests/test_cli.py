@@ -1,22 +1,26 @@
-"""``srl train`` as a user meets it: signals from its first line on, its clock."""
+"""``srl train`` as a user meets it: signals from its first line on, its clock, its progress output."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, last_record, start_endless_training, wait_while_running
 
+from srl.api.config import load_config
 from srl.base.shm import list_segments
 from srl.base.stop_signals import held, listening
+from srl.system.controller import Controller
 
 CARTPOLE = str(ROOT / "configs" / "cartpole_ppo.yaml")
 TINY = ["runtime=inline", "run.total_env_steps=512", "run.target_return=null", "run.eval_episodes=0"]
@@ -164,3 +168,47 @@ def test_wall_seconds_leave_out_the_shell_that_execs_srl(tmp_path):
     counted = json.loads(summary.read_text())["wall_seconds"]
     coarse = 0.05  # a file's modification time comes from a coarser clock, a tick or so behind
     assert 0 < counted <= summary.stat().st_mtime - float(exec_at.read_text()) + coarse
+
+
+class _Stream(io.StringIO):
+    """stderr as a terminal (``tty``) or as a file."""
+
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def _progress(tty: bool) -> tuple[_Stream, Controller]:
+    """Three progress records with a warning between the second and the third."""
+    stream = _Stream(tty)
+    controller = Controller(load_config(CARTPOLE, TINY), None, time.time(), progress=stream)
+    controller.tick(force=True)
+    controller.tick(force=True)
+    controller.warn("careful")
+    controller.tick(force=True)
+    return stream, controller
+
+
+def test_progress_is_rewritten_in_place_on_a_terminal():
+    stream, controller = _progress(tty=True)
+    first, second, third = stream.getvalue().split("\r")[1:]
+    assert first.startswith("[") and "\n" not in first
+    assert second.endswith("\nwarning: careful\n")
+    assert third.startswith("[") and "\n" not in third
+    controller.line.end()  # the run's end: what follows starts on a line of its own
+    assert stream.getvalue().endswith(third + "\n")
+
+
+def test_progress_to_a_file_is_one_plain_line_per_record():
+    stream, controller = _progress(tty=False)
+    out = stream.getvalue()
+    lines = out.split("\n")
+    assert "\r" not in out and lines[-1] == ""  # every line ended, no line rewritten
+    assert [line.startswith("[") for line in lines[:-1]] == [True, True, False, True]
+    assert lines[2] == "warning: careful"
+    assert all(line == line.rstrip() for line in lines)
+    controller.line.end()
+    assert stream.getvalue() == out  # no empty line at the end

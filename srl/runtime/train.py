@@ -116,8 +116,7 @@ def train(
             from srl.runtime.local import run_local as runner
         snapshots = runner(plan, controller, rd.path)
         controller.tick(force=True)
-        if progress is not None:
-            progress.write("\n")
+        controller.line.end()
         final_eval = None
         if (
             snapshots is not None

@@ -20,6 +20,7 @@ import numpy as np
 
 from srl.api.config import ExperimentConfig
 from srl.base.stop_signals import held
+from srl.system.progress import ProgressLine
 from srl.system.run_dir import RunDir
 
 
@@ -42,6 +43,7 @@ class Controller:
         self.run_dir = run_dir
         self.start_time = start_time
         self.progress = progress
+        self.line = ProgressLine(progress)
         self.window: deque[float] = deque(maxlen=cfg.run.return_window)
         self.names = cfg.policy_names
         self.policy_windows: list[deque[float]] = [deque(maxlen=cfg.run.return_window) for _ in self.names]
@@ -236,13 +238,12 @@ class Controller:
         if self.run_dir is not None:
             self.run_dir.log(record, steps)
         if self.progress is not None:
-            self.progress.write(
-                f"\r[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
+            self.line.show(
+                f"[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
                 f"return {record['return_mean']:8.2f}  episodes {self.episodes:>6d}  "
                 f"version {record['policy_version']:>5d}  lag {record.get('lag_mean', 0.0):5.2f}  "
                 f"waits on {record.get('bottleneck', '-'):<7s}  "
             )
-            self.progress.flush()
 
     def record(self) -> dict[str, Any]:
         """The current metrics record."""
@@ -351,8 +352,7 @@ class Controller:
     def warn(self, message: str) -> None:
         """Record a warning for ``summary.json`` and print it on its own line; the run goes on."""
         self.warnings.append(message)
-        if self.progress is not None:
-            self.progress.write(f"\nwarning: {message}\n")
+        self.line.note(f"warning: {message}")
 
     def summary(self, final_eval: Mapping[str, float] | None) -> dict[str, Any]:
         """``summary.json`` content (see DESIGN.md for the contract)."""
