@@ -8,10 +8,11 @@ One seed per process. Prints one JSON line:
 
 What is measured, and how it matches ``srl bench solve`` (srl/bench/throughput.py ``bench_solve``):
 
-* Clock: ``solved_wall_seconds`` is wall-clock seconds from the start of this Python process (read from
-  /proc/self/stat and the boot time in /proc/stat by srl's own ``process_start_time``) to the
-  moment the target is first reached, so interpreter start-up, imports (torch, SB3, gymnasium), env and model
-  construction all count, as they do for each fresh ``srl train`` process that ``bench_solve`` starts.
+* Clock: ``solved_wall_seconds`` is wall-clock seconds from this script's first line (its own clock, taken
+  before any import, as ``srl train`` takes ``START`` in srl/cli/main.py) to the moment the target is first
+  reached, so imports (torch, SB3, gymnasium), env and model construction all count, as they do for each fresh
+  ``srl train`` process that ``bench_solve`` starts; the interpreter's start-up before that line counts for
+  neither.
 * Solved: the mean return of the last 20 finished training episodes (over all 8 envs, in the order they
   finish) is >= 475, with at least 20 episodes finished; the same rule as srl's controller with
   ``run.target_return: 475`` and ``run.return_window: 20`` (configs/cartpole_ppo.yaml). Returns are the raw,
@@ -37,21 +38,20 @@ Nothing is downloaded at run time.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
-from collections import deque
 
-import numpy as np
-import stable_baselines3
-import torch
-from stable_baselines3 import PPO
-from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.env_util import make_vec_env
+START = time.time()  # the first line, before the imports it counts
 
-from srl.cli.main import process_start_time  # reads /proc: the process's start, whenever it is called
+import argparse  # noqa: E402
+import json  # noqa: E402
+from collections import deque  # noqa: E402
 
-START = process_start_time()
+import numpy as np  # noqa: E402
+import stable_baselines3  # noqa: E402
+import torch  # noqa: E402
+from stable_baselines3 import PPO  # noqa: E402
+from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
 TORCH_THREADS = 1  # srl configs/cartpole_ppo.yaml: workers.torch_threads: 1
 TARGET_RETURN = 475.0  # srl configs/cartpole_ppo.yaml: run.target_return

@@ -89,12 +89,17 @@ def no_leaks():
 
 
 def start_endless_training(
-    run: Path, *overrides: str, tmp: Path | None = None, new_session: bool = False
+    run: Path,
+    *overrides: str,
+    tmp: Path | None = None,
+    new_session: bool = False,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.Popen:
     """``srl train`` on CartPole with no target and an unreachable step budget: it runs until signalled.
 
     ``tmp`` becomes the run's temporary folder (``TMPDIR``), where its named pipes live; with ``new_session``
-    the run leads its own process group (``os.killpg(proc.pid, ...)`` reaches every worker).
+    the run leads its own process group (``os.killpg(proc.pid, ...)`` reaches every worker); ``preexec_fn`` runs
+    in the child before ``srl`` starts (to hand it a signal disposition, say).
     """
     sets = ["run.total_env_steps=100000000", "run.target_return=null", "run.log_interval_seconds=0.2", *overrides]
     env = dict(os.environ, TMPDIR=str(tmp)) if tmp is not None else None
@@ -115,4 +120,5 @@ def start_endless_training(
         text=True,
         env=env,
         start_new_session=new_session,
+        preexec_fn=preexec_fn,
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import yaml
 from conftest import last_record, wait_while_running, worker_pids
 
 import srl
@@ -20,6 +21,7 @@ from srl.api.config import ConfigError
 from srl.envs.testing import goal_grid
 
 ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = "configs/cartpole_ppo.yaml"
 
 
 def _train(config: str, tmp_path: Path, *overrides: str) -> dict:
@@ -135,16 +137,34 @@ def test_dict_observations_through_a_policy_worker(tmp_path):
     assert actions.shape == (5, 2) and (actions == action).all()  # greedy: the same observation, the same action
 
 
-def test_readme_python_api_block_runs(tmp_path):
+def test_readme_python_api_block_runs_and_runs_again(tmp_path):
+    """The README's Python API block, as written, run twice from one folder: the first run solves; the second,
+    with the config's budget cut (it only has to start and finish), trains into a run directory of its own."""
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## Python API", 1)[1]
     code = re.search(r"```python\n(.*?)```", block, re.S).group(1)
-    code = code.replace("runs/api_example", str(tmp_path / "api_example"))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    solved, ret = proc.stdout.splitlines()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+    def run() -> list[str]:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                              env=env)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.splitlines()
+
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    solved, ret = run()
     assert solved.startswith("solved: True")
     assert float(ret.removeprefix("return:")) >= 475
+    (tmp_path / "configs").unlink()
+    short = yaml.safe_load((ROOT / CARTPOLE).read_text())
+    short["run"]["total_env_steps"] = 1024
+    (tmp_path / "configs").mkdir()
+    (tmp_path / CARTPOLE).write_text(yaml.safe_dump(short))
+    assert run()[0].startswith("solved: False")
+    assert len(list((tmp_path / "runs").glob("*/summary.json"))) == 2
+    with pytest.raises(ConfigError) as raised:  # from Python, the error names no command-line flag
+        srl.train(tmp_path / CARTPOLE, run_dir=next((tmp_path / "runs").iterdir()))
+    assert str(raised.value).endswith("already holds a run; choose another run directory")
 
 
 def test_load_policy_acts_for_one_observation_and_for_a_batch(tmp_path):

@@ -502,7 +502,7 @@ def test_a_run_directory_is_never_shared(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"srl: error: {tmp_path / 'run'}: already holds a run; choose another --run-dir"
+    assert proc.stderr.strip() == f"srl: error: {tmp_path / 'run'}: already holds a run; choose another run directory"
 
 
 def test_exec_start_method_runs_workers_in_fresh_interpreters(tmp_path):

@@ -8,7 +8,7 @@ lambda 0.8, no entropy bonus, observation normalization; ``MlpLstmPolicy`` with 
 of its own, ReLU heads of 64, no orthogonal init), for at most ``--steps`` env steps.
 
 Solved, as for srl: the mean return of the last 20 training episodes reaches 475. Prints one JSON line:
-seconds from process start (the interpreter's start included, read from /proc as ``srl`` does) to solved, env
+seconds from the script's first line (its own clock, before any import, as ``srl`` takes it) to solved, env
 steps then, and the total.
 
     /work/sb3-venv/bin/python scripts/peers/sb3_recurrent.py --seed 1
@@ -16,20 +16,9 @@ steps then, and the total.
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
-
-def process_start_time() -> float:
-    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    btime = next(
-        int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
-    )
-    return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-
-
-START = process_start_time()
+START = time.time()  # the first line, before the imports it counts
 
 import argparse  # noqa: E402
 import json  # noqa: E402

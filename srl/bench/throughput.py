@@ -182,7 +182,8 @@ def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
 
 
 def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
-    """Time from process start to solved, for ``runs`` seeds, each ``srl train`` in a fresh process."""
+    """Time from the program's start (``wall_seconds``) to solved, for ``runs`` seeds, each ``srl train`` in a fresh
+    process."""
     results = []
     for seed in range(1, runs + 1):
         summary, _ = train_in_fresh_process(config, [f"seed={seed}", *overrides])

@@ -25,7 +25,7 @@ WHAT = {
     "sampling": "full sampling path (actors -> policy workers -> sample stream) vs a plain loop",
     "compute": "inference and PPO-update cost per sample, and the compute bound they imply",
     "train": "end-to-end training throughput and where each worker's time goes",
-    "solve": "time from process start to solved, over several seeds",
+    "solve": "time from the program's start to solved, over several seeds",
     "params": "parameter service: root sends and bytes per version, flat vs hierarchical, as readers grow",
     "costs": "per-stage costs of a config on this machine, the input of `srl plan` (see docs/scaling.md)",
     "allreduce": "the trainers' gradient all-reduce for a config: measured at --trainers counts beside the "

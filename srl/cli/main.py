@@ -3,28 +3,20 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 import time
-from pathlib import Path
 
+START = time.time()
+"""When the program started: its own clock at its first line, before any import of weight. Interpreter start-up
+before it is not counted; the process table's start is not used, as a shell that execs ``srl`` as its last
+command passes on its own start, and ``/proc/stat`` gives boot time in whole seconds."""
 
-def process_start_time() -> float:
-    """Wall-clock time this process started (Linux: from /proc), so timings include interpreter start-up."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        start_ticks = int(fields[19])
-        btime = next(
-            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
-        )
-        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
-
-START = process_start_time()
+from srl.base.stop_signals import listening  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,6 +70,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. SIGINT and SIGTERM are handled from here on (:mod:`srl.base.stop_signals`):
+    a run stops cleanly, anything else ends with 130."""
+    with listening():
+        try:
+            return _command(argv)
+        except KeyboardInterrupt:  # a signal outside a run, or a second one while workers were stopping
+            print("srl: interrupted", file=sys.stderr)
+            return 130
+
+
+def _command(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     # Plugins named ``package.module:attr`` import from the current folder too, as under ``python -m``.
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -148,9 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"srl: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # a second Ctrl-C while workers were stopping: they were killed, nothing to add
-        print("srl: interrupted", file=sys.stderr)
-        return 130
     return 0
 
 

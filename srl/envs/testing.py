@@ -61,6 +61,15 @@ def signalling_cartpole(at: int = 500) -> gym.Env:
     return SignalAt(gym.make("CartPole-v1"), at)
 
 
+def cartpole_signalling_when_made() -> gym.Env:
+    """CartPole-v1 whose first copy sends its process SIGTERM as it is made: a signal while a run starts (the
+    controller probes the env before any worker exists; forked workers inherit ``SignalAt.sent``)."""
+    if not SignalAt.sent:
+        SignalAt.sent = True
+        os.kill(os.getpid(), signal.SIGTERM)
+    return gym.make("CartPole-v1")
+
+
 class NonFiniteEvery(gym.Wrapper):
     """Every ``every``-th step returns a NaN in the observation and an infinite reward."""
 

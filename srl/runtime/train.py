@@ -14,6 +14,7 @@ from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
 from srl.api.spaces import obs_parts
 from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
+from srl.base.stop_signals import held
 from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
@@ -64,6 +65,7 @@ def _has_image(space: Any) -> bool:
     return any(p.kind == "image" for p in obs_parts(space))
 
 
+@held()  # a signal while the run starts is kept for the runtime, which stops at once
 def train(
     cfg: ExperimentConfig,
     run_dir: Path | None = None,
@@ -123,8 +125,7 @@ def train(
             controller.fail(str(exc))
             snapshots = None
         controller.tick(force=True)
-        if progress is not None:
-            progress.write("\n")
+        controller.line.end()
         final_eval = None
         if (
             snapshots is not None

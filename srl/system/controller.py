@@ -9,18 +9,18 @@ records, and decides why the run stops.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from types import FrameType
 from typing import Any, TextIO
 
 import numpy as np
 
 from srl.api.config import ExperimentConfig
+from srl.base.stop_signals import held
+from srl.system.progress import ProgressLine
 from srl.system.run_dir import RunCounters, RunDir, RunDirError
 
 
@@ -43,6 +43,7 @@ class Controller:
         self.run_dir = run_dir
         self.start_time = start_time
         self.progress = progress
+        self.line = ProgressLine(progress)
         self.window: deque[float] = deque(maxlen=cfg.run.return_window)
         self.names = cfg.policy_names
         self.policy_windows: list[deque[float]] = [deque(maxlen=cfg.run.return_window) for _ in self.names]
@@ -156,14 +157,14 @@ class Controller:
         if self.error is None:
             self.error = message
             self.stop_reason = "error"
-            self.show_traceback(worker, "\n")
+            self.show_traceback(worker)
 
-    def show_traceback(self, worker: str | None, before: str = "") -> None:
-        """Print the traceback ``worker`` reported (after ``before``), unless the same one was printed already."""
+    def show_traceback(self, worker: str | None) -> None:
+        """Print the traceback ``worker`` reported on lines of its own, unless the same one was printed already."""
         text = self.tracebacks.pop(worker, "") if worker is not None else ""
-        if text and text not in self._shown and self.progress is not None:
+        if text and text not in self._shown:
             self._shown.add(text)
-            self.progress.write(before + text)
+            self.line.note(text.rstrip("\n"))
 
     def _write(self, write: Callable[[RunDir], None]) -> None:
         """Write to the run directory; a lost one (deleted, a full disk) ends the run with one line."""
@@ -304,13 +305,12 @@ class Controller:
         self._write(lambda rd: rd.log(record, steps))
         self._write(lambda rd: rd.write_counters(self.counters()))  # after the record: never older than it
         if self.progress is not None:
-            self.progress.write(
-                f"\r[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
+            self.line.show(
+                f"[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
                 f"return {record['return_mean']:8.2f}  {vs_random_text(record)}episodes {self.episodes:>6d}  "
                 f"version {record['policy_version']:>5d}  lag {record.get('lag_mean', 0.0):5.2f}  "
                 f"waits on {record.get('bottleneck', '-'):<7s}  "
             )
-            self.progress.flush()
 
     def record(self) -> dict[str, Any]:
         """The current metrics record."""
@@ -421,8 +421,7 @@ class Controller:
     def warn(self, message: str) -> None:
         """Record a warning for ``summary.json`` and print it on its own line; the run goes on."""
         self.warnings.append(message)
-        if self.progress is not None:
-            self.progress.write(f"\nwarning: {message}\n")
+        self.line.note(f"warning: {message}")
 
     def summary(self, final_eval: Mapping[str, float] | None) -> dict[str, Any]:
         """``summary.json`` content (see DESIGN.md for the contract).
@@ -490,35 +489,15 @@ class Controller:
 
 @contextlib.contextmanager
 def stop_on_signals(controller: Controller) -> Iterator[None]:
-    """Inside this block the first SIGINT or SIGTERM asks for a clean stop; a second raises KeyboardInterrupt.
+    """Inside this block the first SIGINT or SIGTERM, or one that came while the run was starting, stops the run
+    as ``interrupted``; a second raises KeyboardInterrupt, and the runtime stops waiting for its workers but still
+    cleans up (why: :mod:`srl.base.stop_signals`). Every runtime uses this one block."""
 
-    Why not raise on the first: the exception lands wherever the main thread happens to be, for instance inside a
-    lazy import or a file write, and leaves it half done (CI once saw tensorboard's first import broken this way,
-    and the run's last record with it). Setting ``stop_reason = "interrupted"`` ends the runtime's loop where it
-    next checks, and teardown, the final checkpoint and the summary run as on any other stop. The second signal is
-    for a user who will not wait: it stops waiting for workers, and the runtime's cleanup still runs. Every runtime
-    uses this one block. Off the main thread, where Python allows no handlers, it installs nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    received = 0
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        nonlocal received
-        received += 1
-        if received > 1:  # counted, not read from stop_reason: a run already stopping as solved still hears it
-            raise KeyboardInterrupt
+    def interrupted() -> None:
         controller.stop_reason = controller.stop_reason or "interrupted"
 
-    for sig in previous:
-        signal.signal(sig, on_signal)
-    try:
+    with held(interrupted):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def vs_random_text(record: Mapping[str, Any]) -> str:

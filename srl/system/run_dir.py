@@ -149,7 +149,7 @@ class RunDir:
                 raise ConfigError(f"{self.path}: not a run directory (no config.yaml)")
         elif (self.path / "config.yaml").exists():
             # Sharing a directory would mix two runs' metrics and let one run's checkpoint rotation delete the other's.
-            raise ConfigError(f"{self.path}: already holds a run; choose another --run-dir")
+            raise ConfigError(f"{self.path}: already holds a run; choose another run directory")
         self.checkpoints = self.path / "checkpoints"
         try:
             self.path.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,8 @@ class RunConfig:
     return_window: int = 20
     """Episodes averaged for the progress line and the target."""
     max_wall_seconds: float | None = None
-    """Stop after this much wall time from process start; ``None`` for no limit."""
+    """Stop after this much wall time from the start (``srl``'s first line, or the call of ``srl.train``);
+    ``None`` for no limit."""
     max_train_seconds: float | None = None
     """Stop after this much wall time from the first environment step, so start-up (imports, building envs,
     loading models) is left out: every run measured this way trains as long, as ``train_fps`` counts

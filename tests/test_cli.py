@@ -1,0 +1,214 @@
+"""``srl train`` as a user meets it: signals from its first line on, its clock, its progress output."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, last_record, start_endless_training, wait_while_running
+
+from srl.api.config import load_config
+from srl.base.shm import list_segments
+from srl.base.stop_signals import held, listening
+from srl.system.controller import Controller
+
+CARTPOLE = str(ROOT / "configs" / "cartpole_ppo.yaml")
+TINY = ["runtime=inline", "run.total_env_steps=512", "run.target_return=null", "run.eval_episodes=0"]
+
+
+def _train_command(config: str | Path, run: Path, *overrides: str) -> list[str]:
+    sets = [a for o in overrides for a in ("--set", o)]
+    return [sys.executable, "-m", "srl.cli.main", "train", str(config), "--quiet", "--run-dir", str(run), *sets]
+
+
+def _left_behind(pid: int, run: Path) -> list[str]:
+    """What a finished run left: processes of its own (forked workers keep the command line, which names the
+    run directory) and shared memory segments named after it."""
+    alive = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(run).encode() in cmdline.read_bytes():
+                alive.append(cmdline.parent.name)
+        except OSError:  # ended while we looked
+            pass
+    return alive + [s for s in list_segments() if s.startswith(f"srl_{pid}_")]
+
+
+def _start(command: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@contextlib.contextmanager
+def _reaped(proc: subprocess.Popen) -> Iterator[None]:
+    """Whatever happens in the block, ``proc`` does not outlive it."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _open_for_writing(fifo: Path, proc: subprocess.Popen) -> int:
+    """The write end of ``fifo``, once ``proc`` has opened it to read."""
+    fd: list[int] = []
+
+    def opened() -> bool:
+        try:
+            fd.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                raise
+        return bool(fd)
+
+    wait_while_running(opened, proc)
+    return fd[0]
+
+
+def test_sigterm_before_the_config_is_read_exits_130_and_leaves_nothing(tmp_path):
+    """The config is a named pipe: ``srl train`` blocks reading it, past its imports but before any run exists,
+    and gets SIGTERM there."""
+    fifo, run = tmp_path / "config.yaml", tmp_path / "run"
+    os.mkfifo(fifo)
+    proc = _start(_train_command(fifo, run))
+    with _reaped(proc):
+        fd = _open_for_writing(fifo, proc)
+        proc.send_signal(signal.SIGTERM)
+        os.close(fd)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip() == "srl: interrupted"
+    assert not run.exists() and not _left_behind(proc.pid, run)
+
+
+def test_sigterm_while_the_run_starts_stops_it_cleanly_with_130(tmp_path):
+    """The env sends SIGTERM when the controller first makes it (before the run directory and any worker exist):
+    the run starts, stops at once as interrupted, and leaves nothing behind."""
+    run = tmp_path / "run"
+    sets = ["runtime=local", "env.id=srl.envs.testing:cartpole_signalling_when_made", "run.target_return=null"]
+    proc = _start(_train_command(CARTPOLE, run, *sets))
+    with _reaped(proc):
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted" and "error" not in summary
+    assert not _left_behind(proc.pid, run)
+
+
+def test_an_inherited_ignored_sigint_stays_ignored_and_sigterm_still_stops_the_run(tmp_path):
+    """``srl train ... &`` from a script starts with SIGINT ignored: it stays so for the whole run."""
+    run = tmp_path / "run"
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = start_endless_training(run, "runtime=local", preexec_fn=ignore_sigint)
+    with _reaped(proc):
+        wait_while_running(lambda: last_record(run).get("policy_version", 0) >= 2, proc)
+        assert _ignored(proc.pid, signal.SIGINT) and not _ignored(proc.pid, signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
+        version = last_record(run)["policy_version"]
+        wait_while_running(lambda: last_record(run).get("policy_version", 0) >= version + 3, proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert json.loads((run / "summary.json").read_text())["stop_reason"] == "interrupted"
+    assert not _left_behind(proc.pid, run)
+
+
+def test_a_signal_while_a_run_starts_is_kept_for_it_and_one_no_run_takes_ends_the_command():
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    stops: list[str] = []
+    with held():  # a run is starting
+        os.kill(os.getpid(), signal.SIGTERM)
+        with held(lambda: stops.append("run")):  # it begins: the signal is its stop
+            assert stops == ["run"]
+    assert {s: signal.getsignal(s) for s in before} == before
+    with pytest.raises(KeyboardInterrupt), held():  # no run began to take it: it ends the block
+        os.kill(os.getpid(), signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), listening():  # outside a run: raised where it lands
+        os.kill(os.getpid(), signal.SIGTERM)
+        pytest.fail("the signal did not raise")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with held(lambda: stops.append("ignored")):
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+        assert stops == ["run"]
+    finally:
+        signal.signal(signal.SIGINT, before[signal.SIGINT])
+
+
+def _ignored(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` ignores ``sig`` (the kernel's view: ``SigIgn`` in /proc/PID/status)."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("SigIgn:"))
+    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+
+
+def test_wall_seconds_leave_out_the_shell_that_execs_srl(tmp_path):
+    """A shell that sleeps and then execs ``srl train`` hands over its process, and the process's start with it:
+    the sleep is not the run's. Two clock marks bound what srl may count: the shell's, written just before the
+    exec, and ``summary.json``'s modification time, just after the summary's own clock mark."""
+    run, exec_at = tmp_path / "run", tmp_path / "exec_at"
+    command = " ".join(_train_command(CARTPOLE, run, *TINY))
+    proc = subprocess.run(["bash", "-c", f"sleep 1; date +%s.%N > {exec_at}; exec {command}"], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = run / "summary.json"
+    counted = json.loads(summary.read_text())["wall_seconds"]
+    coarse = 0.05  # a file's modification time comes from a coarser clock, a tick or so behind
+    assert 0 < counted <= summary.stat().st_mtime - float(exec_at.read_text()) + coarse
+
+
+class _Stream(io.StringIO):
+    """stderr as a terminal (``tty``) or as a file."""
+
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def _progress(tty: bool) -> tuple[_Stream, Controller]:
+    """Three progress records with a warning between the second and the third."""
+    stream = _Stream(tty)
+    controller = Controller(load_config(CARTPOLE, TINY), None, time.time(), progress=stream)
+    controller.tick(force=True)
+    controller.tick(force=True)
+    controller.warn("careful")
+    controller.tick(force=True)
+    return stream, controller
+
+
+def test_progress_is_rewritten_in_place_on_a_terminal():
+    stream, controller = _progress(tty=True)
+    first, second, third = stream.getvalue().split("\r")[1:]
+    assert first.startswith("[") and "\n" not in first
+    assert second.endswith("\nwarning: careful\n")
+    assert third.startswith("[") and "\n" not in third
+    controller.line.end()  # the run's end: what follows starts on a line of its own
+    assert stream.getvalue().endswith(third + "\n")
+
+
+def test_progress_to_a_file_is_one_plain_line_per_record():
+    stream, controller = _progress(tty=False)
+    out = stream.getvalue()
+    lines = out.split("\n")
+    assert "\r" not in out and lines[-1] == ""  # every line ended, no line rewritten
+    assert [line.startswith("[") for line in lines[:-1]] == [True, True, False, True]
+    assert lines[2] == "warning: careful"
+    assert all(line == line.rstrip() for line in lines)
+    controller.line.end()
+    assert stream.getvalue() == out  # no empty line at the end
