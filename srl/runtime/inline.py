@@ -1,4 +1,14 @@
-"""The inline runtime: every worker in this process, polled in turn. Deterministic given the seed."""
+"""The inline runtime: every worker in this process, polled in turn. Deterministic given the seed.
+
+A trainer updates only after a round of polls in which no worker could do anything: the actors have filled
+every sample buffer they may, and the next batch waits queued. That is the order the local and Ray runtimes
+take when the trainer binds, as it does on CPU: actors act on while an update runs, so each batch was collected
+by a policy two versions older than the one it trains (with ``workers.sample_buffers`` at its default of
+``ring_size + 2``). Polling the trainer as soon as its batch is full would train every batch on the newest
+policy instead, and PPO learns differently at lag 0 (on the shipped CartPole config it needs 1.6x the env steps
+and varies 3x more over seeds; docs/benchmarks.md). So the runtimes learn alike, and a bug seen under
+``runtime: local`` shows here too.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +23,7 @@ from srl.runtime.fabric import InlineFabric, newest_snapshots
 from srl.runtime.plan import Plan
 from srl.system.controller import Controller, stop_on_signals
 from srl.system.tracebacks import error_line
+from srl.system.trainer_worker import TrainerWorker
 
 
 def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np.ndarray] | None:
@@ -27,16 +38,21 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list
     current = "setup"
     with stop_on_signals(controller):
         try:
+            quiet = [False]  # the last round: no worker did anything
             for spec in plan.topology.workers:
                 current = spec.name
                 worker = build_worker(plan, fabric, spec, run_dir, wait_timeout=0.0, report_interval=0.0)
                 worker.should_stop = lambda: controller.should_stop() is not None
+                if isinstance(worker, TrainerWorker):
+                    worker.hold = lambda: not quiet[0]
                 worker.setup()
                 workers.append(worker)
             while controller.should_stop() is None:
+                done = 0
                 for worker in workers:
                     current = worker.name
-                    worker.poll()
+                    done += worker.poll()
+                quiet[0] = done == 0
                 controller.tick()
         except KeyboardInterrupt:
             controller.stop_reason = "interrupted"

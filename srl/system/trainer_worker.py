@@ -19,7 +19,7 @@ import os
 import pickle
 import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,11 @@ TRAINING_ENTRIES = (*ACTING_ENTRIES, "samples", "algorithm")
 
 class TrainerWorker(Worker):
     """Consumes ``batch_segments`` segments per update."""
+
+    hold: Callable[[], bool] = staticmethod(lambda: False)
+    """Asked when the batch is full: True puts the update off to a later poll. Runtimes whose workers run
+    concurrently never hold (the actors go on while the update runs); the inline runtime holds until its other
+    workers have done all they can, which is the order those runtimes take when the trainer binds."""
 
     def __init__(
         self,
@@ -162,30 +167,27 @@ class TrainerWorker(Worker):
         self._cycle = None  # the first update has no cycle to judge by: it runs on the trainer's own threads
 
     def poll(self) -> int:
-        t0 = time.perf_counter()
-        records = self.consumer.receive(self.batch_segments - self._filled, self.wait_timeout)
-        t1 = time.perf_counter()
-        for actor, buf in records.tolist():
-            self._take(actor, buf)
-        self.t_wait += t1 - t0
-        self.t_copy += time.perf_counter() - t1
+        """Take segments until the batch is full; once it is, update (unless held). One or the other per poll, so a
+        runtime that holds updates sees the take before it decides (see :attr:`hold`)."""
         stop = self.should_stop()
-        if self._left or (self._filled < self.batch_segments and not stop):
-            return len(records)
+        if self._filled < self.batch_segments and not stop:
+            return self._receive()
+        if self._left or (self.hold() and not stop):
+            return 0
         if self.collective is not None:  # lockstep: all trainers update together, or all stop
             t2 = time.perf_counter()
             self._left = self.collective.any(stop)
             self.t_wait += time.perf_counter() - t2
             stop = stop or self._left
         if stop:
-            return len(records)
+            return 0
         self._update()
         if self.leader and self.checkpoint_dir is not None and self._checkpoints.due():
             try:
                 self.save_checkpoint()
             except OSError as exc:  # e.g. a full disk: the previous checkpoint stays; training goes on
                 self.reporter.report("info", {"worker": self.name, "message": exc.strerror or str(exc)})
-        return len(records)
+        return 0
 
     def teardown(self) -> None:
         if self.collective is not None:
@@ -198,6 +200,17 @@ class TrainerWorker(Worker):
             self.save_checkpoint()
 
     # ------------------------------------------------------------------ internals
+    def _receive(self) -> int:
+        """Take the segments that are ready (waiting up to ``wait_timeout`` for the first); how many came."""
+        t0 = time.perf_counter()
+        records = self.consumer.receive(self.batch_segments - self._filled, self.wait_timeout)
+        t1 = time.perf_counter()
+        for actor, buf in records.tolist():
+            self._take(actor, buf)
+        self.t_wait += t1 - t0
+        self.t_copy += time.perf_counter() - t1
+        return len(records)
+
     def _take(self, actor: int, buf: int) -> None:
         segment = self.consumer.segment(actor, buf)
         lag = self.version - segment["version"]
