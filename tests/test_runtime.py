@@ -47,6 +47,18 @@ def test_inline_runtime_is_deterministic_given_the_seed():
     assert not np.array_equal(run_inline(make_plan(other), controller, None), snapshots[0])
 
 
+def test_inline_trains_each_batch_on_the_policy_two_versions_back_as_a_trainer_bound_local_run_does():
+    """With ring_size 2 and the default ring_size + 2 sample buffers, the actors of a run whose trainer binds fill
+    the buffers freed by one batch while the update before it runs: every batch after the first few comes from a
+    single policy two versions older than the trainer's. The inline runtime polls in that order."""
+    cfg = load_config(CARTPOLE, ["runtime=inline", "run.total_env_steps=10240", "run.target_return=null"])
+    controller = Controller(cfg, None, time.time(), progress=None)
+    run_inline(make_plan(cfg), controller, None)
+    lags = controller.lag_hist
+    assert controller.trainer["version"] >= 15
+    assert lags[2] >= 0.85 * lags.sum() and lags[3:].sum() == 0, lags  # the first batches come before the lag
+
+
 class _Clock:
     """The trainer's clock in the tests below: it moves only when the fake stream waits or the fake update runs,
     so what the trainer measures does not depend on how fast the machine is."""

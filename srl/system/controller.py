@@ -247,28 +247,23 @@ class Controller:
         target = self.cfg.run.target_return
         if self.solved_at is not None or target is None or not self.return_mean >= target:
             return
-        early = self._too_early()
-        if not early:
+        untrained = self.policy_version == 0 and self.env_steps_offset == 0
+        seen = len(self.window)
+        if not untrained and seen >= self.cfg.run.return_window:
             self.solved_at = time.time()
             self.solved_env_steps = self.env_steps
             self.solved_return_mean = self.return_mean
         elif not self._warned_early:
+            # A mean over fewer episodes than the window is noise; a target the untrained policy meets (every policy
+            # still at version 0, nothing resumed) says nothing of learning, and was most likely set for another env.
             self._warned_early = True
-            hint = f" (is the target meant for {self.cfg.env.id}?)" if "by the untrained policy" in early else ""
+            early = ["by the untrained policy"] if untrained else []
+            if seen < self.cfg.run.return_window:
+                early.append(f"after {seen} of run.return_window={self.cfg.run.return_window} episodes")
+            hint = f" (is the target meant for {self.cfg.env.id}?)" if untrained else ""
             self.warn(
                 f"run.target_return {target:g} met {', '.join(early)}: not counted as solved{hint}; training goes on"
             )
-
-    def _too_early(self) -> list[str]:
-        """Why a target met now does not count (none: it counts). A mean over fewer episodes than
-        ``run.return_window`` is noise; a target the untrained policy meets (every policy still at version 0,
-        nothing resumed) says nothing about learning, and was most likely written for another env."""
-        reasons = []
-        if self.policy_version == 0 and self.env_steps_offset == 0:
-            reasons.append("by the untrained policy")
-        if len(self.window) < self.cfg.run.return_window:
-            reasons.append(f"after {len(self.window)} of run.return_window={self.cfg.run.return_window} episodes")
-        return reasons
 
     # ------------------------------------------------------------------ periodic
     def should_stop(self) -> str | None:
