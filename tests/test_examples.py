@@ -77,12 +77,17 @@ def test_custom_network_trains_cartpole(tmp_path):
 
 
 def test_custom_dataflow_a_stage_drops_stale_segments():
-    """examples/fresh_segments.yaml adds a stage by configuration. Under the inline runtime (deterministic) every
-    other segment reaches it two versions behind: with max_lag 1 it drops those, and the run still solves."""
-    summary = srl.train("examples/fresh_segments.yaml", ["runtime=inline", "stage.args.max_lag=1"], run_dir=None)
+    """examples/fresh_segments.yaml adds a stage by configuration, and solves under the inline runtime
+    (deterministic). Its segments reach the stage fresh there, as in a run whose trainer binds; with staleness
+    injected (the policy worker moves on only every third version), those acted two versions back are dropped by
+    the stage, and counted as its decisions, not as losses."""
+    summary = srl.train("examples/fresh_segments.yaml", ["runtime=inline"], run_dir=None)
     assert summary["solved"] and summary["solved_return_mean"] >= 475, summary
+    assert summary["stages"]["stage0"]["kept"] > 0
+    stale = ["runtime=inline", "stage.args.max_lag=1", "workers.param_version_stride=3", "run.total_env_steps=8192"]
+    summary = srl.train("examples/fresh_segments.yaml", stale, run_dir=None)
     stage = summary["stages"]["stage0"]
-    assert stage["kept"] > 0 and stage["dropped"] > 0, stage
+    assert stage["kept"] > 0 and stage["dropped"] > 0 and stage["stage_mean_lag"] > 1, stage
     assert summary["dropped_segments"] == 0  # the stage's decisions are not losses
 
 
@@ -170,7 +175,7 @@ def test_readme_python_api_block_runs_and_runs_again(tmp_path):
 def test_load_policy_acts_for_one_observation_and_for_a_batch(tmp_path):
     srl.train(
         "configs/pendulum_ppo.yaml",
-        ["runtime=inline", "run.total_env_steps=2048", "run.target_return=null"],
+        ["runtime=inline", "run.total_env_steps=4096", "run.target_return=null"],  # the first update at 3072
         run_dir=tmp_path / "run",
     )
     policy = srl.load_policy(tmp_path / "run")

@@ -320,7 +320,7 @@ def test_the_trainer_sees_the_states_the_actor_acted_with(memory: str, tmp_path:
     the wrong env or misaligned by one row would move them."""
     from srl.runtime.train import train
 
-    over = {"ppo.td_compensation": True, "ppo.memory": memory, "run.total_env_steps": 1024, "run.target_return": None,
+    over = {"ppo.td_compensation": True, "ppo.memory": memory, "run.total_env_steps": 2048, "run.target_return": None,
             "run.log_interval_seconds": 0.001, "model.shared_encoder": memory == "stored"}  # fmt: skip
     train(_inline(_masked(**over)), tmp_path / "run", progress=None)
     first = next(
@@ -332,18 +332,20 @@ def test_the_trainer_sees_the_states_the_actor_acted_with(memory: str, tmp_path:
     assert first["is_weight_max"] == pytest.approx(1.0, abs=1e-4), first
 
 
+# Each budget covers the inline runtime's first update: it comes once the trainer's batch and every sample buffer
+# are full (``(buffers_per_actor * actors + batch_segments)`` segments), as in a run whose trainer binds.
 @pytest.mark.parametrize(
     ("config", "overrides"),
     [
         # a Nature CNN under the LSTM, single frames (2 envs x 16 steps, 2 minibatches of one segment column)
         ("pong_lstm_cpu", ["workers.envs_per_slot=2", "workers.segment_length=16", "workers.batch_segments=1",
-                           "workers.ring_size=1", "ppo.minibatches=2", "run.total_env_steps=96"]),
+                           "workers.ring_size=1", "ppo.minibatches=2", "run.total_env_steps=160"]),
         # three agents per env as columns of one shared policy, each with its own state
-        ("mpe_simple_spread_ippo", ["model.core=lstm", "model.core_size=32", "run.total_env_steps=2000"]),
+        ("mpe_simple_spread_ippo", ["model.core=lstm", "model.core_size=32", "run.total_env_steps=3000"]),
         # MAPPO: the critic on the global state has a core of its own, unrolled over each segment
-        ("mpe_simple_spread_mappo", ["model.core=lstm", "model.core_size=32", "run.total_env_steps=2000"]),
+        ("mpe_simple_spread_mappo", ["model.core=lstm", "model.core_size=32", "run.total_env_steps=3000"]),
         # two policies, each agent's state in its own policy's pool
-        ("mpe_speaker_listener", ["model.core=gru", "model.core_size=32", "run.total_env_steps=2000"]),
+        ("mpe_speaker_listener", ["model.core=gru", "model.core_size=32", "run.total_env_steps=3000"]),
         # an agent done before the others: the trainer's unroll zeroes its idle column's state where the actor did
         ("cartpole_ppo", ["env.id=srl.envs.ma_testing:step_counters", "env.kwargs.finish_early=true",
                           "model.core=lstm", "model.core_size=16", "run.total_env_steps=3000"]),

@@ -23,7 +23,7 @@ from srl.runtime.inline import run_inline
 from srl.runtime.plan import make_plan
 from srl.runtime.train import train
 from srl.system.controller import Controller, stop_on_signals
-from srl.system.trainer_worker import ACTING_ENTRIES, CHECKPOINT_FORMAT, load_checkpoint
+from srl.system.trainer_worker import ACTING_ENTRIES, CHECKPOINT_FORMAT, checkpoints, load_checkpoint
 
 CARTPOLE = "configs/cartpole_ppo.yaml"
 SMALL = ["run.total_env_steps=3000", "run.target_return=null", "run.eval_episodes=2"]
@@ -129,7 +129,7 @@ def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run
             total_env_steps=10**9, autotune_peers=peers,
         )  # fmt: skip
         trainer.setup()
-        for _ in range(8):  # every poll fills a batch of 2 segments: 8 updates
+        for _ in range(16):  # a poll takes a batch of 2 segments, the next one updates: 8 updates
             trainer.poll()
             assert torch.get_num_threads() == 1  # given back after every update
         return algo.seen, [m["update_threads"] for m in reports if "update_threads" in m]
@@ -241,11 +241,12 @@ def test_checkpoint_write_is_atomic(tmp_path):
         f.write(b"partial")
         raise OSError("disk full")
 
+    newest = checkpoints(ckpt_dir)[-1]
     with pytest.raises(OSError):
-        fileio.atomic_save(ckpt_dir / sorted(before)[-1], exploding_writer)
+        fileio.atomic_save(newest, exploding_writer)
     after = {p.name: p.read_bytes() for p in ckpt_dir.iterdir()}
     assert after == before  # old checkpoint intact, no temp file left
-    load_checkpoint(ckpt_dir / sorted(before)[-1])
+    load_checkpoint(newest)
 
 
 def _wait_for_updates(run: Path, versions: int = 2, timeout: float = 60.0) -> None:
@@ -462,7 +463,7 @@ def test_continuous_actions_run_end_to_end(tmp_path):
         [
             "env.id=Pendulum-v1",
             "runtime=inline",
-            "run.total_env_steps=2048",
+            "run.total_env_steps=3072",  # the first update comes once the pipeline is full (1536 steps), then each 512
             "run.target_return=null",
             "run.eval_episodes=2",
         ],
