@@ -14,10 +14,13 @@ from srl.runtime.train import train
 
 
 def test_cartpole_config_solves_alike_under_the_inline_and_the_local_runtime(tmp_path):
-    """The shipped config solves under both runtimes for seeds 1-3, and the median env steps to solve differ by
-    less than 1.5x: the inline runtime polls its workers in the order the local one runs them when the trainer
-    binds, so both train each batch on the policy two versions back. Every run stops on solving (or its step
-    budget), never on the clock."""
+    """The shipped config solves under both runtimes for seeds 1-3, and the inline runtime needs no more env steps
+    than the local one: it polls its workers in the order the local runtime runs them when the trainer binds, so
+    both train each batch on the policy two versions back. Inline runs are deterministic: each solves within
+    40k env steps (22.7-24.2k here; it took 36-102k when the trainer updated as soon as a batch was full). Local
+    runs depend on the machine's load, which moves their policy lag (23-25k on a quiet machine, up to 43k beside
+    another test process), so they are held to a looser bound. Every run stops on solving (or its step budget),
+    never on the clock."""
     solved_at: dict[str, list[int]] = {"inline": [], "local": []}
     for runtime, steps in solved_at.items():
         for seed in (1, 2, 3):
@@ -27,8 +30,9 @@ def test_cartpole_config_solves_alike_under_the_inline_and_the_local_runtime(tmp
             assert summary["solved_return_mean"] >= 475  # mean of the last 20 episodes when the target was reached
             assert summary["final_eval_return_mean"] >= 475
             steps.append(summary["solved_env_steps"])
+    assert max(solved_at["inline"]) <= 40_000, solved_at
     inline, local = (float(np.median(v)) for v in solved_at.values())
-    assert max(inline, local) / min(inline, local) < 1.5, solved_at
+    assert inline <= 1.5 * local and local <= 2.5 * inline, solved_at
 
 
 def test_bench_sampling_reports_both_paths_and_their_ratio():
