@@ -1,0 +1,75 @@
+"""n-step returns of replay items, computed when an item is sampled.
+
+Why here: the replay worker computes these at sampling time, so ``n`` can change without re-inserting
+anything, and the replay worker lives in the system layer, which may not import algorithms.
+
+Conventions (the replay item layout follows them). An item is a sequence of ``L`` consecutive steps of one
+environment. Step ``k`` holds the observation the agent acted on, its action, and what the environment
+returned for that action: the reward ``rewards[k]`` and the flags ``terminated[k]`` / ``truncated[k]``
+(Gymnasium's meaning: the episode ended with that action, by reaching a terminal state or by a time
+limit). The *next observation of step k* is the observation the environment returned for step ``k``'s
+action: the observation of step ``k + 1`` when the episode goes on and ``k + 1 < L``, the environment's
+final observation (never the reset observation that follows it) when step ``k`` was truncated, and an
+observation stored beside the item when ``k`` is the item's last step. After a terminated step there is
+nothing to bootstrap from, so its next observation is never read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["nstep"]
+
+
+def nstep(
+    rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n-step return targets for the FIRST step of each of ``B`` items (arrays ``[B, L]``).
+
+    Let ``m`` be the number of steps taken: up to and including the first step that terminated or was
+    truncated, and at most ``n``. Then, per item ``b``:
+
+    - ``returns[b] = sum_{k < m} gamma^k * rewards[b, k]``;
+    - ``discounts[b] = gamma^m`` when the episode goes on after step ``m - 1`` or was truncated there (a
+      time limit is not a terminal state, so the value of the final observation still counts), and ``0``
+      when it terminated there (a step both terminated and truncated counts as terminated);
+    - ``boot_index[b] = m - 1``, the step whose next observation (see the module docstring) the target
+      bootstraps from: ``target = returns + discounts * V(next observation of step boot_index)``.
+
+    Steps after the first episode end (the next episode's, within the same item) never enter the sums.
+    Returns are in ``rewards``' float dtype (float32 for integer rewards), ``boot_index`` is int64.
+    Raises ValueError on shapes that differ or are not ``[B, L]``, ``n`` outside ``[1, L]``, or ``gamma``
+    outside ``[0, 1]``.
+    """
+    _check(rewards, terminated, truncated, gamma, n)
+    dtype = rewards.dtype if np.issubdtype(rewards.dtype, np.floating) else np.dtype(np.float32)
+    batch = rewards.shape[0]
+    returns = np.zeros(batch, dtype)
+    steps = np.zeros(batch, np.int64)
+    ended = np.zeros(batch, bool)
+    hit_terminal = np.zeros(batch, bool)
+    for k in range(n):
+        going = ~ended
+        # where(), not a product: a reward past the episode end must not leak in, even if it is inf or NaN.
+        returns += np.where(going, dtype.type(gamma**k) * rewards[:, k].astype(dtype), 0)
+        steps += going
+        hit_terminal |= going & terminated[:, k].astype(bool)
+        ended |= going & (terminated[:, k].astype(bool) | truncated[:, k].astype(bool))
+    discounts = np.where(hit_terminal, 0, np.power(dtype.type(gamma), steps)).astype(dtype)
+    return returns, discounts, steps - 1
+
+
+def _check(rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float, n: int) -> None:
+    """One clear error for each kind of bad input."""
+    if rewards.ndim != 2:
+        raise ValueError(f"nstep: rewards must be [B, L] (items x steps), got shape {rewards.shape}")
+    if terminated.shape != rewards.shape or truncated.shape != rewards.shape:
+        raise ValueError(
+            f"nstep: terminated {terminated.shape} and truncated {truncated.shape} must have rewards' shape "
+            f"{rewards.shape}"
+        )
+    length = rewards.shape[1]
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= length:
+        raise ValueError(f"nstep: n={n} must be between 1 and the item length {length}")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"nstep: gamma={gamma} must be in [0, 1]")
