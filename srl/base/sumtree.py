@@ -8,8 +8,8 @@ do the same work in native code, but they own their memory: this tree lives in o
 preallocated float64 array that the caller may hand in, so a replay worker can keep it in
 shared memory and re-attach to it after a restart with every priority intact.
 
-Layout: ``size`` is ``capacity`` rounded up to a power of two; ``array[1]`` is the root,
-node ``i`` has children ``2i`` and ``2i + 1``, and leaf ``j`` is ``array[size + j]``
+Layout: ``L`` is ``capacity`` rounded up to a power of two; ``array[1]`` is the root,
+node ``i`` has children ``2i`` and ``2i + 1``, and leaf ``j`` is ``array[L + j]``
 (``array[0]`` is unused). Leaves past ``capacity`` stay zero. Parents are recomputed from
 their children (never adjusted by a difference), so the sums do not drift over many updates.
 """
