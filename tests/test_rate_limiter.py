@@ -167,7 +167,13 @@ def test_two_views_of_one_counter_array_share_the_state() -> None:
     ],
 )
 def test_bad_settings_name_the_field_in_one_line(kwargs: dict, field: str) -> None:
-    args = {"samples_per_insert": 1.0, "min_size": 10, "error_buffer": 4.0, "max_insert_batch": 4, "max_sample_batch": 4}
+    args = {
+        "samples_per_insert": 1.0,
+        "min_size": 10,
+        "error_buffer": 4.0,
+        "max_insert_batch": 4,
+        "max_sample_batch": 4,
+    }
     with pytest.raises(ValueError) as err:
         RateLimiter(**(args | kwargs))
     assert str(err.value).startswith(field) and "\n" not in str(err.value)
