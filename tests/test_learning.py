@@ -149,3 +149,11 @@ def test_two_data_parallel_trainers_solve_cartpole(tmp_path):
     assert records[-1]["bytes_reduced"] > 0  # gradients really went through the collective
     assert summary["reduce_seconds_per_update"] > 0 and summary["bytes_reduced_per_update"] > 0
     assert set(summary["time_fractions"]) >= {"trainer0/train", "trainer1/train"}
+
+
+def test_bench_solve_refuses_a_seed_override_it_would_report_under_another_seed():
+    from srl.api.config import ConfigError
+    from srl.bench.throughput import bench_solve
+
+    with pytest.raises(ConfigError, match="--set seed: srl bench solve runs seeds 1 to --runs itself"):
+        bench_solve("configs/cartpole_ppo.yaml", 1, ["ppo.lr=0.001", "seed=2"])

@@ -183,7 +183,10 @@ def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
 
 def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
     """Time from the program's start (``wall_seconds``) to solved, for ``runs`` seeds, each ``srl train`` in a fresh
-    process."""
+    process. The seeds are 1 to ``runs``: an override of ``seed`` would be reported under the wrong one, so it is
+    refused."""
+    if any(o.partition("=")[0].strip() == "seed" for o in overrides):
+        raise ConfigError("--set seed: srl bench solve runs seeds 1 to --runs itself")
     results = []
     for seed in range(1, runs + 1):
         summary, _ = train_in_fresh_process(config, [f"seed={seed}", *overrides])
