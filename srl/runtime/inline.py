@@ -5,9 +5,8 @@ every sample buffer they may, and the next batch waits queued. That is the order
 take when the trainer binds, as it does on CPU: actors act on while an update runs, so each batch was collected
 by a policy two versions older than the one it trains (with ``workers.sample_buffers`` at its default of
 ``ring_size + 2``). Polling the trainer as soon as its batch is full would train every batch on the newest
-policy instead, and PPO learns differently at lag 0 (on the shipped CartPole config it needs 1.6x the env steps
-and varies 3x more over seeds; docs/benchmarks.md). So the runtimes learn alike, and a bug seen under
-``runtime: local`` shows here too.
+policy instead, and PPO learns differently at lag 0 (measured in docs/benchmarks.md, "the inline and the local
+runtime learn alike"). So the runtimes learn alike, and a bug seen under ``runtime: local`` shows here too.
 """
 
 from __future__ import annotations
@@ -38,13 +37,13 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list
     current = "setup"
     with stop_on_signals(controller):
         try:
-            quiet = [False]  # the last round: no worker did anything
+            quiet = False  # the last round: no worker did anything (the trainers' hold reads it as it changes)
             for spec in plan.topology.workers:
                 current = spec.name
                 worker = build_worker(plan, fabric, spec, run_dir, wait_timeout=0.0, report_interval=0.0)
                 worker.should_stop = lambda: controller.should_stop() is not None
                 if isinstance(worker, TrainerWorker):
-                    worker.hold = lambda: not quiet[0]
+                    worker.hold = lambda: not quiet
                 worker.setup()
                 workers.append(worker)
             while controller.should_stop() is None:
@@ -52,7 +51,7 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list
                 for worker in workers:
                     current = worker.name
                     done += worker.poll()
-                quiet[0] = done == 0
+                quiet = done == 0
                 controller.tick()
         except KeyboardInterrupt:
             controller.stop_reason = "interrupted"
