@@ -10,6 +10,7 @@ parameter service, a reporter) already built for them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -76,11 +77,33 @@ class Collective(Protocol):
         """True on every trainer when any trainer passed True (a barrier: all must call it)."""
 
 
+@dataclass(frozen=True)
+class Priorities:
+    """New sampling priorities for the replay items of a batch, named by their keys (``batch["keys"]``): the
+    replay applies each only while that key's item is still stored, so an update never lands on a newer item."""
+
+    keys: np.ndarray
+    """int64 ``[N]``: the items' keys, as the batch carried them."""
+    values: np.ndarray
+    """float ``[N]``: their new priorities (e.g. absolute TD errors); zero is floored, NaN refused and counted."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one update gives back: statistics for the metrics, and what goes back upstream (priorities)."""
+
+    stats: Mapping[str, float]
+    """Scalars written to the metrics under their names (``loss``, ``q_mean``, ...)."""
+    priorities: Priorities | None = None
+    """New priorities of the batch's replay items, where the algorithm has them."""
+
+
 class Algorithm(Protocol):
     """What a trainer worker needs of a learning algorithm."""
 
-    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
-        """One update on a batch of segments laid out ``[T(+1), N, ...]``; ``progress`` in [0, 1]."""
+    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
+        """One update on a batch (on-policy segments ``[T(+1), N, ...]``, or replay items ``[L, N, ...]`` with
+        ``keys``); ``progress`` in [0, 1]."""
 
     def policy_state(self) -> np.ndarray:
         """Flat snapshot of what acting needs (actor parameters and normalizer statistics)."""
