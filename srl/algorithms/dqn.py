@@ -36,6 +36,14 @@ BOOT = "boot_"
 """Prefix of the batch fields that hold each step's bootstrap observation (``boot_obs``, ``boot_obs.<key>``)."""
 
 
+def require_discrete(action_space: spaces.Space, cfg: ExperimentConfig) -> None:
+    """One line naming the space, and the algorithm that fits it, unless the actions are Discrete."""
+    if not isinstance(action_space, spaces.Discrete):
+        raise ConfigError(
+            f"algorithm: dqn needs a Discrete action space; env {cfg.env.id!r} has {action_space}: use ppo"
+        )
+
+
 def dqn_settings(ctx: AlgorithmContext) -> DQNConfig:
     """The run's ``dqn`` section: the typed settings the context carries, or the config's own section."""
     return ctx.args if isinstance(ctx.args, DQNConfig) else ctx.cfg.dqn
@@ -178,14 +186,15 @@ class DQN:
 
     @staticmethod
     def acting_policy(ctx: AlgorithmContext) -> QPolicy:
+        """Greedy acting; the run's plan builds one first, so a non-Discrete action space is refused here too."""
+        require_discrete(ctx.action_space, ctx.cfg)
         return QPolicy(ctx.models.q(dqn_settings(ctx).dueling))
 
     @staticmethod
     def explorer(ctx: AlgorithmContext, first: int, count: int, total: int, actors: int) -> EpsilonGreedy:
         """Epsilon-greedy over the run-global columns ``[first, first + count)`` of ``total``."""
+        require_discrete(ctx.action_space, ctx.cfg)
         action = action_spec(ctx.action_space)
-        if action.kind != "discrete":
-            raise ValueError(f"dqn explores Discrete action spaces only, not {ctx.action_space}")
         mask = mask_part(obs_parts(ctx.obs_space), action)
         cfg = dqn_settings(ctx)
         return EpsilonGreedy(cfg, action.nvec[0], None if mask is None else mask.name, first, count, total, actors)
@@ -195,11 +204,7 @@ class DQN:
         """What only the probed env tells: Discrete actions; and what the replay's items must hold."""
         cfg = plan.cfg
         for policy in plan.policies:
-            if not isinstance(policy.action_space, spaces.Discrete):
-                raise ConfigError(
-                    f"algorithm: dqn needs a Discrete action space; env {cfg.env.id!r} has {policy.action_space}: "
-                    "use ppo"
-                )
+            require_discrete(policy.action_space, cfg)
         if cfg.model.core != "none":
             raise ConfigError(f"model.core: dqn has no recurrent Q network; use none, not {cfg.model.core!r}")
         if cfg.dqn.nstep > cfg.workers.segment_length:
