@@ -108,6 +108,7 @@ class Outcome:
     learner_steps: int = 0
     solved_env_steps: int | None = None
     last_mean: float = 0.0
+    best_mean: float = 0.0
 
 
 def run(cfg: ExperimentConfig, samples_per_insert: float, min_size: int, max_size: int, verbose: bool) -> Outcome:
@@ -147,6 +148,8 @@ def run(cfg: ExperimentConfig, samples_per_insert: float, min_size: int, max_siz
             sampled += cfg.dqn.batch_size
             out.learner_steps += 1
         out.last_mean = float(np.mean(returns)) if returns else 0.0
+        if len(returns) == returns.maxlen:
+            out.best_mean = max(out.best_mean, out.last_mean)
         if verbose and out.env_steps % 4096 < envs * length:
             progress = {"env_steps": out.env_steps, "mean_return": round(out.last_mean, 1), **explorer.stats()}
             print(json.dumps({**progress, **{k: round(v, 3) for k, v in stats.items()}}))
@@ -176,6 +179,7 @@ def main() -> None:
                 "env_steps": out.env_steps,
                 "learner_steps": out.learner_steps,
                 "last_mean_return": round(out.last_mean, 1),
+                "best_mean_return": round(out.best_mean, 1),
                 "samples_per_insert": args.samples_per_insert,
                 "min_size": args.min_size,
                 "max_size": args.max_size,

@@ -83,7 +83,9 @@ class EpsilonGreedy:
     the number of actors (actors step at about one speed). ``ladder``: Ape-X's fixed rate per run-global column.
     """
 
-    def __init__(self, cfg: DQNConfig, actions: int, mask: str | None, first: int, count: int, total: int, actors: int):
+    def __init__(
+        self, cfg: DQNConfig, actions: int, mask: str | None, first: int, count: int, total: int, actors: int
+    ) -> None:
         self.cfg, self.actions, self.mask, self.actors = cfg, actions, mask, actors
         self.ladder = (
             epsilon_ladder(total, cfg.ladder_base, cfg.ladder_alpha)[first : first + count]
