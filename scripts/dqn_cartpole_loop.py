@@ -16,9 +16,8 @@ keeps the last ``--max-size`` transitions and samples uniformly; each item's n-s
 bootstrap observation come from :func:`srl.system.nstep.nstep` when it is sampled, truncations bootstrapping
 from the env's final observation.
 
-Measured (2 shared cores, torch 1 thread; configs/cartpole_dqn.yaml, 32 samples per insert, min size 1000,
-max size 100k): see the report of the change that added this script, and docs/benchmarks.md once the replay
-runs under the runtimes.
+The settings it reaches the target with, on 6 seeds of 6, are configs/cartpole_dqn.yaml's; the numbers are in
+docs/benchmarks.md ("DQN on CartPole-v1 in a plain loop").
 """
 
 from __future__ import annotations

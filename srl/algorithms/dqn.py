@@ -222,7 +222,8 @@ class DQN:
         ``boot_P`` ``[L, N, ...]`` (each step's observation and the one its n-step target bootstraps from),
         ``actions [L, N]``, ``returns`` and ``discounts`` ``[L, N]`` (n-step reward sums and ``gamma^m``, 0
         after a terminal), ``weights [N]`` (importance weights) and ``keys [N]``. The target is
-        ``returns + discounts * Q_target(boot, a*)``; each item's new priority is its largest ``|td|``."""
+        ``returns + discounts * Q_target(boot, a*)``; each item's new priority is its largest ``|td|``. The learning
+        rate is constant: ``progress`` is not read."""
         length, n = batch["actions"].shape[:2]
         obs = {name: self._rows(batch[name]) for name in self.parts}
         boot = {name: self._rows(batch[BOOT + name]) for name in self.parts}

@@ -16,13 +16,13 @@ from srl.api.config.errors import check
 class DQNConfig:
     """DQN hyper-parameters: the update, the target network and the exploration of the actors."""
 
-    lr: float = 2.3e-3
+    lr: float = 5e-4
     """Adam learning rate."""
     adam_eps: float = 1e-8
     """Adam epsilon."""
     gamma: float = 0.99
     """Discount factor of the n-step returns and the bootstrap."""
-    nstep: int = 1
+    nstep: int = 3
     """Steps summed into each return before bootstrapping (computed by the replay when it samples, so it may
     change without re-inserting anything); at most ``workers.segment_length``."""
     batch_size: int = 64
@@ -30,7 +30,7 @@ class DQNConfig:
     double_q: bool = True
     """Double DQN: the online network picks the bootstrap action and the target network values it, which
     removes the max operator's overestimation of noisy Q values."""
-    dueling: bool = False
+    dueling: bool = True
     """A dueling head: a state value and mean-subtracted advantages instead of one Q value per action."""
     loss: Literal["huber", "mse"] = "huber"
     """TD loss: ``huber`` (quadratic within 1, linear beyond, so one large error cannot dominate a step) or
