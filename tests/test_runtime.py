@@ -112,6 +112,7 @@ def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run
     is off, nothing changes."""
     from srl.base.seqlock import VersionedBuffer
     from srl.system import trainer_worker
+    from srl.system.batches import SegmentBatches
     from srl.system.control import DirectReporter
     from srl.system.params import ParamPublisher
     from srl.system.trainer_worker import TrainerWorker
@@ -124,9 +125,10 @@ def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run
         monkeypatch.setattr(trainer_worker, "time", clock)
         algo, reports = _ThreadsSeen(clock, more), []
         trainer = TrainerWorker(
-            0, algo, _Stream(clock, delay), ParamPublisher(VersionedBuffer.in_process(4, np.float32)),
-            DirectReporter(lambda kind, meta, *rest: reports.append(meta)), batch_segments=2, max_policy_lag=99,
-            total_env_steps=10**9, autotune_peers=peers,
+            0, algo, SegmentBatches(_Stream(clock, delay), batch_segments=2, max_policy_lag=99),
+            ParamPublisher(VersionedBuffer.in_process(4, np.float32)),
+            DirectReporter(lambda kind, meta, *rest: reports.append(meta)), total_env_steps=10**9,
+            autotune_peers=peers,
         )  # fmt: skip
         trainer.setup()
         for _ in range(16):  # a poll takes a batch of 2 segments, the next one updates: 8 updates

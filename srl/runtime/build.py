@@ -28,8 +28,9 @@ from srl.envs.slots import make_grouped, make_slot
 from srl.envs.turns import TurnSlot
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan
-from srl.runtime.topology import LEAGUE, Role, Stream, WorkerSpec
+from srl.runtime.topology import LEAGUE, Role, Stream, WorkerSpec, keeper
 from srl.system.actor_worker import ActorWorker
+from srl.system.batches import BatchSource, SegmentBatches
 from srl.system.collective import TorchCollective
 from srl.system.eval_worker import EvalWorker
 from srl.system.null_trainer import NullTrainerWorker
@@ -255,6 +256,8 @@ def build_trainer(ctx: BuildContext) -> Worker:
     policy, cfg = plan.policies[k], plan.policies[k].cfg
     per = cfg.workers.trainers
     if plan.null_trainer:
+        if keeper(plan) is not None:
+            raise ConfigError("srl bench sampling measures the on-policy sample path; this run's path ends in a replay")
         return NullTrainerWorker(
             index,
             policy.acting_policy().flat_state(),
@@ -280,11 +283,9 @@ def build_trainer(ctx: BuildContext) -> Worker:
     trainer = TrainerWorker(
         index,
         algo,
-        fabric.sample_consumer(index),
+        batch_source(plan, fabric, ctx.worker),
         ParamPublisher(fabric.params(policy=k)),
         fabric.reporter(),
-        batch_segments=cfg.workers.batch_segments,
-        max_policy_lag=cfg.workers.max_policy_lag,
         total_env_steps=cfg.run.total_env_steps,
         checkpoint_dir=None if run_dir is None else policy_checkpoints(run_dir, plan.cfg, policy.name),
         checkpoint_interval=cfg.run.checkpoint_interval_seconds,
@@ -292,13 +293,24 @@ def build_trainer(ctx: BuildContext) -> Worker:
         checkpoint_extra={"config": to_dict(plan.cfg), "spaces": policy.spaces, "policy": policy.name},
         wait_timeout=wait_timeout,
         collective=collective,
-        agents_per_env=policy.agents_per_env,
         autotune_peers=_autotune_peers(plan, ctx.worker),
     )
     if plan.resume is not None and plan.resume[k]:  # every trainer of a policy starts from its lead's checkpoint
         trainer.restore(load_checkpoint(Path(plan.resume[k])))
     trainer.version = max(trainer.version, ctx.min_version)  # restarted: above every version readers hold
     return trainer
+
+
+def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec) -> BatchSource:
+    """Where trainer ``trainer``'s batches come from: the keeper that ends the sample path (a replay's batches),
+    or its own sample stream's segments."""
+    if keeper(plan) is not None:
+        from srl.runtime.replay import replay_batches
+
+        return replay_batches(plan, fabric, trainer)
+    cfg = plan.policies[plan.policy_of_trainer(trainer.index)]
+    w = cfg.cfg.workers
+    return SegmentBatches(fabric.sample_consumer(trainer.index), w.batch_segments, w.max_policy_lag, cfg.agents_per_env)
 
 
 def build_policy(ctx: BuildContext) -> Worker:
@@ -335,8 +347,8 @@ def build_stage(ctx: BuildContext) -> Worker:
     return StageWorker(
         index,
         stage,
-        fabric.stage_consumer(index),
-        fabric.stage_forwarder(index),
+        fabric.segment_source(ctx.worker),
+        fabric.segment_forwarder(ctx.worker),
         fabric.reporter(),
         wait_timeout=ctx.wait_timeout,
         report_interval=max(ctx.report_interval, 0.5),

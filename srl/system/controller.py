@@ -57,6 +57,8 @@ class Controller:
         self.policy: dict[int, Mapping[str, Any]] = {}
         self.param_service: dict[str, Mapping[str, Any]] = {}
         self.stages: dict[str, dict[str, Any]] = {}
+        self.replays: dict[str, dict[str, Any]] = {}
+        """Each replay's newest report: its store's size and counters (``replay_...``)."""
         """The newest report of each stage worker, by name (its counters include its earlier incarnations)."""
         self._stage_before: dict[str, dict[str, int]] = {}
         self.evals: list[Mapping[str, Any]] = []
@@ -91,7 +93,7 @@ class Controller:
     # ------------------------------------------------------------------ reports
     def handle(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """Take one worker report (dispatched by the control channel or called directly)."""
-        if "t_total" in meta and kind in ("actor", "policy", "trainer", "stage"):
+        if "t_total" in meta and kind in ("actor", "policy", "trainer", "stage", "replay"):
             self.timing[f"{kind}{meta[kind]}"] = {k[2:]: float(v) for k, v in meta.items() if k.startswith("t_")}
         if kind in ("actor", "stage"):  # a stage that writes the rewards reports the returns (the actors then don't)
             returns = arrays.get("episode_returns")
@@ -135,6 +137,9 @@ class Controller:
             for key in ("kept", "dropped"):
                 stats[key] = int(meta[key]) + before.get(key, 0)
             self.stages[name] = stats
+        elif kind == "replay":  # its counters live with its store: they carry on across its restarts
+            stats = {k: v for k, v in meta.items() if k != "replay" and not k.startswith("t_")}
+            self.replays[f"replay{int(meta['replay'])}"] = stats
         elif kind == "error":
             worker, traceback = str(meta.get("worker", "?")), str(meta.get("traceback", ""))
             self.worker_failed(worker, str(meta.get("message", "failed")), traceback)
@@ -356,7 +361,7 @@ class Controller:
             for key in ("sends", "bytes_sent", "rejected"):
                 if key in stats:
                     rec[f"{name}_{key}"] = int(stats[key])
-        for name, stats in self.stages.items():
+        for name, stats in (*self.stages.items(), *self.replays.items()):
             rec.update({f"{name}_{k}": v for k, v in stats.items()})
         return rec
 
@@ -459,6 +464,7 @@ class Controller:
                 for name, stats in sorted(self.param_service.items())
             },
             "stages": dict(sorted(self.stages.items())),
+            "replays": dict(sorted(self.replays.items())),
             "time_fractions": self.time_fractions(),
         }
         whole_run = bottleneck({w: busy_fraction(times) for w, times in self.timing.items()})
