@@ -237,7 +237,8 @@ class TrainerWorker(Worker):
         if threads != base:
             torch.set_num_threads(threads)
         self._in_step = True
-        stats = self.algorithm.train(self.batch, progress)
+        result = self.algorithm.train(self.batch, progress)
+        stats = result.stats
         self._in_step = False
         if threads != base:  # the cores go back to the actors and policy workers
             torch.set_num_threads(base)
