@@ -124,9 +124,9 @@ class A2C:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, a.max_grad_norm)
         self.optimizer.step()
         stats = {
-            "policy_loss": float(policy_loss),
-            "value_loss": float(value_loss),
-            "entropy": float(entropy.mean()),
+            "policy_loss": policy_loss.item(),
+            "value_loss": value_loss.item(),
+            "entropy": entropy.mean().item(),
             "grad_norm": float(grad_norm),
         }
         return TrainResult(stats)
