@@ -18,6 +18,7 @@ import torch
 from conftest import children_of, start_endless_training
 
 from srl.api.config import ConfigError, load_config
+from srl.api.worker import TrainResult
 from srl.base.shm import list_segments
 from srl.runtime.inline import run_inline
 from srl.runtime.plan import make_plan
@@ -99,7 +100,7 @@ class _ThreadsSeen:
     def train(self, batch, progress):
         self.seen.append(torch.get_num_threads())
         self.clock.now += self.more if self.seen[-1] > 1 else 0.02
-        return {}
+        return TrainResult({})
 
     def policy_state(self) -> np.ndarray:
         return np.zeros(4, np.float32)

@@ -42,7 +42,7 @@ from srl.system.run_dir import policy_checkpoints
 from srl.system.stage_worker import StageWorker
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
-from srl.wiring import make_algorithm
+from srl.wiring import discount, make_algorithm
 
 
 @dataclass(frozen=True)
@@ -374,7 +374,7 @@ def build_actor(ctx: BuildContext) -> Worker:
     env = cfg.env
     rewards = None
     if env.normalize_reward or env.reward_clip is not None:
-        rewards = lambda n: RewardTransform(n, cfg.ppo.gamma, env.normalize_reward, env.reward_clip)  # noqa: E731
+        rewards = lambda n: RewardTransform(n, discount(cfg), env.normalize_reward, env.reward_clip)  # noqa: E731
     on_state = [p.name for p in plan.policies if p.state_space is not None]
 
     def slot_of(i: int) -> GroupedSlot:

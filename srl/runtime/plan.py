@@ -23,7 +23,7 @@ from srl.api.worker import Policy
 from srl.envs.slots import probe_groups
 from srl.runtime.topology import PATH_ROLES, Role, Topology, roles_of, topology_of
 from srl.system.streams import PoolLayout
-from srl.wiring import acting_policy, algorithm_class
+from srl.wiring import acting_policy, check_algorithm, learns_on_policy, reads_state
 
 
 @dataclass(frozen=True)
@@ -180,9 +180,10 @@ class Plan:
 
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
-    """Probe the environment once and size the streams (raises ConfigError on a bad env or agents rules)."""
+    """Probe the environment once and size the streams (raises ConfigError on a bad env or agents rules, bad
+    algorithm settings, or settings the algorithm's ``check`` finds unfit for the probed env)."""
     names = cfg.policy_names
-    on_state = [n for n in names if cfg.for_policy(n).ppo.critic_input == "state"]
+    on_state = [n for n in names if reads_state(cfg.for_policy(n))]
     probed = probe_groups(cfg.env, cfg.agents, on_state)
     by_name = {g.policy: g for g in probed.groups}
     agents = probed.agents_per_env
@@ -201,14 +202,16 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     policies = tuple(_policy_plan(cfg, by_name[n], cfg.league.pool) for n in names)
     vs_random = probed.turn_based and probed.agents_per_env == 2 and len(names) == 1
     path = sample_path(cfg)
-    return Plan(cfg, policies, agents_per_env=agents, vs_random=vs_random, null_trainer=null_trainer, sample_path=path)
+    plan = Plan(cfg, policies, agents_per_env=agents, vs_random=vs_random, null_trainer=null_trainer, sample_path=path)
+    check_algorithm(plan)  # what the algorithm needs of the probed env, one line naming its setting
+    return plan
 
 
 def sample_path(cfg: ExperimentConfig) -> tuple[Role, ...]:
     """The roles of ``workers.path`` (or the default path: a stage when ``stage.worker`` names one, then a replay
     when the algorithm learns from one), checked: each a role with a hop, none twice, a keeper only last, a
     replay exactly when the algorithm learns off-policy, a stage exactly when ``stage.worker`` names one."""
-    on_policy = bool(getattr(algorithm_class(cfg), "on_policy", True))
+    on_policy = learns_on_policy(cfg)
     names = cfg.workers.path
     if names is None:
         names = ("stage",) * (cfg.stage.worker is not None) + ("replay",) * (not on_policy)
@@ -252,15 +255,6 @@ def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> Polic
     schema = sample_schema(
         group.observation_space, group.action_space, policy.output_fields(), group.state_space, alive=alive
     )
-    if cfg.algorithm == "ppo":  # each of its minibatches needs rows: whole segments' columns with an unrolled core
-        unrolled = pcfg.model.core != "none" and pcfg.ppo.memory == "recompute"
-        rows = w.batch_segments * w.envs_per_slot * columns * (1 if unrolled else w.segment_length)
-        if rows < pcfg.ppo.minibatches:
-            what = "segment columns (a core is unrolled over whole segments)" if unrolled else "samples"
-            raise ConfigError(
-                f"ppo.minibatches: {pcfg.ppo.minibatches} minibatches of an update of {rows} {what}: "
-                "lower it, or raise workers.batch_segments or workers.envs_per_slot"
-            )
     nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
     layout = PoolLayout.of(
         schema,

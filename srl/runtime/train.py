@@ -20,6 +20,7 @@ from srl.runtime.plan import make_plan
 from srl.system.controller import Controller
 from srl.system.run_dir import RunDir, RunDirError, default_run_dir, policy_checkpoints, read_counters
 from srl.system.trainer_worker import checkpoints, load_checkpoint
+from srl.wiring import prepare_algorithm
 
 FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values", "text.model", "text.advantage")
 """Settings the checkpoint's networks were built with: a resumed run may not change them."""
@@ -85,12 +86,7 @@ def train(
     start_time = time.time() if start_time is None else start_time
     sweep_stale()  # segments left by runs that were killed with SIGKILL
     sweep_stale_pipe_dirs()  # and their named pipes' folders
-    if cfg.algorithm == "lm_ppo":
-        from srl.text.pretrain import ensure_base
-        from srl.text.reward_model import ensure_reward_model
-
-        ensure_base(cfg)  # the pipeline's first step: a missing base model is made (once) and cached
-        ensure_reward_model(cfg)  # then a missing reward model, from the base model's samples
+    prepare_algorithm(cfg)  # its settings checked, then its own work before the plan (lm_ppo: missing models)
     plan = make_plan(cfg)
     offset = 0
     if resume is not None:

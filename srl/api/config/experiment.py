@@ -37,7 +37,9 @@ class ExperimentConfig:
     """The learning algorithm: ``ppo`` (reads the ``ppo`` section), or ``package.module:Algorithm``, a class
     with ``acting_policy(ctx)`` and ``Algorithm(ctx)`` (see ``srl/api/algorithm.py``, ``examples/a2c.py``)."""
     algorithm_args: Mapping[str, Any] = field(default_factory=dict)
-    """A plugin algorithm's own settings, handed to it as ``ctx.args``."""
+    """A plugin algorithm's own settings, built into the dataclass it declares as ``settings`` (a wrong key or type
+    is one line naming ``algorithm_args.<field>``) and handed to it as ``ctx.args``; one that declares none takes
+    none."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     workers: WorkersConfig = field(default_factory=WorkersConfig)
