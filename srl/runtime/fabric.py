@@ -34,9 +34,9 @@ from srl.runtime.topology import (
     clients,
     held_by,
     pool_layout,
-    storage_opener,
     position,
     stop,
+    storage_opener,
     submitted_state,
 )
 from srl.system.control import DirectReporter, Handler, ZmqReporter
@@ -318,7 +318,9 @@ class SharedFabric(Fabric):
 
     def storage(self, endpoint: Endpoint) -> Any:
         name = endpoint.name
-        return self._get(f"st_{name}", lambda: storage_opener(endpoint).attach(self.plan, endpoint, f"{self.tag}_{name}"))
+        return self._get(
+            f"st_{name}", lambda: storage_opener(endpoint).attach(self.plan, endpoint, f"{self.tag}_{name}")
+        )
 
     def replies(self, actor: int) -> Channel:
         return self._get(f"rep{actor}", lambda: FifoChannel.open(str(self.dir / f"rep{actor}"), REPLY_WIDTH))

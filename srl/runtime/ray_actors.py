@@ -25,7 +25,7 @@ from srl.base.shm import sweep_stale
 from srl.runtime.build import build_worker
 from srl.runtime.plan import Plan, plan_from_spec
 from srl.runtime.ray_fabric import Endpoints, NodeFabric
-from srl.runtime.topology import TRAINER_NODE, Stream
+from srl.runtime.topology import TRAINER_NODE
 from srl.system.tracebacks import error_report
 
 log = logging.getLogger(__name__)

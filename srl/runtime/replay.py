@@ -8,7 +8,7 @@ replay declares them), its storage settings the ``replay`` section.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from srl.api.config import ConfigError
 from srl.api.schema import FieldSpec

@@ -214,11 +214,11 @@ class WorkerSpec:
     def name(self) -> str:
         return f"{self.role.name}{self.index}"
 
-    def service(self, stream: Stream) -> Endpoint | None:
+    def service(self, stream: StreamKind) -> Endpoint | None:
         """The endpoint of kind ``stream`` this worker serves, if any."""
         return next((e for e in self.serves if e.stream is stream), None)
 
-    def connection(self, stream: Stream, policy: int = 0) -> Endpoint | None:
+    def connection(self, stream: StreamKind, policy: int = 0) -> Endpoint | None:
         """The endpoint of kind ``stream`` (for parameters: of policy ``policy``) this worker connects to, if any."""
         params = stream in (Stream.PARAMS, Stream.SNAPSHOTS)
         return next((e for e in self.connects if e.stream is stream and (not params or e.policy == policy)), None)
@@ -247,7 +247,7 @@ class Topology:
         start again to follow it."""
         return tuple(w for w in self.workers if endpoint in w.connects)
 
-    def endpoints(self, stream: Stream, group: int | None = None) -> tuple[Endpoint, ...]:
+    def endpoints(self, stream: StreamKind, group: int | None = None) -> tuple[Endpoint, ...]:
         """The endpoints of kind ``stream`` served (in node group ``group``, when given)."""
         return tuple(
             e for w in self.workers if group is None or w.group == group for e in w.serves if e.stream is stream
@@ -372,7 +372,9 @@ def held_on_path(plan: Plan, worker: WorkerSpec, across_nodes: bool = False) -> 
     forwards = role.hop is not None and role.hop.keeps is None
     held: Holding = {}
     for a, k in clients(plan, role, index):
-        states = () if across_nodes and stop(plan, at, a, k).stream.bound else (submitted_state(plan, at),)
+        states: tuple[int, ...] = (
+            () if across_nodes and stop(plan, at, a, k).stream.bound else (submitted_state(plan, at),)
+        )
         states += _waiting(plan, at + 1, a, k, across_nodes) if forwards else ()
         if states:
             held[(f"pool{k}", plan.actor_row(a))] = states

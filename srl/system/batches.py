@@ -37,12 +37,18 @@ class BatchSource(Protocol):
 
     fields: Mapping[str, FieldSpec]
     """The batch's fields and shapes."""
-    dropped: int
-    """Units refused so far (segments past ``max_policy_lag``), counted, never silent."""
-    rejected: int
-    """Messages refused by a network stream (no run token, malformed); 0 within a node."""
-    t_copy: float
-    """Seconds spent copying what came into the batch (the rest of :meth:`fill` is waiting)."""
+
+    @property
+    def dropped(self) -> int:
+        """Units refused so far (segments past ``max_policy_lag``), counted, never silent."""
+
+    @property
+    def rejected(self) -> int:
+        """Messages refused by a network stream (no run token, malformed); 0 within a node."""
+
+    @property
+    def t_copy(self) -> float:
+        """Seconds spent copying what came into the batch (the rest of :meth:`fill` is waiting)."""
 
     def setup(self) -> None:
         """Allocate what the batch needs (in the worker's process)."""
@@ -82,13 +88,13 @@ class SegmentBatches:
         self._batch: dict[str, np.ndarray] = {}
 
     @property
-    def rejected(self) -> int:  # type: ignore[override]
+    def rejected(self) -> int:
         return int(getattr(self.source, "rejected", 0))
 
     @property
     def address(self) -> str:
         """Where a network sample stream is bound (Ray)."""
-        return str(getattr(self.source, "address"))
+        return str(self.source.address)
 
     def setup(self) -> None:
         fields = self.source.fields

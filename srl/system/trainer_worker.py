@@ -30,8 +30,8 @@ import torch
 from srl.api.worker import Algorithm, Collective, Reporter, Worker
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
-from srl.system.params import ParamPublisher
 from srl.system.batches import BatchSource
+from srl.system.params import ParamPublisher
 
 BOTTLENECK_WAIT_SHARE = 0.1
 """A trainer that waited for segments less than this share of its last cycle (wait, copy, update) is the
