@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from srl.api.config import ConfigError, ReplayConfig
 from srl.api.schema import FieldSpec
@@ -302,6 +304,37 @@ def test_rate_limiter_holds_and_releases_both_sides() -> None:
     assert store.stats()["replay_samples_per_insert"] == pytest.approx(16 / 10)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["uniform", "fifo"]),
+    st.integers(2, 5),
+    st.integers(1, 3),
+    st.integers(1, 6),
+    st.integers(1, 10),
+    st.data(),
+)
+def test_some_side_can_always_move_at_the_default_buffer(
+    sampler: str, T: int, B: int, min_size: int, batch: int, data: st.DataObject
+) -> None:
+    """Inserts of any column count and samples of any size up to the batch, in any order: never both held (a
+    queue also waits for unread items; its spec leaves room so that none is lost)."""
+    L = data.draw(st.integers(1, T))
+    spi = 1.0 if sampler == "fifo" else data.draw(st.sampled_from([0.5, 1.0, 3.0]))
+    room = (B * (T - L + 1) + batch) * 3 + min_size
+    settings = {"sampler": sampler, "samples_per_insert": spi, "min_size": min_size, "max_size": room}
+    spec = _spec(T, B, batch=batch, item_length=L, error_buffer=None, **settings)
+    store = ReplayStore.in_process(spec)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        columns, m = data.draw(st.integers(1, B)), data.draw(st.integers(1, batch))
+        inserts, samples = store.can_insert(columns * spec.items_per_chunk), store.can_sample(m)
+        assert inserts or samples, f"both held: {store.stats()}"
+        if inserts and (not samples or data.draw(st.booleans())):
+            store.insert({name: arr[:, :columns] for name, arr in _segment(spec, rng).items()})
+        else:
+            store.sample(_batch(spec, m))
+
+
 # ---------------------------------------------------------------- shared memory, crashes, save and load
 
 
@@ -493,6 +526,11 @@ def test_batch_fields_shapes() -> None:
     assert not spec.has_final_obs and dataclasses.replace(spec, fields=_fields(6, 3, False)).has_final_obs
 
 
+def test_a_queue_samples_each_item_once() -> None:
+    with pytest.raises(ConfigError, match="samples_per_insert: a fifo queue hands out each item once: must be 1"):
+        ReplayConfig(sampler="fifo", samples_per_insert=2)
+
+
 @pytest.mark.parametrize(
     ("override", "needle"),
     [
@@ -504,8 +542,17 @@ def test_batch_fields_shapes() -> None:
 )
 def test_bad_replay_settings_exit_2_in_one_line(tmp_path: Path, override: str, needle: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "srl.cli.main", "train", "configs/cartpole_ppo.yaml", "--run-dir", str(tmp_path / "r")]
-        + ["--set", override],
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "train",
+            "configs/cartpole_ppo.yaml",
+            "--run-dir",
+            str(tmp_path / "r"),
+            "--set",
+            override,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -514,3 +561,31 @@ def test_bad_replay_settings_exit_2_in_one_line(tmp_path: Path, override: str, n
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0]
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("hide_cpprb", [False, True])
+def test_bench_reports_every_measure_and_says_when_cpprb_is_missing(
+    monkeypatch: pytest.MonkeyPatch, hide_cpprb: bool
+) -> None:
+    """What the report holds, not the rates (benchmarks measure those)."""
+    import importlib.util
+
+    from srl.api.config import load_config
+    from srl.bench.replay import bench_replay
+
+    if hide_cpprb:
+        monkeypatch.setitem(sys.modules, "cpprb", None)  # import cpprb raises ImportError
+    cpprb = not hide_cpprb and importlib.util.find_spec("cpprb") is not None  # not a project dependency
+    cfg = load_config("configs/cartpole_ppo.yaml", ["replay.max_size=1024", "replay.min_size=1"])
+    rows = list(bench_replay(cfg, batch=32, repeats=1, number=2))
+    measured = {(r["measure"], r["impl"]) for r in rows if "measure" in r}
+    expected = {
+        ("insert", "srl_uniform"),
+        ("insert", "srl_prioritized"),
+        ("uniform_sample", "srl"),
+        ("uniform_sample", "numpy_ring"),
+        ("prioritized_sample_update", "srl"),
+    }
+    assert measured == expected | ({("prioritized_sample_update", "cpprb")} if cpprb else set())
+    assert all(r["items_per_s"] > 0 for r in rows if "measure" in r)
+    assert cpprb or rows[-1]["note"] == "not installed"

@@ -24,7 +24,7 @@ from srl.base.rate_limiter import RateLimiter, least_error_buffer
 from srl.base.sumtree import SumTree
 from srl.system.streams import PoolLayout
 
-__all__ = ["COUNTERS", "ReplaySpec"]
+__all__ = ["COUNTERS", "ReplaySpec", "Sampler"]
 
 COUNTERS = ("next_key", "removed", "inserts", "samples", "cursor", "stale", "refused", "ignored")
 """The store's int64 counters, in one shared array: the keyed slots' two, the rate limiter's two, the fifo
