@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,14 +11,11 @@ from hypothesis import strategies as st
 
 from srl.system.nstep import nstep
 
+Arr = np.ndarray
+
 
 def _reference(
-    rewards: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    gamma: float,
-    n: int,
-    lengths: np.ndarray | None = None,
+    rewards: Arr, terminated: Arr, truncated: Arr, gamma: float, n: int, lengths: Arr | None = None
 ) -> tuple[list[float], list[float], list[int]]:
     """Textbook n-step return from each item's first step: walk forward, stop at the first episode end or where
     the item's data ends."""
@@ -38,16 +37,10 @@ def _reference(
     return returns, discounts, boot
 
 
-def _check(
-    rewards: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    gamma: float,
-    n: int,
-    lengths: np.ndarray | None = None,
-) -> None:
-    ret, disc, boot = nstep(rewards, terminated, truncated, gamma, n, lengths)
-    ref_ret, ref_disc, ref_boot = _reference(rewards, terminated, truncated, gamma, n, lengths)
+def _check(*item: Any) -> None:
+    """``item``: nstep's arguments."""
+    ret, disc, boot = nstep(*item)
+    ref_ret, ref_disc, ref_boot = _reference(*item)
     np.testing.assert_allclose(ret, ref_ret, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(disc, ref_disc, rtol=1e-6, atol=1e-30)  # float32 underflows below ~1e-38
     assert boot.dtype == np.int64 and boot.tolist() == ref_boot

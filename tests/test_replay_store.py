@@ -3,12 +3,13 @@ rate limiter through the store, shared memory across an unclean drop, save and l
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import math
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -345,6 +346,16 @@ def tag() -> Any:
     assert list_segments(tag[len("srl_") :]) == [], "a replay segment was left behind"
 
 
+@contextlib.contextmanager
+def _controller(tag: str, spec: ReplaySpec) -> Iterator[None]:
+    """The store's segments for the length of a test, created and removed as the controller does."""
+    store = ReplayStore.create(tag, spec)
+    try:
+        yield
+    finally:
+        store.close(unlink=True)
+
+
 def _state(store: ReplayStore) -> dict[str, Any]:
     """Everything a restarted worker must find: chunks, tree, counters."""
     arrays = {f"field_{name}": arr.copy() for name, arr in store._chunks.items()}
@@ -365,8 +376,7 @@ def _assert_same(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
 
 def test_a_worker_dropped_without_closing_finds_every_item_and_priority_again(tag: str) -> None:
     spec = _spec(sampler="prioritized", max_size=24)
-    controller = ReplayStore.create(tag, spec)
-    try:
+    with _controller(tag, spec):
         worker = ReplayStore.attach(tag, spec)
         _fill(worker, np.random.default_rng(10), 3)
         worker.update_priorities(np.array([12, 13, 20]), np.array([7.0, 0.0, np.nan]))
@@ -378,8 +388,6 @@ def test_a_worker_dropped_without_closing_finds_every_item_and_priority_again(ta
         again = ReplayStore.attach(tag, spec)
         _assert_same(_state(again), before)
         again.close()
-    finally:
-        controller.close(unlink=True)
 
 
 def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str) -> None:
@@ -396,8 +404,7 @@ def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str) -> None:
                 yield item
 
     spec = _spec(sampler="prioritized", max_size=24)
-    controller = ReplayStore.create(tag, spec)
-    try:
+    with _controller(tag, spec):
         worker = ReplayStore.attach(tag, spec)
         rng = np.random.default_rng(11)
         chunks = _fill(worker, rng, 2)
@@ -414,15 +421,12 @@ def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str) -> None:
             again.sample(out)
             assert (out["keys"] >= 3 * spec.items_per_chunk).all()
         again.close()
-    finally:
-        controller.close(unlink=True)
 
 
 def test_attach_gives_items_published_without_priorities_the_running_max(tag: str) -> None:
     """A kill after the chunk keys were published but before their priorities were set leaves leaves at 0."""
     spec = _spec(sampler="prioritized", alpha=1.0)
-    controller = ReplayStore.create(tag, spec)
-    try:
+    with _controller(tag, spec):
         worker = ReplayStore.attach(tag, spec)
         _fill(worker, np.random.default_rng(12), 2)
         worker.update_priorities(np.array([0]), np.array([5.0]))
@@ -433,8 +437,6 @@ def test_attach_gives_items_published_without_priorities_the_running_max(tag: st
         again = ReplayStore.attach(tag, spec)
         np.testing.assert_allclose(_leaf_priorities(again, newest), 5.0)
         again.close()
-    finally:
-        controller.close(unlink=True)
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:

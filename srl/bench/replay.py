@@ -61,7 +61,7 @@ def bench_replay(
         yield from _srl(store, segments, repeats, number, rng, row)
         del store  # one store in memory at a time
     columns = _transitions(spec, rng)
-    yield row("uniform_sample", "numpy_ring", batch, _median(_ring(columns, batch, rng), repeats, number))
+    yield row("uniform_sample", "numpy_ring", batch, median_seconds(_ring(columns, batch, rng), repeats, number))
     yield _cpprb(columns, batch, repeats, number, rng, row) or {**head, "impl": "cpprb", "note": "not installed"}
 
 
@@ -76,11 +76,13 @@ def _srl(
     """Insert, then sample (and, by priority, update) on a full store."""
     spec = store.spec
     calls = iter(range(1 << 62))
-    insert = _median(lambda: store.insert(segments[next(calls) % len(segments)]), repeats, number)
+    insert = median_seconds(lambda: store.insert(segments[next(calls) % len(segments)]), repeats, number)
     yield row("insert", f"srl_{spec.sampler}", spec.max_insert_batch, insert)
     out = {n: np.zeros(f.shape, f.dtype) for n, f in spec.batch_fields(spec.max_sample_batch).items()}
     if spec.sampler == "uniform":
-        yield row("uniform_sample", "srl", spec.max_sample_batch, _median(lambda: store.sample(out), repeats, number))
+        yield row(
+            "uniform_sample", "srl", spec.max_sample_batch, median_seconds(lambda: store.sample(out), repeats, number)
+        )
         return
     priorities = rng.random((16, spec.max_sample_batch)) + 1e-3
 
@@ -88,7 +90,7 @@ def _srl(
         store.sample(out)
         store.update_priorities(out["keys"], priorities[next(calls) % 16])
 
-    yield row("prioritized_sample_update", "srl", spec.max_sample_batch, _median(prioritized, repeats, number))
+    yield row("prioritized_sample_update", "srl", spec.max_sample_batch, median_seconds(prioritized, repeats, number))
 
 
 def _spec(cfg: ExperimentConfig, layout: PoolLayout, batch: int, sampler: Sampler) -> ReplaySpec:
@@ -120,9 +122,10 @@ def _full(spec: ReplaySpec, segments: list[dict[str, np.ndarray]]) -> ReplayStor
     return store
 
 
-def _median(fn: Callable[[], Any], repeats: int, number: int) -> float:
-    """Median over repeats of the mean seconds per call, after one warm-up call."""
-    fn()
+def median_seconds(fn: Callable[[], Any], repeats: int, number: int) -> float:
+    """Median over ``repeats`` of the mean seconds per call of ``number`` calls, after one warm-up round."""
+    for _ in range(number):
+        fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -180,4 +183,4 @@ def _cpprb(
         got = per.sample(batch, beta=BETA)
         per.update_priorities(got["indexes"], priorities[next(calls) % 16])
 
-    return row("prioritized_sample_update", "cpprb", batch, _median(prioritized, repeats, number))
+    return row("prioritized_sample_update", "cpprb", batch, median_seconds(prioritized, repeats, number))
