@@ -31,14 +31,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import BinaryIO
 
 import numpy as np
 
-from srl.base.fileio import atomic_save
 from srl.base.prioritized import PrioritizedSampler
 from srl.base.rate_limiter import RateLimiter
 from srl.base.shm import ShmArray
+from srl.system.replay_file import layout_difference, ring_runs, write_npz
 from srl.system.replay_items import ItemReader
 from srl.system.replay_keys import KeyedSlots
 from srl.system.replay_spec import COUNTERS, ReplaySpec
@@ -317,18 +316,14 @@ class ReplayStore:
         return out
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the live items, their priorities and every counter to ``path`` atomically (``.npz``)."""
-        keys = np.arange(self.slots.first, self.slots.next_key, dtype=np.int64)
-        slots = keys % self.spec.capacity
-        arrays = {f"field_{name}": chunk[slots] for name, chunk in self._chunks.items()}
-        arrays["layout"] = np.array(json.dumps(self.spec.describe(), sort_keys=True))
-        arrays["counters"] = self._counters.copy()
-        arrays["priorities"] = self._live_priorities(slots)
-
-        def write(file: BinaryIO) -> None:
-            np.savez(file, allow_pickle=False, **arrays)
-
-        atomic_save(path, write)
+        """Write the live items, their priorities and every counter to ``path`` atomically (``.npz``), streamed
+        from the ring without gathering a copy (:mod:`srl.system.replay_file`)."""
+        first, count = self.slots.first, self.slots.size
+        arrays = {f"field_{name}": ring_runs(chunk, first, count) for name, chunk in self._chunks.items()}
+        arrays["layout"] = [np.array(json.dumps(self.spec.describe(), sort_keys=True))]
+        arrays["counters"] = [self._counters.copy()]
+        arrays["priorities"] = [self._live_priorities(np.arange(first, first + count) % self.spec.capacity)]
+        write_npz(path, arrays)
 
     def _live_priorities(self, slots: np.ndarray) -> np.ndarray:
         """Priorities (not powered by alpha) of the chunks in ``slots``, ``[chunks, items per chunk]``; NaN where
@@ -346,21 +341,20 @@ class ReplayStore:
         if self.slots.next_key:
             raise ValueError(f"replay load {path}: the store is not empty ({self.size} items)")
         with np.load(path, allow_pickle=False) as data:
-            saved = json.loads(str(data["layout"]))
-            if saved != self.spec.describe():
-                raise ValueError(f"replay file {path}: {_difference(saved, self.spec.describe())}")
-            counters = data["counters"]
-            chunks = data[f"field_{next(iter(self._chunks))}"].shape[0]
+            difference = layout_difference(json.loads(str(data["layout"])), self.spec.describe())
+            if difference:
+                raise ValueError(f"replay file {path}: {difference}")
+            counters, priorities = data["counters"], data["priorities"]
+            chunks = len(priorities)
             kept = min(chunks, self.spec.capacity)
             next_key = int(counters[_C["next_key"]])
             keys = np.arange(next_key - kept, next_key, dtype=np.int64)
             slots = keys % self.spec.capacity
             for name, chunk in self._chunks.items():
                 chunk[slots] = data[f"field_{name}"][chunks - kept :]
-            priorities = data["priorities"][chunks - kept :]
         self._restore_counters(counters, kept)
         if self._priorities is not None:
-            self._set_loaded_priorities(slots, priorities)
+            self._set_loaded_priorities(slots, priorities[chunks - kept :])
 
     def _restore_counters(self, counters: np.ndarray, kept: int) -> None:
         """The saved counters, the keyed slots' reduced to the ``kept`` newest chunks."""
@@ -389,16 +383,3 @@ def _close(handles: list[ShmArray], unlink: bool) -> None:
         h.close()
         if unlink:
             h.unlink()
-
-
-def _difference(saved: dict, here: dict) -> str:
-    """The first way a saved replay's layout differs from this store's, in words."""
-    if saved["item_length"] != here["item_length"]:
-        return f"its items are {saved['item_length']} steps, this run's {here['item_length']}"
-    a, b = saved["fields"], here["fields"]
-    for name in sorted(a.keys() & b.keys()):
-        if a[name] != b[name]:
-            return f"its field {name!r} is {a[name][1]} {a[name][0]} per chunk, this run's {b[name][1]} {b[name][0]}"
-    if a.keys() - b.keys():
-        return f"its fields {sorted(a.keys() - b.keys())} are not in this run's layout"
-    return f"this run's fields {sorted(b.keys() - a.keys())} are not in it"
