@@ -390,6 +390,35 @@ def test_a_worker_dropped_without_closing_finds_every_item_and_priority_again(ta
         again.close()
 
 
+def test_a_worker_killed_with_sigkill_leaves_every_item_and_priority(tag: str) -> None:
+    """A real replay worker process attaches, inserts, sets priorities and is killed -9; the next one finds it all."""
+    spec = _spec(sampler="prioritized", max_size=24)
+    child = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import numpy as np
+from test_replay_store import _fill, _spec
+from srl.system.replay_store import ReplayStore
+store = ReplayStore.attach({tag!r}, _spec(sampler="prioritized", max_size=24))
+_fill(store, np.random.default_rng(20), 3)
+store.update_priorities(np.array([12, 13]), np.array([7.0, 3.0]))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    reference = ReplayStore.in_process(spec)  # the same inserts in this process
+    chunks = _fill(reference, np.random.default_rng(20), 3)
+    reference.update_priorities(np.array([12, 13]), np.array([7.0, 3.0]))
+    with _controller(tag, spec):
+        proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == -9, proc.stderr
+        again = ReplayStore.attach(tag, spec)
+        assert (again.size, again.slots.first, again.limiter.inserts) == (24, 3, 36)
+        for key in range(3, 9):
+            for name, arr in chunks[key].items():
+                np.testing.assert_array_equal(again._chunks[name][key % spec.capacity], arr)
+        _assert_same(_state(again), _state(reference))
+        again.close()
+
+
 def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str) -> None:
     """The chunks an insert overwrites are dead before it writes; the new ones live only once written."""
 
