@@ -28,6 +28,12 @@ from srl.system.streams import PoolLayout
 Chunk = dict[str, np.ndarray]
 
 
+@pytest.fixture
+def draw() -> np.random.Generator:
+    """The generator a test samples with (the replay worker owns one; the store takes it per call)."""
+    return np.random.default_rng(0)
+
+
 def _fields(T: int, B: int, image: bool) -> dict[str, FieldSpec]:
     """A segment layout: vector observations with their final observations, or image ones without."""
     obs = (1, 2, 2) if image else (2,)
@@ -47,7 +53,7 @@ def _fields(T: int, B: int, image: bool) -> dict[str, FieldSpec]:
 
 def _spec(T: int = 4, B: int = 3, image: bool = False, batch: int = 8, **cfg: Any) -> ReplaySpec:
     settings = {"max_size": 1000, "min_size": 1, "error_buffer": 1e9, **cfg}  # the limiter holds nothing here
-    return ReplaySpec.of(ReplayConfig(**settings), PoolLayout(1, 1, _fields(T, B, image)), batch)
+    return ReplaySpec.of(PoolLayout(1, 1, _fields(T, B, image)), ReplayConfig(**settings), batch)
 
 
 def _segment(spec: ReplaySpec, rng: np.random.Generator, ends: float = 0.0) -> Chunk:
@@ -97,7 +103,7 @@ def _chi2_critical(df: int, p: float = 0.999) -> float:
     return float(chi2.ppf(p, df))
 
 
-def test_prioritized_frequencies_follow_priority_to_the_alpha() -> None:
+def test_prioritized_frequencies_follow_priority_to_the_alpha(draw: np.random.Generator) -> None:
     spec = _spec(sampler="prioritized", alpha=0.6, batch=32)
     store = ReplayStore.in_process(spec)
     _fill(store, np.random.default_rng(0), 1)
@@ -107,7 +113,7 @@ def test_prioritized_frequencies_follow_priority_to_the_alpha() -> None:
     out = _batch(spec, 32)
     counts = np.zeros(keys.size)
     for _ in range(1000):
-        store.sample(out)
+        store.sample_into(out, draw)
         np.add.at(counts, out["keys"], 1)
     expected = priorities**0.6 / (priorities**0.6).sum() * counts.sum()
     critical = _chi2_critical(keys.size - 1)
@@ -116,7 +122,7 @@ def test_prioritized_frequencies_follow_priority_to_the_alpha() -> None:
     assert ((counts - uniform) ** 2 / uniform).sum() > 10 * critical
 
 
-def test_importance_weights_match_hand_computed_values() -> None:
+def test_importance_weights_match_hand_computed_values(draw: np.random.Generator) -> None:
     """alpha 1, beta 0.5: w_i = (N * p_i / sum p)^-0.5, divided by the batch's largest."""
     spec = _spec(sampler="prioritized", alpha=1.0, beta=0.5, batch=16)
     store = ReplayStore.in_process(spec)
@@ -125,10 +131,12 @@ def test_importance_weights_match_hand_computed_values() -> None:
     priorities = np.linspace(1.0, 4.0, n_items)
     store.update_priorities(np.arange(n_items), priorities)
     out = _batch(spec, 16)
-    store.sample(out)
+    store.sample_into(out, draw)
     w = (n_items * priorities[out["keys"]] / priorities.sum()) ** -0.5
     np.testing.assert_allclose(out["weights"], w / w.max(), rtol=1e-6)
     assert out["weights"].max() == 1.0
+    store.sample_into(out, draw, beta=0.0)  # a run anneals beta per call; 0 leaves the bias uncorrected
+    assert (out["weights"] == 1.0).all()
 
 
 def test_new_items_enter_at_the_running_max_priority() -> None:
@@ -146,19 +154,19 @@ def test_new_items_enter_at_the_running_max_priority() -> None:
 # ---------------------------------------------------------------- priority updates by key
 
 
-def test_update_for_an_overwritten_item_is_dropped_and_counted() -> None:
+def test_update_for_an_overwritten_item_is_dropped_and_counted(draw: np.random.Generator) -> None:
     spec = _spec(sampler="prioritized", alpha=1.0, max_size=24)  # 6 chunks: two segments of 3 columns
     store = ReplayStore.in_process(spec)
     rng = np.random.default_rng(3)
     _fill(store, rng, 2)
     out = _batch(spec, 8)
-    store.sample(out)
+    store.sample_into(out, draw)
     sampled = out["keys"].copy()
     _fill(store, rng, 2)  # every chunk the batch came from is overwritten
     before = _leaf_priorities(store, sampled + 6 * spec.items_per_chunk)  # the newer items in the same slots
     assert store.update_priorities(sampled, np.full(8, 50.0)) == (0, 8)
     np.testing.assert_array_equal(_leaf_priorities(store, sampled + 6 * spec.items_per_chunk), before)
-    assert store.stats()["replay_stale_priorities"] == 8
+    assert store.stats()["stale_priorities"] == 8
     live = np.array([6 * spec.items_per_chunk, 7 * spec.items_per_chunk + 1])
     assert store.update_priorities(live, np.array([50.0, 60.0])) == (2, 0)
     np.testing.assert_allclose(_leaf_priorities(store, live), [50.0, 60.0])
@@ -172,7 +180,7 @@ def test_zero_is_floored_and_nan_inf_negative_are_refused_and_counted() -> None:
     applied, stale = store.update_priorities(keys, np.array([0.0, np.nan, np.inf, -1.0, 2.0]))
     assert (applied, stale) == (2, 0)
     np.testing.assert_allclose(_leaf_priorities(store, keys), [0.01, 1.0, 1.0, 1.0, 2.0])
-    assert store.stats()["replay_refused_priorities"] == 3
+    assert store.stats()["refused_priorities"] == 3
     assert store.update_priorities(np.array([-1, 10**9]), np.array([1.0, 1.0])) == (0, 2)  # never inserted
 
 
@@ -180,7 +188,7 @@ def test_a_sampler_without_priorities_counts_them_as_ignored() -> None:
     store = ReplayStore.in_process(_spec())
     _fill(store, np.random.default_rng(5), 1)
     assert store.update_priorities(np.arange(3), np.ones(3)) == (0, 0)
-    assert store.stats()["replay_ignored_priorities"] == 3
+    assert store.stats()["ignored_priorities"] == 3
 
 
 # ---------------------------------------------------------------- n-step targets
@@ -210,7 +218,7 @@ def _reference(chunk: Chunk, s: int, n: int, gamma: float, final: bool) -> tuple
 
 @pytest.mark.parametrize("image", [False, True])
 @pytest.mark.parametrize(("item_length", "n"), [(1, 1), (1, 3), (3, 2), (2, 6)])
-def test_nstep_targets_match_a_plain_loop(image: bool, item_length: int, n: int) -> None:
+def test_nstep_targets_match_a_plain_loop(image: bool, item_length: int, n: int, draw: np.random.Generator) -> None:
     """Random segments with terminations, truncations (final obs, or the image stand-in) and windows cut at the
     chunk's end (obs row T): every step of every sampled item against the reference."""
     gamma = 0.9
@@ -220,7 +228,7 @@ def test_nstep_targets_match_a_plain_loop(image: bool, item_length: int, n: int)
     out = _batch(spec, 64)
     seen = set()
     for _ in range(5):
-        store.sample(out, n=n, gamma=gamma)
+        store.sample_into(out, draw, n=n, gamma=gamma)
         for i, key in enumerate(out["keys"].tolist()):
             chunk_key, offset = divmod(key, spec.items_per_chunk)
             chunk = chunks[chunk_key]
@@ -239,7 +247,7 @@ def test_nstep_targets_match_a_plain_loop(image: bool, item_length: int, n: int)
 # ---------------------------------------------------------------- uniform and fifo
 
 
-def test_uniform_covers_every_live_item_and_nothing_else() -> None:
+def test_uniform_covers_every_live_item_and_nothing_else(draw: np.random.Generator) -> None:
     spec = _spec(max_size=24, batch=32)  # 6 chunks
     store = ReplayStore.in_process(spec)
     _fill(store, np.random.default_rng(7), 3)  # the first segment's chunks are overwritten
@@ -248,19 +256,19 @@ def test_uniform_covers_every_live_item_and_nothing_else() -> None:
     out = _batch(spec, 32)
     drawn: set[int] = set()
     for _ in range(50):
-        store.sample(out)
+        store.sample_into(out, draw)
         drawn.update(out["keys"].tolist())
         assert (out["weights"] == 1.0).all()
     assert drawn == live
 
 
-def test_fifo_hands_out_each_item_once_in_order_and_removes_read_chunks() -> None:
+def test_fifo_hands_out_each_item_once_in_order_and_removes_read_chunks(draw: np.random.Generator) -> None:
     spec = _spec(T=4, B=2, item_length=2, sampler="fifo", samples_per_insert=1, max_size=18, batch=4, error_buffer=None)
     store = ReplayStore.in_process(spec)  # 3 items per chunk, 6 per segment
     rng = np.random.default_rng(8)
     chunks = _fill(store, rng, 1)
     out = _batch(spec, 4)
-    store.sample(out)
+    store.sample_into(out, draw)
     assert out["keys"].tolist() == [0, 1, 2, 3]
     np.testing.assert_array_equal(out["obs"][:, 3], chunks[1]["obs"][0:2])  # item 3: chunk 1, offset 0
     assert store.size == 3  # chunk 0 was read to its end: removed
@@ -268,16 +276,16 @@ def test_fifo_hands_out_each_item_once_in_order_and_removes_read_chunks() -> Non
     chunks.update(_fill(store, rng, 1))
     handed = []
     while store.can_sample(4):
-        store.sample(out)
+        store.sample_into(out, draw)
         handed += out["keys"].tolist()
     assert handed == [4, 5, 6, 7, 8, 9, 10, 11]
-    assert store.size == 0 and store.stats()["replay_sampled"] == 12
+    assert store.size == 0 and store.stats()["sampled"] == 12
 
 
 # ---------------------------------------------------------------- the rate limiter through the store
 
 
-def test_rate_limiter_holds_and_releases_both_sides() -> None:
+def test_rate_limiter_holds_and_releases_both_sides(draw: np.random.Generator) -> None:
     """spi 2, min_size 6, inserts of 8 items, samples of 4: error buffer max((16 + 4) / 2, 14) = 14, and the
     deficit 2 * (I - 6) - S decides."""
     spec = _spec(T=4, B=2, samples_per_insert=2, min_size=6, batch=4, error_buffer=None)
@@ -291,18 +299,19 @@ def test_rate_limiter_holds_and_releases_both_sides() -> None:
     with pytest.raises(RuntimeError, match="held by the rate limiter"):
         store.insert(_segment(spec, rng))
     assert store.size == 8  # the refused insert wrote nothing
-    store.sample(out)  # deficit 0
+    store.sample_into(out, draw)  # deficit 0
     assert not store.can_insert(8)
-    store.sample(out)  # deficit -4
+    store.sample_into(out, draw)  # deficit -4
     assert store.can_insert(8)
-    store.sample(out)
-    store.sample(out)  # deficit -12
+    store.sample_into(out, draw)
+    store.sample_into(out, draw)  # deficit -12
     assert not store.can_sample(4)  # -16 < -14: the sampler is ahead
     with pytest.raises(RuntimeError, match="held"):
-        store.sample(out)
+        store.sample_into(out, draw)
     _fill(store, rng, 1)  # deficit 4
     assert store.can_sample(4)
-    assert store.stats()["replay_samples_per_insert"] == pytest.approx(16 / 10)
+    assert store.stats()["samples_per_insert"] == pytest.approx(16 / 10)
+    assert store.inserted_steps == store.stats()["inserted_steps"] == 2 * 2 * 4  # two segments of 2 columns x 4
 
 
 @settings(max_examples=40, deadline=None)
@@ -333,7 +342,7 @@ def test_some_side_can_always_move_at_the_default_buffer(
         if inserts and (not samples or data.draw(st.booleans())):
             store.insert({name: arr[:, :columns] for name, arr in _segment(spec, rng).items()})
         else:
-            store.sample(_batch(spec, m))
+            store.sample_into(_batch(spec, m), rng)
 
 
 # ---------------------------------------------------------------- shared memory, crashes, save and load
@@ -374,14 +383,16 @@ def _assert_same(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
             assert a[name] == b[name], name
 
 
-def test_a_worker_dropped_without_closing_finds_every_item_and_priority_again(tag: str) -> None:
+def test_a_worker_dropped_without_closing_finds_every_item_and_priority_again(
+    tag: str, draw: np.random.Generator
+) -> None:
     spec = _spec(sampler="prioritized", max_size=24)
     with _controller(tag, spec):
         worker = ReplayStore.attach(tag, spec)
         _fill(worker, np.random.default_rng(10), 3)
         worker.update_priorities(np.array([12, 13, 20]), np.array([7.0, 0.0, np.nan]))
         out = _batch(spec, 8)
-        worker.sample(out)
+        worker.sample_into(out, draw)
         before = _state(worker)
         del worker  # killed: nothing closed, nothing flushed
         gc.collect()
@@ -419,7 +430,7 @@ os.kill(os.getpid(), signal.SIGKILL)
         again.close()
 
 
-def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str) -> None:
+def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str, draw: np.random.Generator) -> None:
     """The chunks an insert overwrites are dead before it writes; the new ones live only once written."""
 
     class Killed(Exception):
@@ -447,7 +458,7 @@ def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str) -> None:
                 np.testing.assert_array_equal(again._chunks[name][key % spec.capacity], arr)
         out = _batch(spec, 8)
         for _ in range(20):
-            again.sample(out)
+            again.sample_into(out, draw)
             assert (out["keys"] >= 3 * spec.items_per_chunk).all()
         again.close()
 
@@ -468,12 +479,12 @@ def test_attach_gives_items_published_without_priorities_the_running_max(tag: st
         again.close()
 
 
-def test_save_and_load_round_trip(tmp_path: Path) -> None:
+def test_save_and_load_round_trip(tmp_path: Path, draw: np.random.Generator) -> None:
     spec = _spec(sampler="prioritized", max_size=24)
     store = ReplayStore.in_process(spec)
     chunks = _fill(store, np.random.default_rng(13), 3)
     store.update_priorities(np.arange(12, 20), np.arange(1.0, 9.0))
-    store.sample(_batch(spec, 8))
+    store.sample_into(_batch(spec, 8), draw)
     path = tmp_path / "replay.npz"
     store.save(path)
     with np.load(path, allow_pickle=False) as data:  # a plain .npz: the live chunks in key order, across the wrap
@@ -532,17 +543,17 @@ def test_spec_refuses_what_cannot_work_with_the_layout() -> None:
         _spec(sampler="fifo", samples_per_insert=1, max_size=20, error_buffer=None)
     layout = PoolLayout(1, 1, _fields(4, 3, False), segment_scoped=frozenset({"version"}))
     with pytest.raises(NotImplementedError, match="segment-scoped fields"):
-        ReplaySpec.of(ReplayConfig(item_length=2, min_size=1), layout, 8)
+        ReplaySpec.of(layout, ReplayConfig(item_length=2, min_size=1), 8)
 
 
-def test_a_batch_of_the_wrong_shape_is_refused() -> None:
+def test_a_batch_of_the_wrong_shape_is_refused(draw: np.random.Generator) -> None:
     spec = _spec()
     store = ReplayStore.in_process(spec)
     _fill(store, np.random.default_rng(16), 1)
     out = _batch(spec, 8)
     out["returns"] = np.zeros((1, 7), np.float32)
     with pytest.raises(ValueError, match=r"batch field 'returns' is float32 \(1, 7\), expected float32 \(1, 8\)"):
-        store.sample(out)
+        store.sample_into(out, draw)
     bad = _segment(spec, np.random.default_rng(17))
     bad["rewards"] = bad["rewards"].astype(np.float64)
     with pytest.raises(ValueError, match="segment field 'rewards' is float64"):

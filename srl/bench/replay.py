@@ -81,13 +81,16 @@ def _srl(
     out = {n: np.zeros(f.shape, f.dtype) for n, f in spec.batch_fields(spec.max_sample_batch).items()}
     if spec.sampler == "uniform":
         yield row(
-            "uniform_sample", "srl", spec.max_sample_batch, median_seconds(lambda: store.sample(out), repeats, number)
+            "uniform_sample",
+            "srl",
+            spec.max_sample_batch,
+            median_seconds(lambda: store.sample_into(out, rng), repeats, number),
         )
         return
     priorities = rng.random((16, spec.max_sample_batch)) + 1e-3
 
     def prioritized() -> None:
-        store.sample(out)
+        store.sample_into(out, rng)
         store.update_priorities(out["keys"], priorities[next(calls) % 16])
 
     yield row("prioritized_sample_update", "srl", spec.max_sample_batch, median_seconds(prioritized, repeats, number))
@@ -96,7 +99,7 @@ def _srl(
 def _spec(cfg: ExperimentConfig, layout: PoolLayout, batch: int, sampler: Sampler) -> ReplaySpec:
     """The config's replay with this sampler, its limiter wide open."""
     replay = dataclasses.replace(cfg.replay, sampler=sampler, alpha=ALPHA, beta=BETA, error_buffer=OPEN)
-    return ReplaySpec.of(replay, layout, batch, cfg.seed)
+    return ReplaySpec.of(layout, replay, batch)
 
 
 def _random(fields: Mapping[str, FieldSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -54,10 +54,9 @@ class ReplaySpec:
     error_buffer: float
     """Resolved: the config's, or the least the rate limiter's no-deadlock bound allows."""
     max_sample_batch: int
-    seed: int = 0
 
     @classmethod
-    def of(cls, cfg: ReplayConfig, layout: PoolLayout, max_sample_batch: int, seed: int = 0) -> ReplaySpec:
+    def of(cls, layout: PoolLayout, cfg: ReplayConfig, max_sample_batch: int) -> ReplaySpec:
         """The store for segments of ``layout`` sampled in batches of at most ``max_sample_batch`` items.
 
         Raises ConfigError naming the ``replay`` field that cannot work with this layout, and
@@ -92,7 +91,6 @@ class ReplaySpec:
             cfg.min_size,
             0.0,
             max_sample_batch,
-            seed,
         )
         return spec._with_buffer(cfg.error_buffer)
 

@@ -69,7 +69,6 @@ class ReplayStore:
             self._counters[2:4],
         )
         self._reader = ItemReader(spec, self._chunks)
-        self._rng = np.random.default_rng(spec.seed)
         self._priorities: PrioritizedSampler | None = None
         if spec.sampler == "prioritized":
             self._priorities = PrioritizedSampler(
@@ -118,6 +117,16 @@ class ReplayStore:
     def size(self) -> int:
         """Live items."""
         return self.slots.size * self.spec.items_per_chunk
+
+    @property
+    def items_per_segment(self) -> int:
+        """Items one whole segment inserts (what to ask :meth:`can_insert` for)."""
+        return self.spec.max_insert_batch
+
+    @property
+    def inserted_steps(self) -> int:
+        """Environment steps (segment columns times T) ever inserted, kept across restarts."""
+        return self.slots.next_key * self.spec.steps
 
     def _unread(self) -> int:
         """Items a queue has not handed out yet."""
@@ -197,13 +206,24 @@ class ReplayStore:
 
     # ---------------------------------------------------------------- sample
 
-    def sample(self, out: Mapping[str, np.ndarray], n: int = 1, gamma: float = 0.99) -> None:
-        """Fill ``out`` (allocated from :meth:`ReplaySpec.batch_fields`) with ``len(out["keys"])`` items and their
-        ``n``-step targets; a RuntimeError if the rate limiter holds it (ask :meth:`can_sample`)."""
+    def sample_into(
+        self,
+        out: Mapping[str, np.ndarray],
+        rng: np.random.Generator,
+        n: int = 1,
+        gamma: float = 0.99,
+        beta: float | None = None,
+    ) -> None:
+        """Fill ``out`` (allocated from :meth:`ReplaySpec.batch_fields`; other fields in it are left alone) with
+        ``len(out["keys"])`` items drawn with ``rng``, their ``n``-step targets, and importance weights at ``beta``
+        (the spec's when None; a run may anneal it). A RuntimeError if the rate limiter holds it (ask
+        :meth:`can_sample`)."""
         batch = self._check_batch(out)
         if not self.can_sample(batch):
             raise RuntimeError(f"sample of {batch} items is held (rate limiter deficit {self.limiter.deficit:g})")
-        chunk_keys, offsets = self._draw(batch, out["weights"])
+        if beta is not None and self._priorities is not None:
+            self._priorities.beta = beta
+        chunk_keys, offsets = self._draw(batch, rng, out["weights"])
         slots = chunk_keys % self.spec.capacity
         self._reader.read(slots, offsets, n, gamma, out)
         out["keys"][...] = chunk_keys * self.spec.items_per_chunk + offsets
@@ -221,12 +241,12 @@ class ReplayStore:
                 raise ValueError(f"batch field {name!r} is {got}, expected {spec.dtype} {spec.shape}")
         return batch
 
-    def _draw(self, batch: int, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _draw(self, batch: int, rng: np.random.Generator, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Chunk keys and offsets of ``batch`` items by the spec's sampler; their importance weights go to
         ``weights``."""
         per = self.spec.items_per_chunk
         if self._priorities is not None:
-            leaves, w = self._priorities.sample(batch, self._rng)
+            leaves, w = self._priorities.sample(batch, rng)
             weights[...] = w
             slots, offsets = np.divmod(leaves, per)
             return self.slots.keys_of(slots), offsets
@@ -234,7 +254,7 @@ class ReplayStore:
         if self.spec.sampler == "fifo":
             start = max(int(self._counters[_C["cursor"]]), self.slots.first * per)
             return np.divmod(np.arange(start, start + batch, dtype=np.int64), per)
-        items = self.slots.first * per + self._rng.integers(0, self.size, size=batch, dtype=np.int64)
+        items = self.slots.first * per + rng.integers(0, self.size, size=batch, dtype=np.int64)
         return np.divmod(items, per)
 
     def _advance(self, batch: int) -> None:
@@ -273,16 +293,6 @@ class ReplayStore:
         self._counters[_C["refused"]] += refused
         return int(leaves.size - refused), stale
 
-    @property
-    def beta(self) -> float:
-        """The importance-weight exponent (a run may anneal it towards 1)."""
-        return self.spec.beta if self._priorities is None else self._priorities.beta
-
-    @beta.setter
-    def beta(self, value: float) -> None:
-        if self._priorities is not None:
-            self._priorities.beta = value
-
     def _repair(self) -> None:
         """After an attach: dead chunks' priorities 0, live items' at least ``eps`` (a kill between publishing a
         chunk and its priorities left them 0), every sum of the tree recomputed from its leaves."""
@@ -299,20 +309,22 @@ class ReplayStore:
     # ---------------------------------------------------------------- stats, save and load
 
     def stats(self) -> dict[str, float]:
-        """Size, counts, measured samples per insert and priority statistics, for the metrics."""
+        """Size, counts, measured samples per insert and priority statistics, for the metrics (a reporter adds
+        its ``replay_`` prefix)."""
         c = self._counters
         out = {
-            "replay_size": float(self.size),
-            "replay_inserted": float(self.limiter.inserts),
-            "replay_sampled": float(self.limiter.samples),
-            "replay_samples_per_insert": self.limiter.measured_samples_per_insert,
-            "replay_stale_priorities": float(c[_C["stale"]]),
-            "replay_refused_priorities": float(c[_C["refused"]]),
-            "replay_ignored_priorities": float(c[_C["ignored"]]),
+            "size": float(self.size),
+            "inserted": float(self.limiter.inserts),
+            "inserted_steps": float(self.inserted_steps),
+            "sampled": float(self.limiter.samples),
+            "samples_per_insert": self.limiter.measured_samples_per_insert,
+            "stale_priorities": float(c[_C["stale"]]),
+            "refused_priorities": float(c[_C["refused"]]),
+            "ignored_priorities": float(c[_C["ignored"]]),
         }
         if self._priorities is not None:
-            out["replay_priority_max"] = self._priorities.max_priority
-            out["replay_priority_alpha_mean"] = self._priorities.tree.total / max(1, self.size)
+            out["priority_max"] = self._priorities.max_priority
+            out["priority_alpha_mean"] = self._priorities.tree.total / max(1, self.size)
         return out
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -24,7 +24,10 @@ class ReplayConfig:
     alpha: float = 0.6
     """Prioritized: exponent on priorities (0 samples uniformly, 1 fully in proportion)."""
     beta: float = 0.4
-    """Prioritized: exponent of the importance weights (0 leaves the sampling bias uncorrected, 1 corrects it)."""
+    """Prioritized: exponent of the importance weights at the run's start (0 leaves the sampling bias
+    uncorrected, 1 corrects it)."""
+    beta_final: float = 1.0
+    """Prioritized: the exponent at the run's end; it moves linearly from ``beta`` with the env steps taken."""
     priority_eps: float = 1e-6
     """Prioritized: the floor of every priority, so no item starves (a zero TD error is floored to it)."""
     samples_per_insert: float = 8.0
@@ -50,7 +53,7 @@ class ReplayConfig:
             "min_size",
             f"{self.min_size} items before the first sample never fit in max_size {self.max_size}",
         )
-        for name in ("alpha", "beta"):
+        for name in ("alpha", "beta", "beta_final"):
             value = getattr(self, name)
             check(0.0 <= value <= 1.0, name, f"must be in [0, 1], got {value}")
         check(
