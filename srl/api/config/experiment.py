@@ -16,6 +16,7 @@ from srl.api.config.parse import build, to_dict
 from srl.api.config.policies import AgentRule, PolicySpec, policy_names
 from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
+from srl.api.config.replay import ReplayConfig
 from srl.api.config.run import RunConfig
 from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
@@ -54,6 +55,8 @@ class ExperimentConfig:
     """An optional worker between actors and trainers."""
     league: LeagueConfig = field(default_factory=LeagueConfig)
     """Self-play against a pool of past selves (two-player turn-based games)."""
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """The replay store of an off-policy algorithm."""
     agents: tuple[AgentRule, ...] = ()
     """Which policy plays each agent of a multi-agent env: rules ``{match: REGEX, policy: NAME}``, the first
     whose ``match`` matches an agent's whole id wins. None: every agent shares one policy (``default``)."""
@@ -83,6 +86,11 @@ class ExperimentConfig:
             self.ppo.burn_in < self.workers.segment_length,
             "ppo.burn_in",
             f"{self.ppo.burn_in} warm-up steps leave nothing to train in segments of {self.workers.segment_length}",
+        )
+        check(
+            self.replay.item_length <= self.workers.segment_length,
+            "replay.item_length",
+            f"items of {self.replay.item_length} steps do not fit in segments of {self.workers.segment_length}",
         )
         check(
             self.model.core == "none" or self.ppo.memory == "recompute" or self.model.shared_encoder,
