@@ -47,8 +47,8 @@ def sampling(plan: Plan, policy: int) -> Sampling:
 
 def replay_spec(plan: Plan, replay: int) -> ReplaySpec:
     """The store of replay ``replay``: chunks of its policy's segments, as the ``replay`` section shapes it."""
-    policy = plan.policies[plan.policy_of_trainer(replay)]
-    return ReplaySpec.of(policy.layout, plan.cfg.replay)
+    k = plan.policy_of_trainer(replay)
+    return ReplaySpec.of(plan.policies[k].layout, plan.cfg.replay, sampling(plan, k).batch_size)
 
 
 def batch_layout(plan: Plan, endpoint: Endpoint) -> PoolLayout:

@@ -150,12 +150,12 @@ class ReplayWorker(Worker):
     @property
     def env_steps(self) -> int:
         """Env steps the store has taken in (one per env, however many agents)."""
-        return self.store.stats()["inserted_steps"] // self.agents_per_env
+        return self.store.inserted_steps // self.agents_per_env
 
     def _report(self, force: bool = False) -> None:
         if not self._reports.due(force):
             return
-        meta = {f"replay_{k}": float(v) for k, v in self.store.stats().items()}
+        meta: dict[str, float | int] = {k: float(v) for k, v in self.store.stats().items()}
         meta.update(
             replay=self.index,
             pending_segments=len(self._pending),
