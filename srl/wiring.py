@@ -18,6 +18,7 @@ from typing import Any
 from gymnasium import spaces
 from torch import nn
 
+from srl.algorithms.dqn_math import dueling as dueling_rule
 from srl.api.algorithm import AlgorithmClass, AlgorithmContext, PlanView
 from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.api.config.errors import check
@@ -26,8 +27,9 @@ from srl.api.spaces import OBS, STATE
 from srl.api.worker import Algorithm, Collective, Policy
 from srl.nets.memory import Recurrent
 from srl.nets.policy import PolicyNet, ValueNet
+from srl.nets.q import QNetwork
 
-ALGORITHMS = {"ppo": "srl.algorithms.ppo:PPO", "lm_ppo": "srl.text.algorithm:LMPPO"}
+ALGORITHMS = {"ppo": "srl.algorithms.ppo:PPO", "lm_ppo": "srl.text.algorithm:LMPPO", "dqn": "srl.algorithms.dqn:DQN"}
 """Built-in names for ``algorithm:``."""
 
 ENCODERS = {"default": "srl.nets.policy:ObsEncoder.from_model"}
@@ -35,7 +37,7 @@ ENCODERS = {"default": "srl.nets.policy:ObsEncoder.from_model"}
 
 
 class NetModels:
-    """The networks of a run: actor and critic for its spaces, shaped by its ``model`` section.
+    """The networks of a run: actor and critic (or a Q network) for its spaces, shaped by its ``model`` section.
 
     Each network gets its own ``Encoder(obs_space, model)`` from what ``model.encoder`` names (built in, or
     ``package.module:Encoder``): an ``nn.Module`` with ``out_dim`` whose ``forward`` maps the observation parts
@@ -92,6 +94,11 @@ class NetModels:
             encoder=None if on_state or shared_encoder is not None else self.encoder(),
             root=STATE if on_state else OBS,
         )
+
+    def q(self, dueling: bool = False) -> QNetwork:
+        """A Q network: its own encoder (``model.encoder``, with the ``hidden`` torso), then one Q value per action,
+        or with ``dueling`` a value and an advantage head joined by :func:`srl.algorithms.dqn_math.dueling`."""
+        return QNetwork(self.obs_space, self.action_space, self.encoder(), dueling_rule if dueling else None)
 
 
 DEFAULT_DISCOUNT = 0.99

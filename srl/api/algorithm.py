@@ -114,6 +114,25 @@ class CriticNet(Net, Protocol):
     def denormalize(self, out: Tensor, /) -> Tensor: ...
 
 
+class QNet(Net, Protocol):
+    """A Q network (``srl.nets.q.QNetwork``): one value per action of a Discrete action space."""
+
+    actions: int
+    """How many actions there are (the width of the Q values)."""
+
+    def buffers(self) -> Iterator[Tensor]:
+        """Its non-learned state (observation statistics), which a target network copies with the weights."""
+
+    def __call__(self, obs: Obs, /) -> Tensor:
+        """Q values ``[N, actions]``, with gradients; illegal actions included (:meth:`legal` says which)."""
+
+    def legal(self, obs: Obs, /) -> Tensor | None:
+        """The legal-action mask ``[N, actions]`` of the observations, or None when they carry none."""
+
+    def greedy(self, obs: Obs, /) -> Tensor:
+        """The best legal action of each observation, int64 ``[N]``, without autograd."""
+
+
 class Models(Protocol):
     """Network constructors for the run's spaces and ``model`` section."""
 
@@ -124,6 +143,9 @@ class Models(Protocol):
         """A new critic with its own encoder, or a head on ``shared_encoder`` (an actor's ``encoder``);
         ``normalize_values``: its head predicts returns standardized by running statistics (``return_normalizer``),
         a setting of the algorithm that trains it."""
+
+    def q(self, dueling: bool = False) -> QNet:
+        """A new Q network with its own encoder (Discrete actions only); ``dueling``: value and advantage heads."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from srl.nets.memory import Recurrent
 from srl.nets.mlp import init_linear, mlp
 from srl.nets.normalizer import RunningMeanStd
 
-__all__ = ["ObsEncoder", "PolicyNet", "ValueNet"]
+__all__ = ["Flattened", "ObsEncoder", "PolicyNet", "ValueNet"]
 
 
 def _run_layers(layers: Sequence[nn.Module], x: Tensor) -> Tensor:
@@ -184,7 +184,7 @@ def _state_tensors(module: nn.Module) -> list[Tensor]:
     return list(module.parameters()) + list(module.buffers())
 
 
-class _Flattened(nn.Module):
+class Flattened(nn.Module):
     """A module whose parameters and buffers travel as one flat float32 vector."""
 
     _flat: FlatState
@@ -214,7 +214,7 @@ class _Flattened(nn.Module):
         self._flat.unpack(_state_tensors(self), flat)
 
 
-class PolicyNet(_Flattened):
+class PolicyNet(Flattened):
     """The actor: observation -> action distribution (see :mod:`srl.nets.distributions`).
 
     Discrete and MultiDiscrete actions are indices ``0..n-1`` (a ``start`` offset is the env adapter's job), Box
@@ -305,7 +305,7 @@ class PolicyNet(_Flattened):
         return masked_categorical_evaluate(mask_logits(out, legal), actions.reshape(-1))
 
 
-class ValueNet(_Flattened):
+class ValueNet(Flattened):
     """The critic: observation -> scalar value. Leaves its trainer only with a centralized critic.
 
     By default it owns its encoder. Given ``shared_encoder`` (the actor's), it

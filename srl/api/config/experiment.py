@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from srl.api.config.dqn import DQNConfig
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import check
 from srl.api.config.league import LeagueConfig
@@ -49,6 +50,8 @@ class ExperimentConfig:
     """Network shape."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters."""
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    """DQN hyper-parameters (``algorithm: dqn``)."""
     params: ParamsConfig = field(default_factory=ParamsConfig)
     """The parameter service."""
     stage: StageConfig = field(default_factory=StageConfig)

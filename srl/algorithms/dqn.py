@@ -1,0 +1,314 @@
+"""DQN as an :class:`~srl.api.worker.Algorithm` for the trainer worker, its greedy acting policy, and the actors'
+epsilon-greedy exploration.
+
+The trainer learns from replay items (see :meth:`DQN.train` for the batch it is handed): double Q targets
+over the n-step returns the replay computed when it sampled, an optional dueling head, importance weights of
+prioritized replay, and a target network refreshed by a hard copy every ``target_every`` learner steps or by
+Polyak averaging. It hands back each item's absolute TD error as its new priority. The math lives in
+:mod:`srl.algorithms.dqn_math`.
+
+Exploration is not the policy's: policy workers batch many actors' rows and cannot know whose they are. The
+acting policy is greedy (what evaluation and ``srl.load_policy`` run), and each actor explores over its own
+columns through :meth:`DQN.explorer` (:mod:`srl.api.explore`): one decaying rate, or Ape-X's fixed ladder of
+rates over every env of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from srl.algorithms.adam import Adam
+from srl.algorithms.dqn_math import double_q_target, epsilon_ladder, linear_epsilon, polyak_, q_target, td_loss
+from srl.algorithms.grad_clip import GradClipper, clip_all
+from srl.algorithms.ppo import as_tensors
+from srl.api.algorithm import AlgorithmContext, Obs, QNet
+from srl.api.config import ConfigError, DQNConfig, ExperimentConfig
+from srl.api.schema import Field
+from srl.api.spaces import action_spec, mask_part, obs_parts
+from srl.api.worker import Priorities, TrainResult
+
+BOOT = "boot_"
+"""Prefix of the batch fields that hold each step's bootstrap observation (``boot_obs``, ``boot_obs.<key>``)."""
+
+
+def require_discrete(action_space: spaces.Space, cfg: ExperimentConfig) -> None:
+    """One line naming the space, and the algorithm that fits it, unless the actions are Discrete."""
+    if not isinstance(action_space, spaces.Discrete):
+        raise ConfigError(
+            f"algorithm: dqn needs a Discrete action space; env {cfg.env.id!r} has {action_space}: use ppo"
+        )
+
+
+def dqn_settings(ctx: AlgorithmContext) -> DQNConfig:
+    """The run's ``dqn`` section: the typed settings the context carries, or the config's own section."""
+    return ctx.args if isinstance(ctx.args, DQNConfig) else ctx.cfg.dqn
+
+
+class QPolicy:
+    """Numpy-in, numpy-out greedy acting on a Q network (``models.q()``): the best legal action of each row.
+
+    It never explores, whatever ``deterministic`` says: exploration is the actors' (:meth:`DQN.explorer`).
+    """
+
+    def __init__(self, net: QNet) -> None:
+        self.net = net.eval()
+
+    def output_fields(self) -> tuple[Field, ...]:
+        """Nothing besides the actions: a transition is all the replay needs."""
+        return ()
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        return {"actions": self.net.greedy(as_tensors(obs)).numpy()}
+
+    def load_flat(self, flat: np.ndarray) -> None:
+        self.net.load_flat_state(flat)
+
+    def flat_size(self) -> int:
+        return self.net.flat_size()
+
+    def flat_state(self) -> np.ndarray:
+        return self.net.flat_state()
+
+
+class EpsilonGreedy:
+    """One actor's epsilon-greedy exploration: each of its columns takes a uniformly random legal action with
+    its column's rate, else keeps the policy's (:class:`~srl.api.explore.Explorer`).
+
+    ``linear``: one rate for every column, decaying with the run's env steps, estimated as this actor's times
+    the number of actors (actors step at about one speed). ``ladder``: Ape-X's fixed rate per run-global column.
+    """
+
+    def __init__(self, cfg: DQNConfig, actions: int, mask: str | None, first: int, count: int, total: int, actors: int):
+        self.cfg, self.actions, self.mask, self.actors = cfg, actions, mask, actors
+        self.ladder = (
+            epsilon_ladder(total, cfg.ladder_base, cfg.ladder_alpha)[first : first + count]
+            if cfg.epsilon == "ladder"
+            else None
+        )
+        self.count = count
+        self.current = cfg.epsilon_start if self.ladder is None else float(self.ladder.mean())
+
+    def rates(self, columns: slice, env_steps: int) -> np.ndarray | float:
+        """The rate of each of the local ``columns`` (one rate for them all with ``linear``)."""
+        start, stop, step = columns.indices(self.count)
+        if step != 1 or columns.start != start or columns.stop != stop:
+            raise ValueError(f"explore: columns {columns} must be a contiguous range of the actor's {self.count}")
+        if self.ladder is not None:
+            return self.ladder[columns]
+        c = self.cfg
+        self.current = linear_epsilon(
+            env_steps * self.actors, c.epsilon_start, c.epsilon_end, c.epsilon_decay_env_steps
+        )
+        return self.current
+
+    def explore(
+        self,
+        actions: np.ndarray,
+        obs: Mapping[str, np.ndarray],
+        columns: slice,
+        env_steps: int,
+        rng: np.random.Generator,
+    ) -> None:
+        eps = self.rates(columns, env_steps)
+        if len(actions) != columns.stop - columns.start:
+            raise ValueError(
+                f"explore: {len(actions)} actions for the {columns.stop - columns.start} columns {columns}"
+            )
+        rows = np.flatnonzero(rng.random(len(actions)) < eps)
+        if not len(rows):
+            return
+        if self.mask is None:
+            actions[rows] = rng.integers(0, self.actions, len(rows))
+            return
+        legal = np.asarray(obs[self.mask])[rows] != 0
+        # the largest of independent uniforms over the legal actions is a uniform pick among them
+        picks = np.where(legal, rng.random(legal.shape), -1.0).argmax(axis=1)
+        some = legal.any(axis=1)  # a row with no legal action keeps the policy's answer
+        actions[rows[some]] = picks[some]
+
+    def stats(self) -> dict[str, float]:
+        """``epsilon``: the mean rate over this actor's columns at its last :meth:`explore`."""
+        return {"epsilon": float(self.current)}
+
+
+class PolicyView(Protocol):
+    """What :meth:`DQN.check` reads of a policy's plan."""
+
+    @property
+    def action_space(self) -> spaces.Space: ...
+
+
+class PlanView(Protocol):
+    """What :meth:`DQN.check` reads of the run's plan (``srl.runtime.plan.Plan``)."""
+
+    @property
+    def cfg(self) -> ExperimentConfig: ...
+
+    @property
+    def policies(self) -> Sequence[PolicyView]: ...
+
+
+class DQN:
+    """Double DQN with an optional dueling head, n-step returns from the replay, prioritized replay's weights,
+    a hard-copied or Polyak-averaged target network, Adam and a gradient-norm clip.
+
+    With a ``collective`` this is one of several data-parallel replicas, each sampling its own replay: gradients
+    and observation statistics are averaged across them, so their networks stay identical.
+    """
+
+    section = "dqn"
+    settings = DQNConfig
+    on_policy = False
+
+    def __init__(self, ctx: AlgorithmContext) -> None:
+        cfg = dqn_settings(ctx)
+        torch.manual_seed(ctx.seed)
+        self.cfg = cfg
+        self.collective = ctx.collective
+        self.device = torch.device(ctx.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"trainer device {ctx.device!r}: torch sees no CUDA device on this machine")
+        self.parts = tuple(p.name for p in obs_parts(ctx.obs_space))
+        self.q: QNet = ctx.models.q(cfg.dueling).to(self.device)
+        self.target: QNet = ctx.models.q(cfg.dueling).to(self.device)
+        self.target.load_state_dict(self.q.state_dict())
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+        self.optimizer = Adam(self.q.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.clipper = GradClipper(list(self.q.parameters()), cfg.max_grad_norm)
+        self.learner_steps = 0
+        """Updates so far (what hard target copies are counted in)."""
+
+    @staticmethod
+    def acting_policy(ctx: AlgorithmContext) -> QPolicy:
+        """Greedy acting; the run's plan builds one first, so a non-Discrete action space is refused here too."""
+        require_discrete(ctx.action_space, ctx.cfg)
+        return QPolicy(ctx.models.q(dqn_settings(ctx).dueling))
+
+    @staticmethod
+    def explorer(ctx: AlgorithmContext, first: int, count: int, total: int, actors: int) -> EpsilonGreedy:
+        """Epsilon-greedy over the run-global columns ``[first, first + count)`` of ``total``."""
+        require_discrete(ctx.action_space, ctx.cfg)
+        action = action_spec(ctx.action_space)
+        mask = mask_part(obs_parts(ctx.obs_space), action)
+        cfg = dqn_settings(ctx)
+        return EpsilonGreedy(cfg, action.nvec[0], None if mask is None else mask.name, first, count, total, actors)
+
+    @staticmethod
+    def check(plan: PlanView) -> None:
+        """What only the probed env tells: Discrete actions; and what the replay's items must hold."""
+        cfg = plan.cfg
+        for policy in plan.policies:
+            require_discrete(policy.action_space, cfg)
+        if cfg.model.core != "none":
+            raise ConfigError(f"model.core: dqn has no recurrent Q network; use none, not {cfg.model.core!r}")
+        if cfg.dqn.nstep > cfg.workers.segment_length:
+            raise ConfigError(
+                f"dqn.nstep: {cfg.dqn.nstep}-step returns are longer than the stored sequences "
+                f"(workers.segment_length={cfg.workers.segment_length})"
+            )
+        # dqn.batch_size above replay.max_size belongs here too, once the replay section exists
+
+    # ------------------------------------------------------------------ Algorithm
+    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
+        """One learner step on ``N`` replay items of ``L`` steps: for each observation part ``P``, ``P`` and
+        ``boot_P`` ``[L, N, ...]`` (each step's observation and the one its n-step target bootstraps from),
+        ``actions [L, N]``, ``returns`` and ``discounts`` ``[L, N]`` (n-step reward sums and ``gamma^m``, 0
+        after a terminal), ``weights [N]`` (importance weights) and ``keys [N]``. The target is
+        ``returns + discounts * Q_target(boot, a*)``; each item's new priority is its largest ``|td|``."""
+        length, n = batch["actions"].shape[:2]
+        obs = {name: self._rows(batch[name]) for name in self.parts}
+        boot = {name: self._rows(batch[BOOT + name]) for name in self.parts}
+        actions = self._rows(batch["actions"]).long()
+        weights = self._tensor(batch["weights"]).float().repeat(length)  # rows are time-major: item i is row t*N+i
+        target = self._targets(boot, self._rows(batch["returns"]), self._rows(batch["discounts"]))
+        q_all = self.q(obs)
+        q_taken = q_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        loss, td = td_loss(q_taken, target, weights, self.cfg.loss)
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.collective is not None:
+            self.collective.mean_([p.grad for p in self.q.parameters() if p.grad is not None])
+        stats = clip_all({"q": self.clipper})
+        self.optimizer.step()
+        self.learner_steps += 1
+        self._update_target()
+        self._update_normalizers(obs)
+        priorities = td.abs().reshape(length, n).amax(dim=0).float().cpu().numpy()
+        stats.update(
+            loss=float(loss.detach()),
+            td_abs_mean=float(td.abs().mean()),
+            q_mean=float(q_taken.detach().mean()),
+            q_max=float(q_all.detach().max()),
+            target_mean=float(target.mean()),
+            learner_steps=float(self.learner_steps),
+        )
+        return TrainResult(stats, Priorities(np.asarray(batch["keys"]), priorities))
+
+    def policy_state(self) -> np.ndarray:
+        """The online network's flat state (what :class:`QPolicy` loads)."""
+        return self.q.flat_state()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q": self.q.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "learner_steps": self.learner_steps,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.q.load_state_dict(state["q"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.learner_steps = int(state["learner_steps"])
+
+    def synchronize(self) -> None:
+        """Data-parallel replicas: start from rank 0's online network and statistics, the target a copy of it."""
+        if self.collective is not None:
+            self.collective.broadcast_([t for t in self.q.state_dict().values() if t.dtype == torch.float32])
+            self.target.load_state_dict(self.q.state_dict())
+
+    # ------------------------------------------------------------------ internals
+    @torch.no_grad()
+    def _targets(self, boot: Obs, returns: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
+        """``returns + discounts * Q_target(boot, a*)``, ``a*`` the best legal action by the online network
+        (double Q) or by the target network."""
+        q_next = self.target(boot)
+        legal = self.q.legal(boot)
+        if self.cfg.double_q:
+            return double_q_target(self.q(boot), q_next, returns, discounts, legal)
+        return q_target(q_next, returns, discounts, legal)
+
+    def _update_target(self) -> None:
+        """A hard copy every ``target_every`` learner steps, or a Polyak step after each; the target's buffers
+        (observation statistics) are copied with it, so it normalizes as the weights it holds were trained to."""
+        cfg = self.cfg
+        if cfg.target_update == "hard" and self.learner_steps % cfg.target_every != 0:
+            return
+        polyak_(self.target.parameters(), self.q.parameters(), 1.0 if cfg.target_update == "hard" else cfg.tau)
+        with torch.no_grad():
+            for t, o in zip(self.target.buffers(), self.q.buffers()):
+                t.copy_(o)
+
+    def _update_normalizers(self, obs: Obs) -> None:
+        """Fold the batch into the running observation statistics after the step (merged across replicas)."""
+        inputs = getattr(self.q.encoder, "normalizer_inputs", None)
+        for rms, x in [] if inputs is None else inputs(obs):
+            mean, var, count = rms.moments(x)
+            if self.collective is not None:
+                mean, var, count = self.collective.merge_moments(mean, var, count)
+            rms.update_moments(mean, var, count)
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A batch field as a tensor on the trainer's device (no copy on the CPU)."""
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+    def _rows(self, array: np.ndarray) -> torch.Tensor:
+        """A ``[L, N, ...]`` batch field as ``[L * N, ...]`` on the trainer's device."""
+        return self._tensor(array).reshape(array.shape[0] * array.shape[1], *array.shape[2:])

@@ -1,0 +1,82 @@
+"""The Q network of value-based algorithms (DQN): observation -> one value per Discrete action.
+
+It reads the observation parts through the encoder the run's ``model`` section builds (the built-in
+:class:`~srl.nets.policy.ObsEncoder` with its ``hidden`` torso, or a plugin encoder), then either one linear
+head or a dueling pair of heads (a state value and per-action advantages, joined by the rule it is handed:
+:func:`srl.algorithms.dqn_math.dueling`, which :class:`srl.wiring.NetModels` passes in, since networks do not
+import algorithms). Like the actor it travels as one flat vector, normalizer
+statistics included, so acting and training normalize alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from gymnasium import spaces
+from torch import Tensor, nn
+
+from srl.api.spaces import UnsupportedSpace, action_spec, mask_part, obs_parts
+from srl.nets.distributions import mask_logits
+from srl.nets.mlp import init_linear
+from srl.nets.normalizer import RunningMeanStd
+from srl.nets.policy import Flattened, ObsEncoder
+
+__all__ = ["QNetwork"]
+
+
+class QNetwork(Flattened):
+    """Q values ``[N, A]`` for a Discrete action space of ``A`` actions; ``greedy`` acts on them.
+
+    With a dueling rule, Q comes from a value head ``[N, 1]`` and an advantage head ``[N, A]`` on the same
+    features (Wang et al. 2016), which learns a state's value from every action's updates.
+    """
+
+    def __init__(
+        self,
+        obs_space: spaces.Space,
+        action_space: spaces.Space,
+        encoder: nn.Module,
+        dueling: Callable[[Tensor, Tensor], Tensor] | None = None,
+    ) -> None:
+        """``encoder``: an ``nn.Module`` with ``out_dim`` mapping the observation parts to features; ``dueling``:
+        the rule joining value and advantages into Q, or None for one plain Q head."""
+        super().__init__()
+        action = action_spec(action_space)
+        if action.kind != "discrete":
+            raise UnsupportedSpace(f"a Q network needs a Discrete action space, not {action_space}")
+        self.encoder: ObsEncoder = encoder  # type: ignore[assignment]  # a plugin encoder offers out_dim and forward too
+        self.actions: int = action.nvec[0]
+        mask = mask_part(obs_parts(obs_space), action)
+        self.mask: str | None = None if mask is None else mask.name
+        """The observation part that holds legal actions, or None."""
+        self._dueling = dueling
+        width = self.encoder.out_dim
+        self.head: nn.Linear = init_linear(nn.Linear(width, self.actions), 1.0)
+        """The Q values, or with ``dueling`` the advantages."""
+        self.value: nn.Linear | None = init_linear(nn.Linear(width, 1), 1.0) if dueling is not None else None
+        self._init_flat()
+
+    @property
+    def obs_normalizer(self) -> RunningMeanStd | None:
+        """The normalizer of a plain vector observation (or None), shipped inside ``flat_state``."""
+        return getattr(self.encoder, "obs_normalizer", None)
+
+    def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
+        """Q values ``[N, A]`` of every action, illegal ones included (:meth:`legal` says which are)."""
+        features = self.encoder.forward(obs)
+        out = self.head.forward(features)
+        if self.value is None or self._dueling is None:
+            return out
+        return self._dueling(self.value.forward(features), out)
+
+    def legal(self, obs: Mapping[str, Tensor]) -> Tensor | None:
+        """The legal-action mask ``[N, A]`` (nonzero: legal), or None when the observation has none."""
+        return None if self.mask is None else obs[self.mask]
+
+    @torch.no_grad()
+    def greedy(self, obs: Mapping[str, Tensor]) -> Tensor:
+        """The best legal action of each row, int64 ``[N]`` (a row with no legal action picks among all)."""
+        q = self.forward(obs)
+        legal = self.legal(obs)
+        return (q if legal is None else mask_logits(q, legal)).argmax(dim=-1)
