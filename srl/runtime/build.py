@@ -20,6 +20,7 @@ import zmq
 
 from srl.api.config import ConfigError, to_dict
 from srl.api.env import GroupedSlot, OneGroup
+from srl.api.explore import Explorer, make_explorer
 from srl.api.plugins import resolve
 from srl.api.stage import StageClass, StageContext
 from srl.api.worker import Policy, Worker
@@ -27,7 +28,7 @@ from srl.base.fileio import atomic_save
 from srl.envs.slots import make_grouped, make_slot
 from srl.envs.turns import TurnSlot
 from srl.runtime.fabric import Fabric
-from srl.runtime.plan import Plan
+from srl.runtime.plan import Plan, PolicyPlan
 from srl.runtime.topology import LEAGUE, Role, Stream, WorkerSpec, keeper
 from srl.system.actor_worker import ActorWorker
 from srl.system.batches import BatchSource, SegmentBatches
@@ -42,7 +43,7 @@ from srl.system.run_dir import policy_checkpoints
 from srl.system.stage_worker import StageWorker
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
-from srl.wiring import discount, make_algorithm
+from srl.wiring import algorithm_class, context, discount, make_algorithm
 
 
 @dataclass(frozen=True)
@@ -409,4 +410,15 @@ def build_actor(ctx: BuildContext) -> Worker:
         restore_reward_stats=plan.resume is not None or incarnation > 0,
         save_interval=cfg.run.checkpoint_interval_seconds,
         row=row,
+        explorers=[_explorer(plan, policy, index) for policy in plan.policies],
     )
+
+
+def _explorer(plan: Plan, policy: PolicyPlan, actor: int) -> Explorer | None:
+    """What policy ``policy``'s algorithm declares to explore actor ``actor``'s columns (every slot's, numbered
+    across the run), if anything."""
+    cfg = policy.cfg
+    count = cfg.workers.ring_size * policy.columns_per_slot
+    ctx = context(policy.obs_space, policy.action_space, cfg, state_space=policy.state_space)
+    total, actors = count * cfg.workers.actors, cfg.workers.actors
+    return make_explorer(algorithm_class(cfg), ctx, actor * count, count, total, actors)

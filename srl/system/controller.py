@@ -58,6 +58,7 @@ class Controller:
         self.param_service: dict[str, Mapping[str, Any]] = {}
         self.stages: dict[str, dict[str, Any]] = {}
         self.replays: dict[str, dict[str, Any]] = {}
+        self.actor_explore: dict[int, dict[str, float]] = {}
         """Each replay's newest report: its store's size and counters (``replay_...``)."""
         """The newest report of each stage worker, by name (its counters include its earlier incarnations)."""
         self._stage_before: dict[str, dict[str, int]] = {}
@@ -113,6 +114,9 @@ class Controller:
             if self._train_start is None and self.env_steps > self.env_steps_offset:
                 self._train_start = time.time()  # the first env step reported: training rates count from here
             self.actor_nonfinite[int(meta["actor"])] = int(meta.get("nonfinite_steps", 0))
+            explore = {k: float(v) for k, v in meta.items() if k.startswith("explore_")}
+            if explore:  # an algorithm's exploration (epsilon), averaged over the actors in the metrics
+                self.actor_explore[int(meta["actor"])] = explore
         elif kind == "trainer":
             self.trainers[int(meta.get("trainer", 0))] = dict(meta)
             hist = arrays.get("lag_hist")
@@ -361,6 +365,8 @@ class Controller:
             for key in ("sends", "bytes_sent", "rejected"):
                 if key in stats:
                     rec[f"{name}_{key}"] = int(stats[key])
+        for key in sorted({k for stats in self.actor_explore.values() for k in stats}):
+            rec[key] = float(np.mean([s[key] for s in self.actor_explore.values() if key in s]))
         for name, stats in (*self.stages.items(), *self.replays.items()):
             rec.update({f"{name}_{k}": v for k, v in stats.items()})
         return rec
