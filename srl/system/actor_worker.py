@@ -172,7 +172,8 @@ class ActorWorker(Worker):
         if self.parked:
             self._unpark()
         t0 = time.perf_counter()
-        ready = self.inference.ready(self.ring_size * self.G, self.wait_timeout if not self.parked else 0.001)
+        wait = self.wait_timeout if not self.parked else min(self.wait_timeout, 0.001)  # parked: brief, never in turn
+        ready = self.inference.ready(self.ring_size * self.G, wait)
         self.t_wait += time.perf_counter() - t0
         steps = 0
         R = self.ring_size

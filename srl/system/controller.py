@@ -439,7 +439,8 @@ class Controller:
         now = time.time()
         train_seconds = now - (self._train_start or now)
         new_steps = self.env_steps - self.env_steps_offset
-        trained = int(self.lag_hist.sum())
+        # samples that reached an update: counted by policy lag on-policy, by items drawn from a replay
+        trained = int(self.lag_hist.sum()) or sum(int(t.get("trained_items", 0)) for t in self.trainers.values())
         out: dict[str, Any] = {
             "name": self.cfg.name,
             "env_id": self.cfg.env.id,

@@ -125,6 +125,7 @@ class TrainerWorker(Worker):
         self.version = 0
         self.samples = 0
         self.updates = 0  # by this process (a resumed trainer starts at a checkpoint's version, not at 0)
+        self.trained_items = 0  # batch items (segment env steps, or replay samples) trained on by this process
         self.t_wait = self.t_train = 0.0  # seconds waiting for batches (copying excluded), training
         self.autotune_peers = autotune_peers
         self._handover = ThreadHandover(0, 0)
@@ -214,6 +215,7 @@ class TrainerWorker(Worker):
         self._handover.record(threads, time.perf_counter() - t0)
         self.t_train += time.perf_counter() - t0
         self.samples += trained.samples
+        self.trained_items += trained.samples
         self.version += 1
         self.updates += 1
         if self.leader:
@@ -229,6 +231,7 @@ class TrainerWorker(Worker):
             "bytes_published": self.publisher.bytes_published,
             "snapshots_published": self.publisher.published,
             "updates": self.updates,
+            "trained_items": self.trained_items,
             "t_total": time.perf_counter() - self._t_start,
             "t_wait": self.t_wait,
             "t_copy": self.source.t_copy,
