@@ -288,8 +288,8 @@ class SharedFabric(Fabric):
         self._close_opened(unlink=False)
 
     def _close_opened(self, unlink: bool) -> None:
-        for obj in list(self._opened.values()):
-            if isinstance(obj, SegmentPool):
+        for key, obj in list(self._opened.items()):
+            if isinstance(obj, SegmentPool) or key.startswith("st_"):  # a pool, or a kind's storage: close(unlink)
                 obj.close(unlink=unlink)
                 continue
             obj.close()

@@ -73,7 +73,8 @@ class StreamKind:
     storage: str | None = None
     """``module:attr`` of an opener with ``create(plan, endpoint, name)`` (``name`` None: in this process) and
     ``attach(plan, endpoint, name)``: each endpoint of the kind has storage that outlives its worker (a replay's
-    items), created by its node's fabric, so a restarted worker attaches to what its predecessor left."""
+    items), created by its node's fabric, so a restarted worker attaches to what its predecessor left. What they
+    return has ``close(unlink: bool)``: the fabric's owner unlinks it on every exit path."""
 
 
 class Stream:
