@@ -8,6 +8,7 @@ replay declares them), its storage settings the ``replay`` section.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from srl.api.config import ConfigError
@@ -104,7 +105,15 @@ def build_replay(ctx: BuildContext) -> Worker:
         seed=worker_seed(plan, worker.role, r),
         wait_timeout=ctx.wait_timeout,
         report_interval=max(ctx.report_interval, 0.5),
+        save_path=saved_replay(ctx.run_dir, r) if plan.cfg.replay.save and ctx.run_dir is not None else None,
+        save_interval=plan.cfg.run.checkpoint_interval_seconds,
+        load=plan.resume is not None and ctx.incarnation == 0,
     )
+
+
+def saved_replay(run_dir: Path, replay: int) -> Path:
+    """Where ``replay.save`` writes replay ``replay``: beside the checkpoints."""
+    return run_dir / "checkpoints" / f"replay{replay}.npz"
 
 
 def replay_batches(plan: Plan, fabric: Fabric, trainer: WorkerSpec) -> ReplayBatches:

@@ -16,7 +16,8 @@ from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
 from srl.base.stop_signals import held
 from srl.evaluate import eval_seed, evaluate
-from srl.runtime.plan import make_plan
+from srl.runtime.plan import Plan, make_plan
+from srl.runtime.topology import keeper
 from srl.system.controller import Controller
 from srl.system.run_dir import RunDir, RunDirError, default_run_dir, policy_checkpoints, read_counters
 from srl.system.trainer_worker import checkpoints, load_checkpoint
@@ -61,6 +62,17 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
     return cfg, tuple(newest), states[0]
 
 
+def _say_refilled(plan: Plan, controller: Controller, run_dir: Path) -> None:
+    """A resumed run whose replays start empty says so (in the log, and in ``summary.json``'s warnings)."""
+    from srl.runtime.replay import saved_replay
+
+    trainers = range(plan.cfg.workers.trainers * len(plan.policies))
+    missing = [r for r in trainers if not (plan.cfg.replay.save and saved_replay(run_dir, r).exists())]
+    if missing:
+        said = "replay.save is off" if not plan.cfg.replay.save else "no saved replay was found"
+        controller.warn(f"replay: the resumed run refills {len(missing)} replay(s) from empty ({said})")
+
+
 def _has_image(space: Any) -> bool:
     """Whether an observation space has a uint8 image part (what the Nature CNN encodes)."""
     return any(p.kind == "image" for p in obs_parts(space))
@@ -99,6 +111,8 @@ def train(
     controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset, stop_request=stop)
     if counters is not None:  # wall time, episodes and the return window go on
         controller.restore(counters)
+    if resume is not None and keeper(plan) is not None:
+        _say_refilled(plan, controller, path)
     if any(p.cfg.model.cnn_dtype == "bfloat16" and _has_image(p.obs_space) for p in plan.policies):
         from srl.nets.cnn import bfloat16_is_native
 

@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -74,8 +75,14 @@ class ReplayWorker(Worker):
         seed: int = 0,
         wait_timeout: float = 0.05,
         report_interval: float = 1.0,
+        save_path: Path | None = None,
+        save_interval: float = 120.0,
+        load: bool = False,
     ) -> None:
-        """``batches``: its trainer's batch buffers (one row); ``channel``: that trainer's batch stream."""
+        """``batches``: its trainer's batch buffers (one row); ``channel``: that trainer's batch stream.
+        ``save_path``: where the store is written every ``save_interval`` seconds and at teardown (``replay.save``);
+        ``load``: read it back at setup into the empty store (a resumed run, not a restarted worker, which finds
+        its store in shared memory)."""
         self.name = f"replay{index}"
         self.index = index
         self.store, self.source, self.batches, self.channel = store, source, batches, channel
@@ -85,11 +92,16 @@ class ReplayWorker(Worker):
         self.wait_timeout = wait_timeout
         self._reports = Every(report_interval)
         self._pending: deque[tuple[int, int]] = deque()
+        self.save_path, self.load = save_path, load
+        self._saves = Every(save_interval)
         self.t_insert = self.t_sample = 0.0
         self._t_start = time.perf_counter()
 
     def setup(self) -> None:
+        if self.load and self.save_path is not None and self.save_path.exists():
+            self.store.load(self.save_path)
         self._reports.restart()
+        self._saves.restart()
         self._t_start = time.perf_counter()
 
     def poll(self) -> int:
@@ -97,10 +109,21 @@ class ReplayWorker(Worker):
         work += self._insert()
         work += self._serve()
         self._report()
+        if self.save_path is not None and self._saves.due():
+            self._save()
         return work
 
     def teardown(self) -> None:
         self._report(force=True)
+        if self.save_path is not None:
+            self._save()
+
+    def _save(self) -> None:
+        """Write the store beside the checkpoints (atomically: a kill leaves the previous file whole)."""
+        try:
+            self.store.save(self.save_path)  # type: ignore[arg-type]
+        except OSError as exc:  # e.g. a full disk: the previous file stays; the run goes on
+            self.reporter.report("info", {"worker": self.name, "message": f"replay not saved: {exc}"})
 
     # ------------------------------------------------------------------ internals
     def _apply_trained(self) -> int:

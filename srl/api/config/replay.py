@@ -41,9 +41,6 @@ class ReplayConfig:
     """Steps per item (1: a transition); at most ``workers.segment_length``."""
     save: bool = False
     """Write the replay beside each checkpoint, so a resumed run reloads it instead of refilling it."""
-    placement: Literal["trainer", "node"] = "trainer"
-    """``trainer``: one replay beside each trainer, sampled in its node's shared memory; ``node``: one per node
-    group, shared by the trainers there."""
 
     def __post_init__(self) -> None:
         check(self.max_size >= 1, "max_size", f"must be >= 1, got {self.max_size}")
