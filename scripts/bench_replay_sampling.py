@@ -21,29 +21,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from srl.base.prioritized import PrioritizedSampler
+from srl.bench.replay import median_seconds
 
 ALPHA, BETA = 0.6, 0.4
 
 
 def _median_us(fn: Callable[[], Any], repeats: int, number: int) -> float:
     """Median over repeats of the mean time per call, in microseconds (after one warm-up round)."""
-    for _ in range(number):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t) / number * 1e6)
-    return statistics.median(times)
+    return median_seconds(fn, repeats, number) * 1e6
 
 
 def _emit(measure: str, impl: str, args: argparse.Namespace, us: float) -> None:

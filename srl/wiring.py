@@ -1,19 +1,27 @@
-"""A run's plugins, wired: the algorithm class the config names, its context, and the networks it is handed.
+"""A run's plugins, wired: the algorithm class the config names, its settings, hooks and context, and the networks
+it is handed.
 
 Everything that turns ``algorithm:`` and ``model:`` into objects lives here, one
 layer above the algorithms and the networks (so neither imports the other) and
 below the runtimes, the evaluation and the Python API, which all build their
-policies and algorithms through :func:`acting_policy` and :func:`make_algorithm`.
+policies and algorithms through :func:`acting_policy` and :func:`make_algorithm`,
+and ask what the algorithm declares (:func:`algorithm_settings`,
+:func:`learns_on_policy`, :func:`discount`, :func:`reads_state`, :func:`prepare_algorithm`,
+:func:`check_algorithm`) instead of knowing it by name.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 from gymnasium import spaces
 from torch import nn
 
 from srl.algorithms.dqn_math import dueling as dueling_rule
-from srl.api.algorithm import AlgorithmClass, AlgorithmContext
-from srl.api.config import ExperimentConfig
+from srl.api.algorithm import AlgorithmClass, AlgorithmContext, PlanView
+from srl.api.config import ConfigError, ExperimentConfig, build
+from srl.api.config.errors import check
 from srl.api.plugins import resolve
 from srl.api.spaces import OBS, STATE
 from srl.api.worker import Algorithm, Collective, Policy
@@ -69,9 +77,10 @@ class NetModels:
             encoder=self.encoder(),
         )
 
-    def value(self, shared_encoder: nn.Module | None = None) -> ValueNet:
+    def value(self, shared_encoder: nn.Module | None = None, normalize_values: bool = False) -> ValueNet:
         """The critic: on the observation (its encoder from ``model.encoder``, or the actor's), or on the global
-        state (the built-in encoder over its parts, named ``state...``)."""
+        state (the built-in encoder over its parts, named ``state...``); with ``normalize_values`` its head
+        predicts standardized returns."""
         m = self.cfg.model
         on_state = self.state_space is not None
         return ValueNet(
@@ -81,7 +90,7 @@ class NetModels:
             layer_norm=m.layer_norm,
             normalize_obs=m.normalize_obs,
             shared_encoder=None if on_state else shared_encoder,
-            normalize_values=self.cfg.ppo.normalize_values,
+            normalize_values=normalize_values,
             encoder=None if on_state or shared_encoder is not None else self.encoder(),
             root=STATE if on_state else OBS,
         )
@@ -92,9 +101,72 @@ class NetModels:
         return QNetwork(self.obs_space, self.action_space, self.encoder(), dueling_rule if dueling else None)
 
 
+DEFAULT_DISCOUNT = 0.99
+"""The discount of an algorithm whose settings have no ``gamma`` (what the actors' reward scaling uses)."""
+
+
 def algorithm_class(cfg: ExperimentConfig) -> AlgorithmClass:
     """The class ``algorithm:`` names (raises ConfigError naming the field)."""
     return resolve(cfg.algorithm, ALGORITHMS, "algorithm")
+
+
+def algorithm_settings(cfg: ExperimentConfig) -> Any:
+    """What the algorithm of ``cfg`` is handed as ``ctx.args``: the section its class names (``section``, e.g.
+    ``ppo``: the policy's overrides are in it when ``cfg`` is a policy's), else ``algorithm_args`` built into its
+    ``settings`` dataclass, else None (a class that declares no settings takes no ``algorithm_args``).
+
+    Raises ConfigError naming the field at fault (``algorithm_args.lr: expected a number, got 'x'``).
+    """
+    cls = algorithm_class(cfg)
+    section: str | None = getattr(cls, "section", None)
+    settings: Any = getattr(cls, "settings", None)
+    if section is not None:
+        where = f"{cfg.algorithm!r} takes its settings from the {section} section"
+        check(not cfg.algorithm_args, "algorithm_args", f"{where}, not from algorithm_args")
+        fields = {f.name for f in dataclasses.fields(cfg)}
+        check(section in fields, "algorithm", f"{where}, which is no section of the experiment")
+        return getattr(cfg, section)
+    if settings is None:
+        check(not cfg.algorithm_args, "algorithm_args", f"{cfg.algorithm!r} declares no settings, so it takes none")
+        return None
+    if not (isinstance(settings, type) and dataclasses.is_dataclass(settings)):
+        raise ConfigError(f"algorithm: {cfg.algorithm}: its settings must be a dataclass, got {settings!r}")
+    return build(settings, cfg.algorithm_args, prefix="algorithm_args.")
+
+
+def learns_on_policy(cfg: ExperimentConfig) -> bool:
+    """Whether the algorithm of ``cfg`` learns from on-policy segments (its ``on_policy``, True when it does not
+    say), rather than from a replay."""
+    return bool(getattr(algorithm_class(cfg), "on_policy", True))
+
+
+def discount(cfg: ExperimentConfig) -> float:
+    """The algorithm's discount (its settings' ``gamma``), which the actors' reward scaling follows;
+    :data:`DEFAULT_DISCOUNT` when its settings have none."""
+    return float(getattr(algorithm_settings(cfg), "gamma", DEFAULT_DISCOUNT))
+
+
+def reads_state(cfg: ExperimentConfig) -> bool:
+    """Whether the algorithm's critic reads the env's global state (its settings' ``critic_input`` is ``state``):
+    segments then carry the state for the trainer."""
+    return getattr(algorithm_settings(cfg), "critic_input", "obs") == "state"
+
+
+def prepare_algorithm(cfg: ExperimentConfig) -> None:
+    """Before a run's plan: check every policy's settings (one line naming the field, before anything starts),
+    then do the algorithm's own preparation (its ``prepare(cfg)``, when it has one)."""
+    for name in cfg.policy_names:
+        algorithm_settings(cfg.for_policy(name))
+    prepare = getattr(algorithm_class(cfg), "prepare", None)
+    if prepare is not None:
+        prepare(cfg)
+
+
+def check_algorithm(plan: PlanView) -> None:
+    """The algorithm's checks against the probed env (its ``check(plan)``, when it has one), once per run."""
+    hook = getattr(algorithm_class(plan.cfg), "check", None)
+    if hook is not None:
+        hook(plan)
 
 
 def context(
@@ -111,7 +183,7 @@ def context(
         action_space,
         cfg,
         NetModels(obs_space, action_space, cfg, state_space),
-        dict(cfg.algorithm_args),
+        algorithm_settings(cfg),
         seed,
         collective,
         device,

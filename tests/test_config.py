@@ -100,6 +100,7 @@ def test_exponent_notation_is_a_number():
         ("ppo.gamma=1.5", "ppo.gamma: must be in [0, 1]"),
         ("ppo=3", "ppo: expected a mapping"),
         ("noequals", "expected key=value"),
+        ('agents=[{"match": "a"}]', "agents[0].policy: missing (it has no default)"),
     ],
 )
 def test_bad_values_name_the_field(override, message):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,15 +11,18 @@ from hypothesis import strategies as st
 
 from srl.system.nstep import nstep
 
+Arr = np.ndarray
+
 
 def _reference(
-    rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float, n: int
+    rewards: Arr, terminated: Arr, truncated: Arr, gamma: float, n: int, lengths: Arr | None = None
 ) -> tuple[list[float], list[float], list[int]]:
-    """Textbook n-step return from each item's first step: walk forward, stop at the first episode end."""
+    """Textbook n-step return from each item's first step: walk forward, stop at the first episode end or where
+    the item's data ends."""
     returns, discounts, boot = [], [], []
     for b in range(rewards.shape[0]):
         g, discount, last = 0.0, 1.0, 0
-        for k in range(n):
+        for k in range(n if lengths is None else min(n, int(lengths[b]))):
             g += discount * float(rewards[b, k])
             discount *= gamma
             last = k
@@ -32,9 +37,10 @@ def _reference(
     return returns, discounts, boot
 
 
-def _check(rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float, n: int) -> None:
-    ret, disc, boot = nstep(rewards, terminated, truncated, gamma, n)
-    ref_ret, ref_disc, ref_boot = _reference(rewards, terminated, truncated, gamma, n)
+def _check(*item: Any) -> None:
+    """``item``: nstep's arguments."""
+    ret, disc, boot = nstep(*item)
+    ref_ret, ref_disc, ref_boot = _reference(*item)
     np.testing.assert_allclose(ret, ref_ret, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(disc, ref_disc, rtol=1e-6, atol=1e-30)  # float32 underflows below ~1e-38
     assert boot.dtype == np.int64 and boot.tolist() == ref_boot
@@ -66,6 +72,41 @@ def _items(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, 
 @given(_items())
 def test_matches_reference(item: tuple[np.ndarray, np.ndarray, np.ndarray, float, int]) -> None:
     _check(*item)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_items(), st.data())
+def test_rows_cut_short_match_reference(
+    item: tuple[np.ndarray, np.ndarray, np.ndarray, float, int], data: st.DataObject
+) -> None:
+    """Rows whose data ends before step L - 1 (a window that runs past its chunk) stop there, undiscounted by
+    any end."""
+    batch, length = item[0].shape
+    lengths = np.array(data.draw(st.lists(st.integers(1, length), min_size=batch, max_size=batch)), np.int64)
+    _check(*item, lengths)
+
+
+def test_a_cut_keeps_the_discount_and_reads_nothing_past_it() -> None:
+    rewards = np.array([[1.0, 2.0, np.nan], [1.0, 2.0, 4.0]], np.float32)
+    flags = np.zeros((2, 3), bool)
+    ret, disc, boot = nstep(rewards, flags, flags, 0.5, 3, np.array([2, 3]))
+    assert ret.tolist() == [2.0, 3.0] and disc.tolist() == [0.25, 0.125] and boot.tolist() == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("lengths", "match"),
+    [
+        (np.array([1, 0]), r"lengths must lie in \[1, 3\], got min 0"),
+        (np.array([1, 4]), r"got min 1 max 4"),
+        (np.array([1]), r"lengths must be \(2,\) integers"),
+        (np.array([1.0, 2.0]), r"lengths must be \(2,\) integers"),
+    ],
+)
+def test_bad_lengths_one_line(lengths: np.ndarray, match: str) -> None:
+    flags = np.zeros((2, 3), bool)
+    with pytest.raises(ValueError, match=match) as info:
+        nstep(np.zeros((2, 3), np.float32), flags, flags, 0.9, 2, lengths)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("flag", ["terminated", "truncated"])

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srl.base.rate_limiter import RateLimiter
+from srl.base.rate_limiter import RateLimiter, least_error_buffer
 
 MIN_SIZE = 50
 
@@ -210,3 +210,15 @@ def test_bad_state_is_refused(state: dict) -> None:
     with pytest.raises(ValueError, match="rate limiter state"):
         lim.restore(state)
     assert lim.state() == {"inserts": 0, "samples": 0}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1e-3, 1e3), st.integers(1, 5000), st.integers(1, 5000))
+def test_least_error_buffer_is_the_bound_and_is_accepted(spi: float, max_insert: int, max_sample: int) -> None:
+    """What a replay derives as its default buffer is the proof's bound rounded up, so the constructor takes it,
+    and nothing below it."""
+    least = least_error_buffer(spi, max_insert, max_sample)
+    assert least == tightest_buffer(spi, max_insert, max_sample)
+    RateLimiter(spi, MIN_SIZE, least, max_insert, max_sample)
+    with pytest.raises(ValueError, match="error_buffer must be >="):
+        RateLimiter(spi, MIN_SIZE, math.nextafter(least, 0.0), max_insert, max_sample)

@@ -18,6 +18,7 @@ import torch
 from conftest import children_of, start_endless_training
 
 from srl.api.config import ConfigError, load_config
+from srl.api.worker import TrainResult
 from srl.base.shm import list_segments
 from srl.runtime.inline import run_inline
 from srl.runtime.plan import make_plan
@@ -99,7 +100,7 @@ class _ThreadsSeen:
     def train(self, batch, progress):
         self.seen.append(torch.get_num_threads())
         self.clock.now += self.more if self.seen[-1] > 1 else 0.02
-        return {}
+        return TrainResult({})
 
     def policy_state(self) -> np.ndarray:
         return np.zeros(4, np.float32)
@@ -112,6 +113,7 @@ def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run
     is off, nothing changes."""
     from srl.base.seqlock import VersionedBuffer
     from srl.system import trainer_worker
+    from srl.system.batches import SegmentBatches
     from srl.system.control import DirectReporter
     from srl.system.params import ParamPublisher
     from srl.system.trainer_worker import TrainerWorker
@@ -124,9 +126,10 @@ def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run
         monkeypatch.setattr(trainer_worker, "time", clock)
         algo, reports = _ThreadsSeen(clock, more), []
         trainer = TrainerWorker(
-            0, algo, _Stream(clock, delay), ParamPublisher(VersionedBuffer.in_process(4, np.float32)),
-            DirectReporter(lambda kind, meta, *rest: reports.append(meta)), batch_segments=2, max_policy_lag=99,
-            total_env_steps=10**9, autotune_peers=peers,
+            0, algo, SegmentBatches(_Stream(clock, delay), batch_segments=2, max_policy_lag=99),
+            ParamPublisher(VersionedBuffer.in_process(4, np.float32)),
+            DirectReporter(lambda kind, meta, *rest: reports.append(meta)), total_env_steps=10**9,
+            autotune_peers=peers,
         )  # fmt: skip
         trainer.setup()
         for _ in range(16):  # a poll takes a batch of 2 segments, the next one updates: 8 updates

@@ -99,7 +99,9 @@ def test_kept_segments_reach_their_trainer_in_place_and_dropped_ones_are_free_ag
     records = trainer.receive(8, 0.0)
     assert records.tolist() == [[0, kept]]
     assert trainer.segment(0, kept)["rewards"][0, 0] == 2.0  # the actor's buffer itself: nothing was copied
-    fabric.staged(0).send((0, kept))  # a repeated record for a buffer the stage passed on is ignored
+    fabric.channel(Endpoint(Stream.STAGE, 0)).send(
+        (0, kept)
+    )  # a repeated record for a buffer the stage passed on is ignored
     assert stage.poll() == 0
     stage.teardown()
     kind, meta = reports[-1]

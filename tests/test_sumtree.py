@@ -180,6 +180,14 @@ def test_nan_priority_is_refused_and_counted_while_the_others_apply() -> None:
     assert sampler.refused == 4
 
 
+def test_an_empty_update_changes_nothing() -> None:
+    """A batch whose every update was stale leaves nothing to set."""
+    sampler = PrioritizedSampler(4, alpha=1.0, beta=0.4)
+    sampler.insert(np.arange(4))
+    sampler.set_priorities(np.zeros(0, np.int64), np.zeros(0))
+    assert sampler.refused == 0 and sampler.max_priority == 1.0 and sampler.tree.total == 4.0
+
+
 def test_new_items_enter_at_the_running_max_priority() -> None:
     sampler = PrioritizedSampler(8, alpha=0.5, beta=0.4)
     sampler.insert(np.array([0]))

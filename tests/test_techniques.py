@@ -317,7 +317,7 @@ def test_td_compensation_changes_nothing_on_fresh_data_and_weights_stale_data() 
                 torch.from_numpy(batch["actions"]).reshape(-1),
             )
         data = dict(batch, logp=(logp.numpy() + behaviour_shift).reshape(batch["logp"].shape).astype(np.float32))
-        stats = algo.train(data, 0.0)
+        stats = algo.train(data, 0.0).stats
         return algo.policy.flat_state(), stats
 
     fresh_plain, _ = trained(False, 0.0)

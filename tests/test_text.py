@@ -429,11 +429,11 @@ def test_rl_raises_the_reward_inline(digit_model: Path, tmp_path: Path, advantag
 
 def _trainer_and_batch(cfg: ExperimentConfig) -> tuple[Any, dict[str, np.ndarray]]:
     """The run's lm_ppo trainer, and a batch of 64 completions sampled at seed 0 by its acting policy, scored."""
-    from srl.api.algorithm import AlgorithmContext
     from srl.text.algorithm import LMPPO
+    from srl.wiring import context
 
     task = TextTask(**cfg.env.kwargs, num_envs=64)
-    ctx = AlgorithmContext(task.single_observation_space, task.single_action_space, cfg, models=None)  # type: ignore[arg-type]
+    ctx = context(task.single_observation_space, task.single_action_space, cfg)
     torch.manual_seed(0)
     obs = task.reset(0)
     out = LMPPO.acting_policy(ctx).act(obs)
@@ -447,7 +447,7 @@ def _update(cfg: ExperimentConfig, fuse: bool = True) -> tuple[torch.Tensor, dic
     it, and its stats (``fuse``: the first minibatch's proximal log-probs from its own forward)."""
     algo, batch = _trainer_and_batch(cfg)
     algo.fuse_first_minibatch = fuse
-    stats = algo.train(batch, 0.0)
+    stats = algo.train(batch, 0.0).stats
     return torch.from_numpy(algo.policy_state()), stats
 
 
@@ -481,7 +481,7 @@ def test_the_critic_on_a_thread_of_its_own_changes_no_number(digit_model: Path) 
         text = {"model": str(digit_model), "advantage": "gae", "kl_coef": 0.05, "kl_in": "reward"}
         algo, batch = _trainer_and_batch(_config(digit_model, text={**text, "critic_thread": threaded}))
         assert (algo._critic_pool is not None) == threaded
-        stats = [algo.train(batch, 0.0) for _ in range(2)]
+        stats = [algo.train(batch, 0.0).stats for _ in range(2)]
         assert algo.critic is not None
         results.append((algo.policy_state(), [p.detach().clone() for p in algo.critic.parameters()], stats))
     (policy_a, critic_a, stats_a), (policy_b, critic_b, stats_b) = results

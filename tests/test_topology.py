@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import time
 from pathlib import Path
 
-from srl.api.config import load_config
+import pytest
+
+from srl.api.config import ConfigError, load_config
 from srl.api.worker import Worker
 from srl.runtime.build import BuildContext, build_worker
 from srl.runtime.fabric import InlineFabric
+from srl.runtime.inline import run_inline
 from srl.runtime.plan import Plan, make_plan
 from srl.runtime.topology import (
     ACTOR,
@@ -20,13 +26,18 @@ from srl.runtime.topology import (
     TRAINER,
     TRAINER_NODE,
     Endpoint,
+    Hop,
     Restart,
     Role,
     Stream,
+    StreamKind,
     Topology,
+    held_by,
     topology_of,
     trainer_group,
 )
+from srl.system.controller import Controller
+from srl.system.streams import READY, SAMPLE_WIDTH, STAGED, SegmentForwarder, SegmentSource
 
 CARTPOLE = Path(__file__).resolve().parents[1] / "configs" / "cartpole_ppo.yaml"
 
@@ -185,3 +196,70 @@ def test_a_new_role_is_its_worker_class_plus_one_declaration():
     fabric = InlineFabric(plan, lambda kind, meta, arrays: None)
     worker = build_worker(plan, fabric, topology.get(COUNTER, 1), None, wait_timeout=0.0, report_interval=0.0)
     assert isinstance(worker, _Counter) and worker.name == "counter1"
+
+
+# --------------------------------------------------------------------------- a plugin's role on the sample path
+TAPS: list[_Tap] = []
+
+
+class _Tap(Worker):
+    """A plugin's hop between the actors and the trainer: it counts every segment and passes it on unchanged."""
+
+    def __init__(self, name: str, source: SegmentSource, forwarder: SegmentForwarder) -> None:
+        self.name, self.source, self.forwarder, self.seen = name, source, forwarder, 0
+
+    def poll(self) -> int:
+        records = self.source.receive(64, 0.0)
+        for actor, buf in records.tolist():
+            self.forwarder.forward(actor, buf)
+        self.seen += len(records)
+        return len(records)
+
+
+def build_tap(ctx: BuildContext) -> Worker:
+    tap = _Tap(ctx.worker.name, ctx.fabric.segment_source(ctx.worker), ctx.fabric.segment_forwarder(ctx.worker))
+    TAPS.append(tap)
+    return tap
+
+
+TAP = Role(
+    "tap",
+    count=lambda plan: 1,
+    builder=f"{__name__}:build_tap",
+    seed_salt=98,
+    hop=Hop(StreamKind("tap", "tap{}", channel=SAMPLE_WIDTH, segments=True), route=lambda plan, actor, policy: 0),
+)
+
+
+def test_a_plugin_role_joins_the_sample_path_from_the_config_without_editing_srl():
+    """``workers.path`` names a role declared here: the actors submit to it, it hands every segment on to the
+    trainer, and the run trains; its buffers are what the path hands it."""
+    plan = _plan("runtime=inline", "workers.actors=2", f"workers.path=[{__name__}:TAP]")
+    assert plan.sample_path == (TAP,)
+    topology = plan.topology
+    assert _names(topology.workers) == ["trainer0", "tap0", "actor0", "actor1"]  # the hop starts before its actors
+    assert topology.get(ACTOR, 1).connects[0] == Endpoint(TAP.hop.stream, 0)  # type: ignore[union-attr]
+    assert topology.get(TAP, 0).connects == (_samples(0),)
+    assert held_by(plan, topology.get(TAP, 0)) == {("pool0", 0): (STAGED,), ("pool0", 1): (STAGED,)}
+    assert held_by(plan, topology.get(TRAINER, 0)) == {("pool0", 0): (READY,), ("pool0", 1): (READY,)}
+    TAPS.clear()
+    cfg = load_config(CARTPOLE, ["runtime=inline", "workers.actors=2", f"workers.path=[{__name__}:TAP]"])
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, total_env_steps=6_000, target_return=None))
+    controller = Controller(cfg, None, time.time(), progress=None)
+    run_inline(make_plan(cfg), controller, None)
+    assert controller.error is None
+    [tap] = TAPS
+    segment = cfg.workers.segment_length * cfg.workers.envs_per_slot
+    assert controller.policy_version >= 1 and tap.seen * segment >= int(controller.trainer["samples"]) > 0
+
+
+def test_the_path_names_only_roles_of_the_sample_path_each_once():
+    for path, said in [
+        ("[nowhere]", "workers.path: 'nowhere' is neither a built-in name"),
+        (f"[{__name__}:COUNTER]", "is not a role of the sample path"),
+        (f"[{__name__}:TAP, {__name__}:TAP]", "is listed twice"),
+        ("[replay]", "a replay serves algorithms that learn off-policy; ppo learns from on-policy segments"),
+        ("[stage]", "has stage, but stage.worker names no class"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            _plan(f"workers.path={path}")

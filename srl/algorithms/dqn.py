@@ -214,7 +214,11 @@ class DQN:
                 f"dqn.nstep: {cfg.dqn.nstep}-step returns are longer than the stored sequences "
                 f"(workers.segment_length={cfg.workers.segment_length})"
             )
-        # dqn.batch_size above replay.max_size belongs here too, once the replay section exists
+        if cfg.dqn.batch_size > cfg.replay.max_size:
+            raise ConfigError(
+                f"dqn.batch_size: a batch of {cfg.dqn.batch_size} items is larger than the replay "
+                f"(replay.max_size={cfg.replay.max_size})"
+            )
 
     # ------------------------------------------------------------------ Algorithm
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:

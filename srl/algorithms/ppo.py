@@ -19,7 +19,7 @@ weighted by its truncated importance weight against the behaviour policy
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -28,9 +28,11 @@ from torch import nn
 from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
-from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs
+from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs, PlanView
+from srl.api.config import ConfigError, PPOConfig
 from srl.api.schema import MEMORY, Field, memory_field
 from srl.api.spaces import STATE, obs_parts
+from srl.api.worker import TrainResult
 from srl.nets.memory import After, Sequences, encode
 
 
@@ -40,6 +42,12 @@ class RunningMoments(Protocol):
     def moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]: ...
 
     def update_moments(self, mean: torch.Tensor, var: torch.Tensor, n: int) -> None: ...
+
+
+def _critic(ctx: AlgorithmContext, actor: ActorNet) -> CriticNet:
+    """A new critic for ``actor``: a head on its encoder with ``model.shared_encoder``, else a network of its own."""
+    shared = actor.encoder if ctx.cfg.model.shared_encoder else None
+    return ctx.models.value(shared, normalize_values=ctx.args.normalize_values)
 
 
 def _normalizer_inputs(encoder: nn.Module, obs: Obs) -> list[tuple[RunningMoments, torch.Tensor]]:
@@ -111,8 +119,12 @@ class PPO:
     ``collective`` this is one of several data-parallel replicas (see the module docstring).
     """
 
+    section: ClassVar[str] = "ppo"
+    settings: ClassVar[type] = PPOConfig
+    on_policy: ClassVar[bool] = True
+
     def __init__(self, ctx: AlgorithmContext) -> None:
-        cfg = ctx.cfg.ppo
+        cfg: PPOConfig = ctx.args
         torch.manual_seed(ctx.seed)
         self.cfg = cfg
         self.collective = ctx.collective
@@ -124,9 +136,7 @@ class PPO:
         # the critic's inputs: the observation parts, or (MAPPO) the env's global state carried for the trainer
         self.critic_parts = self.parts if ctx.state_space is None else obs_parts(ctx.state_space, STATE)
         self.policy: ActorNet = ctx.models.policy().to(self.device)
-        self.value: CriticNet = ctx.models.value(self.policy.encoder if ctx.cfg.model.shared_encoder else None).to(
-            self.device
-        )
+        self.value: CriticNet = _critic(ctx, self.policy).to(self.device)
         actor_params, critic_params = list(self.policy.parameters()), list(self.value.parameters())
         self.optimizer = Adam(actor_params + critic_params, lr=cfg.lr, eps=cfg.adam_eps)
         self._reduced = actor_params + (critic_params if self.centralized else [])
@@ -152,10 +162,21 @@ class PPO:
     def acting_policy(ctx: AlgorithmContext) -> ActingPolicy:
         """What policy workers and actors hold: the actor, plus the critic when it is centralized."""
         net = ctx.models.policy()
-        critic = None
-        if ctx.cfg.ppo.critic == "centralized":
-            critic = ctx.models.value(net.encoder if ctx.cfg.model.shared_encoder else None)
-        return ActingPolicy(net, critic)
+        return ActingPolicy(net, _critic(ctx, net) if ctx.args.critic == "centralized" else None)
+
+    @staticmethod
+    def check(plan: PlanView) -> None:
+        """Each minibatch needs rows: whole segments' columns with an unrolled core, else samples."""
+        for policy in plan.policies:
+            cfg, w = policy.cfg, policy.cfg.workers
+            unrolled = cfg.model.core != "none" and cfg.ppo.memory == "recompute"
+            rows = w.batch_segments * policy.columns_per_slot * (1 if unrolled else w.segment_length)
+            if rows < cfg.ppo.minibatches:
+                what = "segment columns (a core is unrolled over whole segments)" if unrolled else "samples"
+                raise ConfigError(
+                    f"ppo.minibatches: {cfg.ppo.minibatches} minibatches of an update of {rows} {what}: "
+                    "lower it, or raise workers.batch_segments or workers.envs_per_slot"
+                )
 
     # ------------------------------------------------------------------ Algorithm
     def policy_state(self) -> np.ndarray:
@@ -191,7 +212,7 @@ class PPO:
                 [t for net in nets for t in net.state_dict().values() if t.dtype == torch.float32]
             )
 
-    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
+    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         cfg = self.cfg
         lr = cfg.lr * (1.0 - progress) if cfg.lr_schedule == "linear" else cfg.lr
         self.optimizer.lr = max(lr, 1e-8)
@@ -298,7 +319,7 @@ class PPO:
         if self.collective is not None:
             out["bytes_reduced"] = float(self.collective.bytes_reduced)
             out["seconds_reduced"] = float(self.collective.seconds_reduced)
-        return out
+        return TrainResult(out)
 
     # ------------------------------------------------------------------ internals
     @torch.no_grad()

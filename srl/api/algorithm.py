@@ -8,19 +8,36 @@ with two entry points, both given an :class:`AlgorithmContext`:
   policy workers, the eval worker and ``srl.load_policy`` run. Its
   ``output_fields()`` are the algorithm's declaration in the sample schema
   (e.g. ``logp``, or rollout-time ``values``);
-- ``cls(ctx)`` -> an :class:`~srl.api.worker.Algorithm`: what the trainer runs.
+- ``cls(ctx)`` -> an :class:`~srl.api.worker.Algorithm`: what the trainer runs;
+  its ``train`` returns a :class:`~srl.api.worker.TrainResult`.
 
-Networks come through ``ctx.models`` (built by the runtime from ``model:``,
-including a plugin encoder), so an algorithm never imports ``srl.nets`` and a
-user's own network trains with any algorithm. ``ctx.args`` are the plugin's
-own settings (``algorithm_args:`` in the YAML); the built-in PPO reads the
-``ppo`` section instead.
+and these declarations, each optional (:class:`AlgorithmClass` says what each
+defaults to), so that the runtime asks the algorithm instead of knowing it by
+name:
+
+- ``settings``: a frozen ``kw_only`` dataclass of its settings, a docstring per
+  field and checks in ``__post_init__`` (``srl.api.config.errors.check``). A
+  plugin's come from ``algorithm_args:``, built into this dataclass when the run
+  starts, so a wrong key or type is one line naming ``algorithm_args.<field>``;
+- ``section``: the field of the experiment that holds those settings instead
+  (the built-in PPO's ``ppo``), with a policy's ``policies[].ppo`` overrides applied;
+- ``on_policy``: whether it learns from on-policy segments or from a replay;
+- ``check(plan)``: checks that need the probed env (spaces, columns), once per run
+  on the whole :class:`PlanView`, so one line names the setting at fault before any
+  worker starts;
+- ``prepare(cfg)``: work done once before the plan is made (``lm_ppo`` makes a
+  missing base model and reward model there).
+
+``ctx.args`` is the typed settings object (None for a plugin without
+``settings``). Networks come through ``ctx.models`` (built by the runtime from
+``model:``, including a plugin encoder), so an algorithm never imports
+``srl.nets`` and a user's own network trains with any algorithm.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -122,8 +139,10 @@ class Models(Protocol):
     def policy(self) -> ActorNet:
         """A new actor with its own encoder."""
 
-    def value(self, shared_encoder: Any = None) -> CriticNet:
-        """A new critic with its own encoder, or a head on ``shared_encoder`` (an actor's ``encoder``)."""
+    def value(self, shared_encoder: Any = None, normalize_values: bool = False) -> CriticNet:
+        """A new critic with its own encoder, or a head on ``shared_encoder`` (an actor's ``encoder``);
+        ``normalize_values``: its head predicts returns standardized by running statistics (``return_normalizer``),
+        a setting of the algorithm that trains it."""
 
     def q(self, dueling: bool = False) -> QNet:
         """A new Q network with its own encoder (Discrete actions only); ``dueling``: value and advantage heads."""
@@ -137,8 +156,9 @@ class AlgorithmContext:
     action_space: spaces.Space
     cfg: ExperimentConfig
     models: Models
-    args: Mapping[str, Any] = field(default_factory=dict)
-    """The plugin's own settings (``algorithm_args``)."""
+    args: Any = None
+    """The algorithm's typed settings (its ``settings`` dataclass, from its ``section`` or ``algorithm_args``);
+    None when it declares none."""
     seed: int = 0
     collective: Collective | None = None
     """Set for data-parallel trainers: average gradients through it."""
@@ -148,8 +168,59 @@ class AlgorithmContext:
     ``state...`` fields (and ``final_state...``), and ``models.value()`` builds the critic on it."""
 
 
+class PolicyView(Protocol):
+    """What an algorithm's ``check`` reads of one policy of the run (``srl.runtime.plan.PolicyPlan``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def cfg(self) -> ExperimentConfig:
+        """The run's config as this policy trains: its ``policies[]`` overrides applied."""
+
+    @property
+    def obs_space(self) -> spaces.Space: ...
+
+    @property
+    def action_space(self) -> spaces.Space: ...
+
+    @property
+    def state_space(self) -> spaces.Space | None:
+        """The env's global state when the critic reads it, else None."""
+
+    @property
+    def columns_per_slot(self) -> int:
+        """Its columns of one slot: a segment is ``[workers.segment_length, columns_per_slot]``."""
+
+
+class PlanView(Protocol):
+    """What an algorithm's ``check`` reads of the plan (``srl.runtime.plan.Plan``): the env probed once."""
+
+    @property
+    def cfg(self) -> ExperimentConfig: ...
+
+    @property
+    def policies(self) -> Sequence[PolicyView]:
+        """The run's policies, each with its spaces and its own config."""
+
+
 class AlgorithmClass(Protocol):
-    """The object ``algorithm:`` names."""
+    """The object ``algorithm:`` names.
+
+    Besides the two members below it may declare, as class attributes (read by :mod:`srl.wiring`):
+
+    - ``settings: ClassVar[type]``: its settings dataclass (none: it takes no ``algorithm_args``). Two field names
+      mean something to the runtime: ``gamma``, the discount the actors' reward scaling follows (0.99 without
+      one), and ``critic_input`` (``"state"``: segments carry the env's global state for the trainer);
+    - ``section: ClassVar[str]``: the ``ExperimentConfig`` field its settings are read from (``"ppo"``); without
+      it they come from ``algorithm_args``;
+    - ``on_policy: ClassVar[bool]``: True (the default) when it learns from on-policy segments, False when it
+      learns from a replay;
+    - ``check(plan: PlanView) -> None`` (a static or class method): raise ConfigError naming the setting at
+      fault when the probed env does not suit the settings; called once per run by ``make_plan``;
+    - ``prepare(cfg: ExperimentConfig) -> None`` (a static or class method): work before the plan is made,
+      called once by ``train`` after every policy's settings are checked.
+    """
 
     def __call__(self, ctx: AlgorithmContext) -> Algorithm: ...
 

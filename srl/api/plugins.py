@@ -16,8 +16,9 @@ from typing import Any
 from srl.api.config import ConfigError
 
 
-def resolve(spec: str, builtins: Mapping[str, str], field: str) -> Any:
-    """The object ``spec`` names: a built-in name (``ppo``) or ``package.module:attr`` (``attr`` may be dotted)."""
+def resolve(spec: str, builtins: Mapping[str, str], field: str, callable_: bool = True) -> Any:
+    """The object ``spec`` names: a built-in name (``ppo``) or ``package.module:attr`` (``attr`` may be dotted);
+    ``callable_``: it must be a class or function (not a declaration such as a role)."""
     target = builtins.get(spec, spec)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
@@ -31,7 +32,7 @@ def resolve(spec: str, builtins: Mapping[str, str], field: str) -> Any:
         if not hasattr(obj, name):
             raise ConfigError(f"{field}: {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, name)
-    if not callable(obj):
+    if callable_ and not callable(obj):
         raise ConfigError(f"{field}: {target!r} is not callable")
     return obj
 

@@ -80,6 +80,8 @@ class PrioritizedSampler:
         p = np.asarray(priorities, dtype=np.float64)
         if p.shape != idx.shape:
             raise ValueError(f"priorities shape {p.shape} does not match indices shape {idx.shape}")
+        if p.size == 0:
+            return
         ok = p >= 0.0
         ok &= p < np.inf  # NaN fails both comparisons
         if not ok.all():

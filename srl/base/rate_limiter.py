@@ -56,7 +56,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["RateLimiter"]
+__all__ = ["RateLimiter", "least_error_buffer"]
 
 _INSERTS, _SAMPLES = 0, 1
 _STATE_KEYS = ("inserts", "samples")
@@ -78,6 +78,19 @@ def _finite(name: str, value: float, positive: bool) -> Fraction:
     return Fraction(float(value))
 
 
+def _least_buffer(spi: Fraction, max_insert_batch: int, max_sample_batch: int) -> Fraction:
+    """The smallest error buffer that meets both no-deadlock conditions (1) and (2) of the module docstring."""
+    return max((spi * max_insert_batch + max_sample_batch) / 2, spi * (max_insert_batch - 1))
+
+
+def least_error_buffer(samples_per_insert: float, max_insert_batch: int, max_sample_batch: int) -> float:
+    """The smallest ``error_buffer`` the constructor accepts for these settings (rounded up to a float)."""
+    spi = _finite("samples_per_insert", samples_per_insert, positive=True)
+    exact = _least_buffer(spi, max_insert_batch, max_sample_batch)
+    least = float(exact)
+    return least if Fraction(least) >= exact else math.nextafter(least, math.inf)
+
+
 class RateLimiter:
     """Samples-per-insert limiter with an error buffer; see the module docstring for the proof."""
 
@@ -96,7 +109,7 @@ class RateLimiter:
         buf = _finite("error_buffer", error_buffer, positive=False)
         self.max_insert_batch = _int_at_least("max_insert_batch", max_insert_batch, 1)
         self.max_sample_batch = _int_at_least("max_sample_batch", max_sample_batch, 1)
-        least = max((spi * self.max_insert_batch + self.max_sample_batch) / 2, spi * (self.max_insert_batch - 1))
+        least = _least_buffer(spi, self.max_insert_batch, self.max_sample_batch)
         if buf < least:
             raise ValueError(
                 f"error_buffer must be >= {float(least):g} for samples_per_insert {float(spi):g},"

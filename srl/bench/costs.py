@@ -46,11 +46,19 @@ from srl.bench.params import measure as measure_params
 from srl.bench.throughput import bench_compute, bench_env, random_batch, random_obs, timed_rate
 from srl.capacity.model import Costs
 from srl.runtime.build import build_worker
-from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, InlineFabric
+from srl.runtime.fabric import InlineFabric
 from srl.runtime.plan import Plan, make_plan
-from srl.runtime.topology import ACTOR
+from srl.runtime.topology import ACTOR, Endpoint, Stream
 from srl.system.remote_samples import SampleReceiver, SampleSender, segment_bytes
-from srl.system.streams import InferenceClient, InferenceServer, InlineInference, SampleConsumer, SegmentPool
+from srl.system.streams import (
+    REPLY_WIDTH,
+    REQUEST_WIDTH,
+    InferenceClient,
+    InferenceServer,
+    InlineInference,
+    SampleConsumer,
+    SegmentPool,
+)
 
 ACTION_SETS = 64
 """Precomputed action batches the stand-in policy cycles through (as ``bench_env`` does)."""
@@ -111,7 +119,7 @@ def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
     fabric = InlineFabric(plan, lambda kind, meta, arrays: None)
     actor: Any = build_worker(plan, fabric, plan.topology.get(ACTOR, 0), None, wait_timeout=0.0, report_interval=3600.0)
     actor.inference = InlineInference(0, [fabric.pool()], [_canned_policy(plan, ACTION_SETS)], [_FixedVersion()])
-    consumer = SampleConsumer(fabric.pool(), fabric.samples(0))
+    consumer = SampleConsumer(fabric.pool(), fabric.channel(Endpoint(Stream.SAMPLES, 0)))
     actor.setup()
     try:
         busy, steps0, env0 = 0.0, 0, 0.0

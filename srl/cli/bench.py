@@ -30,6 +30,8 @@ WHAT = {
     "costs": "per-stage costs of a config on this machine, the input of `srl plan` (see docs/scaling.md)",
     "allreduce": "the trainers' gradient all-reduce for a config: measured at --trainers counts beside the "
     "capacity model's ring",
+    "replay": "replay store: insert, uniform sample and prioritized sample+update rates for the config's chunk "
+    "shapes, beside a numpy ring buffer and cpprb",
 }
 
 
@@ -92,6 +94,12 @@ def run_bench(args: argparse.Namespace) -> int:
         if min(worlds) < 2 or args.rounds < 1:
             raise ConfigError("--trainers must be >= 2 each and --rounds >= 1")
         for result in bench_allreduce(load_config(config, overrides), worlds, args.rounds):
+            print(json.dumps(result) if args.json else _human(result), flush=True)
+        return 0
+    if args.what == "replay":
+        from srl.bench.replay import bench_replay
+
+        for result in bench_replay(load_config(config, overrides)):
             print(json.dumps(result) if args.json else _human(result), flush=True)
         return 0
     if args.what == "solve":

@@ -20,6 +20,7 @@ import zmq
 
 from srl.api.config import ConfigError, to_dict
 from srl.api.env import GroupedSlot, OneGroup
+from srl.api.explore import Explorer, make_explorer
 from srl.api.plugins import resolve
 from srl.api.stage import StageClass, StageContext
 from srl.api.worker import Policy, Worker
@@ -27,9 +28,10 @@ from srl.base.fileio import atomic_save
 from srl.envs.slots import make_grouped, make_slot
 from srl.envs.turns import TurnSlot
 from srl.runtime.fabric import Fabric
-from srl.runtime.plan import Plan
-from srl.runtime.topology import LEAGUE, Role, Stream, WorkerSpec
+from srl.runtime.plan import Plan, PolicyPlan
+from srl.runtime.topology import LEAGUE, Role, Stream, WorkerSpec, keeper
 from srl.system.actor_worker import ActorWorker
+from srl.system.batches import BatchSource, SegmentBatches
 from srl.system.collective import TorchCollective
 from srl.system.eval_worker import EvalWorker
 from srl.system.null_trainer import NullTrainerWorker
@@ -41,7 +43,7 @@ from srl.system.run_dir import policy_checkpoints
 from srl.system.stage_worker import StageWorker
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
-from srl.wiring import make_algorithm
+from srl.wiring import algorithm_class, context, discount, make_algorithm
 
 
 @dataclass(frozen=True)
@@ -255,6 +257,8 @@ def build_trainer(ctx: BuildContext) -> Worker:
     policy, cfg = plan.policies[k], plan.policies[k].cfg
     per = cfg.workers.trainers
     if plan.null_trainer:
+        if keeper(plan) is not None:
+            raise ConfigError("srl bench sampling measures the on-policy sample path; this run's path ends in a replay")
         return NullTrainerWorker(
             index,
             policy.acting_policy().flat_state(),
@@ -280,11 +284,9 @@ def build_trainer(ctx: BuildContext) -> Worker:
     trainer = TrainerWorker(
         index,
         algo,
-        fabric.sample_consumer(index),
+        batch_source(plan, fabric, ctx.worker),
         ParamPublisher(fabric.params(policy=k)),
         fabric.reporter(),
-        batch_segments=cfg.workers.batch_segments,
-        max_policy_lag=cfg.workers.max_policy_lag,
         total_env_steps=cfg.run.total_env_steps,
         checkpoint_dir=None if run_dir is None else policy_checkpoints(run_dir, plan.cfg, policy.name),
         checkpoint_interval=cfg.run.checkpoint_interval_seconds,
@@ -292,13 +294,24 @@ def build_trainer(ctx: BuildContext) -> Worker:
         checkpoint_extra={"config": to_dict(plan.cfg), "spaces": policy.spaces, "policy": policy.name},
         wait_timeout=wait_timeout,
         collective=collective,
-        agents_per_env=policy.agents_per_env,
         autotune_peers=_autotune_peers(plan, ctx.worker),
     )
     if plan.resume is not None and plan.resume[k]:  # every trainer of a policy starts from its lead's checkpoint
         trainer.restore(load_checkpoint(Path(plan.resume[k])))
     trainer.version = max(trainer.version, ctx.min_version)  # restarted: above every version readers hold
     return trainer
+
+
+def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec) -> BatchSource:
+    """Where trainer ``trainer``'s batches come from: the keeper that ends the sample path (a replay's batches),
+    or its own sample stream's segments."""
+    if keeper(plan) is not None:
+        from srl.runtime.replay import replay_batches
+
+        return replay_batches(plan, fabric, trainer)
+    cfg = plan.policies[plan.policy_of_trainer(trainer.index)]
+    w = cfg.cfg.workers
+    return SegmentBatches(fabric.sample_consumer(trainer.index), w.batch_segments, w.max_policy_lag, cfg.agents_per_env)
 
 
 def build_policy(ctx: BuildContext) -> Worker:
@@ -335,8 +348,8 @@ def build_stage(ctx: BuildContext) -> Worker:
     return StageWorker(
         index,
         stage,
-        fabric.stage_consumer(index),
-        fabric.stage_forwarder(index),
+        fabric.segment_source(ctx.worker),
+        fabric.segment_forwarder(ctx.worker),
         fabric.reporter(),
         wait_timeout=ctx.wait_timeout,
         report_interval=max(ctx.report_interval, 0.5),
@@ -362,7 +375,7 @@ def build_actor(ctx: BuildContext) -> Worker:
     env = cfg.env
     rewards = None
     if env.normalize_reward or env.reward_clip is not None:
-        rewards = lambda n: RewardTransform(n, cfg.ppo.gamma, env.normalize_reward, env.reward_clip)  # noqa: E731
+        rewards = lambda n: RewardTransform(n, discount(cfg), env.normalize_reward, env.reward_clip)  # noqa: E731
     on_state = [p.name for p in plan.policies if p.state_space is not None]
 
     def slot_of(i: int) -> GroupedSlot:
@@ -397,4 +410,15 @@ def build_actor(ctx: BuildContext) -> Worker:
         restore_reward_stats=plan.resume is not None or incarnation > 0,
         save_interval=cfg.run.checkpoint_interval_seconds,
         row=row,
+        explorers=[_explorer(plan, policy, index) for policy in plan.policies],
     )
+
+
+def _explorer(plan: Plan, policy: PolicyPlan, actor: int) -> Explorer | None:
+    """What policy ``policy``'s algorithm declares to explore actor ``actor``'s columns (every slot's, numbered
+    across the run), if anything."""
+    cfg = policy.cfg
+    count = cfg.workers.ring_size * policy.columns_per_slot
+    ctx = context(policy.obs_space, policy.action_space, cfg, state_space=policy.state_space)
+    total, actors = count * cfg.workers.actors, cfg.workers.actors
+    return make_explorer(algorithm_class(cfg), ctx, actor * count, count, total, actors)

@@ -25,13 +25,24 @@ from srl.base.channel import Channel, FifoChannel, InProcChannel, make_pipe_dir
 from srl.base.seqlock import VersionedBuffer
 from srl.base.shm import ShmArray, new_tag
 from srl.runtime.plan import Plan
-from srl.runtime.topology import ACTOR, STAGE, TRAINER, Endpoint, Stream, WorkerSpec
+from srl.runtime.topology import (
+    TRAINER,
+    Endpoint,
+    Holding,
+    Stream,
+    WorkerSpec,
+    clients,
+    held_by,
+    pool_layout,
+    position,
+    stop,
+    storage_opener,
+    submitted_state,
+)
 from srl.system.control import DirectReporter, Handler, ZmqReporter
 from srl.system.streams import (
-    FILLING,
     FREE,
-    READY,
-    STAGED,
+    REPLY_WIDTH,
     PoolForwarder,
     SampleConsumer,
     SampleProducer,
@@ -40,8 +51,6 @@ from srl.system.streams import (
     SegmentSink,
     SegmentSource,
 )
-
-REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH = 5, 2, 2
 
 
 class Fabric(ABC):
@@ -55,17 +64,19 @@ class Fabric(ABC):
         """Policy ``policy``'s pool of segment buffers (in this node)."""
 
     @abstractmethod
-    def requests(self, policy_worker: int) -> Channel: ...
+    def channel(self, endpoint: Endpoint) -> Channel:
+        """The channel of ``endpoint`` (of a kind that declares one), in this node."""
+
+    @abstractmethod
+    def buffers(self, endpoint: Endpoint) -> SegmentPool:
+        """The pool of ``endpoint`` (of a kind that declares one: a replay's batches), in this node."""
+
+    @abstractmethod
+    def storage(self, endpoint: Endpoint) -> Any:
+        """The storage of ``endpoint`` (of a kind that declares one: a replay's items), in this node."""
 
     @abstractmethod
     def replies(self, actor: int) -> Channel: ...
-
-    @abstractmethod
-    def samples(self, trainer: int) -> Channel: ...
-
-    @abstractmethod
-    def staged(self, stage: int) -> Channel:
-        """Stage worker ``stage``'s channel of submitted segments."""
 
     @abstractmethod
     def params(self, group: int | None = None, policy: int = 0) -> VersionedBuffer:
@@ -97,38 +108,73 @@ class Fabric(ABC):
     def stop_flag(self) -> np.ndarray:
         """A one-element int32 array; non-zero asks every worker to finish."""
 
-    def sample_producers(self, actor: int) -> list[SegmentSink]:
-        """Actor ``actor``'s ends of the sample streams, one per policy: to the stage its record connects it to
-        (runs of one policy), or to the trainer of each policy it feeds."""
-        stage = self.plan.topology.get(ACTOR, actor).connection(Stream.STAGE)
-        if stage is not None and stage.index is not None:
-            return [SampleProducer(self.pool(), self.plan.actor_row(actor), self.staged(stage.index), submitted=STAGED)]
-        return [self.trainer_sink(actor, k) for k in range(len(self.plan.policies))]
+    def requests(self, policy_worker: int) -> Channel:
+        """Policy worker ``policy_worker``'s request channel."""
+        return self.channel(Endpoint(Stream.INFERENCE, policy_worker))
 
-    def trainer_sink(self, actor: int, policy: int = 0) -> SegmentSink:
-        """What sends actor ``actor``'s row of policy ``policy``'s pool straight to the trainer of that policy it
-        feeds (inside a node: its channel)."""
-        plan = self.plan
-        return SampleProducer(self.pool(policy), plan.actor_row(actor), self.samples(plan.trainer_of(actor, policy)))
+    # ------------------------------------------------------------------ the sample path
+    def sample_producers(self, actor: int) -> list[SegmentSink]:
+        """Actor ``actor``'s ends of the sample path, one per policy: to the path's first stop for its segments of
+        that policy (a hop of its node, or the policy's trainer it feeds)."""
+        plan, state = self.plan, submitted_state(self.plan, 0)
+        return [self.segment_sink(stop(plan, 0, actor, k), actor, k, state) for k in range(len(plan.policies))]
+
+    def segment_sink(self, to: Endpoint, actor: int, policy: int, state: int) -> SegmentSink:
+        """What hands actor ``actor``'s buffers of policy ``policy`` to stop ``to`` (in state ``state``): inside a
+        node, the buffer's record down the stop's channel."""
+        return SampleProducer(self.pool(policy), self.plan.actor_row(actor), self.channel(to), submitted=state)
+
+    def segment_source(self, worker: WorkerSpec) -> SegmentSource:
+        """What ``worker`` (a stop of the sample path: a hop, or a trainer that takes segments) receives segments
+        from: its endpoint's channel over the pool of the policy it serves."""
+        at = position(self.plan, worker.role)
+        assert at is not None, f"{worker.name} is not on the sample path"
+        (first, k), *_ = clients(self.plan, worker.role, worker.index)
+        endpoint = stop(self.plan, at, first, k)
+        return SampleConsumer(self.pool(k), self.channel(endpoint), accepts=submitted_state(self.plan, at))
 
     def sample_consumer(self, trainer: int) -> SegmentSource:
         """Trainer ``trainer``'s end of the sample stream (in its policy's pool)."""
-        return SampleConsumer(self.pool(self.plan.policy_of_trainer(trainer)), self.samples(trainer))
+        return self.segment_source(self.plan.topology.get(TRAINER, trainer))
 
-    def stage_consumer(self, stage: int) -> SegmentSource:
-        """Stage worker ``stage``'s end of its actors' sample streams."""
-        return SampleConsumer(self.pool(), self.staged(stage), accepts=STAGED)
-
-    def stage_forwarder(self, stage: int) -> SegmentForwarder:
-        """Where stage worker ``stage`` sends what it keeps: each of its actors' rows to that actor's trainer."""
-        plan = self.plan
+    def segment_forwarder(self, worker: WorkerSpec) -> SegmentForwarder:
+        """Where hop ``worker`` sends what it keeps: each client's row to that client's next stop."""
+        plan, at = self.plan, position(self.plan, worker.role)
+        assert at is not None
+        nexts = {plan.actor_row(a): stop(plan, at + 1, a, k) for a, k in clients(plan, worker.role, worker.index)}
         return PoolForwarder(
-            self.pool(), {plan.actor_row(a): self.samples(plan.trainer_of(a)) for a in self.stage_clients(stage)}
+            self.pool(), {row: self.channel(e) for row, e in nexts.items()}, submitted_state(plan, at + 1)
         )
 
-    def stage_clients(self, stage: int) -> list[int]:
-        """The actors that submit to stage worker ``stage``."""
-        return [w.index for w in self.plan.topology.clients_of(Endpoint(Stream.STAGE, stage))]
+    def free_buffers(self, worker: WorkerSpec) -> int:
+        """Before restarting dead ``worker`` (controller): free the buffers it held; how many that drops. A record
+        still in a pipe for a freed buffer is ignored on receipt (the buffer is no longer in the state its reader
+        accepts)."""
+        return sum(_free(self._pool_of(key).state[row], states) for (key, row), states in self.held_by(worker).items())
+
+    def held_by(self, worker: WorkerSpec) -> Holding:
+        """(Pool key, row) -> the buffer states in which dead ``worker`` held that row's buffers (its declaration
+        and its place on the sample path say which)."""
+        return held_by(self.plan, worker)
+
+    def _pool_of(self, key: str) -> SegmentPool:
+        """A pool by its key in a :data:`Holding`: ``pool<k>`` (policy k's segments) or an endpoint's name."""
+        if key.startswith("pool"):
+            return self.pool(int(key[4:]))
+        endpoint = next(e for w in self.plan.topology.workers for e in w.serves if e.name == key)
+        return self.buffers(endpoint)
+
+    def _pooled(self) -> list[Endpoint]:
+        """The endpoints of this run whose kind declares a pool of their own."""
+        return [e for w in self.plan.topology.workers for e in w.serves if e.stream.pool is not None]
+
+    def _stored(self) -> list[Endpoint]:
+        """The endpoints of this run whose kind declares storage of their own."""
+        return [e for w in self.plan.topology.workers for e in w.serves if e.stream.storage is not None]
+
+    def _channelled(self) -> list[Endpoint]:
+        """The endpoints of this run whose kind declares a channel."""
+        return [e for w in self.plan.topology.workers for e in w.serves if e.stream.channel]
 
 
 class InlineFabric(Fabric):
@@ -136,12 +182,11 @@ class InlineFabric(Fabric):
 
     def __init__(self, plan: Plan, handler: Handler) -> None:
         super().__init__(plan)
-        topology = plan.topology
         self._pools = [SegmentPool.in_process(p.layout) for p in plan.policies]
-        self._requests = {e.index: InProcChannel(REQUEST_WIDTH) for e in topology.endpoints(Stream.INFERENCE)}
+        self._channels = {e.name: InProcChannel(e.stream.channel) for e in self._channelled()}
+        self._buffers = {e.name: SegmentPool.in_process(pool_layout(plan, e)) for e in self._pooled()}
+        self._storage = {e.name: storage_opener(e).create(plan, e, None) for e in self._stored()}
         self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(plan.actors_per_node)]
-        self._samples = {e.index: InProcChannel(SAMPLE_WIDTH) for e in topology.endpoints(Stream.SAMPLES)}
-        self._staged = {e.index: InProcChannel(SAMPLE_WIDTH) for e in topology.endpoints(Stream.STAGE)}
         self._params = [VersionedBuffer.in_process(p.param_size, np.float32) for p in plan.policies]
         self._reporter = DirectReporter(handler)
         self._stop = np.zeros(1, np.int32)
@@ -149,17 +194,17 @@ class InlineFabric(Fabric):
     def pool(self, policy: int = 0) -> SegmentPool:
         return self._pools[policy]
 
-    def requests(self, policy_worker: int) -> Channel:
-        return self._requests[policy_worker]
+    def channel(self, endpoint: Endpoint) -> Channel:
+        return self._channels[endpoint.name]
+
+    def buffers(self, endpoint: Endpoint) -> SegmentPool:
+        return self._buffers[endpoint.name]
+
+    def storage(self, endpoint: Endpoint) -> Any:
+        return self._storage[endpoint.name]
 
     def replies(self, actor: int) -> Channel:
         return self._replies[actor]
-
-    def samples(self, trainer: int) -> Channel:
-        return self._samples[trainer]
-
-    def staged(self, stage: int) -> Channel:
-        return self._staged[stage]
 
     def params(self, group: int | None = None, policy: int = 0) -> VersionedBuffer:
         if group is not None:
@@ -213,38 +258,21 @@ class SharedFabric(Fabric):
             token.touch(mode=0o600)
             token.write_text(secrets.token_hex(16))
             self._opened["stop"] = ShmArray.create(f"{self.tag}_stop", (1,), "int32")
-            for e in topology.endpoints(Stream.INFERENCE):
-                self._opened[f"req{e.index}"] = FifoChannel.create(str(self.dir / f"req{e.index}"), REQUEST_WIDTH)
             for row in range(self.plan.actors_per_node):
                 self._opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
-            for e in topology.endpoints(Stream.SAMPLES):
-                self._opened[f"smp{e.index}"] = FifoChannel.create(str(self.dir / f"smp{e.index}"), SAMPLE_WIDTH)
-            for e in topology.endpoints(Stream.STAGE):
-                self._opened[e.name] = FifoChannel.create(str(self.dir / e.name), SAMPLE_WIDTH)
+            self._create_declared(self._channelled(), self._pooled(), self._stored())
         except BaseException:
             self.destroy()
             raise
 
-    def free_buffers(self, worker: WorkerSpec) -> int:
-        """Before restarting dead ``worker`` (controller): free the pool buffers it held; how many segments that
-        drops. A record still in a pipe for a freed buffer is ignored on receipt (the buffer is no longer in the
-        state its reader accepts)."""
-        held = self.held_by(worker)
-        return sum(_free(self.pool(k).state[row], states) for (k, row), states in held.items())
-
-    def held_by(self, worker: WorkerSpec) -> dict[tuple[int, int], tuple[int, ...]]:
-        """(Policy, pool row) -> the buffer states in which dead ``worker`` held that row's buffers. An actor:
-        those it was filling, in every policy's pool. A stage: those submitted to it. A trainer: those handed to
-        it in its policy's pool (their records went down its pipe, and what it had read of them died with it)."""
-        plan = self.plan
-        if worker.role is ACTOR:
-            return {(k, plan.actor_row(worker.index)): (FILLING,) for k in range(len(plan.policies))}
-        if worker.role is STAGE:
-            return {(0, plan.actor_row(a)): (STAGED,) for a in self.stage_clients(worker.index)}
-        if worker.role is TRAINER:
-            k, actors = plan.policy_of_trainer(worker.index), range(plan.cfg.workers.actors)
-            return {(k, plan.actor_row(a)): (READY,) for a in actors if plan.trainer_of(a, k) == worker.index}
-        return {}
+    def _create_declared(self, channels: list[Endpoint], pools: list[Endpoint], stored: list[Endpoint]) -> None:
+        """Create the channels, pools and storage these endpoints' kinds declare."""
+        for e in channels:
+            self._opened[f"ch_{e.name}"] = FifoChannel.create(str(self.dir / e.name), e.stream.channel)
+        for e in pools:
+            self._opened[f"buf_{e.name}"] = SegmentPool.shared(pool_layout(self.plan, e), f"{self.tag}_{e.name}", True)
+        for e in stored:
+            self._opened[f"st_{e.name}"] = storage_opener(e).create(self.plan, e, f"{self.tag}_{e.name}")
 
     def destroy(self) -> None:
         """Close and remove everything this run created; safe to call twice."""
@@ -260,8 +288,8 @@ class SharedFabric(Fabric):
         self._close_opened(unlink=False)
 
     def _close_opened(self, unlink: bool) -> None:
-        for obj in list(self._opened.values()):
-            if isinstance(obj, SegmentPool):
+        for key, obj in list(self._opened.items()):
+            if isinstance(obj, SegmentPool) or key.startswith("st_"):  # a pool, or a kind's storage: close(unlink)
                 obj.close(unlink=unlink)
                 continue
             obj.close()
@@ -280,20 +308,22 @@ class SharedFabric(Fabric):
         layout = self.plan.policies[policy].layout
         return self._get(f"pool{policy}", lambda: SegmentPool.shared(layout, f"{self.tag}_p{policy}", create=False))
 
-    def requests(self, policy_worker: int) -> Channel:
+    def channel(self, endpoint: Endpoint) -> Channel:
+        name, width = endpoint.name, endpoint.stream.channel
+        return self._get(f"ch_{name}", lambda: FifoChannel.open(str(self.dir / name), width))
+
+    def buffers(self, endpoint: Endpoint) -> SegmentPool:
+        layout, name = pool_layout(self.plan, endpoint), endpoint.name
+        return self._get(f"buf_{name}", lambda: SegmentPool.shared(layout, f"{self.tag}_{name}", create=False))
+
+    def storage(self, endpoint: Endpoint) -> Any:
+        name = endpoint.name
         return self._get(
-            f"req{policy_worker}", lambda: FifoChannel.open(str(self.dir / f"req{policy_worker}"), REQUEST_WIDTH)
+            f"st_{name}", lambda: storage_opener(endpoint).attach(self.plan, endpoint, f"{self.tag}_{name}")
         )
 
     def replies(self, actor: int) -> Channel:
         return self._get(f"rep{actor}", lambda: FifoChannel.open(str(self.dir / f"rep{actor}"), REPLY_WIDTH))
-
-    def samples(self, trainer: int) -> Channel:
-        return self._get(f"smp{trainer}", lambda: FifoChannel.open(str(self.dir / f"smp{trainer}"), SAMPLE_WIDTH))
-
-    def staged(self, stage: int) -> Channel:
-        name = Endpoint(Stream.STAGE, stage).name
-        return self._get(name, lambda: FifoChannel.open(str(self.dir / name), SAMPLE_WIDTH))
 
     def params(self, group: int | None = None, policy: int = 0) -> VersionedBuffer:
         key, size = Endpoint(Stream.SNAPSHOTS, group, policy).name, self.plan.policies[policy].param_size

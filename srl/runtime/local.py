@@ -164,7 +164,7 @@ class LocalPlacement:
         """Fixed for the whole run: a server on this machine binds the same name when it starts again."""
         if endpoint.stream is Stream.PARAMS:
             return self.fabric.param_address(endpoint)
-        return str(self.fabric.dir / f"smp{endpoint.index}")
+        return str(self.fabric.dir / endpoint.name)
 
     def free_buffers(self, worker: WorkerSpec) -> int:
         return self.fabric.free_buffers(worker)

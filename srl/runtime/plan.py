@@ -21,9 +21,9 @@ from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
 from srl.api.worker import Policy
 from srl.envs.slots import probe_groups
-from srl.runtime.topology import ROLES, Topology, topology_of
+from srl.runtime.topology import PATH_ROLES, Role, Topology, roles_of, topology_of
 from srl.system.streams import PoolLayout
-from srl.wiring import acting_policy
+from srl.wiring import acting_policy, check_algorithm, learns_on_policy, reads_state
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ class Plan:
     """The checkpoints the trainers continue from (``srl train --resume``, a restart): one per policy."""
     start_version: int = 0
     """Policy version the run starts at (the checkpoint's when resuming)."""
+    sample_path: tuple[Role, ...] = ()
+    """The roles segments pass through between the actors and the trainers (``workers.path``, resolved)."""
 
     @property
     def eval_every(self) -> int:
@@ -174,13 +176,14 @@ class Plan:
     @cached_property
     def topology(self) -> Topology:
         """Every worker of the run: role, index, node group, endpoints, restart policy (computed once)."""
-        return topology_of(self, ROLES)
+        return topology_of(self, roles_of(self))
 
 
 def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
-    """Probe the environment once and size the streams (raises ConfigError on a bad env or agents rules)."""
+    """Probe the environment once and size the streams (raises ConfigError on a bad env or agents rules, bad
+    algorithm settings, or settings the algorithm's ``check`` finds unfit for the probed env)."""
     names = cfg.policy_names
-    on_state = [n for n in names if cfg.for_policy(n).ppo.critic_input == "state"]
+    on_state = [n for n in names if reads_state(cfg.for_policy(n))]
     probed = probe_groups(cfg.env, cfg.agents, on_state)
     by_name = {g.policy: g for g in probed.groups}
     agents = probed.agents_per_env
@@ -198,7 +201,47 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
         resolve(cfg.stage.worker, {}, "stage.worker")
     policies = tuple(_policy_plan(cfg, by_name[n], cfg.league.pool) for n in names)
     vs_random = probed.turn_based and probed.agents_per_env == 2 and len(names) == 1
-    return Plan(cfg, policies, agents_per_env=agents, vs_random=vs_random, null_trainer=null_trainer)
+    path = sample_path(cfg)
+    plan = Plan(cfg, policies, agents_per_env=agents, vs_random=vs_random, null_trainer=null_trainer, sample_path=path)
+    check_algorithm(plan)  # what the algorithm needs of the probed env, one line naming its setting
+    return plan
+
+
+def sample_path(cfg: ExperimentConfig) -> tuple[Role, ...]:
+    """The roles of ``workers.path`` (or the default path: a stage when ``stage.worker`` names one, then a replay
+    when the algorithm learns from one), checked: each a role with a hop, none twice, a keeper only last, a
+    replay exactly when the algorithm learns off-policy, a stage exactly when ``stage.worker`` names one."""
+    on_policy = learns_on_policy(cfg)
+    names = cfg.workers.path
+    if names is None:
+        names = ("stage",) * (cfg.stage.worker is not None) + ("replay",) * (not on_policy)
+    roles: list[Role] = []
+    for name in names:
+        role = resolve(name, PATH_ROLES, "workers.path", callable_=False)
+        if not isinstance(role, Role) or role.hop is None:
+            raise ConfigError(f"workers.path: {name!r} is not a role of the sample path (a Role with a Hop)")
+        if role in roles:
+            raise ConfigError(f"workers.path: {name!r} is listed twice")
+        roles.append(role)
+    keepers = [r for r in roles if r.hop is not None and r.hop.keeps is not None]
+    if keepers and roles[-1] is not keepers[0]:
+        raise ConfigError(f"workers.path: {keepers[0].name} keeps the segments, so it must be the path's last role")
+    _check_path_roles(cfg, names, bool(keepers), on_policy)
+    return tuple(roles)
+
+
+def _check_path_roles(cfg: ExperimentConfig, names: tuple[str, ...], kept: bool, on_policy: bool) -> None:
+    """A replay exactly when the algorithm learns off-policy; a stage exactly when ``stage.worker`` names one."""
+    if kept and on_policy:
+        raise ConfigError(
+            f"workers.path: a replay serves algorithms that learn off-policy; {cfg.algorithm} learns from "
+            "on-policy segments (leave replay out)"
+        )
+    if not kept and not on_policy:
+        raise ConfigError(f"workers.path: {cfg.algorithm} learns from a replay: end the path with replay")
+    if ("stage" in names) != (cfg.stage.worker is not None):
+        said = "names no stage" if cfg.stage.worker is not None else "has stage, but stage.worker names no class"
+        raise ConfigError(f"workers.path: {list(names)} {said}")
 
 
 def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> PolicyPlan:
@@ -212,15 +255,6 @@ def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> Polic
     schema = sample_schema(
         group.observation_space, group.action_space, policy.output_fields(), group.state_space, alive=alive
     )
-    if cfg.algorithm == "ppo":  # each of its minibatches needs rows: whole segments' columns with an unrolled core
-        unrolled = pcfg.model.core != "none" and pcfg.ppo.memory == "recompute"
-        rows = w.batch_segments * w.envs_per_slot * columns * (1 if unrolled else w.segment_length)
-        if rows < pcfg.ppo.minibatches:
-            what = "segment columns (a core is unrolled over whole segments)" if unrolled else "samples"
-            raise ConfigError(
-                f"ppo.minibatches: {pcfg.ppo.minibatches} minibatches of an update of {rows} {what}: "
-                "lower it, or raise workers.batch_segments or workers.envs_per_slot"
-            )
     nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
     layout = PoolLayout.of(
         schema,

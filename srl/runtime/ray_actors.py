@@ -25,7 +25,7 @@ from srl.base.shm import sweep_stale
 from srl.runtime.build import build_worker
 from srl.runtime.plan import Plan, plan_from_spec
 from srl.runtime.ray_fabric import Endpoints, NodeFabric
-from srl.runtime.topology import TRAINER_NODE, Stream
+from srl.runtime.topology import TRAINER_NODE
 from srl.system.tracebacks import error_report
 
 log = logging.getLogger(__name__)
@@ -167,11 +167,10 @@ class WorkerActor:
         except Exception as exc:
             return json.dumps({"error": self._fail(exc)})
         bound: dict[str, str] = {}
-        samples, params = self.record.service(Stream.SAMPLES), self.record.service(Stream.PARAMS)
-        if samples is not None:
-            bound[samples.name] = worker.consumer.address  # type: ignore[attr-defined]
-        if params is not None:
-            bound[params.name] = worker.server.address  # type: ignore[attr-defined]
+        for e in self.record.serves:  # a segment stop's receiver, or a parameter server's socket
+            if e.stream.bound:
+                served = worker.source if e.stream.segments else worker.server  # type: ignore[attr-defined]
+                bound[e.name] = served.address
         return json.dumps(bound)
 
     def run(self, endpoints: str) -> str:

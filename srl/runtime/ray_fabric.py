@@ -27,12 +27,23 @@ import zmq
 from srl.api.worker import Reporter
 from srl.base.channel import FifoChannel
 from srl.base.seqlock import VersionedBuffer
-from srl.runtime.fabric import REPLY_WIDTH, REQUEST_WIDTH, SAMPLE_WIDTH, SharedFabric
+from srl.runtime.fabric import SharedFabric
 from srl.runtime.plan import Plan
-from srl.runtime.topology import ACTOR, STAGE, TRAINER_NODE, Endpoint, Stream, WorkerSpec
+from srl.runtime.topology import (
+    TRAINER_NODE,
+    Endpoint,
+    Holding,
+    Stream,
+    WorkerSpec,
+    clients,
+    held_by,
+    position,
+    stop,
+    submitted_state,
+)
 from srl.system.control import ZmqReporter
 from srl.system.remote_samples import RemoteForwarder, SampleReceiver, SampleSender
-from srl.system.streams import FILLING, READY, STAGED, SegmentPool
+from srl.system.streams import REPLY_WIDTH, SegmentForwarder, SegmentPool, SegmentSink, SegmentSource
 
 
 def interface_of(address: str) -> str | None:
@@ -100,6 +111,7 @@ class NodeFabric(SharedFabric):
                 for k, policy in enumerate(plan.policies):
                     name = Endpoint(Stream.SNAPSHOTS, policy=k).name
                     opened[name] = VersionedBuffer.create_shared(f"{self.tag}_{name}", policy.param_size, np.float32)
+                self._create_declared(*self._declared_here())
                 return
             for k, policy in enumerate(plan.policies):
                 opened[f"pool{k}"] = SegmentPool.shared(policy.layout, f"{self.tag}_p{k}", create=True)
@@ -107,28 +119,25 @@ class NodeFabric(SharedFabric):
                 opened[buffer.name] = VersionedBuffer.create_shared(
                     f"{self.tag}_{buffer.name}", plan.policies[buffer.policy].param_size, np.float32
                 )
-            for e in topology.endpoints(Stream.INFERENCE, self.node):
-                opened[f"req{e.index}"] = FifoChannel.create(str(self.dir / f"req{e.index}"), REQUEST_WIDTH)
             for row in range(plan.actors_per_node):
                 opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
-            for e in topology.endpoints(Stream.STAGE, self.node):
-                opened[e.name] = FifoChannel.create(str(self.dir / e.name), SAMPLE_WIDTH)
+            self._create_declared(*self._declared_here())
         except BaseException:
             self.destroy()
             raise
 
-    def held_by(self, worker: WorkerSpec) -> dict[tuple[int, int], tuple[int, ...]]:
-        """What dead ``worker`` held of this node's pools (its node agent frees it). Whoever sends a row's
-        segments across nodes holds them while they are READY (waiting to be sent): an actor that feeds its
-        trainers directly, or a stage. Segments leave the node as copies, so a trainer holds none here."""
-        row = self.plan.actor_row
-        if worker.role is ACTOR:
-            direct = self.plan.topology.get(ACTOR, worker.index).connection(Stream.STAGE) is None
-            held = (FILLING, READY) if direct else (FILLING,)
-            return {(k, row(worker.index)): held for k in range(len(self.plan.policies))}
-        if worker.role is STAGE:
-            return {(0, row(a)): (STAGED, READY) for a in self.stage_clients(worker.index)}
-        return {}
+    def held_by(self, worker: WorkerSpec) -> Holding:
+        """What dead ``worker`` held of this node's pools (its node agent frees it). Segments cross nodes as
+        copies: whoever sends a row's segments to another node holds them while they wait to go out (an actor
+        that feeds its trainers directly, or a stage), and their receiver holds none here."""
+        return held_by(self.plan, worker, across_nodes=True)
+
+    def _declared_here(self) -> tuple[list[Endpoint], list[Endpoint], list[Endpoint]]:
+        """The channels, pools and storage of the endpoints served in this node group; a bound kind's channel
+        is a socket across nodes instead of a pipe."""
+        here = {e for w in self.plan.topology.in_group(self.node) for e in w.serves}
+        channels = [e for e in self._channelled() if e in here and not e.stream.bound]
+        return channels, [e for e in self._pooled() if e in here], [e for e in self._stored() if e in here]
 
     def param_address(self, server: Endpoint) -> str:
         # A server not yet bound picks a free port on this node; a restarted one takes its old address back.
@@ -153,26 +162,48 @@ class NodeFabric(SharedFabric):
     def stop_flag(self) -> np.ndarray:
         return self._stop
 
-    def stage_forwarder(self, stage: int) -> RemoteForwarder:
-        return RemoteForwarder({self.plan.actor_row(a): self.trainer_sink(a) for a in self.stage_clients(stage)})
+    def segment_forwarder(self, worker: WorkerSpec) -> SegmentForwarder:
+        """A hop sends what it keeps to a next stop on another node from here (a dropped segment never crosses
+        the network), or inside its node as the local runtime does."""
+        plan, at = self.plan, position(self.plan, worker.role)
+        assert at is not None
+        pairs = clients(plan, worker.role, worker.index)
+        if not pairs or not stop(plan, at + 1, *pairs[0]).stream.bound:
+            return super().segment_forwarder(worker)
+        state = submitted_state(plan, at + 1)
+        sinks = {plan.actor_row(a): self._sender(stop(plan, at + 1, a, k), a, k, state) for a, k in pairs}
+        return RemoteForwarder(sinks)
 
-    def trainer_sink(self, actor: int, policy: int = 0) -> SampleSender:
-        """Sends actor ``actor``'s row of policy ``policy``'s pool to that policy's trainer it feeds, on another
-        node (from the actor, or from its stage)."""
+    def segment_sink(self, to: Endpoint, actor: int, policy: int, state: int) -> SegmentSink:
+        """To a stop on another node (a bound stream: a trainer, a replay): sends actor ``actor``'s row of policy
+        ``policy``'s pool there as copies (from the actor, or from its hop)."""
+        if not to.stream.bound:
+            return super().segment_sink(to, actor, policy, state)
+        return self._sender(to, actor, policy, state)
+
+    def _sender(self, to: Endpoint, actor: int, policy: int, state: int) -> SampleSender:
         return SampleSender(
             self.pool(policy),
             self.plan.actor_row(actor),
             actor,
-            self.endpoints.servers[Endpoint(Stream.SAMPLES, self.plan.trainer_of(actor, policy)).name],
+            self.endpoints.servers[to.name],
             self.endpoints.token,
             zmq.Context.instance(),
+            submitted=state,
         )
 
-    def sample_consumer(self, trainer: int) -> SampleReceiver:
-        address = self.endpoints.servers.get(Endpoint(Stream.SAMPLES, trainer).name, f"tcp://{self.host}:*")
+    def segment_source(self, worker: WorkerSpec) -> SegmentSource:
+        """A stop whose stream is bound receives its segments over the network (from actors or hops on other
+        nodes)."""
+        at = position(self.plan, worker.role)
+        assert at is not None
+        (first, k), *_ = clients(self.plan, worker.role, worker.index)
+        endpoint = stop(self.plan, at, first, k)
+        if not endpoint.stream.bound:
+            return super().segment_source(worker)
         return SampleReceiver(
-            self.plan.policies[self.plan.policy_of_trainer(trainer)].layout.fields,
-            address,
+            self.plan.policies[k].layout.fields,
+            self.endpoints.servers.get(endpoint.name, f"tcp://{self.host}:*"),
             self.endpoints.token,
             zmq.Context.instance(),
             queue=self.plan.cfg.workers.batch_segments,

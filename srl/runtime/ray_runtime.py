@@ -320,7 +320,7 @@ class RayPlacement:
         for launch in launches:
             self._create(launch)
         workers = [launch.worker for launch in launches]
-        samples = [w for w in workers if w.service(Stream.SAMPLES)]
+        samples = [w for w in workers if any(e.stream.segments and e.stream.bound for e in w.serves)]
         params = [w for w in workers if w.service(Stream.PARAMS) and w not in samples]
         self._prepare(samples)
         for w in params:

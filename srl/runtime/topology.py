@@ -1,29 +1,34 @@
 """The run's topology as data: one typed record per worker, computed once from the plan.
 
-Why: worker roles used to be bare strings built as ``f"{role}{index}"`` and
-parsed back wherever a runtime, a fabric or a supervisor needed to know what
-a worker is, whom it feeds and how it restarts; each place re-derived the
-wiring (``a % trainers``, the relay tree, node groups) on its own. Here the
-wiring is written once (Sample Factory's ``connect_components`` is the model):
-each role is one :class:`Role` declaration, each worker one frozen
-:class:`WorkerSpec` computed from it, and building, both fabrics, both
-runtimes and the supervisor only query the :class:`Topology`.
+Why: the wiring is written once (Sample Factory's ``connect_components`` is the
+model). Each role is one :class:`Role` declaration, each worker one frozen
+:class:`WorkerSpec` computed from it, and building, the fabrics, the runtimes
+and the supervisor only query the :class:`Topology`; none of them re-derives
+who feeds whom.
 
-A role is its declaration (compared by identity), not a member of a closed
-``enum.Enum``: a plugin must be able to declare a role (e.g. a worker between
-actors and trainers that filters segments) without editing this module. What
-the core branches on is closed and typed as enums: the kinds of stream
-(:class:`Stream`) and the restart policies (:class:`Restart`).
+Roles and stream kinds are declarations (compared by identity), not members
+of closed enums, so that a plugin declares its own without editing ``srl/``:
+a role says how many workers it has and where, which endpoints each serves
+and connects to, which pool buffers a worker holds (freed when it dies), and,
+for a role that can stand between the actors and the trainers, its
+:class:`Hop`. A :class:`StreamKind` says what the fabric creates for each
+endpoint of the kind (a channel, a pool). The sample path, the hops from the
+actors to the trainers, is the list ``workers.path`` of the config: a stage
+that filters segments, a replay that keeps them and serves the trainers
+batches, or a plugin's role. The restart policies (:class:`Restart`) are what
+the supervisor branches on, and stay a closed enum.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from srl.system.param_service import relay_parent
+from srl.system.streams import FILLING, READY, REQUEST_WIDTH, SAMPLE_WIDTH, STAGED, PoolLayout
 
 if TYPE_CHECKING:
     from srl.runtime.plan import Plan
@@ -41,42 +46,63 @@ def trainer_group(k: int) -> int:
     return TRAINER_NODE - k
 
 
-class Stream(Enum):
-    """The kinds of endpoint a worker serves or connects to."""
+@dataclass(frozen=True)
+class StreamKind:
+    """One kind of endpoint a worker serves or connects to, declared by whoever adds it (the built-ins are in
+    :class:`Stream`; a plugin declares its own). The fabric creates what the declaration asks for each endpoint
+    of the kind that a worker serves."""
 
-    SAMPLES = "samples"
+    name: str
+    indexed: str
+    """Its endpoints' names, formatted with their index (``trainer{}``): keys of endpoint tables, pipe and socket
+    names."""
+    single: str | None = None
+    """The name of its one unindexed endpoint (the root server's ``root``), if it has one."""
+    bound: bool = False
+    """Its server binds an address when it starts (a socket; under Ray the streams that cross nodes), which
+    clients connect to: servers start before their clients, and clients follow a server that comes back
+    elsewhere. The other kinds are node-local names that the node's fabric creates."""
+    channel: int = 0
+    """Width of the records its channel carries (0: no channel): the fabric creates one per endpoint (a
+    node-local pipe, or in-process queue)."""
+    segments: bool = False
+    """Its records name buffers of the segment pool (``(actor, buffer)``): a stop on the sample path."""
+    pool: str | None = None
+    """``module:attr`` of ``layout(plan, endpoint) -> PoolLayout``: each endpoint of the kind has a pool of its
+    own buffers (one row), created by its node's fabric (a replay's batches). None: it uses the segment pools."""
+    storage: str | None = None
+    """``module:attr`` of an opener with ``create(plan, endpoint, name)`` (``name`` None: in this process) and
+    ``attach(plan, endpoint, name)``: each endpoint of the kind has storage that outlives its worker (a replay's
+    items), created by its node's fabric, so a restarted worker attaches to what its predecessor left. What they
+    return has ``close(unlink: bool)``: the fabric's owner unlinks it on every exit path."""
+
+
+class Stream:
+    """The built-in stream kinds."""
+
+    SAMPLES = StreamKind("samples", "trainer{}", bound=True, channel=SAMPLE_WIDTH, segments=True)
     """Trainer ``i``'s sample stream (actors -> trainer)."""
-    INFERENCE = "inference"
+    INFERENCE = StreamKind("inference", "policy{}", channel=REQUEST_WIDTH)
     """Policy worker ``p``'s request stream (actors -> policy worker, answered in place)."""
-    PARAMS = "params"
+    PARAMS = StreamKind("params", "relay{}", "root", bound=True)
     """A parameter server's socket: the root (index None) or relay ``g``."""
-    SNAPSHOTS = "snapshots"
+    SNAPSHOTS = StreamKind("snapshots", "params{}", "params")
     """A node-local snapshot buffer: the lead trainer's (index None) or the one relay ``g`` mirrors into."""
-    STAGE = "stage"
+    STAGE = StreamKind("stage", "stage{}", channel=SAMPLE_WIDTH, segments=True)
     """Stage worker ``s``'s stream of submitted segments (actors -> stage, in its node's pool)."""
-
-    @property
-    def bound(self) -> bool:
-        """Its server binds an address when it starts (a socket; under Ray also the sample stream), which clients
-        connect to: servers start before their clients, and clients follow a server that comes back elsewhere.
-        The other kinds are node-local names that the node's fabric creates."""
-        return self in (Stream.SAMPLES, Stream.PARAMS)
-
-
-_ENDPOINT_NAMES = {
-    Stream.SAMPLES: ("trainer{}", None),
-    Stream.INFERENCE: ("policy{}", None),
-    Stream.PARAMS: ("relay{}", "root"),
-    Stream.SNAPSHOTS: ("params{}", "params"),
-    Stream.STAGE: ("stage{}", None),
-}
+    REPLAY = StreamKind(
+        "replay", "replay{}", bound=True, channel=SAMPLE_WIDTH, segments=True, storage="srl.runtime.replay:STORE"
+    )
+    """Replay ``r``'s stream of segments to insert (actors -> replay; across nodes over ZeroMQ)."""
+    BATCHES = StreamKind("batches", "batches{}", channel=SAMPLE_WIDTH, pool="srl.runtime.replay:batch_layout")
+    """Replay ``r``'s batches for trainer ``r`` (in shared memory on their node), and their priorities back."""
 
 
 @dataclass(frozen=True)
 class Endpoint:
     """One stream endpoint of the run: a stream kind and which one of it."""
 
-    stream: Stream
+    stream: StreamKind
     index: int | None = None
     """Which one (a trainer, a policy worker, a relay group); None for the root / the lead trainer's buffer."""
     policy: int = 0
@@ -87,12 +113,12 @@ class Endpoint:
         """Its key in endpoint tables, pipe and socket names: ``trainer0``, ``policy1``, ``root``, ``relay2``,
         ``params``, ``params3``, and for the parameters of policy ``k`` > 0 ``root_p1``, ``params3_p1``.
         Produced from the record; nothing parses it back."""
-        indexed, single = _ENDPOINT_NAMES[self.stream]
+        kind = self.stream
         if self.index is None:
-            assert single is not None, f"{self.stream} endpoints are indexed"
-            name = single
+            assert kind.single is not None, f"{kind.name} endpoints are indexed"
+            name = kind.single
         else:
-            name = indexed.format(self.index)
+            name = kind.indexed.format(self.index)
         return f"{name}_p{self.policy}" if self.policy else name
 
 
@@ -108,6 +134,8 @@ class Restart(Enum):
 
 
 Rule = Callable[["Plan", int], "tuple[Endpoint, ...]"]
+Holding = dict[tuple[str, int], tuple[int, ...]]
+"""(Pool key, pool row) -> buffer states: the buffers a worker holds (see :meth:`Role.holds`)."""
 
 
 def _none(plan: Plan, index: int) -> tuple[Endpoint, ...]:
@@ -116,6 +144,20 @@ def _none(plan: Plan, index: int) -> tuple[Endpoint, ...]:
 
 def _no_resources(plan: Plan) -> float:
     return 0.0
+
+
+@dataclass(frozen=True)
+class Hop:
+    """What a role on the sample path declares: segments reach its workers between the actors and the trainers.
+    The config lists the path (``workers.path``); the core wires each hop to the next from these fields."""
+
+    stream: StreamKind
+    """The kind of endpoint each of its workers serves to receive segments (``segments=True``)."""
+    route: Callable[[Plan, int, int], int]
+    """``route(plan, actor, policy)``: the worker that actor ``actor``'s segments of policy ``policy`` reach."""
+    keeps: StreamKind | None = None
+    """None: it forwards what it keeps to the next stop of the path (a stage). A kind: it keeps the segments (a
+    replay), and its worker ``i`` serves trainer ``i`` through an endpoint of that kind."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,9 +177,9 @@ class Role:
     group: Callable[[Plan, int], int] = lambda plan, index: TRAINER_NODE
     """Under Ray: the node group worker ``index`` is placed in (by default with the lead trainer)."""
     serves: Rule = _none
-    """The endpoints worker ``index`` serves."""
+    """The endpoints worker ``index`` serves (a hop's segment endpoint is added from :attr:`hop`)."""
     connects: Rule = _none
-    """The endpoints worker ``index`` connects to."""
+    """The endpoints worker ``index`` connects to (a hop's next stops are added from the path)."""
     restart: Restart = Restart.ALONE
     """What the supervisor does when one of its workers dies."""
     cpus: Callable[[Plan], float] = _no_resources
@@ -146,6 +188,11 @@ class Role:
     """GPUs each worker claims (Ray)."""
     policy: Callable[[Plan, int], int | None] = lambda plan, index: None
     """The policy worker ``index`` serves alone (trainers, parameter servers), or None (it serves them all)."""
+    hop: Hop | None = None
+    """Set for a role that can stand on the sample path (``workers.path`` names it)."""
+    holds: Callable[[Plan, int], Holding] | None = None
+    """The buffers worker ``index`` holds, in which states: freed when it dies (their contents counted as lost).
+    None: what the sample path hands it (:func:`held_on_path`)."""
 
 
 @dataclass(frozen=True)
@@ -168,11 +215,11 @@ class WorkerSpec:
     def name(self) -> str:
         return f"{self.role.name}{self.index}"
 
-    def service(self, stream: Stream) -> Endpoint | None:
+    def service(self, stream: StreamKind) -> Endpoint | None:
         """The endpoint of kind ``stream`` this worker serves, if any."""
         return next((e for e in self.serves if e.stream is stream), None)
 
-    def connection(self, stream: Stream, policy: int = 0) -> Endpoint | None:
+    def connection(self, stream: StreamKind, policy: int = 0) -> Endpoint | None:
         """The endpoint of kind ``stream`` (for parameters: of policy ``policy``) this worker connects to, if any."""
         params = stream in (Stream.PARAMS, Stream.SNAPSHOTS)
         return next((e for e in self.connects if e.stream is stream and (not params or e.policy == policy)), None)
@@ -201,7 +248,7 @@ class Topology:
         start again to follow it."""
         return tuple(w for w in self.workers if endpoint in w.connects)
 
-    def endpoints(self, stream: Stream, group: int | None = None) -> tuple[Endpoint, ...]:
+    def endpoints(self, stream: StreamKind, group: int | None = None) -> tuple[Endpoint, ...]:
         """The endpoints of kind ``stream`` served (in node group ``group``, when given)."""
         return tuple(
             e for w in self.workers if group is None or w.group == group for e in w.serves if e.stream is stream
@@ -268,26 +315,115 @@ def _relay_serves(plan: Plan, relay: int) -> tuple[Endpoint, ...]:
     return (Endpoint(Stream.SNAPSHOTS, g, k),) + ((Endpoint(Stream.PARAMS, g, k),) if children else ())
 
 
+def stop(plan: Plan, position: int, actor: int, policy: int = 0) -> Endpoint:
+    """The endpoint at ``position`` on the sample path that actor ``actor``'s segments of policy ``policy`` reach:
+    a hop of ``plan.sample_path``, or past its end the trainer's sample stream."""
+    if position < len(plan.sample_path):
+        hop = plan.sample_path[position].hop
+        assert hop is not None
+        return Endpoint(hop.stream, hop.route(plan, actor, policy))
+    return Endpoint(Stream.SAMPLES, plan.trainer_of(actor, policy))
+
+
+def keeper(plan: Plan) -> Role | None:
+    """The role that keeps the segments (a replay, last on the path), or None: the trainers take them."""
+    last = plan.sample_path[-1] if plan.sample_path else None
+    return last if last is not None and last.hop is not None and last.hop.keeps is not None else None
+
+
+def position(plan: Plan, role: Role) -> int | None:
+    """Where ``role`` stands on the sample path (0: the actors submit to it; the trainers stand at its length
+    unless a keeper ends it), or None when segments never reach it."""
+    if role in plan.sample_path:
+        return plan.sample_path.index(role)
+    return len(plan.sample_path) if role is TRAINER and keeper(plan) is None else None
+
+
+def submitted_state(plan: Plan, at: int) -> int:
+    """The pool state of a buffer handed to the stop at ``at``: READY to the last one that takes segments (the
+    trainer, or a keeper), STAGED + ``at`` to a hop before it (so each hop's records are told apart)."""
+    last = len(plan.sample_path) - (1 if keeper(plan) is not None else 0)
+    return READY if at == last else STAGED + at
+
+
+def clients(plan: Plan, role: Role, index: int) -> list[tuple[int, int]]:
+    """The (actor, policy) pairs whose segments reach worker ``index`` of ``role`` on the sample path."""
+    at = position(plan, role)
+    if at is None:
+        return []
+    me = Endpoint(Stream.SAMPLES, index) if role is TRAINER else Endpoint(role.hop.stream, index)  # type: ignore[union-attr]
+    pairs = ((a, k) for a in range(plan.cfg.workers.actors) for k in range(len(plan.policies)))
+    return [(a, k) for a, k in pairs if stop(plan, at, a, k) == me]
+
+
+def held_on_path(plan: Plan, worker: WorkerSpec, across_nodes: bool = False) -> Holding:
+    """The segment buffers ``worker`` holds by its place on the sample path (keyed ``pool<k>``, rows of its node's
+    pools): an actor those it is filling, a stop those handed to it. ``across_nodes`` (Ray): a stop whose stream
+    is bound receives copies from another node and holds nothing in a pool, while its sender holds what waits to
+    go out to it."""
+    role, index = worker.role, worker.index
+    if role is ACTOR:
+        return {
+            (f"pool{k}", plan.actor_row(index)): (FILLING, *_waiting(plan, 0, index, k, across_nodes))
+            for k in range(len(plan.policies))
+        }
+    at = position(plan, role)
+    if at is None:
+        return {}
+    forwards = role.hop is not None and role.hop.keeps is None
+    held: Holding = {}
+    for a, k in clients(plan, role, index):
+        states: tuple[int, ...] = (
+            () if across_nodes and stop(plan, at, a, k).stream.bound else (submitted_state(plan, at),)
+        )
+        states += _waiting(plan, at + 1, a, k, across_nodes) if forwards else ()
+        if states:
+            held[(f"pool{k}", plan.actor_row(a))] = states
+    return held
+
+
+def held_by(plan: Plan, worker: WorkerSpec, across_nodes: bool = False) -> Holding:
+    """Every buffer ``worker`` holds: by its place on the sample path, and what its role declares besides."""
+    extra = worker.role.holds(plan, worker.index) if worker.role.holds is not None else {}
+    return {**held_on_path(plan, worker, across_nodes), **extra}
+
+
+def _waiting(plan: Plan, at: int, actor: int, policy: int, across_nodes: bool) -> tuple[int, ...]:
+    """The state of a sender's buffers waiting to go out to the stop at ``at`` on another node (Ray), if any."""
+    if across_nodes and stop(plan, at, actor, policy).stream.bound:
+        return (submitted_state(plan, at),)
+    return ()
+
+
 def _actor_connects(plan: Plan, actor: int) -> tuple[Endpoint, ...]:
-    """Actor ``a`` feeds trainer ``a % trainers``, through a stage of its node group when the run has one; a
-    policy worker of its node group answers it (spread by pool row), or it runs the policy itself and reads
-    snapshots like a policy worker."""
-    samples: tuple[Endpoint, ...]
-    if plan.stages_per_node:
-        samples = (Endpoint(Stream.STAGE, plan.stage_of(actor)),)
-    else:
-        samples = tuple(Endpoint(Stream.SAMPLES, plan.trainer_of(actor, k)) for k in range(len(plan.policies)))
+    """Actor ``a`` feeds the first stop of the sample path of each policy (a hop of its node group, or that
+    policy's trainer ``a % trainers``); a policy worker of its node group answers it (spread by pool row), or it
+    runs the policy itself and reads snapshots like a policy worker."""
+    samples = tuple(dict.fromkeys(stop(plan, 0, actor, k) for k in range(len(plan.policies))))
     if plan.cfg.workers.policy_workers == 0:
         return (*samples, *_every_policy(plan, plan.actor_node(actor), actor))
     return (*samples, Endpoint(Stream.INFERENCE, plan.policy_of(actor)))
 
 
+def hop_serves(plan: Plan, role: Role, index: int) -> tuple[Endpoint, ...]:
+    """A hop's endpoints: the one it receives segments on, and a keeper's to its trainer."""
+    hop = role.hop
+    if hop is None or role not in plan.sample_path:
+        return ()
+    return (Endpoint(hop.stream, index), *((Endpoint(hop.keeps, index),) if hop.keeps is not None else ()))
+
+
+def hop_connects(plan: Plan, role: Role, index: int) -> tuple[Endpoint, ...]:
+    """Where a hop that forwards sends its clients' segments: the next stop of each."""
+    at = position(plan, role)
+    if at is None or role.hop is None or role.hop.keeps is not None:
+        return ()
+    return tuple(sorted({stop(plan, at + 1, a, k) for a, k in clients(plan, role, index)}, key=lambda e: e.name))
+
+
 def _stage_connects(plan: Plan, stage: int) -> tuple[Endpoint, ...]:
-    """The sample streams of the trainers its actors feed, and snapshots (read for their version only) as a
-    policy worker of its node group reads them."""
-    actors = (a for a in range(plan.cfg.workers.actors) if plan.stages_per_node and plan.stage_of(a) == stage)
-    samples = tuple(Endpoint(Stream.SAMPLES, t) for t in sorted({plan.trainer_of(a) for a in actors}))
-    return (*samples, _snapshots(plan, plan.stage_node(stage), stage))
+    """Snapshots (read for their version only), as a policy worker of its node group reads them."""
+    return (_snapshots(plan, plan.stage_node(stage), stage),)
 
 
 def _has_root(plan: Plan) -> int:
@@ -295,10 +431,20 @@ def _has_root(plan: Plan) -> int:
 
 
 def _trainer_serves(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
-    """Its sample stream, and the lead trainer of each policy its policy's snapshot buffer."""
+    """Its sample stream (unless a keeper serves it batches), and the lead trainer of each policy its policy's
+    snapshot buffer."""
     lead = trainer % plan.cfg.workers.trainers == 0
     buffer = (Endpoint(Stream.SNAPSHOTS, policy=plan.policy_of_trainer(trainer)),) if lead else ()
-    return (Endpoint(Stream.SAMPLES, trainer), *buffer)
+    samples = (Endpoint(Stream.SAMPLES, trainer),) if keeper(plan) is None else ()
+    return (*samples, *buffer)
+
+
+def _trainer_connects(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
+    """The keeper's batches, when one ends the path: its worker ``i`` serves trainer ``i``."""
+    kept = keeper(plan)
+    if kept is None or kept.hop is None or kept.hop.keeps is None:
+        return ()
+    return (Endpoint(kept.hop.keeps, trainer),)
 
 
 TRAINER = Role(
@@ -308,10 +454,12 @@ TRAINER = Role(
     seed_salt=0,
     group=lambda plan, i: trainer_group(plan.trainer_node(i)),
     serves=_trainer_serves,
+    connects=_trainer_connects,
     restart=Restart.FROM_CHECKPOINT,
     cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
     gpus=lambda plan: plan.cfg.ray.trainer_gpus,
     policy=lambda plan, i: plan.policy_of_trainer(i),
+    holds=lambda plan, i: {(e.name, 0): (READY,) for e in _trainer_connects(plan, i)},
 )
 PARAM_ROOT = Role(
     "param_root",
@@ -348,9 +496,20 @@ STAGE = Role(
     builder="srl.runtime.build:build_stage",
     seed_salt=6,
     group=lambda plan, s: plan.stage_node(s),
-    serves=lambda plan, s: (Endpoint(Stream.STAGE, s),),
     connects=_stage_connects,
     cpus=lambda plan: plan.cfg.ray.cpus_per_stage,
+    hop=Hop(Stream.STAGE, route=lambda plan, actor, policy: plan.stage_of(actor)),
+)
+REPLAY = Role(
+    "replay",
+    count=lambda plan: plan.cfg.workers.trainers * len(plan.policies),
+    builder="srl.runtime.replay:build_replay",
+    seed_salt=8,
+    group=lambda plan, r: trainer_group(plan.trainer_node(r)),
+    cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
+    policy=lambda plan, r: plan.policy_of_trainer(r),
+    hop=Hop(Stream.REPLAY, route=lambda plan, actor, policy: plan.trainer_of(actor, policy), keeps=Stream.BATCHES),
+    holds=lambda plan, r: {(Endpoint(Stream.BATCHES, r).name, 0): (FILLING,)},
 )
 ACTOR = Role(
     "actor",
@@ -377,9 +536,35 @@ LEAGUE = Role(
     connects=lambda plan, i: (_snapshots(plan, TRAINER_NODE, i),),
 )
 
-ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, STAGE, ACTOR, EVAL, LEAGUE)
-"""In start order: trainers publish the first snapshot, parameter servers bind before their readers, a stage
-(when the config names one: ``stage.worker``) before the actors that submit to it."""
+ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, ACTOR, EVAL, LEAGUE)
+"""The roles every run declares (some with no workers), in start order: trainers publish the first snapshot,
+parameter servers bind before their readers. The sample path's roles (``workers.path``) start before the
+actors, the last stop first, so that each hop's next stop is up when it starts."""
+
+PATH_ROLES = {"stage": "srl.runtime.topology:STAGE", "replay": "srl.runtime.topology:REPLAY"}
+"""Built-in names for ``workers.path``; a plugin names its own :class:`Role` (with a :class:`Hop`) as
+``module:attr``."""
+
+
+def pool_layout(plan: Plan, endpoint: Endpoint) -> PoolLayout:
+    """The layout of ``endpoint``'s own pool, from the function its kind's declaration names."""
+    assert endpoint.stream.pool is not None, f"{endpoint.stream.name} endpoints have no pool of their own"
+    module, _, attr = endpoint.stream.pool.partition(":")
+    layout: PoolLayout = getattr(importlib.import_module(module), attr)(plan, endpoint)
+    return layout
+
+
+def storage_opener(endpoint: Endpoint) -> Any:
+    """The opener ``endpoint``'s kind declares for its storage."""
+    assert endpoint.stream.storage is not None, f"{endpoint.stream.name} endpoints have no storage"
+    module, _, attr = endpoint.stream.storage.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def roles_of(plan: Plan) -> tuple[Role, ...]:
+    """The run's roles in start order: :data:`ROLES` with the sample path's roles before the actors."""
+    before = ROLES[: ROLES.index(ACTOR)]
+    return (*before, *reversed(plan.sample_path), *ROLES[len(before) :])
 
 
 def topology_of(plan: Plan, roles: Sequence[Role]) -> Topology:
@@ -393,8 +578,8 @@ def topology_of(plan: Plan, roles: Sequence[Role]) -> Topology:
                     role,
                     i,
                     role.group(plan, i) if _ray(plan) else LOCAL_GROUP,
-                    role.serves(plan, i),
-                    role.connects(plan, i),
+                    (*hop_serves(plan, role, i), *role.serves(plan, i)),
+                    (*hop_connects(plan, role, i), *role.connects(plan, i)),
                     role.restart,
                     role.cpus(plan),
                     role.gpus(plan),

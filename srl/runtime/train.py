@@ -16,10 +16,12 @@ from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
 from srl.base.stop_signals import held
 from srl.evaluate import eval_seed, evaluate
-from srl.runtime.plan import make_plan
+from srl.runtime.plan import Plan, make_plan
+from srl.runtime.topology import keeper
 from srl.system.controller import Controller
 from srl.system.run_dir import RunDir, RunDirError, default_run_dir, policy_checkpoints, read_counters
 from srl.system.trainer_worker import checkpoints, load_checkpoint
+from srl.wiring import prepare_algorithm
 
 FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values", "text.model", "text.advantage")
 """Settings the checkpoint's networks were built with: a resumed run may not change them."""
@@ -60,6 +62,17 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
     return cfg, tuple(newest), states[0]
 
 
+def _say_refilled(plan: Plan, controller: Controller, run_dir: Path) -> None:
+    """A resumed run whose replays start empty says so (in the log, and in ``summary.json``'s warnings)."""
+    from srl.runtime.replay import saved_replay
+
+    trainers = range(plan.cfg.workers.trainers * len(plan.policies))
+    missing = [r for r in trainers if not (plan.cfg.replay.save and saved_replay(run_dir, r).exists())]
+    if missing:
+        said = "replay.save is off" if not plan.cfg.replay.save else "no saved replay was found"
+        controller.warn(f"replay: the resumed run refills {len(missing)} replay(s) from empty ({said})")
+
+
 def _has_image(space: Any) -> bool:
     """Whether an observation space has a uint8 image part (what the Nature CNN encodes)."""
     return any(p.kind == "image" for p in obs_parts(space))
@@ -85,12 +98,7 @@ def train(
     start_time = time.time() if start_time is None else start_time
     sweep_stale()  # segments left by runs that were killed with SIGKILL
     sweep_stale_pipe_dirs()  # and their named pipes' folders
-    if cfg.algorithm == "lm_ppo":
-        from srl.text.pretrain import ensure_base
-        from srl.text.reward_model import ensure_reward_model
-
-        ensure_base(cfg)  # the pipeline's first step: a missing base model is made (once) and cached
-        ensure_reward_model(cfg)  # then a missing reward model, from the base model's samples
+    prepare_algorithm(cfg)  # its settings checked, then its own work before the plan (lm_ppo: missing models)
     plan = make_plan(cfg)
     offset = 0
     if resume is not None:
@@ -103,6 +111,8 @@ def train(
     controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset, stop_request=stop)
     if counters is not None:  # wall time, episodes and the return window go on
         controller.restore(counters)
+    if resume is not None and keeper(plan) is not None:
+        _say_refilled(plan, controller, path)
     if any(p.cfg.model.cnn_dtype == "bfloat16" and _has_image(p.obs_space) for p in plan.policies):
         from srl.nets.cnn import bfloat16_is_native
 

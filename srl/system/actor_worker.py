@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from srl.api.env import GroupedSlot, SlotStep
+from srl.api.explore import Explorer
 from srl.api.schema import MEMORY
 from srl.api.spaces import FINAL_PREFIX, OBS, Observation
 from srl.api.worker import Reporter, Worker
@@ -67,10 +68,13 @@ class ActorWorker(Worker):
         restore_reward_stats: bool = False,
         save_interval: float = 120.0,
         row: int | None = None,
+        explorers: Sequence[Explorer | None] = (),
     ) -> None:
         """``reward_stats``: where the reward-scaling statistics are saved every ``save_interval`` seconds and at
         teardown, and loaded from at setup when ``restore_reward_stats`` (a resumed run, a restarted actor).
-        ``row``: this actor's row in its node's pool (its index when one pool serves the whole run)."""
+        ``row``: this actor's row in its node's pool (its index when one pool serves the whole run).
+        ``explorers``: per policy group, what replaces some of its answered actions before each step (the
+        algorithm's per-column exploration), or None."""
         self.name = f"actor{index}"
         self.index = index
         self.row = index if row is None else row
@@ -78,6 +82,8 @@ class ActorWorker(Worker):
         self.ring_size = ring_size
         self.pools, self.inference, self.producers, self.reporter = pools, inference, producers, reporter
         self.seed = seed
+        self.explorers = list(explorers) + [None] * (len(pools) - len(explorers))
+        self._explore_rng = np.random.default_rng([seed, 7_919])
         self._make_reward_transform = make_reward_transform
         self.wait_timeout = wait_timeout
         self._reports = Every(report_interval)
@@ -166,7 +172,8 @@ class ActorWorker(Worker):
         if self.parked:
             self._unpark()
         t0 = time.perf_counter()
-        ready = self.inference.ready(self.ring_size * self.G, self.wait_timeout if not self.parked else 0.001)
+        wait = self.wait_timeout if not self.parked else min(self.wait_timeout, 0.001)  # parked: brief, never in turn
+        ready = self.inference.ready(self.ring_size * self.G, wait)
         self.t_wait += time.perf_counter() - t0
         steps = 0
         R = self.ring_size
@@ -246,6 +253,7 @@ class ActorWorker(Worker):
         a, t = self.row, self.t[slot]
         buffers = self.buffer[slot]
         t0 = time.perf_counter()
+        self._explore(slot, buffers, t)
         try:
             steps = self.slots[slot].step_groups([actions[a, buf, t] for actions, buf in zip(self._actions, buffers)])
         except Exception as exc:  # name the env and where, keep its own message
@@ -269,6 +277,18 @@ class ActorWorker(Worker):
             self._post_all(slot)
         self.env_steps += self.envs  # environment transitions: one per env, however many agents it has
         return self.envs
+
+    def _explore(self, slot: int, buffers: list[int], t: int) -> None:
+        """Let each group's explorer replace some of the slot's answered actions in place (so the segment records
+        the actions taken)."""
+        for k, explorer in enumerate(self.explorers):
+            if explorer is None:
+                continue
+            arrays, buf = self.pools[k].arrays, buffers[k]
+            obs = {n: arrays[n][self.row, buf, t] for n in self.pools[k].layout.obs_fields}
+            rows = len(self._actions[k][self.row, buf, t])
+            columns = slice(slot * rows, (slot + 1) * rows)
+            explorer.explore(self._actions[k][self.row, buf, t], obs, columns, self.env_steps, self._explore_rng)
 
     def _record(self, k: int, slot: int, buf: int, t: int, step: SlotStep) -> None:
         """Group ``k``'s step results into row ``t - 1`` of its buffer, and its next observations into row ``t``."""
@@ -382,6 +402,7 @@ class ActorWorker(Worker):
                 "t_env": self.t_env,
                 "t_wait": self.t_wait,
                 "t_post": self.t_post,
+                **{f"explore_{key}": float(v) for e in self.explorers if e is not None for key, v in e.stats().items()},
             },
             {
                 "episode_returns": np.asarray(self._done_returns, np.float32),

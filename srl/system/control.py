@@ -20,7 +20,7 @@ from srl.base import wire
 
 log = logging.getLogger(__name__)
 
-KINDS = frozenset({"actor", "policy", "trainer", "stage", "params", "eval", "league", "error", "info"})
+KINDS = frozenset({"actor", "policy", "trainer", "stage", "replay", "params", "eval", "league", "error", "info"})
 Handler = Callable[[str, Mapping[str, Any], Mapping[str, np.ndarray]], None]
 
 

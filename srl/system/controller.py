@@ -57,6 +57,9 @@ class Controller:
         self.policy: dict[int, Mapping[str, Any]] = {}
         self.param_service: dict[str, Mapping[str, Any]] = {}
         self.stages: dict[str, dict[str, Any]] = {}
+        self.replays: dict[str, dict[str, Any]] = {}
+        self.actor_explore: dict[int, dict[str, float]] = {}
+        """Each replay's newest report: its store's size and counters (``replay_...``)."""
         """The newest report of each stage worker, by name (its counters include its earlier incarnations)."""
         self._stage_before: dict[str, dict[str, int]] = {}
         self.evals: list[Mapping[str, Any]] = []
@@ -91,7 +94,7 @@ class Controller:
     # ------------------------------------------------------------------ reports
     def handle(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """Take one worker report (dispatched by the control channel or called directly)."""
-        if "t_total" in meta and kind in ("actor", "policy", "trainer", "stage"):
+        if "t_total" in meta and kind in ("actor", "policy", "trainer", "stage", "replay"):
             self.timing[f"{kind}{meta[kind]}"] = {k[2:]: float(v) for k, v in meta.items() if k.startswith("t_")}
         if kind in ("actor", "stage"):  # a stage that writes the rewards reports the returns (the actors then don't)
             returns = arrays.get("episode_returns")
@@ -111,6 +114,9 @@ class Controller:
             if self._train_start is None and self.env_steps > self.env_steps_offset:
                 self._train_start = time.time()  # the first env step reported: training rates count from here
             self.actor_nonfinite[int(meta["actor"])] = int(meta.get("nonfinite_steps", 0))
+            explore = {k: float(v) for k, v in meta.items() if k.startswith("explore_")}
+            if explore:  # an algorithm's exploration (epsilon), averaged over the actors in the metrics
+                self.actor_explore[int(meta["actor"])] = explore
         elif kind == "trainer":
             self.trainers[int(meta.get("trainer", 0))] = dict(meta)
             hist = arrays.get("lag_hist")
@@ -135,6 +141,9 @@ class Controller:
             for key in ("kept", "dropped"):
                 stats[key] = int(meta[key]) + before.get(key, 0)
             self.stages[name] = stats
+        elif kind == "replay":  # its counters live with its store: they carry on across its restarts
+            stats = {k: v for k, v in meta.items() if k != "replay" and not k.startswith("t_")}
+            self.replays[f"replay{int(meta['replay'])}"] = stats
         elif kind == "error":
             worker, traceback = str(meta.get("worker", "?")), str(meta.get("traceback", ""))
             self.worker_failed(worker, str(meta.get("message", "failed")), traceback)
@@ -356,7 +365,9 @@ class Controller:
             for key in ("sends", "bytes_sent", "rejected"):
                 if key in stats:
                     rec[f"{name}_{key}"] = int(stats[key])
-        for name, stats in self.stages.items():
+        for key in sorted({k for stats in self.actor_explore.values() for k in stats}):
+            rec[key] = float(np.mean([s[key] for s in self.actor_explore.values() if key in s]))
+        for name, stats in (*self.stages.items(), *self.replays.items()):
             rec.update({f"{name}_{k}": v for k, v in stats.items()})
         return rec
 
@@ -428,7 +439,8 @@ class Controller:
         now = time.time()
         train_seconds = now - (self._train_start or now)
         new_steps = self.env_steps - self.env_steps_offset
-        trained = int(self.lag_hist.sum())
+        # samples that reached an update: counted by policy lag on-policy, by items drawn from a replay
+        trained = int(self.lag_hist.sum()) or sum(int(t.get("trained_items", 0)) for t in self.trainers.values())
         out: dict[str, Any] = {
             "name": self.cfg.name,
             "env_id": self.cfg.env.id,
@@ -459,6 +471,7 @@ class Controller:
                 for name, stats in sorted(self.param_service.items())
             },
             "stages": dict(sorted(self.stages.items())),
+            "replays": dict(sorted(self.replays.items())),
             "time_fractions": self.time_fractions(),
         }
         whole_run = bottleneck({w: busy_fraction(times) for w, times in self.timing.items()})

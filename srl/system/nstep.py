@@ -22,12 +22,19 @@ __all__ = ["nstep"]
 
 
 def nstep(
-    rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float, n: int
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    gamma: float,
+    n: int,
+    lengths: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """n-step return targets for the FIRST step of each of ``B`` items (arrays ``[B, L]``).
 
     Let ``m`` be the number of steps taken: up to and including the first step that terminated or was
-    truncated, and at most ``n``. Then, per item ``b``:
+    truncated, at most ``n``, and at most ``lengths[b]`` where given (the steps item ``b`` holds: a row whose
+    data stops early is cut there, and its last step's next observation is the one stored beside it, as for
+    ``k = L - 1``; what lies past it is never read). Then, per item ``b``:
 
     - ``returns[b] = sum_{k < m} gamma^k * rewards[b, k]``;
     - ``discounts[b] = gamma^m`` when the episode goes on after step ``m - 1`` or was truncated there (a
@@ -38,10 +45,12 @@ def nstep(
 
     Steps after the first episode end (the next episode's, within the same item) never enter the sums.
     Returns are in ``rewards``' float dtype (float32 for integer rewards), ``boot_index`` is int64.
-    Raises ValueError on shapes that differ or are not ``[B, L]``, ``n`` outside ``[1, L]``, or ``gamma``
-    outside ``[0, 1]``.
+    Raises ValueError on shapes that differ or are not ``[B, L]``, ``n`` outside ``[1, L]``, ``gamma``
+    outside ``[0, 1]``, or ``lengths`` not ``[B]`` integers in ``[1, L]``.
     """
     _check(rewards, terminated, truncated, gamma, n)
+    if lengths is not None:
+        _check_lengths(lengths, rewards.shape)
     dtype = rewards.dtype if np.issubdtype(rewards.dtype, np.floating) else np.dtype(np.float32)
     batch = rewards.shape[0]
     returns = np.zeros(batch, dtype)
@@ -55,6 +64,8 @@ def nstep(
         steps += going
         hit_terminal |= going & terminated[:, k].astype(bool)
         ended |= going & (terminated[:, k].astype(bool) | truncated[:, k].astype(bool))
+        if lengths is not None:  # the row's data ends: a cut, not an episode end (the discount stays)
+            ended |= k + 1 >= lengths
     discounts = np.where(hit_terminal, 0, np.power(dtype.type(gamma), steps)).astype(dtype)
     return returns, discounts, steps - 1
 
@@ -73,3 +84,13 @@ def _check(rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, g
         raise ValueError(f"nstep: n={n} must be between 1 and the item length {length}")
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"nstep: gamma={gamma} must be in [0, 1]")
+
+
+def _check_lengths(lengths: np.ndarray, shape: tuple[int, ...]) -> None:
+    """``lengths`` must give each of the B rows between 1 and L steps."""
+    if lengths.shape != shape[:1] or lengths.dtype.kind not in "iu":
+        raise ValueError(
+            f"nstep: lengths must be {shape[:1]} integers (one per item), got {lengths.dtype} {lengths.shape}"
+        )
+    if lengths.size and not (lengths.min() >= 1 and lengths.max() <= shape[1]):
+        raise ValueError(f"nstep: lengths must lie in [1, {shape[1]}], got min {lengths.min()} max {lengths.max()}")

@@ -17,7 +17,7 @@ class NullTrainerWorker(Worker):
         self,
         index: int,
         snapshot: np.ndarray,
-        consumer: SegmentSource,
+        source: SegmentSource,
         publisher: ParamPublisher,
         reporter: Reporter,
         wait_timeout: float = 0.05,
@@ -25,7 +25,7 @@ class NullTrainerWorker(Worker):
     ) -> None:
         self.name = f"null_trainer{index}"
         self.index = index
-        self.snapshot, self.consumer, self.publisher, self.reporter = snapshot, consumer, publisher, reporter
+        self.snapshot, self.source, self.publisher, self.reporter = snapshot, source, publisher, reporter
         self.wait_timeout = wait_timeout
         self._reports = Every(report_interval)
         self.segments = 0
@@ -36,9 +36,9 @@ class NullTrainerWorker(Worker):
         self._reports.restart()
 
     def poll(self) -> int:
-        records = self.consumer.receive(64, self.wait_timeout)
+        records = self.source.receive(64, self.wait_timeout)
         for actor, buf in records.tolist():
-            self.consumer.release(actor, buf)
+            self.source.release(actor, buf)
         self.segments += len(records)
         if self._reports.due():
             self.reporter.report("trainer", {"trainer": self.index, "version": 0, "segments": self.segments})

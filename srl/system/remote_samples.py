@@ -48,16 +48,25 @@ class SampleSender(SampleProducer):
     """Actor side: sends each finished segment of pool row ``row`` to a trainer on another node."""
 
     def __init__(
-        self, pool: SegmentPool, row: int, actor: int, address: str, token: str, ctx: zmq.Context, queue: int = 1
+        self,
+        pool: SegmentPool,
+        row: int,
+        actor: int,
+        address: str,
+        token: str,
+        ctx: zmq.Context,
+        queue: int = 1,
+        submitted: int = READY,
     ) -> None:
         """``queue``: segments ZeroMQ may hold for this sender before it applies back-pressure. Kernel socket
-        buffers are sized to one segment too: every segment queued on the way is one more version of lag."""
+        buffers are sized to one segment too: every segment queued on the way is one more version of lag.
+        ``submitted``: the state a finished buffer waits in until it is sent (what the sender holds)."""
         sock = ctx.socket(zmq.PUSH)
         sock.setsockopt(zmq.SNDHWM, queue)
         sock.setsockopt(zmq.SNDBUF, segment_bytes(pool.layout.fields))
         sock.setsockopt(zmq.LINGER, 2000)  # a stopping actor still delivers what it queued
         sock.connect(address)
-        super().__init__(pool, row, InProcChannel(2))  # the channel is unused: segments go out on the socket
+        super().__init__(pool, row, InProcChannel(2), submitted)  # the channel is unused: segments go out on the socket
         self.row, self.actor, self.token, self._sock = row, actor, token, sock
         self._unsent: deque[int] = deque()
         self.sent = 0
@@ -74,7 +83,7 @@ class SampleSender(SampleProducer):
 
     def submit(self, buffer: int) -> None:
         """The segment in ``buffer`` is complete: send it (or queue it while the trainer is behind)."""
-        self._state[buffer] = READY
+        self._state[buffer] = self.submitted
         self._unsent.append(buffer)
         self.flush()
 

@@ -43,7 +43,12 @@ from srl.base.channel import Channel
 from srl.base.shm import ShmArray
 
 FREE, FILLING, READY, STAGED = 0, 1, 2, 3
-"""Buffer states; who holds a buffer in each is the rule by which a dead worker's buffers are freed."""
+"""Buffer states; who holds a buffer in each is the rule by which a dead worker's buffers are freed. A buffer
+handed to the stop at position ``p`` of a sample path with several hops is ``STAGED + p`` (see
+``srl.runtime.topology.submitted_state``)."""
+
+REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH = 5, 2, 2
+"""Words per record: an inference request, its reply, a segment (or batch) handed on."""
 
 
 @dataclass(frozen=True)
@@ -241,14 +246,16 @@ class SegmentForwarder(Protocol):
 
 
 class PoolForwarder:
-    """Inside a node: a kept buffer becomes READY and its record goes down the trainer's channel."""
+    """Inside a node: a kept buffer is handed to the next stop (its state says to whom) and its record goes down
+    that stop's channel."""
 
-    def __init__(self, pool: SegmentPool, channels: Mapping[int, Channel]) -> None:
-        """``channels``: the trainer channel of each pool row this stage serves."""
-        self.pool, self.channels = pool, channels
+    def __init__(self, pool: SegmentPool, channels: Mapping[int, Channel], state: int = READY) -> None:
+        """``channels``: the next stop's channel of each pool row this hop serves; ``state``: the state the next
+        stop accepts."""
+        self.pool, self.channels, self.state = pool, channels, state
 
     def forward(self, actor: int, buffer: int) -> None:
-        self.pool.state[actor, buffer] = READY
+        self.pool.state[actor, buffer] = self.state
         self.channels[actor].send((actor, buffer))
 
     def flush(self) -> bool:

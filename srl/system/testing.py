@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from srl.api.schema import MEMORY, Field, memory_field
+from srl.api.worker import TrainResult
 
 
 class RandomPolicy:
@@ -125,9 +126,9 @@ class MemoryProbe:
     def acting_policy(ctx: Any) -> MemoryProbePolicy:
         return MemoryProbePolicy(ctx.action_space)
 
-    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
+    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         bad, rows = memory_violations(batch)
-        return {"memory_violations": float(bad), "memory_rows": float(rows)}
+        return TrainResult({"memory_violations": float(bad), "memory_rows": float(rows)})
 
     def policy_state(self) -> np.ndarray:
         return np.zeros(4, np.float32)

@@ -1,10 +1,11 @@
-"""The trainer worker: turns segments from the sample stream into new parameter versions.
+"""The trainer worker: turns batches into new parameter versions.
 
-It copies each ready segment into a preallocated batch ``[T(+1), N, ...]`` and
-releases the buffer at once (the actor can refill it while we train), drops
-segments whose behaviour policy is more than ``max_policy_lag`` versions old
-(counted, never silent), runs one algorithm update per full batch, publishes
-the new policy snapshot, and writes checkpoints atomically.
+Its batches come from a :class:`~srl.system.batches.BatchSource`: on-policy
+segments gathered from the sample stream (dropping those more than
+``max_policy_lag`` versions old, counted), or a replay's sampled items. It runs
+one algorithm update per full batch, hands what the update gives back (a
+replay's priorities) to the source, publishes the new policy snapshot, and
+writes checkpoints atomically.
 
 Several trainers of one policy run data-parallel through a
 :class:`~srl.api.worker.Collective`: each consumes its own share of the
@@ -29,8 +30,8 @@ import torch
 from srl.api.worker import Algorithm, Collective, Reporter, Worker
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
+from srl.system.batches import BatchSource
 from srl.system.params import ParamPublisher
-from srl.system.streams import SegmentSource
 
 BOTTLENECK_WAIT_SHARE = 0.1
 """A trainer that waited for segments less than this share of its last cycle (wait, copy, update) is the
@@ -93,11 +94,9 @@ class TrainerWorker(Worker):
         self,
         index: int,
         algorithm: Algorithm,
-        consumer: SegmentSource,
+        source: BatchSource,
         publisher: ParamPublisher,
         reporter: Reporter,
-        batch_segments: int,
-        max_policy_lag: int,
         total_env_steps: int,
         checkpoint_dir: Path | None = None,
         checkpoint_interval: float = 120.0,
@@ -105,16 +104,12 @@ class TrainerWorker(Worker):
         checkpoint_extra: Mapping[str, Any] | None = None,
         wait_timeout: float = 0.05,
         collective: Collective | None = None,
-        agents_per_env: int = 1,
         autotune_peers: int = 0,
     ) -> None:
-        """``agents_per_env``: columns per env step (a multi-agent env's agents): ``samples`` counts env steps.
-        ``autotune_peers``: with ``workers.autotune``, the trainers sharing this node's cores (0: off)."""
+        """``autotune_peers``: with ``workers.autotune``, the trainers sharing this node's cores (0: off)."""
         self.name = f"trainer{index}"
         self.index = index
-        self.algorithm, self.consumer, self.publisher, self.reporter = algorithm, consumer, publisher, reporter
-        self.batch_segments = batch_segments
-        self.max_policy_lag = max_policy_lag
+        self.algorithm, self.source, self.publisher, self.reporter = algorithm, source, publisher, reporter
         self.total_env_steps = total_env_steps
         self.checkpoint_dir = checkpoint_dir
         self._checkpoints = Every(checkpoint_interval)
@@ -122,7 +117,6 @@ class TrainerWorker(Worker):
         self.checkpoint_extra = dict(checkpoint_extra or {})
         self.wait_timeout = wait_timeout
         self.collective = collective
-        self.agents_per_env = agents_per_env
         self.world = 1 if collective is None else collective.world_size
         self.leader = collective is None or collective.rank == 0
         self._left = False  # left the lockstep (every trainer agreed to stop): no more collective calls
@@ -131,8 +125,8 @@ class TrainerWorker(Worker):
         self.version = 0
         self.samples = 0
         self.updates = 0  # by this process (a resumed trainer starts at a checkpoint's version, not at 0)
-        self.dropped = 0
-        self.t_wait = self.t_copy = self.t_train = 0.0  # seconds waiting for segments, copying them, training
+        self.trained_items = 0  # batch items (segment env steps, or replay samples) trained on by this process
+        self.t_wait = self.t_train = 0.0  # seconds waiting for batches (copying excluded), training
         self.autotune_peers = autotune_peers
         self._handover = ThreadHandover(0, 0)
         self._cycle: tuple[float, float] | None = None  # when the last update started, and t_wait then
@@ -144,13 +138,7 @@ class TrainerWorker(Worker):
         self.samples = int(state.get("trained_samples", state["samples"])) // self.world
 
     def setup(self) -> None:
-        fields = self.consumer.fields
-        B = fields["actions"].shape[1]
-        n = self.batch_segments * B
-        self._B = B
-        self.batch = {name: np.zeros((spec.shape[0], n, *spec.shape[2:]), spec.dtype) for name, spec in fields.items()}
-        self._filled = 0
-        self._lags: list[np.ndarray] = []
+        self.source.setup()
         self._checkpoints.restart()
         if self.collective is not None:
             self._in_step = True
@@ -167,10 +155,10 @@ class TrainerWorker(Worker):
         self._cycle = None  # the first update has no cycle to judge by: it runs on the trainer's own threads
 
     def poll(self) -> int:
-        """Take segments until the batch is full; once it is, update (unless held). One or the other per poll, so a
-        runtime that holds updates sees the take before it decides (see :attr:`hold`)."""
+        """Take what is ready until the batch is full; once it is, update (unless held). One or the other per poll,
+        so a runtime that holds updates sees the take before it decides (see :attr:`hold`)."""
         stop = self.should_stop()
-        if self._filled < self.batch_segments and not stop:
+        if not self.source.full() and not stop:
             return self._receive()
         if self._left or (self.hold() and not stop):
             return 0
@@ -201,32 +189,14 @@ class TrainerWorker(Worker):
 
     # ------------------------------------------------------------------ internals
     def _receive(self) -> int:
-        """Take the segments that are ready (waiting up to ``wait_timeout`` for the first); how many came."""
-        t0 = time.perf_counter()
-        records = self.consumer.receive(self.batch_segments - self._filled, self.wait_timeout)
-        t1 = time.perf_counter()
-        for actor, buf in records.tolist():
-            self._take(actor, buf)
-        self.t_wait += t1 - t0
-        self.t_copy += time.perf_counter() - t1
-        return len(records)
-
-    def _take(self, actor: int, buf: int) -> None:
-        segment = self.consumer.segment(actor, buf)
-        lag = self.version - segment["version"]
-        if int(lag.max()) > self.max_policy_lag:
-            self.dropped += 1
-            self.consumer.release(actor, buf)
-            return
-        lo, hi = self._filled * self._B, (self._filled + 1) * self._B
-        for name, dst in self.batch.items():
-            dst[:, lo:hi] = segment[name]
-        self.consumer.release(actor, buf)
-        self._lags.append(lag.ravel())
-        self._filled += 1
+        """Take what is ready (waiting up to ``wait_timeout`` for the first); how many came."""
+        t0, copied = time.perf_counter(), self.source.t_copy
+        came = self.source.fill(self.version, self.wait_timeout)
+        self.t_wait += time.perf_counter() - t0 - (self.source.t_copy - copied)
+        return came
 
     def _update(self) -> None:
-        progress = min(1.0, self.samples * self.world / self.total_env_steps)
+        progress = min(1.0, self.source.progress_steps(self.samples) * self.world / self.total_env_steps)
         t0 = time.perf_counter()
         share = None  # of the last cycle (its update, then this batch's wait and copy) spent waiting
         if self._cycle is not None:
@@ -237,41 +207,44 @@ class TrainerWorker(Worker):
         if threads != base:
             torch.set_num_threads(threads)
         self._in_step = True
-        stats = self.algorithm.train(self.batch, progress)
+        result = self.algorithm.train(self.source.batch(), progress)
         self._in_step = False
+        trained = self.source.done(result)
         if threads != base:  # the cores go back to the actors and policy workers
             torch.set_num_threads(base)
         self._handover.record(threads, time.perf_counter() - t0)
         self.t_train += time.perf_counter() - t0
-        n = int(self.batch["rewards"].size) // self.agents_per_env  # env steps: one per env, however many agents
-        self.samples += n
+        self.samples += trained.samples
+        self.trained_items += trained.samples
         self.version += 1
         self.updates += 1
         if self.leader:
             self.publisher.publish(self.version, self.algorithm.policy_state())
-        lags = np.concatenate(self._lags)
-        self._lags, self._filled = [], 0
         meta: dict[str, Any] = {
             "trainer": self.index,
             "version": self.version,
             "samples": self.samples,
-            "dropped_segments": self.dropped,
+            "dropped_segments": self.source.dropped,
             "update_seconds": time.perf_counter() - t0,
             # messages refused by a network sample stream (no run token, malformed); 0 within a node
-            "rejected_segment_messages": int(getattr(self.consumer, "rejected", 0)),
-            "lag_mean": float(lags.mean()),
-            "lag_max": int(lags.max()),
+            "rejected_segment_messages": self.source.rejected,
             "bytes_published": self.publisher.bytes_published,
             "snapshots_published": self.publisher.published,
             "updates": self.updates,
+            "trained_items": self.trained_items,
             "t_total": time.perf_counter() - self._t_start,
             "t_wait": self.t_wait,
-            "t_copy": self.t_copy,
+            "t_copy": self.source.t_copy,
             "t_train": self.t_train,
             "update_threads": threads,
         }
-        meta.update({k: float(v) for k, v in stats.items()})
-        self.reporter.report("trainer", meta, {"lag_hist": np.bincount(lags, minlength=1).astype(np.int64)})
+        meta.update({k: float(v) for k, v in result.stats.items()})
+        arrays = None
+        if trained.lags is not None:
+            lags = trained.lags
+            meta.update(lag_mean=float(lags.mean()), lag_max=int(lags.max()))
+            arrays = {"lag_hist": np.bincount(lags, minlength=1).astype(np.int64)}
+        self.reporter.report("trainer", meta, arrays)
 
     def save_checkpoint(self) -> Path:
         """Write ``ckpt_<version>.pt`` atomically and keep the newest ``keep_checkpoints``."""

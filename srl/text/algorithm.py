@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -56,9 +56,10 @@ from srl.algorithms.token_math import (
     token_rewards,
 )
 from srl.api.algorithm import AlgorithmContext
-from srl.api.config import ConfigError, ExperimentConfig
+from srl.api.config import ConfigError, ExperimentConfig, PPOConfig
 from srl.api.schema import Field
 from srl.api.spaces import OBS
+from srl.api.worker import TrainResult
 from srl.nets.flat import FlatState
 from srl.text.generate import (
     StopStrings,
@@ -69,6 +70,8 @@ from srl.text.generate import (
     token_logp,
 )
 from srl.text.hf import CausalLM, ModelError, load_lm, load_tokenizer
+from srl.text.pretrain import ensure_base
+from srl.text.reward_model import ensure_reward_model
 from srl.text.reward_stage import NAME as REWARD_STAGE
 
 
@@ -233,6 +236,10 @@ class ValueModel(nn.Module):
 class LMPPO:
     """PPO (with a critic) or GRPO (group-relative, no critic) over tokens; see the module docstring."""
 
+    section: ClassVar[str] = "ppo"
+    settings: ClassVar[type] = PPOConfig
+    on_policy: ClassVar[bool] = True
+
     fuse_first_minibatch = True
     """Take the first minibatch's proximal log-probs from its own training forward (the weights have not moved
     yet) instead of the no-grad pass. False changes no number, it costs one more partial pass (tests compare)."""
@@ -240,7 +247,8 @@ class LMPPO:
     def __init__(self, ctx: AlgorithmContext) -> None:
         cfg = ctx.cfg
         torch.manual_seed(ctx.seed)
-        self.ppo, self.text = cfg.ppo, cfg.text
+        self.ppo: PPOConfig = ctx.args
+        self.text = cfg.text
         self.collective = ctx.collective
         max_new, _, self.group_size = _task_settings(cfg, ctx.action_space)
         tokenizer = _tokenizer(cfg)
@@ -279,6 +287,13 @@ class LMPPO:
         self._tokens = self._tokens_first = 0.0
 
     @staticmethod
+    def prepare(cfg: ExperimentConfig) -> None:
+        """The pipeline's first steps, each done once and cached: a missing base model is made (``text.base``),
+        then a missing reward model, from the base model's samples (``text.reward_model``)."""
+        ensure_base(cfg)
+        ensure_reward_model(cfg)
+
+    @staticmethod
     def acting_policy(ctx: AlgorithmContext) -> TextPolicy:
         """The generator: the starting model (every snapshot then overwrites its weights) and its tokenizer."""
         max_new, stop, _ = _task_settings(ctx.cfg, ctx.action_space)
@@ -312,7 +327,7 @@ class LMPPO:
         if self.collective is not None:
             self.collective.broadcast_([p.data for p in self._policy_params])
 
-    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> dict[str, float]:
+    def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         t0 = time.perf_counter()
         ppo, text = self.ppo, self.text
         lr = ppo.lr * (1.0 - progress) if ppo.lr_schedule == "linear" else ppo.lr
@@ -402,7 +417,7 @@ class LMPPO:
         if self.collective is not None:
             out["bytes_reduced"] = float(self.collective.bytes_reduced)
             out["seconds_reduced"] = float(self.collective.seconds_reduced)
-        return out
+        return TrainResult(out)
 
     # ------------------------------------------------------------------ internals
     def _logp(

@@ -115,7 +115,7 @@ def ensure_base(cfg: Any) -> bool:
     The training runs in a child process of its own (``python -m srl.text.pretrain``), so the caller, which may
     go on to fork workers, never starts torch's thread pools."""
     text = cfg.text
-    if cfg.algorithm != "lm_ppo" or text.model is None or Path(text.model).exists():
+    if text.model is None or Path(text.model).exists():
         return False
     base = text.base
     if base.corpus is None:

@@ -205,7 +205,7 @@ def ensure_reward_model(cfg: Any) -> bool:
     """Make ``text.reward_model.folder`` when it is missing (the pipeline's second step, after the base model),
     in a child process like :func:`srl.text.pretrain.ensure_base`; True when it was made now."""
     spec = cfg.text.reward_model
-    if cfg.algorithm != "lm_ppo" or spec.folder is None or Path(spec.folder).exists():
+    if spec.folder is None or Path(spec.folder).exists():
         return False
     from srl.api.plugins import resolve
 

@@ -8,8 +8,8 @@ so the CLI can print one line and exit non-zero. Configs are never mutated
 after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
 One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn``, ``params``, ``stage``, ``league``,
-``text``, ``ray``, ``run``), the root in ``experiment``, typed building in ``parse`` and the YAML / ``--set``
-reading in ``load``; every public name is imported from this package.
+``replay``, ``text``, ``ray``, ``run``), the root in ``experiment``, typed building in ``parse`` and the YAML /
+``--set`` reading in ``load``; every public name is imported from this package.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from srl.api.config.params import ParamsConfig
 from srl.api.config.parse import build, to_dict
 from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
+from srl.api.config.replay import ReplayConfig
 from srl.api.config.run import RunConfig
 from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
@@ -41,6 +42,7 @@ __all__ = [
     "PPOConfig",
     "ParamsConfig",
     "RayConfig",
+    "ReplayConfig",
     "RunConfig",
     "StageConfig",
     "TextConfig",

@@ -17,6 +17,7 @@ from srl.api.config.parse import build, to_dict
 from srl.api.config.policies import AgentRule, PolicySpec, policy_names
 from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
+from srl.api.config.replay import ReplayConfig
 from srl.api.config.run import RunConfig
 from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
@@ -38,7 +39,9 @@ class ExperimentConfig:
     """The learning algorithm: ``ppo`` (reads the ``ppo`` section), or ``package.module:Algorithm``, a class
     with ``acting_policy(ctx)`` and ``Algorithm(ctx)`` (see ``srl/api/algorithm.py``, ``examples/a2c.py``)."""
     algorithm_args: Mapping[str, Any] = field(default_factory=dict)
-    """A plugin algorithm's own settings, handed to it as ``ctx.args``."""
+    """A plugin algorithm's own settings, built into the dataclass it declares as ``settings`` (a wrong key or type
+    is one line naming ``algorithm_args.<field>``) and handed to it as ``ctx.args``; one that declares none takes
+    none."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     workers: WorkersConfig = field(default_factory=WorkersConfig)
@@ -55,6 +58,8 @@ class ExperimentConfig:
     """An optional worker between actors and trainers."""
     league: LeagueConfig = field(default_factory=LeagueConfig)
     """Self-play against a pool of past selves (two-player turn-based games)."""
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """The replay store of an off-policy algorithm."""
     agents: tuple[AgentRule, ...] = ()
     """Which policy plays each agent of a multi-agent env: rules ``{match: REGEX, policy: NAME}``, the first
     whose ``match`` matches an agent's whole id wins. None: every agent shares one policy (``default``)."""
@@ -84,6 +89,11 @@ class ExperimentConfig:
             self.ppo.burn_in < self.workers.segment_length,
             "ppo.burn_in",
             f"{self.ppo.burn_in} warm-up steps leave nothing to train in segments of {self.workers.segment_length}",
+        )
+        check(
+            self.replay.item_length <= self.workers.segment_length,
+            "replay.item_length",
+            f"items of {self.replay.item_length} steps do not fit in segments of {self.workers.segment_length}",
         )
         check(
             self.model.core == "none" or self.ppo.memory == "recompute" or self.model.shared_encoder,

@@ -86,11 +86,19 @@ def build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{prefix}{unknown[0]}: unknown field (known: {', '.join(sorted(names))})")
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and _required(f)]
+    if missing:
+        raise ConfigError(f"{prefix}{missing[0]}: missing (it has no default)")
     kwargs = {key: _coerce(value, hints[key], f"{prefix}{key}") for key, value in data.items()}
     try:
         return cls(**kwargs)
     except ConfigError as exc:
         raise ConfigError(f"{prefix}{exc}") from None
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    """Whether a dataclass field must be given (it has no default)."""
+    return f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

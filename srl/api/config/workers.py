@@ -30,6 +30,11 @@ class WorkersConfig:
     batch_segments: int = 4
     """Segments per trainer update, for any algorithm: a batch holds ``batch_segments * segment_length *
     envs_per_slot`` samples."""
+    path: tuple[str, ...] | None = None
+    """The roles segments pass through between the actors and the trainers, in order: ``stage`` (the ``stage``
+    section's worker), ``replay`` (keeps them and serves the trainers sampled batches: off-policy algorithms),
+    or a plugin's role ``package.module:ROLE`` (a ``srl.runtime.topology.Role`` with a ``Hop``). null: ``stage``
+    when ``stage.worker`` names one, then ``replay`` when the algorithm learns from a replay."""
     max_policy_lag: int = 16
     """Segments whose oldest step is more than this many versions behind the trainer are dropped (and counted)
     before the algorithm sees them."""

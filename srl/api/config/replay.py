@@ -1,0 +1,70 @@
+"""The ``replay`` section: the replay store an off-policy algorithm learns from (``srl/system/replay_store.py``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from srl.api.config.errors import check
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayConfig:
+    """Items of the declared sample schema kept in shared memory, sampled uniformly, by priority or in order,
+    with samples per insert held at a setting so the update-to-data ratio does not follow the machine."""
+
+    max_size: int = 100_000
+    """Items kept; when full, the oldest segment columns are removed first (FIFO)."""
+    min_size: int = 1_000
+    """Items inserted before the first sample; they earn no samples (the rate limiter starts counting after)."""
+    sampler: Literal["uniform", "prioritized", "fifo"] = "uniform"
+    """``uniform`` draws live items with replacement; ``prioritized`` in proportion to priority^alpha, with
+    importance weights; ``fifo`` hands each item out once, in insertion order (a queue)."""
+    alpha: float = 0.6
+    """Prioritized: exponent on priorities (0 samples uniformly, 1 fully in proportion)."""
+    beta: float = 0.4
+    """Prioritized: exponent of the importance weights at the run's start (0 leaves the sampling bias
+    uncorrected, 1 corrects it)."""
+    beta_final: float = 1.0
+    """Prioritized: the exponent at the run's end; it moves linearly from ``beta`` with the env steps taken."""
+    priority_eps: float = 1e-6
+    """Prioritized: the floor of every priority, so no item starves (a zero TD error is floored to it)."""
+    samples_per_insert: float = 8.0
+    """Items sampled per item inserted, held by the rate limiter (Reverb's ``SampleToInsertRatio``): a learner
+    that runs ahead waits for data, actors that run ahead wait for the learner. A queue (``fifo``) hands out each
+    item once: 1."""
+    error_buffer: float | None = None
+    """How far (in samples) either side may run ahead of ``samples_per_insert``. None: the least that never holds
+    both sides at once for the run's insert and sample batches (see ``srl/base/rate_limiter.py``)."""
+    item_length: int = 1
+    """Steps per item (1: a transition); at most ``workers.segment_length``."""
+    save: bool = False
+    """Write the replay beside each checkpoint, so a resumed run reloads it instead of refilling it."""
+
+    def __post_init__(self) -> None:
+        check(self.max_size >= 1, "max_size", f"must be >= 1, got {self.max_size}")
+        check(self.min_size >= 1, "min_size", f"must be >= 1, got {self.min_size}")
+        check(
+            self.min_size <= self.max_size,
+            "min_size",
+            f"{self.min_size} items before the first sample never fit in max_size {self.max_size}",
+        )
+        for name in ("alpha", "beta", "beta_final"):
+            value = getattr(self, name)
+            check(0.0 <= value <= 1.0, name, f"must be in [0, 1], got {value}")
+        check(
+            math.isfinite(self.priority_eps) and self.priority_eps > 0,
+            "priority_eps",
+            f"must be > 0, got {self.priority_eps}",
+        )
+        spi = self.samples_per_insert
+        check(math.isfinite(spi) and spi > 0, "samples_per_insert", f"must be > 0, got {spi}")
+        check(
+            self.sampler != "fifo" or spi == 1,
+            "samples_per_insert",
+            f"a fifo queue hands out each item once: must be 1, got {spi}",
+        )
+        buf = self.error_buffer
+        check(buf is None or (math.isfinite(buf) and buf >= 0), "error_buffer", f"must be >= 0, got {buf}")
+        check(self.item_length >= 1, "item_length", f"must be >= 1, got {self.item_length}")

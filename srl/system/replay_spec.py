@@ -1,0 +1,190 @@
+"""What a replay store holds and hands out: its chunks, its items, its sampled batch and its shared arrays.
+
+A *chunk* is one column of an actor's segment: every field of the pool layout with the environment axis
+removed (observation fields ``T + 1`` rows, step fields ``T``, segment-scoped fields 1). An *item* is a window
+of ``item_length`` (L) consecutive steps inside one chunk, at offsets ``0 .. T - L``, so a chunk holds
+``T - L + 1`` items and nothing is stored twice. The spec is derived from the config and the pool layout in
+every process alike (the controller creates the store, the replay worker attaches to it), so both agree on
+every shape without sending one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from srl.api.config.errors import ConfigError
+from srl.api.config.replay import ReplayConfig
+from srl.api.schema import FieldSpec
+from srl.api.spaces import FINAL_PREFIX
+from srl.base.rate_limiter import RateLimiter, least_error_buffer
+from srl.base.sumtree import SumTree
+from srl.system.streams import PoolLayout
+
+__all__ = ["COUNTERS", "ReplaySpec", "Sampler"]
+
+COUNTERS = ("next_key", "removed", "inserts", "samples", "cursor", "stale", "refused", "ignored")
+"""The store's int64 counters, in one shared array: the keyed slots' two, the rate limiter's two, the fifo
+cursor (the next item key a queue hands out), and the priority updates dropped as stale, refused (NaN,
+infinite, negative) and ignored (a sampler without priorities)."""
+
+Sampler = Literal["uniform", "prioritized", "fifo"]
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """The shapes and settings of one replay store; build it with :meth:`of`."""
+
+    fields: Mapping[str, FieldSpec]
+    """The segment layout inserted: ``[rows, B, ...]`` per field, as in the actors' pool."""
+    obs_fields: tuple[str, ...]
+    """The observation parts the acting policy reads (what a sampled batch carries)."""
+    capacity: int
+    """Chunks kept (segment columns)."""
+    item_length: int
+    sampler: Sampler
+    alpha: float
+    beta: float
+    priority_eps: float
+    samples_per_insert: float
+    min_size: int
+    error_buffer: float
+    """Resolved: the config's, or the least the rate limiter's no-deadlock bound allows."""
+    max_sample_batch: int
+
+    @classmethod
+    def of(cls, layout: PoolLayout, cfg: ReplayConfig, max_sample_batch: int) -> ReplaySpec:
+        """The store for segments of ``layout`` sampled in batches of at most ``max_sample_batch`` items.
+
+        Raises ConfigError naming the ``replay`` field that cannot work with this layout, and
+        NotImplementedError for items longer than a step where the layout has segment-scoped fields (the
+        recurrent state at an item's start is only kept at a chunk's first step).
+        """
+        steps, columns = layout.fields["actions"].shape[:2]
+        if cfg.item_length > steps:
+            raise ConfigError(f"replay.item_length: {cfg.item_length} steps do not fit in segments of {steps}")
+        if layout.segment_scoped and cfg.item_length > 1:
+            raise NotImplementedError(
+                f"replay items of {cfg.item_length} steps with segment-scoped fields "
+                f"({', '.join(sorted(layout.segment_scoped))}): their state exists only at a chunk's first step"
+            )
+        per_chunk = steps - cfg.item_length + 1
+        capacity = math.ceil(cfg.max_size / per_chunk)
+        if capacity < columns:
+            raise ConfigError(
+                f"replay.max_size: {cfg.max_size} items hold {capacity} segment columns, fewer than one segment's "
+                f"{columns}: raise it to at least {columns * per_chunk}"
+            )
+        spec = cls(
+            dict(layout.fields),
+            layout.obs_fields,
+            capacity,
+            cfg.item_length,
+            cfg.sampler,
+            cfg.alpha,
+            cfg.beta,
+            cfg.priority_eps,
+            cfg.samples_per_insert,
+            cfg.min_size,
+            0.0,
+            max_sample_batch,
+        )
+        return spec._with_buffer(cfg.error_buffer)
+
+    def _with_buffer(self, error_buffer: float | None) -> ReplaySpec:
+        """This spec with its error buffer resolved and checked (a queue also needs room for it)."""
+        inserts, samples = self.max_insert_batch, self.max_sample_batch
+        if error_buffer is None:
+            error_buffer = (
+                inserts + samples  # a queue's sampler also waits for unread items: see ReplayStore.can_sample
+                if self.sampler == "fifo"
+                else least_error_buffer(self.samples_per_insert, inserts, samples)
+            )
+        try:
+            RateLimiter(self.samples_per_insert, self.min_size, error_buffer, inserts, samples)
+        except ValueError as exc:
+            raise ConfigError(f"replay.error_buffer: {exc}") from None
+        spec = dataclasses.replace(self, error_buffer=float(error_buffer))
+        room = error_buffer + self.min_size + self.items_per_chunk - 1
+        if spec.sampler == "fifo" and spec.capacity * spec.items_per_chunk < room:
+            raise ConfigError(
+                f"replay.max_size: a fifo queue with error_buffer {error_buffer:g} and min_size {self.min_size} "
+                f"needs room for {math.ceil(room)} items, or inserts overwrite items nobody has read"
+            )
+        return spec
+
+    @property
+    def steps(self) -> int:
+        """T: steps per chunk."""
+        return self.fields["actions"].shape[0]
+
+    @property
+    def columns(self) -> int:
+        """B: chunks per inserted segment, at most."""
+        return self.fields["actions"].shape[1]
+
+    @property
+    def items_per_chunk(self) -> int:
+        """``T - L + 1`` windows of L steps in a chunk."""
+        return self.steps - self.item_length + 1
+
+    @property
+    def max_items(self) -> int:
+        """Items the store holds when full."""
+        return self.capacity * self.items_per_chunk
+
+    @property
+    def max_insert_batch(self) -> int:
+        """Items one insert adds at most: a whole segment's."""
+        return self.columns * self.items_per_chunk
+
+    @property
+    def has_final_obs(self) -> bool:
+        """Whether every observation part keeps its final observation at a time limit (image parts do not)."""
+        return all(FINAL_PREFIX + part in self.fields for part in self.obs_fields)
+
+    def chunk_shape(self, name: str) -> tuple[int, ...]:
+        """One chunk of field ``name``: its segment shape without the column axis."""
+        rows, _, *rest = self.fields[name].shape
+        return (rows, *rest)
+
+    def arrays(self) -> dict[str, FieldSpec]:
+        """Every array the store keeps, by the name its shared-memory segment ends in."""
+        out = {
+            f"field_{name}": FieldSpec((self.capacity, *self.chunk_shape(name)), spec.dtype)
+            for name, spec in self.fields.items()
+        }
+        out["counters"] = FieldSpec((len(COUNTERS),), "int64")
+        out["scalars"] = FieldSpec((1,), "float64")  # the prioritized sampler's running max priority
+        if self.sampler == "prioritized":
+            out["tree"] = FieldSpec((SumTree.array_len(self.max_items),), "float64")
+        return out
+
+    def batch_fields(self, batch: int) -> dict[str, FieldSpec]:
+        """The sampled batch of ``batch`` items, for the caller to allocate (shared memory or not).
+
+        ``P`` / ``boot_P`` ``[L, N, ...]`` per observation part: each step's observation and the one its n-step
+        target bootstraps from; ``actions [L, N, ...]``; ``returns`` and ``discounts [L, N]`` float32 (the
+        target is ``returns + discounts * V(boot)``); ``weights [N]`` float32 importance weights; ``keys [N]``
+        int64, which a priority update names the items by.
+        """
+        lead = (self.item_length, batch)
+        out: dict[str, FieldSpec] = {}
+        for part in self.obs_fields:
+            spec = FieldSpec((*lead, *self.fields[part].shape[2:]), self.fields[part].dtype)
+            out[part] = out[f"boot_{part}"] = spec
+        actions = self.fields["actions"]
+        out["actions"] = FieldSpec((*lead, *actions.shape[2:]), actions.dtype)
+        out["returns"] = out["discounts"] = FieldSpec(lead, "float32")
+        out["weights"] = FieldSpec((batch,), "float32")
+        out["keys"] = FieldSpec((batch,), "int64")
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """What a saved replay must share with the store that loads it: every chunk's shape and dtype, and the
+        item length (items are numbered by it)."""
+        fields = {name: [list(self.chunk_shape(name)), spec.dtype] for name, spec in self.fields.items()}
+        return {"fields": fields, "item_length": self.item_length}

@@ -1,0 +1,245 @@
+"""The replay worker: keeps its actors' segments and serves its trainer sampled batches.
+
+It stands last on the sample path (``workers.path: [..., replay]``). Its actors
+hand it finished segment buffers exactly as they would a trainer; it copies
+each into its store (shared memory, so that a restarted replay worker finds
+every item again) and frees the buffer. Its trainer reads batches from a small
+pool of batch buffers in shared memory: the replay fills a free one with a
+sampled batch and sends its record; the trainer trains on it in place, writes
+the new priorities into it and hands it back (:data:`TRAINED`); the replay
+applies them by item key, so an update for an item overwritten meanwhile is
+dropped.
+
+The store's rate limiter decides, on both sides, whether the replay may insert
+or sample now. What it may not insert stays in the actors' buffers, and an
+actor with no free buffer waits: so the trainer's pace holds the actors back,
+and the actors' pace holds the trainer, at the configured samples per insert,
+however many actors or cores there are.
+
+One process writes the store (this worker): inserts, samples and priority
+updates never race.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from srl.api.schema import FieldSpec
+from srl.api.worker import Reporter, TrainResult, Worker
+from srl.base.channel import Channel
+from srl.base.timing import Every
+from srl.system.batches import Trained
+from srl.system.replay_store import ReplayStore
+from srl.system.streams import FILLING, FREE, READY, SampleConsumer, SegmentPool, SegmentSource
+
+TRAINED = 4
+"""A batch buffer's state once its trainer trained on it and wrote its priorities: the replay applies them and
+frees it (FREE -> FILLING by the replay -> READY to the trainer -> TRAINED, or FREE without priorities)."""
+PRIORITIES = "priorities"
+"""The batch buffer's field the trainer writes its new priorities into, aligned with ``keys``."""
+INSERTED = "inserted_env_steps"
+"""The batch buffer's field that carries the env steps the replay has taken in (the trainer's progress)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How batches are drawn: what the algorithm's settings say."""
+
+    batch_size: int
+    nstep: int
+    gamma: float
+    beta: Callable[[float], float] = lambda progress: 0.4
+    """Importance-weight exponent at run progress in [0, 1] (prioritized sampling)."""
+
+
+class ReplayWorker(Worker):
+    """Inserts what its actors submit; fills its trainer's free batch buffers as the rate limiter allows."""
+
+    def __init__(
+        self,
+        index: int,
+        store: ReplayStore,
+        source: SegmentSource,
+        batches: SegmentPool,
+        channel: Channel,
+        reporter: Reporter,
+        sampling: Sampling,
+        total_env_steps: int,
+        agents_per_env: int = 1,
+        seed: int = 0,
+        wait_timeout: float = 0.05,
+        report_interval: float = 1.0,
+        save_path: Path | None = None,
+        save_interval: float = 120.0,
+        load: bool = False,
+    ) -> None:
+        """``batches``: its trainer's batch buffers (one row); ``channel``: that trainer's batch stream.
+        ``save_path``: where the store is written every ``save_interval`` seconds and at teardown (``replay.save``);
+        ``load``: read it back at setup into the empty store (a resumed run, not a restarted worker, which finds
+        its store in shared memory)."""
+        self.name = f"replay{index}"
+        self.index = index
+        self.store, self.source, self.batches, self.channel = store, source, batches, channel
+        self.reporter, self.sampling = reporter, sampling
+        self.total_env_steps, self.agents_per_env = total_env_steps, agents_per_env
+        self.rng = np.random.default_rng(seed)
+        self.wait_timeout = wait_timeout
+        self._reports = Every(report_interval)
+        self._pending: deque[tuple[int, int]] = deque()
+        self.save_path, self.load = save_path, load
+        self._saves = Every(save_interval)
+        self.t_insert = self.t_sample = 0.0
+        self._t_start = time.perf_counter()
+
+    def setup(self) -> None:
+        if self.load and self.save_path is not None and self.save_path.exists():
+            self.store.load(self.save_path)
+        self._reports.restart()
+        self._saves.restart()
+        self._t_start = time.perf_counter()
+
+    def poll(self) -> int:
+        work = self._apply_trained()
+        work += self._insert()
+        work += self._serve()
+        self._report()
+        if self.save_path is not None and self._saves.due():
+            self._save()
+        return work
+
+    def teardown(self) -> None:
+        self._report(force=True)
+        if self.save_path is not None:
+            self._save()
+
+    def _save(self) -> None:
+        """Write the store beside the checkpoints (atomically: a kill leaves the previous file whole)."""
+        try:
+            self.store.save(self.save_path)  # type: ignore[arg-type]
+        except OSError as exc:  # e.g. a full disk: the previous file stays; the run goes on
+            self.reporter.report("info", {"worker": self.name, "message": f"replay not saved: {exc}"})
+
+    # ------------------------------------------------------------------ internals
+    def _apply_trained(self) -> int:
+        """Apply the priorities of every batch its trainer handed back, and free those buffers."""
+        state = self.batches.state[0]
+        done = np.flatnonzero(state == TRAINED)
+        for buf in done.tolist():
+            batch = self.batches.segment(0, buf)
+            self.store.update_priorities(batch["keys"], batch[PRIORITIES])
+            state[buf] = FREE
+        return len(done)
+
+    def _insert(self) -> int:
+        """Take the segments that came (waiting briefly only when there is nothing else to do) and insert those
+        the rate limiter lets in; the rest wait in their actors' buffers."""
+        idle = not self._pending and not np.any(self.batches.state[0] == FREE)
+        records = self.source.receive(64, self.wait_timeout if idle else 0.0)
+        self._pending.extend((int(a), int(b)) for a, b in records.tolist())
+        t0, inserted = time.perf_counter(), 0
+        while self._pending and self.store.can_insert(self.store.items_per_segment):
+            actor, buf = self._pending.popleft()
+            self.store.insert(self.source.segment(actor, buf))
+            self.source.release(actor, buf)
+            inserted += 1
+        self.t_insert += time.perf_counter() - t0
+        return inserted
+
+    def _serve(self) -> int:
+        """Fill each free batch buffer with a sampled batch while the rate limiter allows, and send it."""
+        state, served = self.batches.state[0], 0
+        t0 = time.perf_counter()
+        for buf in np.flatnonzero(state == FREE).tolist():
+            if not self.store.can_sample(self.sampling.batch_size):
+                break
+            state[buf] = FILLING
+            batch = self.batches.segment(0, buf)
+            s = self.sampling
+            progress = min(1.0, self.env_steps / self.total_env_steps)
+            self.store.sample_into(batch, self.rng, n=s.nstep, gamma=s.gamma, beta=s.beta(progress))
+            batch[INSERTED][...] = self.env_steps
+            state[buf] = READY
+            self.channel.send((0, buf))
+            served += 1
+        self.t_sample += time.perf_counter() - t0
+        return served
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps the store has taken in (one per env, however many agents)."""
+        return self.store.inserted_steps // self.agents_per_env
+
+    def _report(self, force: bool = False) -> None:
+        if not self._reports.due(force):
+            return
+        meta: dict[str, float | int] = {k: float(v) for k, v in self.store.stats().items()}
+        meta.update(
+            replay=self.index,
+            pending_segments=len(self._pending),
+            t_total=time.perf_counter() - self._t_start,
+            t_insert=self.t_insert,
+            t_sample=self.t_sample,
+        )
+        self.reporter.report("replay", meta)
+
+
+class ReplayBatches:
+    """A trainer's batches from its replay: each batch buffer is one whole batch, read in place (no copy); the
+    update's priorities go back in it."""
+
+    def __init__(self, batches: SegmentPool, channel: Channel, agents_per_env: int = 1) -> None:
+        self.consumer = SampleConsumer(batches, channel)
+        self.fields: Mapping[str, FieldSpec] = {
+            k: v for k, v in batches.layout.fields.items() if k not in (PRIORITIES, INSERTED)
+        }
+        self.agents_per_env = agents_per_env
+        self.dropped = self.rejected = 0
+        self.t_copy = 0.0
+        self._buf: int | None = None
+        self._inserted = 0
+
+    def setup(self) -> None:
+        self._buf = None
+
+    def fill(self, version: int, timeout: float) -> int:
+        if self._buf is not None:
+            return 0
+        records = self.consumer.receive(1, timeout)
+        if len(records):
+            self._buf = int(records[0, 1])
+        return len(records)
+
+    def full(self) -> bool:
+        return self._buf is not None
+
+    def batch(self) -> Mapping[str, np.ndarray]:
+        assert self._buf is not None
+        views = self.consumer.segment(0, self._buf)
+        self._inserted = int(views[INSERTED].reshape(-1)[0])
+        return {k: views[k] for k in self.fields}
+
+    def done(self, result: TrainResult) -> Trained:
+        """Write the update's priorities into the buffer and hand it back (or just free it, without any)."""
+        assert self._buf is not None
+        buf, self._buf = self._buf, None
+        views = self.consumer.segment(0, buf)
+        n = int(views["keys"].shape[0])
+        if result.priorities is None:
+            self.consumer.release(0, buf)
+            return Trained(n)
+        if not np.array_equal(result.priorities.keys, views["keys"]):
+            self.consumer.release(0, buf)
+            raise ValueError("train: priorities must name the batch's items in order (Priorities.keys = batch['keys'])")
+        views[PRIORITIES][...] = result.priorities.values
+        self.consumer.pool.state[0, buf] = TRAINED
+        return Trained(n)
+
+    def progress_steps(self, trained: int) -> int:
+        """The replay's env steps taken in, as its newest batch said: a replay trains many times on each."""
+        return self._inserted

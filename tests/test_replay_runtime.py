@@ -1,0 +1,89 @@
+"""The replay under the runtimes: its rate limiter holds a run's samples per insert, whatever the actors; a replay
+worker, an actor and a trainer killed with SIGKILL are survived, and the replay loses no item."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import last_record, wait_while_running, worker_pids
+
+from srl.api.config import ConfigError, load_config
+from srl.runtime.plan import make_plan
+from srl.runtime.train import train
+
+DQN = "configs/cartpole_dqn.yaml"
+
+
+def _short(*overrides: str) -> list[str]:
+    """A short DQN run: no target to stop at, a fast exploration schedule, small batches."""
+    return [
+        "run.target_return=null",
+        "run.eval_episodes=2",
+        "dqn.epsilon_decay_env_steps=2000",
+        "replay.min_size=500",
+        *overrides,
+    ]
+
+
+@pytest.mark.parametrize("actors", [1, 2])
+def test_the_rate_limiter_holds_the_samples_per_insert_of_a_local_run(tmp_path: Path, actors: int) -> None:
+    """Measured samples per insert (past ``min_size``) within 5% of the setting, with one actor and with two."""
+    cfg = load_config(
+        DQN, _short(f"workers.actors={actors}", "replay.samples_per_insert=8", "run.total_env_steps=12000")
+    )
+    summary = train(cfg, tmp_path / "run", progress=None)
+    replay = summary["replays"]["replay0"]
+    assert replay["inserted"] >= 8_000
+    assert abs(replay["samples_per_insert"] / 8 - 1) < 0.05, replay
+
+
+def test_kill_9_of_the_replay_worker_an_actor_and_the_trainer_is_survived_and_no_item_is_lost(tmp_path: Path) -> None:
+    """The replay worker restarts alone and attaches to its store in shared memory: the replay's size never goes
+    back, and every item inserted is still there at the end. The actor restarts alone, the trainer from its
+    checkpoint."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", DQN, "--quiet", "--run-dir", str(run)]
+    for setting in _short("run.total_env_steps=16000", "run.checkpoint_interval_seconds=0.1"):
+        cmd += ["--set", setting]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_while_running(lambda: last_record(run).get("replay0_size", 0) >= 2_000, proc)
+        first = worker_pids(run)
+        for name in ("replay0", "actor0", "trainer0"):
+            os.kill(first[name], signal.SIGKILL)
+            wait_while_running(lambda name=name: worker_pids(run).get(name) not in (None, first[name]), proc)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["restarts"] == {"actor0": 1, "replay0": 1, "trainer0": 1}
+    sizes = [json.loads(line).get("replay0_size", 0) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sizes == sorted(sizes) and sizes[-1] > 2_000  # never emptied: the restarted worker found every item
+    replay = summary["replays"]["replay0"]
+    assert replay["size"] == replay["inserted"] == replay["inserted_steps"]  # below max_size: nothing evicted
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["env.id=Pendulum-v1"], "algorithm: dqn needs a Discrete action space"),
+        (["replay.min_size=200000"], "replay.min_size"),
+        (["dqn.batch_size=300000", "replay.max_size=200000"], "dqn.batch_size"),
+        (["replay.samples_per_insert=0"], "replay.samples_per_insert"),
+        (["dqn.nstep=64"], "dqn.nstep"),
+        (["replay.alpha=1.5"], "replay.alpha"),
+        (["workers.path=[]"], "workers.path: dqn learns from a replay: end the path with replay"),
+    ],
+)
+def test_bad_replay_settings_are_one_line_each(overrides: list[str], said: str) -> None:
+    with pytest.raises(ConfigError, match=said):
+        make_plan(load_config(DQN, overrides))

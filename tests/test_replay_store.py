@@ -1,0 +1,635 @@
+"""The replay store: sampling distributions, keyed priority updates, n-step targets against a plain loop, the
+rate limiter through the store, shared memory across an unclean drop, save and load, and the config checks."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import math
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from srl.api.config import ConfigError, ReplayConfig
+from srl.api.schema import FieldSpec
+from srl.base.shm import list_segments, new_tag
+from srl.system.replay_spec import ReplaySpec
+from srl.system.replay_store import ReplayStore
+from srl.system.streams import PoolLayout
+
+Chunk = dict[str, np.ndarray]
+
+
+@pytest.fixture
+def draw() -> np.random.Generator:
+    """The generator a test samples with (the replay worker owns one; the store takes it per call)."""
+    return np.random.default_rng(0)
+
+
+def _fields(T: int, B: int, image: bool) -> dict[str, FieldSpec]:
+    """A segment layout: vector observations with their final observations, or image ones without."""
+    obs = (1, 2, 2) if image else (2,)
+    dtype = "uint8" if image else "float32"
+    fields = {
+        "obs": FieldSpec((T + 1, B, *obs), dtype),
+        "actions": FieldSpec((T, B), "int64"),
+        "rewards": FieldSpec((T, B), "float32"),
+        "terminated": FieldSpec((T, B), "bool"),
+        "truncated": FieldSpec((T, B), "bool"),
+        "version": FieldSpec((T, B), "int64"),
+    }
+    if not image:
+        fields["final_obs"] = FieldSpec((T, B, *obs), dtype)
+    return fields
+
+
+def _spec(T: int = 4, B: int = 3, image: bool = False, batch: int = 8, **cfg: Any) -> ReplaySpec:
+    settings = {"max_size": 1000, "min_size": 1, "error_buffer": 1e9, **cfg}  # the limiter holds nothing here
+    return ReplaySpec.of(PoolLayout(1, 1, _fields(T, B, image)), ReplayConfig(**settings), batch)
+
+
+def _segment(spec: ReplaySpec, rng: np.random.Generator, ends: float = 0.0) -> Chunk:
+    """Random data for every field; each step terminates or is truncated with probability ``ends`` each."""
+    out = {}
+    for name, f in spec.fields.items():
+        if f.dtype == "bool":
+            out[name] = rng.random(f.shape) < ends
+        elif f.dtype == "uint8":
+            out[name] = rng.integers(0, 256, f.shape, dtype=np.uint8)
+        else:
+            out[name] = rng.normal(size=f.shape).astype(f.dtype) * 10
+    return out
+
+
+def _batch(spec: ReplaySpec, n: int) -> Chunk:
+    return {name: np.zeros(f.shape, f.dtype) for name, f in spec.batch_fields(n).items()}
+
+
+def _fill(store: ReplayStore, rng: np.random.Generator, segments: int, ends: float = 0.0) -> dict[int, Chunk]:
+    """Insert ``segments`` random segments; every chunk's data by its chunk key."""
+    chunks: dict[int, Chunk] = {}
+    for _ in range(segments):
+        seg = _segment(store.spec, rng, ends)
+        for column, key in enumerate(store.insert(seg)):
+            chunks[int(key)] = {name: arr[:, column] for name, arr in seg.items()}
+    return chunks
+
+
+def _leaf_priorities(store: ReplayStore, keys: np.ndarray) -> np.ndarray:
+    """Tree leaves (priority^alpha) of live items ``keys``."""
+    per, capacity = store.spec.items_per_chunk, store.spec.capacity
+    chunk, offset = np.divmod(keys, per)
+    assert store._priorities is not None
+    return store._priorities.tree.leaves((chunk % capacity) * per + offset)
+
+
+# ---------------------------------------------------------------- prioritized sampling
+
+
+def _chi2_critical(df: int, p: float = 0.999) -> float:
+    try:
+        from scipy.stats import chi2
+    except ImportError:  # Wilson-Hilferty: within 1% of the quantile for df >= 3
+        z = 3.090232306167813  # the standard normal's 0.999 quantile
+        return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    return float(chi2.ppf(p, df))
+
+
+def test_prioritized_frequencies_follow_priority_to_the_alpha(draw: np.random.Generator) -> None:
+    spec = _spec(sampler="prioritized", alpha=0.6, batch=32)
+    store = ReplayStore.in_process(spec)
+    _fill(store, np.random.default_rng(0), 1)
+    keys = np.arange(store.size)
+    priorities = keys + 1.0
+    assert store.update_priorities(keys, priorities) == (keys.size, 0)
+    out = _batch(spec, 32)
+    counts = np.zeros(keys.size)
+    for _ in range(1000):
+        store.sample_into(out, draw)
+        np.add.at(counts, out["keys"], 1)
+    expected = priorities**0.6 / (priorities**0.6).sum() * counts.sum()
+    critical = _chi2_critical(keys.size - 1)
+    assert ((counts - expected) ** 2 / expected).sum() < critical
+    uniform = np.full(keys.size, counts.sum() / keys.size)  # the test can tell: uniform sampling is far off
+    assert ((counts - uniform) ** 2 / uniform).sum() > 10 * critical
+
+
+def test_importance_weights_match_hand_computed_values(draw: np.random.Generator) -> None:
+    """alpha 1, beta 0.5: w_i = (N * p_i / sum p)^-0.5, divided by the batch's largest."""
+    spec = _spec(sampler="prioritized", alpha=1.0, beta=0.5, batch=16)
+    store = ReplayStore.in_process(spec)
+    _fill(store, np.random.default_rng(1), 1)
+    n_items = store.size
+    priorities = np.linspace(1.0, 4.0, n_items)
+    store.update_priorities(np.arange(n_items), priorities)
+    out = _batch(spec, 16)
+    store.sample_into(out, draw)
+    w = (n_items * priorities[out["keys"]] / priorities.sum()) ** -0.5
+    np.testing.assert_allclose(out["weights"], w / w.max(), rtol=1e-6)
+    assert out["weights"].max() == 1.0
+    store.sample_into(out, draw, beta=0.0)  # a run anneals beta per call; 0 leaves the bias uncorrected
+    assert (out["weights"] == 1.0).all()
+
+
+def test_new_items_enter_at_the_running_max_priority() -> None:
+    spec = _spec(sampler="prioritized", alpha=0.5)
+    store = ReplayStore.in_process(spec)
+    rng = np.random.default_rng(2)
+    _fill(store, rng, 1)
+    store.update_priorities(np.array([0, 1]), np.array([9.0, 0.5]))
+    new = _fill(store, rng, 1)
+    per = spec.items_per_chunk
+    new_items = np.array([k * per + o for k in new for o in range(per)])
+    np.testing.assert_allclose(_leaf_priorities(store, new_items), 3.0)  # 9 ** 0.5
+
+
+# ---------------------------------------------------------------- priority updates by key
+
+
+def test_update_for_an_overwritten_item_is_dropped_and_counted(draw: np.random.Generator) -> None:
+    spec = _spec(sampler="prioritized", alpha=1.0, max_size=24)  # 6 chunks: two segments of 3 columns
+    store = ReplayStore.in_process(spec)
+    rng = np.random.default_rng(3)
+    _fill(store, rng, 2)
+    out = _batch(spec, 8)
+    store.sample_into(out, draw)
+    sampled = out["keys"].copy()
+    _fill(store, rng, 2)  # every chunk the batch came from is overwritten
+    before = _leaf_priorities(store, sampled + 6 * spec.items_per_chunk)  # the newer items in the same slots
+    assert store.update_priorities(sampled, np.full(8, 50.0)) == (0, 8)
+    np.testing.assert_array_equal(_leaf_priorities(store, sampled + 6 * spec.items_per_chunk), before)
+    assert store.stats()["stale_priorities"] == 8
+    live = np.array([6 * spec.items_per_chunk, 7 * spec.items_per_chunk + 1])
+    assert store.update_priorities(live, np.array([50.0, 60.0])) == (2, 0)
+    np.testing.assert_allclose(_leaf_priorities(store, live), [50.0, 60.0])
+
+
+def test_zero_is_floored_and_nan_inf_negative_are_refused_and_counted() -> None:
+    spec = _spec(sampler="prioritized", alpha=1.0, priority_eps=0.01)
+    store = ReplayStore.in_process(spec)
+    _fill(store, np.random.default_rng(4), 1)
+    keys = np.arange(5)
+    applied, stale = store.update_priorities(keys, np.array([0.0, np.nan, np.inf, -1.0, 2.0]))
+    assert (applied, stale) == (2, 0)
+    np.testing.assert_allclose(_leaf_priorities(store, keys), [0.01, 1.0, 1.0, 1.0, 2.0])
+    assert store.stats()["refused_priorities"] == 3
+    assert store.update_priorities(np.array([-1, 10**9]), np.array([1.0, 1.0])) == (0, 2)  # never inserted
+
+
+def test_a_sampler_without_priorities_counts_them_as_ignored() -> None:
+    store = ReplayStore.in_process(_spec())
+    _fill(store, np.random.default_rng(5), 1)
+    assert store.update_priorities(np.arange(3), np.ones(3)) == (0, 0)
+    assert store.stats()["ignored_priorities"] == 3
+
+
+# ---------------------------------------------------------------- n-step targets
+
+
+def _reference(chunk: Chunk, s: int, n: int, gamma: float, final: bool) -> tuple[float, float, np.ndarray, str]:
+    """The target of step ``s`` walked step by step: (return, discount, bootstrap obs, how it ended)."""
+    T = chunk["rewards"].shape[0]
+    g, d = 0.0, 1.0
+    for j in range(n):
+        t = s + j
+        if t == T:
+            return g, d, chunk["obs"][T], "cut"
+        before = (g, d)
+        g += d * float(chunk["rewards"][t])
+        d *= gamma
+        if chunk["terminated"][t]:
+            return g, 0.0, chunk["obs"][t + 1], "terminated"
+        if chunk["truncated"][t]:
+            if final:
+                return g, d, chunk["final_obs"][t], "truncated"
+            if j == 0:  # the step's own observation stands in for the one it never kept
+                return g, d, chunk["obs"][t], "truncated"
+            return before[0], before[1], chunk["obs"][t], "truncated"  # the exact target one step shorter
+    return g, d, chunk["obs"][s + n], "n"
+
+
+@pytest.mark.parametrize("image", [False, True])
+@pytest.mark.parametrize(("item_length", "n"), [(1, 1), (1, 3), (3, 2), (2, 6)])
+def test_nstep_targets_match_a_plain_loop(image: bool, item_length: int, n: int, draw: np.random.Generator) -> None:
+    """Random segments with terminations, truncations (final obs, or the image stand-in) and windows cut at the
+    chunk's end (obs row T): every step of every sampled item against the reference."""
+    gamma = 0.9
+    spec = _spec(T=6, image=image, item_length=item_length, batch=64)
+    store = ReplayStore.in_process(spec)
+    chunks = _fill(store, np.random.default_rng(6), 4, ends=0.12)
+    out = _batch(spec, 64)
+    seen = set()
+    for _ in range(5):
+        store.sample_into(out, draw, n=n, gamma=gamma)
+        for i, key in enumerate(out["keys"].tolist()):
+            chunk_key, offset = divmod(key, spec.items_per_chunk)
+            chunk = chunks[chunk_key]
+            for k in range(item_length):
+                ret, disc, boot, how = _reference(chunk, offset + k, n, gamma, final=not image)
+                seen.add(how)
+                np.testing.assert_array_equal(out["obs"][k, i], chunk["obs"][offset + k])
+                assert out["actions"][k, i] == chunk["actions"][offset + k]
+                assert out["returns"][k, i] == pytest.approx(ret, rel=1e-5, abs=1e-4)
+                assert out["discounts"][k, i] == pytest.approx(disc, rel=1e-6)
+                if how != "terminated":
+                    np.testing.assert_array_equal(out["boot_obs"][k, i], boot)
+    assert {"terminated", "truncated"} | ({"cut"} if n > 1 else set()) <= seen  # n = 1 never runs past a chunk
+
+
+# ---------------------------------------------------------------- uniform and fifo
+
+
+def test_uniform_covers_every_live_item_and_nothing_else(draw: np.random.Generator) -> None:
+    spec = _spec(max_size=24, batch=32)  # 6 chunks
+    store = ReplayStore.in_process(spec)
+    _fill(store, np.random.default_rng(7), 3)  # the first segment's chunks are overwritten
+    per = spec.items_per_chunk
+    live = set(range(3 * per, 9 * per))
+    out = _batch(spec, 32)
+    drawn: set[int] = set()
+    for _ in range(50):
+        store.sample_into(out, draw)
+        drawn.update(out["keys"].tolist())
+        assert (out["weights"] == 1.0).all()
+    assert drawn == live
+
+
+def test_fifo_hands_out_each_item_once_in_order_and_removes_read_chunks(draw: np.random.Generator) -> None:
+    spec = _spec(T=4, B=2, item_length=2, sampler="fifo", samples_per_insert=1, max_size=18, batch=4, error_buffer=None)
+    store = ReplayStore.in_process(spec)  # 3 items per chunk, 6 per segment
+    rng = np.random.default_rng(8)
+    chunks = _fill(store, rng, 1)
+    out = _batch(spec, 4)
+    store.sample_into(out, draw)
+    assert out["keys"].tolist() == [0, 1, 2, 3]
+    np.testing.assert_array_equal(out["obs"][:, 3], chunks[1]["obs"][0:2])  # item 3: chunk 1, offset 0
+    assert store.size == 3  # chunk 0 was read to its end: removed
+    assert not store.can_sample(4)  # two unread items
+    chunks.update(_fill(store, rng, 1))
+    handed = []
+    while store.can_sample(4):
+        store.sample_into(out, draw)
+        handed += out["keys"].tolist()
+    assert handed == [4, 5, 6, 7, 8, 9, 10, 11]
+    assert store.size == 0 and store.stats()["sampled"] == 12
+
+
+# ---------------------------------------------------------------- the rate limiter through the store
+
+
+def test_rate_limiter_holds_and_releases_both_sides(draw: np.random.Generator) -> None:
+    """spi 2, min_size 6, inserts of 8 items, samples of 4: error buffer max((16 + 4) / 2, 14) = 14, and the
+    deficit 2 * (I - 6) - S decides."""
+    spec = _spec(T=4, B=2, samples_per_insert=2, min_size=6, batch=4, error_buffer=None)
+    assert spec.error_buffer == 14
+    store = ReplayStore.in_process(spec)
+    rng = np.random.default_rng(9)
+    out = _batch(spec, 4)
+    assert not store.can_sample(4)  # nothing inserted yet
+    _fill(store, rng, 1)  # deficit 4
+    assert not store.can_insert(8)  # 4 + 16 > 14: the inserter is ahead
+    with pytest.raises(RuntimeError, match="held by the rate limiter"):
+        store.insert(_segment(spec, rng))
+    assert store.size == 8  # the refused insert wrote nothing
+    store.sample_into(out, draw)  # deficit 0
+    assert not store.can_insert(8)
+    store.sample_into(out, draw)  # deficit -4
+    assert store.can_insert(8)
+    store.sample_into(out, draw)
+    store.sample_into(out, draw)  # deficit -12
+    assert not store.can_sample(4)  # -16 < -14: the sampler is ahead
+    with pytest.raises(RuntimeError, match="held"):
+        store.sample_into(out, draw)
+    _fill(store, rng, 1)  # deficit 4
+    assert store.can_sample(4)
+    assert store.stats()["samples_per_insert"] == pytest.approx(16 / 10)
+    assert store.inserted_steps == store.stats()["inserted_steps"] == 2 * 2 * 4  # two segments of 2 columns x 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["uniform", "fifo"]),
+    st.integers(2, 5),
+    st.integers(1, 3),
+    st.integers(1, 6),
+    st.integers(1, 10),
+    st.data(),
+)
+def test_some_side_can_always_move_at_the_default_buffer(
+    sampler: str, T: int, B: int, min_size: int, batch: int, data: st.DataObject
+) -> None:
+    """Inserts of any column count and samples of any size up to the batch, in any order: never both held (a
+    queue also waits for unread items; its spec leaves room so that none is lost)."""
+    L = data.draw(st.integers(1, T))
+    spi = 1.0 if sampler == "fifo" else data.draw(st.sampled_from([0.5, 1.0, 3.0]))
+    room = (B * (T - L + 1) + batch) * 3 + min_size
+    settings = {"sampler": sampler, "samples_per_insert": spi, "min_size": min_size, "max_size": room}
+    spec = _spec(T, B, batch=batch, item_length=L, error_buffer=None, **settings)
+    store = ReplayStore.in_process(spec)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        columns, m = data.draw(st.integers(1, B)), data.draw(st.integers(1, batch))
+        inserts, samples = store.can_insert(columns * spec.items_per_chunk), store.can_sample(m)
+        assert inserts or samples, f"both held: {store.stats()}"
+        if inserts and (not samples or data.draw(st.booleans())):
+            store.insert({name: arr[:, :columns] for name, arr in _segment(spec, rng).items()})
+        else:
+            store.sample_into(_batch(spec, m), rng)
+
+
+# ---------------------------------------------------------------- shared memory, crashes, save and load
+
+
+@pytest.fixture
+def tag() -> Any:
+    tag = f"srl_{new_tag()}_replay"
+    yield tag
+    assert list_segments(tag[len("srl_") :]) == [], "a replay segment was left behind"
+
+
+@contextlib.contextmanager
+def _controller(tag: str, spec: ReplaySpec) -> Iterator[None]:
+    """The store's segments for the length of a test, created and removed as the controller does."""
+    store = ReplayStore.create(tag, spec)
+    try:
+        yield
+    finally:
+        store.close(unlink=True)
+
+
+def _state(store: ReplayStore) -> dict[str, Any]:
+    """Everything a restarted worker must find: chunks, tree, counters."""
+    arrays = {f"field_{name}": arr.copy() for name, arr in store._chunks.items()}
+    arrays["counters"] = store._counters.copy()
+    assert store._priorities is not None
+    arrays["tree"] = store._priorities.tree.array.copy()
+    return {**arrays, "max_priority": store._priorities.max_priority, "stats": store.stats()}
+
+
+def _assert_same(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        if isinstance(a[name], np.ndarray):
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        else:
+            assert a[name] == b[name], name
+
+
+def test_a_worker_dropped_without_closing_finds_every_item_and_priority_again(
+    tag: str, draw: np.random.Generator
+) -> None:
+    spec = _spec(sampler="prioritized", max_size=24)
+    with _controller(tag, spec):
+        worker = ReplayStore.attach(tag, spec)
+        _fill(worker, np.random.default_rng(10), 3)
+        worker.update_priorities(np.array([12, 13, 20]), np.array([7.0, 0.0, np.nan]))
+        out = _batch(spec, 8)
+        worker.sample_into(out, draw)
+        before = _state(worker)
+        del worker  # killed: nothing closed, nothing flushed
+        gc.collect()
+        again = ReplayStore.attach(tag, spec)
+        _assert_same(_state(again), before)
+        again.close()
+
+
+def test_a_worker_killed_with_sigkill_leaves_every_item_and_priority(tag: str) -> None:
+    """A real replay worker process attaches, inserts, sets priorities and is killed -9; the next one finds it all."""
+    spec = _spec(sampler="prioritized", max_size=24)
+    child = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import numpy as np
+from test_replay_store import _fill, _spec
+from srl.system.replay_store import ReplayStore
+store = ReplayStore.attach({tag!r}, _spec(sampler="prioritized", max_size=24))
+_fill(store, np.random.default_rng(20), 3)
+store.update_priorities(np.array([12, 13]), np.array([7.0, 3.0]))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    reference = ReplayStore.in_process(spec)  # the same inserts in this process
+    chunks = _fill(reference, np.random.default_rng(20), 3)
+    reference.update_priorities(np.array([12, 13]), np.array([7.0, 3.0]))
+    with _controller(tag, spec):
+        proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == -9, proc.stderr
+        again = ReplayStore.attach(tag, spec)
+        assert (again.size, again.slots.first, again.limiter.inserts) == (24, 3, 36)
+        for key in range(3, 9):
+            for name, arr in chunks[key].items():
+                np.testing.assert_array_equal(again._chunks[name][key % spec.capacity], arr)
+        _assert_same(_state(again), _state(reference))
+        again.close()
+
+
+def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str, draw: np.random.Generator) -> None:
+    """The chunks an insert overwrites are dead before it writes; the new ones live only once written."""
+
+    class Killed(Exception):
+        pass
+
+    class DiesMidWrite(dict):
+        def items(self) -> Any:
+            for i, item in enumerate(super().items()):
+                if i == 3:
+                    raise Killed
+                yield item
+
+    spec = _spec(sampler="prioritized", max_size=24)
+    with _controller(tag, spec):
+        worker = ReplayStore.attach(tag, spec)
+        rng = np.random.default_rng(11)
+        chunks = _fill(worker, rng, 2)
+        with pytest.raises(Killed):
+            worker.insert(DiesMidWrite(_segment(spec, rng)))
+        del worker
+        again = ReplayStore.attach(tag, spec)
+        assert again.size == 3 * spec.items_per_chunk and again.slots.first == 3  # segment 1 retired, 2 intact
+        for key in range(3, 6):
+            for name, arr in chunks[key].items():
+                np.testing.assert_array_equal(again._chunks[name][key % spec.capacity], arr)
+        out = _batch(spec, 8)
+        for _ in range(20):
+            again.sample_into(out, draw)
+            assert (out["keys"] >= 3 * spec.items_per_chunk).all()
+        again.close()
+
+
+def test_attach_gives_items_published_without_priorities_the_running_max(tag: str) -> None:
+    """A kill after the chunk keys were published but before their priorities were set leaves leaves at 0."""
+    spec = _spec(sampler="prioritized", alpha=1.0)
+    with _controller(tag, spec):
+        worker = ReplayStore.attach(tag, spec)
+        _fill(worker, np.random.default_rng(12), 2)
+        worker.update_priorities(np.array([0]), np.array([5.0]))
+        newest = np.arange(3 * spec.items_per_chunk, 6 * spec.items_per_chunk)
+        assert worker._priorities is not None
+        worker._priorities.tree.update(newest, np.zeros(newest.size))  # as if killed before setting them
+        del worker
+        again = ReplayStore.attach(tag, spec)
+        np.testing.assert_allclose(_leaf_priorities(again, newest), 5.0)
+        again.close()
+
+
+def test_save_and_load_round_trip(tmp_path: Path, draw: np.random.Generator) -> None:
+    spec = _spec(sampler="prioritized", max_size=24)
+    store = ReplayStore.in_process(spec)
+    chunks = _fill(store, np.random.default_rng(13), 3)
+    store.update_priorities(np.arange(12, 20), np.arange(1.0, 9.0))
+    store.sample_into(_batch(spec, 8), draw)
+    path = tmp_path / "replay.npz"
+    store.save(path)
+    with np.load(path, allow_pickle=False) as data:  # a plain .npz: the live chunks in key order, across the wrap
+        np.testing.assert_array_equal(data["field_obs"], np.stack([chunks[k]["obs"] for k in range(3, 9)]))
+    loaded = ReplayStore.in_process(spec)
+    loaded.load(path)
+    _assert_same(_state(loaded), _state(store))
+    smaller = ReplayStore.in_process(_spec(sampler="prioritized", max_size=12))  # 3 chunks: the newest kept
+    smaller.load(path)
+    assert smaller.slots.first == 6 and smaller.size == 12
+    for key in range(6, 9):
+        np.testing.assert_array_equal(smaller._chunks["obs"][key % 3], chunks[key]["obs"])
+    keys = np.arange(6 * 4, 9 * 4)
+    np.testing.assert_allclose(_leaf_priorities(smaller, keys) ** (1 / 0.6), _leaf_priorities(store, keys) ** (1 / 0.6))
+    with pytest.raises(ValueError, match="the store is not empty"):
+        loaded.load(path)
+
+
+def test_a_uniform_replay_loads_into_a_prioritized_one_at_the_running_max(tmp_path: Path) -> None:
+    uniform = ReplayStore.in_process(_spec())
+    _fill(uniform, np.random.default_rng(14), 1)
+    uniform.save(tmp_path / "r.npz")
+    prioritized = ReplayStore.in_process(_spec(sampler="prioritized"))
+    prioritized.load(tmp_path / "r.npz")
+    np.testing.assert_allclose(_leaf_priorities(prioritized, np.arange(prioritized.size)), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("other", "message"),
+    [
+        ({"image": True}, "its field 'obs' is float32 [5, 2] per chunk, this run's uint8 [5, 1, 2, 2]"),
+        ({"T": 5}, "its field 'actions' is int64 [4] per chunk, this run's int64 [5]"),
+        ({"item_length": 2}, "its items are 1 steps, this run's 2"),
+    ],
+)
+def test_a_file_of_another_layout_is_refused_in_one_line(tmp_path: Path, other: dict, message: str) -> None:
+    store = ReplayStore.in_process(_spec())
+    _fill(store, np.random.default_rng(15), 1)
+    store.save(tmp_path / "r.npz")
+    with pytest.raises(ValueError) as info:
+        ReplayStore.in_process(_spec(**other)).load(tmp_path / "r.npz")
+    assert str(info.value) == f"replay file {tmp_path / 'r.npz'}: {message}"
+
+
+# ---------------------------------------------------------------- spec, batch and config checks
+
+
+def test_spec_refuses_what_cannot_work_with_the_layout() -> None:
+    with pytest.raises(ConfigError, match=r"replay.item_length: 5 steps do not fit in segments of 4"):
+        _spec(item_length=5)
+    with pytest.raises(ConfigError, match=r"replay.max_size: 4 items hold 1 segment columns.*at least 12"):
+        _spec(max_size=4, min_size=1)
+    with pytest.raises(ConfigError, match=r"replay.error_buffer: error_buffer must be >= "):
+        _spec(error_buffer=1.0, samples_per_insert=8)
+    with pytest.raises(ConfigError, match=r"replay.max_size: a fifo queue .* needs room for 24 items"):
+        _spec(sampler="fifo", samples_per_insert=1, max_size=20, error_buffer=None)
+    layout = PoolLayout(1, 1, _fields(4, 3, False), segment_scoped=frozenset({"version"}))
+    with pytest.raises(NotImplementedError, match="segment-scoped fields"):
+        ReplaySpec.of(layout, ReplayConfig(item_length=2, min_size=1), 8)
+
+
+def test_a_batch_of_the_wrong_shape_is_refused(draw: np.random.Generator) -> None:
+    spec = _spec()
+    store = ReplayStore.in_process(spec)
+    _fill(store, np.random.default_rng(16), 1)
+    out = _batch(spec, 8)
+    out["returns"] = np.zeros((1, 7), np.float32)
+    with pytest.raises(ValueError, match=r"batch field 'returns' is float32 \(1, 7\), expected float32 \(1, 8\)"):
+        store.sample_into(out, draw)
+    bad = _segment(spec, np.random.default_rng(17))
+    bad["rewards"] = bad["rewards"].astype(np.float64)
+    with pytest.raises(ValueError, match="segment field 'rewards' is float64"):
+        store.insert(bad)
+
+
+def test_batch_fields_shapes() -> None:
+    spec = _spec(T=6, image=True, item_length=3)
+    fields = spec.batch_fields(5)
+    assert fields["obs"] == fields["boot_obs"] == FieldSpec((3, 5, 1, 2, 2), "uint8")
+    assert fields["actions"] == FieldSpec((3, 5), "int64")
+    assert fields["returns"] == fields["discounts"] == FieldSpec((3, 5), "float32")
+    assert fields["weights"] == FieldSpec((5,), "float32") and fields["keys"] == FieldSpec((5,), "int64")
+    assert not spec.has_final_obs and dataclasses.replace(spec, fields=_fields(6, 3, False)).has_final_obs
+
+
+def test_a_queue_samples_each_item_once() -> None:
+    with pytest.raises(ConfigError, match="samples_per_insert: a fifo queue hands out each item once: must be 1"):
+        ReplayConfig(sampler="fifo", samples_per_insert=2)
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("replay.min_size=2000000", "replay.min_size: 2000000 items before the first sample never fit in max_size"),
+        ("replay.samples_per_insert=0", "replay.samples_per_insert: must be > 0, got 0.0"),
+        ("replay.alpha=1.5", "replay.alpha: must be in [0, 1], got 1.5"),
+        ("replay.item_length=33", "replay.item_length: items of 33 steps do not fit in segments of 32"),
+    ],
+)
+def test_bad_replay_settings_exit_2_in_one_line(tmp_path: Path, override: str, needle: str) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "srl.cli.main",
+            "train",
+            "configs/cartpole_ppo.yaml",
+            "--run-dir",
+            str(tmp_path / "r"),
+            "--set",
+            override,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("hide_cpprb", [False, True])
+def test_bench_reports_every_measure_and_says_when_cpprb_is_missing(
+    monkeypatch: pytest.MonkeyPatch, hide_cpprb: bool
+) -> None:
+    """What the report holds, not the rates (benchmarks measure those)."""
+    import importlib.util
+
+    from srl.api.config import load_config
+    from srl.bench.replay import bench_replay
+
+    if hide_cpprb:
+        monkeypatch.setitem(sys.modules, "cpprb", None)  # import cpprb raises ImportError
+    cpprb = not hide_cpprb and importlib.util.find_spec("cpprb") is not None  # not a project dependency
+    cfg = load_config("configs/cartpole_ppo.yaml", ["replay.max_size=1024", "replay.min_size=1"])
+    rows = list(bench_replay(cfg, batch=32, repeats=1, number=2))
+    measured = {(r["measure"], r["impl"]) for r in rows if "measure" in r}
+    expected = {
+        ("insert", "srl_uniform"),
+        ("insert", "srl_prioritized"),
+        ("uniform_sample", "srl"),
+        ("uniform_sample", "numpy_ring"),
+        ("prioritized_sample_update", "srl"),
+    }
+    assert measured == expected | ({("prioritized_sample_update", "cpprb")} if cpprb else set())
+    assert all(r["items_per_s"] > 0 for r in rows if "measure" in r)
+    assert cpprb or rows[-1]["note"] == "not installed"
