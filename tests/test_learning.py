@@ -160,3 +160,14 @@ def test_bench_solve_refuses_a_seed_override_it_would_report_under_another_seed(
 
     with pytest.raises(ConfigError, match="--set seed: srl bench solve runs seeds 1 to --runs itself"):
         bench_solve("configs/cartpole_ppo.yaml", 1, ["ppo.lr=0.001", "seed=2"])
+
+
+@pytest.mark.parametrize("runtime", ["inline", "local"])
+def test_dqn_solves_cartpole_from_its_replay_within_100k_env_steps(tmp_path, runtime):
+    """The shipped DQN config: the mean of the last 20 training episodes (with the actors' exploration) reaches
+    475 within 100k env steps, the greedy policy plays 500, and the replay held its 32 samples per insert."""
+    cfg = load_config("configs/cartpole_dqn.yaml", [f"runtime={runtime}"])
+    summary = train(cfg, tmp_path / runtime, progress=None)
+    assert summary["solved"] and summary["solved_env_steps"] <= 100_000, summary
+    assert summary["final_eval_return_mean"] >= 475
+    assert abs(summary["replays"]["replay0"]["samples_per_insert"] / 32 - 1) < 0.05

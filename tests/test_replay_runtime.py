@@ -15,7 +15,7 @@ from conftest import last_record, wait_while_running, worker_pids
 
 from srl.api.config import ConfigError, load_config
 from srl.runtime.plan import make_plan
-from srl.runtime.train import train
+from srl.runtime.train import resume_config, train
 
 DQN = "configs/cartpole_dqn.yaml"
 
@@ -87,3 +87,40 @@ def test_kill_9_of_the_replay_worker_an_actor_and_the_trainer_is_survived_and_no
 def test_bad_replay_settings_are_one_line_each(overrides: list[str], said: str) -> None:
     with pytest.raises(ConfigError, match=said):
         make_plan(load_config(DQN, overrides))
+
+
+@pytest.mark.parametrize("save", [True, False])
+def test_a_resumed_run_reloads_its_saved_replay_or_says_it_refills(tmp_path: Path, save: bool) -> None:
+    """``replay.save``: the replay is written beside the checkpoints and a resumed run starts with every item;
+    without it the resumed run starts empty and says so (a warning in the log and in ``summary.json``)."""
+    run = tmp_path / "run"
+    cfg = load_config(DQN, _short("runtime=inline", "run.total_env_steps=3000", f"replay.save={str(save).lower()}"))
+    first = train(cfg, run, progress=None)
+    stored = first["replays"]["replay0"]["size"]
+    assert stored >= 2_000 and (run / "checkpoints" / "replay0.npz").exists() == save
+    cfg2, paths, state = resume_config(run, ["run.total_env_steps=4000"])
+    second = train(cfg2, run, progress=None, resume=(paths, state))
+    refilled = [w for w in second["warnings"] if "refills 1 replay(s) from empty" in w]
+    size = second["replays"]["replay0"]["size"]
+    if save:
+        assert not refilled and size >= stored + 500  # every saved item, and the new ones
+    else:
+        assert refilled and size < stored  # only what the resumed run inserted
+
+
+def test_one_dqn_shared_by_a_multi_agent_env_s_agents_trains_through_their_columns(tmp_path: Path) -> None:
+    """MPE2's simple_spread (3 agents, discrete actions): every agent is a column of the one DQN's replay."""
+    overrides = _short(
+        "runtime=inline",
+        "env.id=mpe2.simple_spread_v3:parallel_env",
+        "env.kwargs={N: 3, max_cycles: 25, continuous_actions: false}",
+        "run.total_env_steps=2000",
+    )
+    cfg = load_config(DQN, overrides)
+    plan = make_plan(cfg)
+    assert plan.agents_per_env == 3
+    summary = train(cfg, tmp_path / "run", progress=None)
+    replay = summary["replays"]["replay0"]
+    assert summary["policy_version"] > 0
+    segment = 3 * cfg.workers.envs_per_slot * cfg.workers.segment_length  # a transition per agent per env step
+    assert replay["inserted"] == replay["inserted_steps"] > 0 and replay["inserted"] % segment == 0

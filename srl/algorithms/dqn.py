@@ -15,8 +15,8 @@ rates over every env of the run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.dqn_math import double_q_target, epsilon_ladder, linear_epsilon, polyak_, q_target, td_loss
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo import as_tensors
-from srl.api.algorithm import AlgorithmContext, Obs, QNet
+from srl.api.algorithm import AlgorithmContext, Obs, PlanView, QNet
 from srl.api.config import ConfigError, DQNConfig, ExperimentConfig
 from srl.api.schema import Field
 from srl.api.spaces import action_spec, mask_part, obs_parts
@@ -136,23 +136,6 @@ class EpsilonGreedy:
     def stats(self) -> dict[str, float]:
         """``epsilon``: the mean rate over this actor's columns at its last :meth:`explore`."""
         return {"epsilon": float(self.current)}
-
-
-class PolicyView(Protocol):
-    """What :meth:`DQN.check` reads of a policy's plan."""
-
-    @property
-    def action_space(self) -> spaces.Space: ...
-
-
-class PlanView(Protocol):
-    """What :meth:`DQN.check` reads of the run's plan (``srl.runtime.plan.Plan``)."""
-
-    @property
-    def cfg(self) -> ExperimentConfig: ...
-
-    @property
-    def policies(self) -> Sequence[PolicyView]: ...
 
 
 class DQN:

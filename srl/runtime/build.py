@@ -284,7 +284,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
     trainer = TrainerWorker(
         index,
         algo,
-        batch_source(plan, fabric, ctx.worker),
+        batch_source(plan, fabric, ctx.worker, fresh=plan.resume is None and incarnation == 0),
         ParamPublisher(fabric.params(policy=k)),
         fabric.reporter(),
         total_env_steps=cfg.run.total_env_steps,
@@ -302,13 +302,13 @@ def build_trainer(ctx: BuildContext) -> Worker:
     return trainer
 
 
-def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec) -> BatchSource:
+def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> BatchSource:
     """Where trainer ``trainer``'s batches come from: the keeper that ends the sample path (a replay's batches),
-    or its own sample stream's segments."""
+    or its own sample stream's segments. ``fresh``: the trainer starts the run (no checkpoint to count on from)."""
     if keeper(plan) is not None:
         from srl.runtime.replay import replay_batches
 
-        return replay_batches(plan, fabric, trainer)
+        return replay_batches(plan, fabric, trainer, fresh)
     cfg = plan.policies[plan.policy_of_trainer(trainer.index)]
     w = cfg.cfg.workers
     return SegmentBatches(fabric.sample_consumer(trainer.index), w.batch_segments, w.max_policy_lag, cfg.agents_per_env)

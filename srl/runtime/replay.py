@@ -116,8 +116,8 @@ def saved_replay(run_dir: Path, replay: int) -> Path:
     return run_dir / "checkpoints" / f"replay{replay}.npz"
 
 
-def replay_batches(plan: Plan, fabric: Fabric, trainer: WorkerSpec) -> ReplayBatches:
-    """Trainer ``t``'s batches, from replay ``t``."""
+def replay_batches(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> ReplayBatches:
+    """Trainer ``t``'s batches, from replay ``t`` (``fresh``: the trainer starts the run, from no checkpoint)."""
     feeds = Endpoint(Stream.BATCHES, trainer.index)
     k = plan.policy_of_trainer(trainer.index)
-    return ReplayBatches(fabric.buffers(feeds), fabric.channel(feeds), plan.policies[k].agents_per_env)
+    return ReplayBatches(fabric.buffers(feeds), fabric.channel(feeds), plan.policies[k].agents_per_env, fresh)

@@ -27,7 +27,10 @@ class Trained:
     """What one trained batch stood for."""
 
     samples: int
-    """Env steps the batch adds to the trainer's count (for segments: every env step in it, once)."""
+    """Env steps the batch adds to the trainer's count: every env step of its segments, once; or those its
+    replay took in since the batch before."""
+    items: int
+    """Rows the update trained on (segment columns' steps, or replay items)."""
     lags: np.ndarray | None = None
     """Per sample, how many versions behind the trainer its behaviour policy was (on-policy segments)."""
 
@@ -64,9 +67,6 @@ class BatchSource(Protocol):
 
     def done(self, result: TrainResult) -> Trained:
         """The batch was trained on: send back what goes upstream, and start the next."""
-
-    def progress_steps(self, trained: int) -> int:
-        """Env steps that count toward ``run.total_env_steps`` for schedules, given this trainer's ``trained``."""
 
 
 class SegmentBatches:
@@ -136,7 +136,5 @@ class SegmentBatches:
         """Segments send nothing back; the batch's env steps count once (one per env, however many agents)."""
         lags = np.concatenate(self._lags)
         self._lags, self._filled = [], 0
-        return Trained(int(self._batch["rewards"].size) // self.agents_per_env, lags)
-
-    def progress_steps(self, trained: int) -> int:
-        return trained
+        rows = int(self._batch["rewards"].size)
+        return Trained(rows // self.agents_per_env, rows, lags)

@@ -193,7 +193,10 @@ class ReplayBatches:
     """A trainer's batches from its replay: each batch buffer is one whole batch, read in place (no copy); the
     update's priorities go back in it."""
 
-    def __init__(self, batches: SegmentPool, channel: Channel, agents_per_env: int = 1) -> None:
+    def __init__(self, batches: SegmentPool, channel: Channel, agents_per_env: int = 1, fresh: bool = True) -> None:
+        """``fresh``: the trainer starts the run (its env-step count is 0): every step its replay took in before its
+        first batch counts. A restarted or resumed trainer counts on from its checkpoint's count with the steps
+        taken in after its first batch."""
         self.consumer = SampleConsumer(batches, channel)
         self.fields: Mapping[str, FieldSpec] = {
             k: v for k, v in batches.layout.fields.items() if k not in (PRIORITIES, INSERTED)
@@ -203,6 +206,7 @@ class ReplayBatches:
         self.t_copy = 0.0
         self._buf: int | None = None
         self._inserted = 0
+        self._counted: int | None = 0 if fresh else None  # the replay's env steps counted so far
 
     def setup(self) -> None:
         self._buf = None
@@ -229,17 +233,15 @@ class ReplayBatches:
         assert self._buf is not None
         buf, self._buf = self._buf, None
         views = self.consumer.segment(0, buf)
-        n = int(views["keys"].shape[0])
+        counted = self._inserted if self._counted is None else self._counted
+        trained = Trained(max(0, self._inserted - counted), int(views["keys"].shape[0]))
+        self._counted = max(counted, self._inserted)
         if result.priorities is None:
             self.consumer.release(0, buf)
-            return Trained(n)
+            return trained
         if not np.array_equal(result.priorities.keys, views["keys"]):
             self.consumer.release(0, buf)
             raise ValueError("train: priorities must name the batch's items in order (Priorities.keys = batch['keys'])")
         views[PRIORITIES][...] = result.priorities.values
         self.consumer.pool.state[0, buf] = TRAINED
-        return Trained(n)
-
-    def progress_steps(self, trained: int) -> int:
-        """The replay's env steps taken in, as its newest batch said: a replay trains many times on each."""
-        return self._inserted
+        return trained

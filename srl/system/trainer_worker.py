@@ -196,7 +196,7 @@ class TrainerWorker(Worker):
         return came
 
     def _update(self) -> None:
-        progress = min(1.0, self.source.progress_steps(self.samples) * self.world / self.total_env_steps)
+        progress = min(1.0, self.samples * self.world / self.total_env_steps)
         t0 = time.perf_counter()
         share = None  # of the last cycle (its update, then this batch's wait and copy) spent waiting
         if self._cycle is not None:
@@ -215,7 +215,7 @@ class TrainerWorker(Worker):
         self._handover.record(threads, time.perf_counter() - t0)
         self.t_train += time.perf_counter() - t0
         self.samples += trained.samples
-        self.trained_items += trained.samples
+        self.trained_items += trained.items
         self.version += 1
         self.updates += 1
         if self.leader:
