@@ -108,6 +108,8 @@ class ReplayWorker(Worker):
         work = self._apply_trained()
         work += self._insert()
         work += self._serve()
+        if not work:  # nothing to do now: wait briefly for segments (a batch handed back does not wake it)
+            self._take(min(self.wait_timeout, 0.001))
         self._report()
         if self.save_path is not None and self._saves.due():
             self._save()
@@ -136,12 +138,15 @@ class ReplayWorker(Worker):
             state[buf] = FREE
         return len(done)
 
-    def _insert(self) -> int:
-        """Take the segments that came (waiting briefly only when there is nothing else to do) and insert those
-        the rate limiter lets in; the rest wait in their actors' buffers."""
-        idle = not self._pending and not np.any(self.batches.state[0] == FREE)
-        records = self.source.receive(64, self.wait_timeout if idle else 0.0)
+    def _take(self, timeout: float) -> None:
+        """Queue the records of the segments that came (waiting up to ``timeout`` for the first)."""
+        records = self.source.receive(64, timeout)
         self._pending.extend((int(a), int(b)) for a, b in records.tolist())
+
+    def _insert(self) -> int:
+        """Insert the segments that came while the rate limiter lets them in; the rest wait in their actors'
+        buffers, which holds the actors back."""
+        self._take(0.0)
         t0, inserted = time.perf_counter(), 0
         while self._pending and self.store.can_insert(self.store.items_per_segment):
             actor, buf = self._pending.popleft()
