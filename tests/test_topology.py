@@ -240,8 +240,8 @@ def test_a_plugin_role_joins_the_sample_path_from_the_config_without_editing_srl
     assert _names(topology.workers) == ["trainer0", "tap0", "actor0", "actor1"]  # the hop starts before its actors
     assert topology.get(ACTOR, 1).connects[0] == Endpoint(TAP.hop.stream, 0)  # type: ignore[union-attr]
     assert topology.get(TAP, 0).connects == (_samples(0),)
-    assert held_by(plan, topology.get(TAP, 0)) == {("pool0", 0): (STAGED,), ("pool0", 1): (STAGED,)}
-    assert held_by(plan, topology.get(TRAINER, 0)) == {("pool0", 0): (READY,), ("pool0", 1): (READY,)}
+    assert held_by(plan, topology.get(TAP, 0)) == {(0, 0): (STAGED,), (0, 1): (STAGED,)}
+    assert held_by(plan, topology.get(TRAINER, 0)) == {(0, 0): (READY,), (0, 1): (READY,)}
     TAPS.clear()
     cfg = load_config(CARTPOLE, ["runtime=inline", "workers.actors=2", f"workers.path=[{__name__}:TAP]"])
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, total_env_steps=6_000, target_return=None))

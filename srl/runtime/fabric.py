@@ -35,6 +35,7 @@ from srl.runtime.topology import (
     held_by,
     pool_layout,
     position,
+    receives_on,
     stop,
     storage_opener,
     submitted_state,
@@ -127,11 +128,20 @@ class Fabric(ABC):
     def segment_source(self, worker: WorkerSpec) -> SegmentSource:
         """What ``worker`` (a stop of the sample path: a hop, or a trainer that takes segments) receives segments
         from: its endpoint's channel over the pool of the policy it serves."""
+        endpoint, policy, at = self._stop_of(worker)
+        return SampleConsumer(self.pool(policy), self.channel(endpoint), accepts=submitted_state(self.plan, at))
+
+    def _stop_of(self, worker: WorkerSpec) -> tuple[Endpoint, int, int]:
+        """Stop ``worker``'s endpoint, the policy whose segments it takes (0 for a hop of every policy's pool
+        row: a stage serves runs of one policy), and its position on the sample path."""
         at = position(self.plan, worker.role)
         assert at is not None, f"{worker.name} is not on the sample path"
-        (first, k), *_ = clients(self.plan, worker.role, worker.index)
-        endpoint = stop(self.plan, at, first, k)
-        return SampleConsumer(self.pool(k), self.channel(endpoint), accepts=submitted_state(self.plan, at))
+        return receives_on(worker.role, worker.index), worker.policy or 0, at
+
+    def _next_stops(self, worker: WorkerSpec) -> dict[tuple[int, int], Endpoint]:
+        """(Actor, policy) -> the stop after hop ``worker`` that its segments go on to."""
+        _, _, at = self._stop_of(worker)
+        return {(a, k): stop(self.plan, at + 1, a, k) for a, k in clients(self.plan, worker.role, worker.index)}
 
     def sample_consumer(self, trainer: int) -> SegmentSource:
         """Trainer ``trainer``'s end of the sample stream (in its policy's pool)."""
@@ -139,12 +149,9 @@ class Fabric(ABC):
 
     def segment_forwarder(self, worker: WorkerSpec) -> SegmentForwarder:
         """Where hop ``worker`` sends what it keeps: each client's row to that client's next stop."""
-        plan, at = self.plan, position(self.plan, worker.role)
-        assert at is not None
-        nexts = {plan.actor_row(a): stop(plan, at + 1, a, k) for a, k in clients(plan, worker.role, worker.index)}
-        return PoolForwarder(
-            self.pool(), {row: self.channel(e) for row, e in nexts.items()}, submitted_state(plan, at + 1)
-        )
+        _, _, at = self._stop_of(worker)
+        channels = {self.plan.actor_row(a): self.channel(e) for (a, _), e in self._next_stops(worker).items()}
+        return PoolForwarder(self.pool(), channels, submitted_state(self.plan, at + 1))
 
     def free_buffers(self, worker: WorkerSpec) -> int:
         """Before restarting dead ``worker`` (controller): free the buffers it held; how many that drops. A record
@@ -157,24 +164,13 @@ class Fabric(ABC):
         and its place on the sample path say which)."""
         return held_by(self.plan, worker)
 
-    def _pool_of(self, key: str) -> SegmentPool:
-        """A pool by its key in a :data:`Holding`: ``pool<k>`` (policy k's segments) or an endpoint's name."""
-        if key.startswith("pool"):
-            return self.pool(int(key[4:]))
-        endpoint = next(e for w in self.plan.topology.workers for e in w.serves if e.name == key)
-        return self.buffers(endpoint)
+    def _pool_of(self, key: int | Endpoint) -> SegmentPool:
+        """A pool of a :data:`Holding`: policy ``key``'s segment pool, or endpoint ``key``'s own."""
+        return self.pool(key) if isinstance(key, int) else self.buffers(key)
 
-    def _pooled(self) -> list[Endpoint]:
-        """The endpoints of this run whose kind declares a pool of their own."""
-        return [e for w in self.plan.topology.workers for e in w.serves if e.stream.pool is not None]
-
-    def _stored(self) -> list[Endpoint]:
-        """The endpoints of this run whose kind declares storage of their own."""
-        return [e for w in self.plan.topology.workers for e in w.serves if e.stream.storage is not None]
-
-    def _channelled(self) -> list[Endpoint]:
-        """The endpoints of this run whose kind declares a channel."""
-        return [e for w in self.plan.topology.workers for e in w.serves if e.stream.channel]
+    def _declaring(self, what: str) -> list[Endpoint]:
+        """The endpoints of this run whose kind declares ``what`` (``channel``, ``pool``, ``storage``)."""
+        return [e for w in self.plan.topology.workers for e in w.serves if getattr(e.stream, what)]
 
 
 class InlineFabric(Fabric):
@@ -183,9 +179,9 @@ class InlineFabric(Fabric):
     def __init__(self, plan: Plan, handler: Handler) -> None:
         super().__init__(plan)
         self._pools = [SegmentPool.in_process(p.layout) for p in plan.policies]
-        self._channels = {e.name: InProcChannel(e.stream.channel) for e in self._channelled()}
-        self._buffers = {e.name: SegmentPool.in_process(pool_layout(plan, e)) for e in self._pooled()}
-        self._storage = {e.name: storage_opener(e).create(plan, e, None) for e in self._stored()}
+        self._channels = {e.name: InProcChannel(e.stream.channel) for e in self._declaring("channel")}
+        self._buffers = {e.name: SegmentPool.in_process(pool_layout(plan, e)) for e in self._declaring("pool")}
+        self._storage = {e.name: storage_opener(e).create(plan, e, None) for e in self._declaring("storage")}
         self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(plan.actors_per_node)]
         self._params = [VersionedBuffer.in_process(p.param_size, np.float32) for p in plan.policies]
         self._reporter = DirectReporter(handler)
@@ -260,7 +256,7 @@ class SharedFabric(Fabric):
             self._opened["stop"] = ShmArray.create(f"{self.tag}_stop", (1,), "int32")
             for row in range(self.plan.actors_per_node):
                 self._opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
-            self._create_declared(self._channelled(), self._pooled(), self._stored())
+            self._create_declared(self._declaring("channel"), self._declaring("pool"), self._declaring("storage"))
         except BaseException:
             self.destroy()
             raise

@@ -35,10 +35,7 @@ from srl.runtime.topology import (
     Holding,
     Stream,
     WorkerSpec,
-    clients,
     held_by,
-    position,
-    stop,
     submitted_state,
 )
 from srl.system.control import ZmqReporter
@@ -136,8 +133,9 @@ class NodeFabric(SharedFabric):
         """The channels, pools and storage of the endpoints served in this node group; a bound kind's channel
         is a socket across nodes instead of a pipe."""
         here = {e for w in self.plan.topology.in_group(self.node) for e in w.serves}
-        channels = [e for e in self._channelled() if e in here and not e.stream.bound]
-        return channels, [e for e in self._pooled() if e in here], [e for e in self._stored() if e in here]
+        channels = [e for e in self._declaring("channel") if e in here and not e.stream.bound]
+        pools, stored = ([e for e in self._declaring(what) if e in here] for what in ("pool", "storage"))
+        return channels, pools, stored
 
     def param_address(self, server: Endpoint) -> str:
         # A server not yet bound picks a free port on this node; a restarted one takes its old address back.
@@ -165,14 +163,11 @@ class NodeFabric(SharedFabric):
     def segment_forwarder(self, worker: WorkerSpec) -> SegmentForwarder:
         """A hop sends what it keeps to a next stop on another node from here (a dropped segment never crosses
         the network), or inside its node as the local runtime does."""
-        plan, at = self.plan, position(self.plan, worker.role)
-        assert at is not None
-        pairs = clients(plan, worker.role, worker.index)
-        if not pairs or not stop(plan, at + 1, *pairs[0]).stream.bound:
+        nexts = self._next_stops(worker)
+        if not any(e.stream.bound for e in nexts.values()):
             return super().segment_forwarder(worker)
-        state = submitted_state(plan, at + 1)
-        sinks = {plan.actor_row(a): self._sender(stop(plan, at + 1, a, k), a, k, state) for a, k in pairs}
-        return RemoteForwarder(sinks)
+        state = submitted_state(self.plan, self._stop_of(worker)[2] + 1)
+        return RemoteForwarder({self.plan.actor_row(a): self._sender(e, a, k, state) for (a, k), e in nexts.items()})
 
     def segment_sink(self, to: Endpoint, actor: int, policy: int, state: int) -> SegmentSink:
         """To a stop on another node (a bound stream: a trainer, a replay): sends actor ``actor``'s row of policy
@@ -195,10 +190,7 @@ class NodeFabric(SharedFabric):
     def segment_source(self, worker: WorkerSpec) -> SegmentSource:
         """A stop whose stream is bound receives its segments over the network (from actors or hops on other
         nodes)."""
-        at = position(self.plan, worker.role)
-        assert at is not None
-        (first, k), *_ = clients(self.plan, worker.role, worker.index)
-        endpoint = stop(self.plan, at, first, k)
+        endpoint, k, _ = self._stop_of(worker)
         if not endpoint.stream.bound:
             return super().segment_source(worker)
         return SampleReceiver(

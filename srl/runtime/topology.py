@@ -134,8 +134,9 @@ class Restart(Enum):
 
 
 Rule = Callable[["Plan", int], "tuple[Endpoint, ...]"]
-Holding = dict[tuple[str, int], tuple[int, ...]]
-"""(Pool key, pool row) -> buffer states: the buffers a worker holds (see :meth:`Role.holds`)."""
+Holding = dict[tuple["int | Endpoint", int], tuple[int, ...]]
+"""(Pool, pool row) -> buffer states: the buffers a worker holds (see :meth:`Role.holds`). A pool is a policy's
+segment pool (its index) or an endpoint's own pool (the endpoint)."""
 
 
 def _none(plan: Plan, index: int) -> tuple[Endpoint, ...]:
@@ -346,25 +347,31 @@ def submitted_state(plan: Plan, at: int) -> int:
     return READY if at == last else STAGED + at
 
 
+def receives_on(role: Role, index: int) -> Endpoint:
+    """The endpoint worker ``index`` of ``role`` (a stop of the sample path) receives segments on: its hop's, or a
+    trainer's sample stream."""
+    return Endpoint(role.hop.stream if role.hop is not None else Stream.SAMPLES, index)
+
+
 def clients(plan: Plan, role: Role, index: int) -> list[tuple[int, int]]:
     """The (actor, policy) pairs whose segments reach worker ``index`` of ``role`` on the sample path."""
     at = position(plan, role)
     if at is None:
         return []
-    me = Endpoint(Stream.SAMPLES, index) if role is TRAINER else Endpoint(role.hop.stream, index)  # type: ignore[union-attr]
+    me = receives_on(role, index)
     pairs = ((a, k) for a in range(plan.cfg.workers.actors) for k in range(len(plan.policies)))
     return [(a, k) for a, k in pairs if stop(plan, at, a, k) == me]
 
 
 def held_on_path(plan: Plan, worker: WorkerSpec, across_nodes: bool = False) -> Holding:
-    """The segment buffers ``worker`` holds by its place on the sample path (keyed ``pool<k>``, rows of its node's
-    pools): an actor those it is filling, a stop those handed to it. ``across_nodes`` (Ray): a stop whose stream
-    is bound receives copies from another node and holds nothing in a pool, while its sender holds what waits to
-    go out to it."""
+    """The segment buffers ``worker`` holds by its place on the sample path (rows of its node's segment pools):
+    an actor those it is filling, a stop those handed to it. ``across_nodes`` (Ray): a stop whose stream is bound
+    receives copies from another node and holds nothing in a pool, while its sender holds what waits to go out
+    to it."""
     role, index = worker.role, worker.index
     if role is ACTOR:
         return {
-            (f"pool{k}", plan.actor_row(index)): (FILLING, *_waiting(plan, 0, index, k, across_nodes))
+            (k, plan.actor_row(index)): (FILLING, *_waiting(plan, 0, index, k, across_nodes))
             for k in range(len(plan.policies))
         }
     at = position(plan, role)
@@ -378,7 +385,7 @@ def held_on_path(plan: Plan, worker: WorkerSpec, across_nodes: bool = False) -> 
         )
         states += _waiting(plan, at + 1, a, k, across_nodes) if forwards else ()
         if states:
-            held[(f"pool{k}", plan.actor_row(a))] = states
+            held[(k, plan.actor_row(a))] = states
     return held
 
 
@@ -459,7 +466,7 @@ TRAINER = Role(
     cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
     gpus=lambda plan: plan.cfg.ray.trainer_gpus,
     policy=lambda plan, i: plan.policy_of_trainer(i),
-    holds=lambda plan, i: {(e.name, 0): (READY,) for e in _trainer_connects(plan, i)},
+    holds=lambda plan, i: {(e, 0): (READY,) for e in _trainer_connects(plan, i)},
 )
 PARAM_ROOT = Role(
     "param_root",
@@ -509,7 +516,7 @@ REPLAY = Role(
     cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
     policy=lambda plan, r: plan.policy_of_trainer(r),
     hop=Hop(Stream.REPLAY, route=lambda plan, actor, policy: plan.trainer_of(actor, policy), keeps=Stream.BATCHES),
-    holds=lambda plan, r: {(Endpoint(Stream.BATCHES, r).name, 0): (FILLING,)},
+    holds=lambda plan, r: {(Endpoint(Stream.BATCHES, r), 0): (FILLING,)},
 )
 ACTOR = Role(
     "actor",

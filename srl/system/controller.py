@@ -58,8 +58,9 @@ class Controller:
         self.param_service: dict[str, Mapping[str, Any]] = {}
         self.stages: dict[str, dict[str, Any]] = {}
         self.replays: dict[str, dict[str, Any]] = {}
+        """Each replay's newest report: its store's size and counters (``replay<i>_...`` in the metrics)."""
         self.actor_explore: dict[int, dict[str, float]] = {}
-        """Each replay's newest report: its store's size and counters (``replay_...``)."""
+        """Each actor's newest exploration statistics (``explore_epsilon``), averaged in the metrics."""
         """The newest report of each stage worker, by name (its counters include its earlier incarnations)."""
         self._stage_before: dict[str, dict[str, int]] = {}
         self.evals: list[Mapping[str, Any]] = []
