@@ -244,6 +244,33 @@ def test_nstep_targets_match_a_plain_loop(image: bool, item_length: int, n: int,
     assert {"terminated", "truncated"} | ({"cut"} if n > 1 else set()) <= seen  # n = 1 never runs past a chunk
 
 
+def _check_targets(store: ReplayStore, chunks: dict[int, Chunk], out: dict, n: int, gamma: float) -> None:
+    """Every step of the batch in ``out`` against the plain-loop reference."""
+    for i, key in enumerate(out["keys"].tolist()):
+        chunk_key, offset = divmod(key, store.spec.items_per_chunk)
+        for k in range(store.spec.item_length):
+            ret, disc, boot, how = _reference(chunks[chunk_key], offset + k, n, gamma, final=True)
+            assert out["returns"][k, i] == pytest.approx(ret, rel=1e-5, abs=1e-4)
+            assert out["discounts"][k, i] == pytest.approx(disc, rel=1e-6)
+            if how != "terminated":
+                np.testing.assert_array_equal(out["boot_obs"][k, i], boot)
+
+
+def test_targets_follow_a_change_of_n_and_gamma_and_every_later_insert(draw: np.random.Generator) -> None:
+    """Targets are kept per stored step: a batch at another n or gamma gets them anew for every chunk, and chunks
+    inserted after (overwriting old ones) get them at the n and gamma batches last asked for."""
+    spec = _spec(T=6, item_length=2, batch=64)
+    store = ReplayStore.in_process(spec)
+    rng = np.random.default_rng(3)
+    chunks = _fill(store, rng, spec.capacity // spec.columns, ends=0.15)
+    out = _batch(spec, 64)
+    for n, gamma in [(3, 0.9), (1, 0.9), (3, 0.5), (3, 0.9)]:
+        chunks.update(_fill(store, rng, 2, ends=0.15))  # overwrites the oldest chunks
+        for _ in range(3):
+            store.sample_into(out, draw, n=n, gamma=gamma)
+            _check_targets(store, chunks, out, n, gamma)
+
+
 # ---------------------------------------------------------------- uniform and fifo
 
 
@@ -620,7 +647,7 @@ def test_bench_reports_every_measure_and_says_when_cpprb_is_missing(
     if hide_cpprb:
         monkeypatch.setitem(sys.modules, "cpprb", None)  # import cpprb raises ImportError
     cpprb = not hide_cpprb and importlib.util.find_spec("cpprb") is not None  # not a project dependency
-    cfg = load_config("configs/cartpole_ppo.yaml", ["replay.max_size=1024", "replay.min_size=1"])
+    cfg = load_config("configs/cartpole_dqn.yaml", ["replay.max_size=1024", "replay.min_size=1"])
     rows = list(bench_replay(cfg, batch=32, repeats=1, number=2))
     measured = {(r["measure"], r["impl"]) for r in rows if "measure" in r}
     expected = {
@@ -633,3 +660,15 @@ def test_bench_reports_every_measure_and_says_when_cpprb_is_missing(
     assert measured == expected | ({("prioritized_sample_update", "cpprb")} if cpprb else set())
     assert all(r["items_per_s"] > 0 for r in rows if "measure" in r)
     assert cpprb or rows[-1]["note"] == "not installed"
+
+
+def test_bench_replay_refuses_an_on_policy_config_in_one_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "bench", "replay", "--config", "configs/cartpole_ppo.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "learns on-policy" in lines[0], proc.stderr

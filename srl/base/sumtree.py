@@ -20,6 +20,10 @@ import numpy as np
 
 __all__ = ["SumTree"]
 
+_JUMP = 10
+"""Levels a draw skips with one search (see ``SumTree._descend``); measured best at 8 to 11 for 256 draws in
+100k leaves."""
+
 
 class SumTree:
     """Non-negative values on ``capacity`` leaves with their sums in every parent."""
@@ -79,7 +83,7 @@ class SumTree:
         for level in range(self._depth - 1, -1, -1):
             lo = 1 << level
             if lo <= nodes.size:  # a level no wider than the batch: recompute all of it by slices
-                a[lo : 2 * lo] = a[2 * lo : 4 * lo : 2] + a[2 * lo + 1 : 4 * lo : 2]
+                np.add(a[2 * lo : 4 * lo : 2], a[2 * lo + 1 : 4 * lo : 2], out=a[lo : 2 * lo])
                 continue
             nodes = nodes >> 1
             pair = self._pairs.take(nodes, axis=0)
@@ -97,7 +101,7 @@ class SumTree:
             raise ValueError("find in an empty tree (total 0)")
         if m.size and not (m.min() >= 0.0 and m.max() <= total):
             raise ValueError(f"masses must lie in [0, total={total}], got min {m.min()} max {m.max()}")
-        return self._descend(m.copy())
+        return self._descend(m)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` leaves drawn proportionally to their values, one uniform draw in each of n equal slices of the total.
@@ -117,23 +121,50 @@ class SumTree:
         return self._descend(masses)
 
     def _descend(self, masses: np.ndarray) -> np.ndarray:
-        """Walk every mass from the root to a leaf at once; ``masses`` is consumed.
+        """Walk every mass from the root to a leaf at once (``masses`` is left as it was).
 
-        Step right only where the mass reaches the left child's sum and the right child is
-        positive. Every step enters a positive node (a positive node with a zero left child
-        always steps right, since masses are >= 0), so round-off can never land on a zero
-        leaf or on the padding past ``capacity``.
+        The top levels are one step: a search in the prefix sums of the nodes ``_JUMP`` levels down (one
+        ``cumsum`` of 1,024 nodes costs less than ten levels of walking). From there the walk reads only left
+        children: step right where the mass reaches the left child's sum. Round-off can carry a mass at a
+        boundary into a zero subtree, so the few that end on a zero leaf walk again from the root, stepping
+        right only into a positive child. Every step of that walk enters a positive node (a positive node
+        with a zero left child always steps right, since masses are >= 0), so it can never land on a zero leaf
+        or on the padding past ``capacity``.
         """
+        a = self.array
+        jump = min(self._depth, _JUMP)
+        width = 1 << jump
+        prefix = np.cumsum(a[width : 2 * width])
+        node = np.searchsorted(prefix, masses, side="right")
+        np.minimum(node, width - 1, out=node)
+        rest = masses - np.where(node > 0, prefix.take(node - 1, mode="clip"), 0.0)
+        node += width
+        left = np.empty(masses.size)
+        right = np.empty(masses.size, dtype=bool)
+        for _ in range(self._depth - jump):
+            node += node
+            a.take(node, out=left, mode="clip")  # clip: in range by construction, and no buffered copy
+            np.greater_equal(rest, left, out=right)
+            left *= right
+            rest -= left
+            node += right
+        lost = np.flatnonzero(a.take(node) <= 0.0)
+        if lost.size:
+            node[lost] = self._descend_guarded(masses[lost].copy())
+        return node - self._leaf0
+
+    def _descend_guarded(self, masses: np.ndarray) -> np.ndarray:
+        """The walk of :meth:`_descend` that checks the right child at every step; ``masses`` is consumed."""
         node = np.ones(masses.size, dtype=np.int64)
         for _ in range(self._depth):
-            pair = self._pairs.take(node, axis=0)  # take: several times faster than 2-d fancy indexing
+            pair = self._pairs.take(node, axis=0)
             left = pair[:, 0]
             right = masses >= left
             right &= pair[:, 1] > 0.0
             masses -= left * right
             node += node
             node += right
-        return node - self._leaf0
+        return node
 
     def _check_indices(self, indices: np.ndarray) -> np.ndarray:
         """Indices as an int64 array, all within [0, capacity)."""

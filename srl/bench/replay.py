@@ -5,9 +5,9 @@ median over ``repeats`` of the mean over ``number`` calls:
 
 - ``insert``: one actor segment (``[T, B, ...]``, every field of the config's pool layout) per call, in items/s,
   for a uniform and a prioritized store (the latter also sets the new items' priorities);
-- ``uniform_sample``: a batch of ``batch`` transitions with their 1-step targets (observation, action, return,
-  discount, bootstrap observation), beside a plain numpy ring buffer of the same transitions
-  (obs, next obs, action, reward, done: five ``take`` calls);
+- ``uniform_sample``: a batch of ``batch`` transitions with their n-step targets at the algorithm's ``nstep``
+  and ``gamma`` (observation, action, return, discount, bootstrap observation, key, weight), beside a plain
+  numpy ring buffer of the same transitions (obs, next obs, action, reward, done: five ``take`` calls);
 - ``prioritized_sample_update``: a prioritized batch and a priority update of every item in it, beside cpprb's
   ``PrioritizedReplayBuffer`` with the same fields (not a project dependency: reported as not installed when
   absent).
@@ -26,11 +26,15 @@ from typing import Any
 import numpy as np
 
 from srl.api.config import ExperimentConfig
+from srl.api.config.errors import ConfigError
 from srl.api.schema import FieldSpec
 from srl.runtime.plan import make_plan
+from srl.runtime.replay import sampling
 from srl.system.replay_spec import ReplaySpec, Sampler
 from srl.system.replay_store import ReplayStore
+from srl.system.replay_worker import Sampling
 from srl.system.streams import PoolLayout
+from srl.wiring import learns_on_policy
 
 ALPHA, BETA = 0.6, 0.4
 OPEN = 1e15
@@ -45,7 +49,13 @@ def bench_replay(
     cfg: ExperimentConfig, batch: int = 256, repeats: int = 5, number: int = 20
 ) -> Iterator[dict[str, Any]]:
     """One result per measurement and implementation (see the module docstring)."""
-    layout = make_plan(cfg).only("srl bench replay").layout
+    if learns_on_policy(cfg):
+        raise ConfigError(
+            f"srl bench replay: algorithm {cfg.algorithm} learns on-policy, without a replay; give a config whose "
+            "algorithm learns from one (dqn)"
+        )
+    plan = make_plan(cfg)
+    layout, targets = plan.only("srl bench replay").layout, sampling(plan, 0)
     spec = _spec(cfg, layout, batch, "uniform")
     rng = np.random.default_rng(cfg.seed)
     head = {"bench": "replay", "batch": batch, "items": spec.max_items, "repeats": repeats}
@@ -58,7 +68,7 @@ def bench_replay(
     samplers: tuple[Sampler, ...] = ("uniform", "prioritized")
     for sampler in samplers:
         store = _full(_spec(cfg, layout, batch, sampler), segments)
-        yield from _srl(store, segments, repeats, number, rng, row)
+        yield from _srl(store, segments, targets, repeats, number, rng, row)
         del store  # one store in memory at a time
     columns = _transitions(spec, rng)
     yield row("uniform_sample", "numpy_ring", batch, median_seconds(_ring(columns, batch, rng), repeats, number))
@@ -68,29 +78,34 @@ def bench_replay(
 def _srl(
     store: ReplayStore,
     segments: list[dict[str, np.ndarray]],
+    targets: Sampling,
     repeats: int,
     number: int,
     rng: np.random.Generator,
     row: Row,
 ) -> Iterator[dict[str, Any]]:
-    """Insert, then sample (and, by priority, update) on a full store."""
+    """Insert, then sample (and, by priority, update) on a full store, at the algorithm's n-step targets."""
     spec = store.spec
     calls = iter(range(1 << 62))
     insert = median_seconds(lambda: store.insert(segments[next(calls) % len(segments)]), repeats, number)
     yield row("insert", f"srl_{spec.sampler}", spec.max_insert_batch, insert)
     out = {n: np.zeros(f.shape, f.dtype) for n, f in spec.batch_fields(spec.max_sample_batch).items()}
+
+    def sample() -> None:
+        store.sample_into(out, rng, n=targets.nstep, gamma=targets.gamma)
+
     if spec.sampler == "uniform":
         yield row(
             "uniform_sample",
             "srl",
             spec.max_sample_batch,
-            median_seconds(lambda: store.sample_into(out, rng), repeats, number),
+            median_seconds(sample, repeats, number),
         )
         return
     priorities = rng.random((16, spec.max_sample_batch)) + 1e-3
 
     def prioritized() -> None:
-        store.sample_into(out, rng)
+        sample()
         store.update_priorities(out["keys"], priorities[next(calls) % 16])
 
     yield row("prioritized_sample_update", "srl", spec.max_sample_batch, median_seconds(prioritized, repeats, number))

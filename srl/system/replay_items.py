@@ -1,7 +1,11 @@
 """Reads sampled items out of a replay's chunks into a batch, with their n-step targets.
 
-Why at sampling time: ``n`` and ``gamma`` come with each call, so a run can change them without re-inserting
-anything, and a chunk holds every step once (a target needs the steps after an item, which its chunk has).
+Why the targets are kept per stored step: a batch then reads each step's return, discount and bootstrap row with
+one gather apiece, instead of walking ``n`` steps of rewards and flags for every item it draws (a replay inserts
+a step once and samples it ``samples_per_insert`` times). They are computed for the ``n`` and ``gamma`` a batch
+asks for: new chunks when they are inserted, and every chunk again when a batch asks for another ``n`` or
+``gamma``, so a run can change them without re-inserting anything. They live in the reading process's memory,
+derived from the chunks: a restarted replay worker computes them again at its first batch.
 
 Targets. Step ``s`` of chunk ``c`` takes ``m`` steps, at most ``n``, up to its episode's end or the chunk's
 last step (:func:`srl.system.nstep.nstep`), and bootstraps from the observation after step ``s + m - 1``:
@@ -30,30 +34,60 @@ __all__ = ["ItemReader"]
 
 
 class ItemReader:
-    """Gathers items ``(chunk slot, offset)`` of a replay's chunk arrays into a preallocated batch."""
+    """Gathers items of a replay's chunk arrays into a preallocated batch, from every step's kept target."""
 
     def __init__(self, spec: ReplaySpec, chunks: Mapping[str, np.ndarray]) -> None:
         """``chunks``: field name -> ``[capacity, rows, ...]``; read through flat views ``[capacity * rows, ...]``."""
         self.spec = spec
         self._flat = {name: arr.reshape(-1, *arr.shape[2:]) for name, arr in chunks.items()}
         self._window = np.arange(spec.item_length, dtype=np.int64)[:, None]
+        self._T = spec.steps
+        self._parts = tuple((part, f"boot_{part}", FINAL_PREFIX + part) for part in spec.obs_fields)
+        self._final = spec.has_final_obs
+        steps = spec.capacity * spec.steps
+        self._returns = np.zeros(steps, np.float32)
+        self._discounts = np.zeros(steps, np.float32)
+        self._boot = np.zeros(steps, np.int64)
+        """Per step: the flat observation row its target bootstraps from, or ``-1 - step`` where that is the
+        step's own ``final_<part>`` (a time limit, in a layout that keeps final observations)."""
+        self._targets_for: tuple[int, float] | None = None
+        """The ``(n, gamma)`` the kept targets are for; None until the first batch."""
 
-    def read(self, slots: np.ndarray, offsets: np.ndarray, n: int, gamma: float, out: Mapping[str, np.ndarray]) -> None:
-        """Fill ``out`` (:meth:`ReplaySpec.batch_fields`) but for ``weights`` and ``keys`` with the items at
-        ``offsets`` of chunks ``slots`` (both ``[N]``)."""
-        T = self.spec.steps
-        steps = offsets[None, :] + self._window  # [L, N]
-        step_rows = slots[None, :] * T + steps
-        for part in self.spec.obs_fields:
-            np.take(self._flat[part], step_rows + slots[None, :], axis=0, out=out[part], mode="clip")
-        np.take(self._flat["actions"], step_rows, axis=0, out=out["actions"], mode="clip")
-        self._targets(step_rows.ravel(), steps.ravel(), n, gamma, out)
+    def index(self, slots: np.ndarray) -> None:
+        """Compute the targets of chunks ``slots``, just written, for the ``n`` and ``gamma`` batches ask for."""
+        if self._targets_for is not None:
+            self._compute(slots, *self._targets_for)
 
-    def _targets(
-        self, step_rows: np.ndarray, steps: np.ndarray, n: int, gamma: float, out: Mapping[str, np.ndarray]
-    ) -> None:
-        """n-step returns, discounts and bootstrap observations of every step read (flat ``[L * N]``)."""
+    def read(self, rows: np.ndarray, n: int, gamma: float, out: Mapping[str, np.ndarray]) -> None:
+        """Fill ``out`` (:meth:`ReplaySpec.batch_fields`) but for ``weights`` and ``keys`` with the items whose
+        first steps are flat step rows ``rows`` (``[N]``: chunk slot * T + offset)."""
+        if self._targets_for != (n, gamma):
+            self._targets_for = None  # an exception inside leaves none half-computed in use
+            self._compute(np.arange(self.spec.capacity), n, gamma)
+            self._targets_for = (n, gamma)
+        flat, T = self._flat, self._T
+        steps = rows[None, :] + self._window  # [L, N]
+        obs_rows = steps // T
+        obs_rows += steps  # chunk c keeps T + 1 observation rows
+        boot = self._boot.take(steps)
+        # ndarray.take with mode="clip": the rows are valid by construction, and the default mode="raise" copies
+        # through a buffer (several times slower for a batch of a few hundred).
+        for part, boot_part, _ in self._parts:
+            flat[part].take(obs_rows, axis=0, out=out[part], mode="clip")
+            flat[part].take(boot, axis=0, out=out[boot_part], mode="clip")
+        flat["actions"].take(steps, axis=0, out=out["actions"], mode="clip")
+        self._returns.take(steps, out=out["returns"], mode="clip")
+        self._discounts.take(steps, out=out["discounts"], mode="clip")
+        if self._final and boot.min() < 0:
+            final = boot < 0
+            for _, boot_part, final_part in self._parts:
+                out[boot_part][final] = flat[final_part][-1 - boot[final]]
+
+    def _compute(self, slots: np.ndarray, n: int, gamma: float) -> None:
+        """The n-step returns, discounts and bootstrap rows of every step of chunks ``slots``."""
         T, flat = self.spec.steps, self._flat
+        steps = np.tile(np.arange(T, dtype=np.int64), len(slots))
+        step_rows = np.repeat(slots.astype(np.int64) * T, T) + steps
         lengths = np.minimum(T - steps, n)
         window = step_rows[:, None] + np.minimum(np.arange(n), lengths[:, None] - 1)  # never past the chunk
         rewards = flat["rewards"][window]
@@ -62,19 +96,16 @@ class ItemReader:
         )
         last = step_rows + taken  # the step each target bootstraps after
         cut = flat["truncated"][last] & ~flat["terminated"][last]
-        obs_rows = last + last // T + 1  # its next observation row: chunk c has T + 1 of them
-        final = self.spec.has_final_obs
-        if not final and cut.any():
-            obs_rows[cut] -= 1  # the truncated step's own observation stands in (module docstring)
-            drop = np.flatnonzero(cut & (taken >= 1))
-            power = np.power(np.float32(gamma), taken[drop]).astype(np.float32)
-            returns[drop] -= power * rewards[drop, taken[drop]]
-            discounts[drop] = power
-        shape = out["returns"].shape
-        for part in self.spec.obs_fields:
-            boot = out[f"boot_{part}"]
-            np.take(flat[part], obs_rows.reshape(shape), axis=0, out=boot, mode="clip")
-            if final and cut.any():
-                boot.reshape(-1, *boot.shape[2:])[cut] = flat[FINAL_PREFIX + part][last[cut]]
-        out["returns"][...] = returns.reshape(shape)
-        out["discounts"][...] = discounts.reshape(shape)
+        boot = last + last // T + 1  # its next observation row: chunk c has T + 1 of them
+        if cut.any():
+            if self.spec.has_final_obs:
+                boot[cut] = -1 - last[cut]
+            else:
+                boot[cut] -= 1  # the truncated step's own observation stands in (module docstring)
+                drop = np.flatnonzero(cut & (taken >= 1))
+                power = np.power(np.float32(gamma), taken[drop]).astype(np.float32)
+                returns[drop] -= power * rewards[drop, taken[drop]]
+                discounts[drop] = power
+        self._returns[step_rows] = returns
+        self._discounts[step_rows] = discounts
+        self._boot[step_rows] = boot
