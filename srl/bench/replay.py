@@ -87,12 +87,14 @@ def _srl(
     """Insert, then sample (and, by priority, update) on a full store, at the algorithm's n-step targets."""
     spec = store.spec
     calls = iter(range(1 << 62))
-    insert = median_seconds(lambda: store.insert(segments[next(calls) % len(segments)]), repeats, number)
-    yield row("insert", f"srl_{spec.sampler}", spec.max_insert_batch, insert)
     out = {n: np.zeros(f.shape, f.dtype) for n, f in spec.batch_fields(spec.max_sample_batch).items()}
 
     def sample() -> None:
         store.sample_into(out, rng, n=targets.nstep, gamma=targets.gamma)
+
+    sample()  # from here on every insert also computes its steps' n-step targets, as in a run
+    insert = median_seconds(lambda: store.insert(segments[next(calls) % len(segments)]), repeats, number)
+    yield row("insert", f"srl_{spec.sampler}", spec.max_insert_batch, insert)
 
     if spec.sampler == "uniform":
         yield row(

@@ -11,12 +11,12 @@ and started again attaches to the same memory and finds every item and priority.
 One process writes: the replay worker inserts, samples and updates priorities; there are no locks. The
 order of writes is what makes a kill at any instant safe:
 
-1. insert: the chunks about to be overwritten are retired first (the slots' ``removed`` counter, then their
-   priorities zeroed), then the new data is written, then the new chunk keys are published (``next_key``),
-   then the new items get their priority, then the rate limiter counts them. A half-written chunk is never
-   live, a live chunk never holds half of an old one, and a kill between publishing and the priorities
-   leaves live items at priority 0, which :meth:`ReplayStore._repair` (run on every attach) sets to the running
-   max, while it zeroes any dead chunk's and recomputes every sum of the tree.
+1. insert: the chunks about to be overwritten are retired first (the slots' ``removed`` counter), then the new
+   data is written, then the new items get their priority (the running max), then the new chunk keys are
+   published (``next_key``), then the rate limiter counts them. A half-written chunk is never live, a live
+   chunk never holds half of an old one nor an old item's priority, and a kill before publishing leaves
+   priorities on dead chunks, which :meth:`ReplayStore._repair` (run on every attach) zeroes, while it sets
+   any live item at 0 to the running max and recomputes every sum of the tree.
 2. sample: the batch is written, then the rate limiter counts it, then a queue moves its cursor and removes
    the chunks it has read. A kill in between hands the same items out again (at least once, never lost).
 
@@ -168,9 +168,10 @@ class ReplayStore:
         for name, src in segment.items():
             self._chunks[name][slots] = src.swapaxes(0, 1)
         self._reader.index(slots)
+        if self._priorities is not None:  # before publishing: the items are never live at an old item's priority
+            self._priorities.insert(self._leaves(slots))
         _, keys = self.slots.insert(columns)  # published: the chunks are live from here on
         if self._priorities is not None:
-            self._priorities.insert(self._leaves(slots))
             self._priorities.size = self.size
         self.limiter.inserted(n_items)
         return keys
@@ -194,14 +195,11 @@ class ReplayStore:
         return columns
 
     def _retire(self, chunks: int) -> None:
-        """Make the ``chunks`` oldest chunks dead before their slots are overwritten (crash order: keys first)."""
-        if chunks == 0:
-            return
-        slots, _ = self.slots.oldest(chunks)
-        self.slots.remove_oldest(chunks)
-        if self._priorities is not None:
-            leaves = self._leaves(slots)
-            self._priorities.tree.update(leaves, np.zeros(leaves.shape))
+        """Make the ``chunks`` oldest chunks dead before their slots are overwritten (crash order: keys first).
+        Their priorities stay until the insert sets the new items' (one process samples and inserts, so none is
+        drawn in between; after a kill, :meth:`_repair` zeroes a dead chunk's)."""
+        if chunks:
+            self.slots.remove_oldest(chunks)
 
     def _leaves(self, slots: np.ndarray) -> np.ndarray:
         """Every item leaf of the chunks in ``slots``, flat."""
