@@ -271,6 +271,112 @@ def test_targets_follow_a_change_of_n_and_gamma_and_every_later_insert(draw: np.
             _check_targets(store, chunks, out, n, gamma)
 
 
+# ---------------------------------------------------------------- frame stacks
+
+
+class _StackedEnvs:
+    """B columns of an env whose observation is its last S frames (random 2x3 frames), the first stack of an
+    episode repeating its first frame, as Gymnasium's FrameStackObservation and EnvPool make them."""
+
+    def __init__(self, B: int, S: int, rng: np.random.Generator, ends: float) -> None:
+        self.rng, self.ends = rng, ends
+        self.stack = np.repeat(self._frame(B)[:, None], S, axis=1)  # [B, S, 2, 3]
+
+    def _frame(self, B: int) -> np.ndarray:
+        return self.rng.integers(0, 256, (B, 2, 3), dtype=np.uint8)
+
+    def segment(self, T: int) -> Chunk:
+        B, S = self.stack.shape[:2]
+        obs = np.empty((T + 1, B, S, 2, 3), np.uint8)
+        obs[0] = self.stack
+        terminated = self.rng.random((T, B)) < self.ends
+        truncated = (self.rng.random((T, B)) < self.ends) & ~terminated
+        for t in range(T):
+            new = self._frame(B)
+            self.stack = np.concatenate([self.stack[:, 1:], new[:, None]], axis=1)
+            reset = terminated[t] | truncated[t]
+            self.stack[reset] = new[reset][:, None]  # a new episode: its first frame S times
+            obs[t + 1] = self.stack
+        return {
+            "obs": obs,
+            "actions": self.rng.integers(0, 4, (T, B)),
+            "rewards": self.rng.normal(size=(T, B)).astype(np.float32),
+            "terminated": terminated,
+            "truncated": truncated,
+            "version": np.zeros((T, B), np.int64),
+        }
+
+
+def _stacked_spec(T: int, B: int, S: int, **cfg: Any) -> ReplaySpec:
+    fields = _fields(T, B, image=True)
+    fields["obs"] = FieldSpec((T + 1, B, S, 2, 3), "uint8")
+    settings = {"max_size": 1000, "min_size": 1, "error_buffer": 1e9, "frame_stacks": ("obs",), **cfg}
+    return ReplaySpec.of(PoolLayout(1, 1, fields), ReplayConfig(**settings), 64)
+
+
+@pytest.mark.parametrize("item_length", [1, 3])
+def test_frame_stacks_are_stored_once_and_restacked_exactly(item_length: int, draw: np.random.Generator) -> None:
+    """Episodes that end anywhere in a chunk (the next stack repeats its first frame): every sampled item's
+    observations and bootstrap observations equal the stacks the env gave, from about a quarter of the memory."""
+    T, B, S, n = 6, 3, 4, 3
+    spec = _stacked_spec(T, B, S, item_length=item_length)
+    plain = ReplaySpec.of(PoolLayout(1, 1, dict(spec.fields)), ReplayConfig(max_size=1000), 64)
+    assert spec.arrays()["field_obs"].shape == (spec.capacity, T + S, 2, 3)
+    assert plain.arrays()["field_obs"].shape == (plain.capacity, T + 1, S, 2, 3)
+    store = ReplayStore.in_process(spec)
+    envs, chunks = _StackedEnvs(B, S, np.random.default_rng(4), ends=0.2), {}
+    for _ in range(2 * spec.capacity // B):  # overwrites the first half
+        seg = envs.segment(T)
+        for column, key in enumerate(store.insert(seg)):
+            chunks[int(key)] = {name: arr[:, column] for name, arr in seg.items()}
+    out = _batch(spec, 64)
+    for _ in range(4):
+        store.sample_into(out, draw, n=n, gamma=0.9)
+        for i, key in enumerate(out["keys"].tolist()):
+            chunk_key, offset = divmod(key, spec.items_per_chunk)
+            chunk = chunks[chunk_key]
+            for k in range(item_length):
+                np.testing.assert_array_equal(out["obs"][k, i], chunk["obs"][offset + k])
+                _, _, boot, how = _reference(chunk, offset + k, n, 0.9, final=False)
+                if how != "terminated":
+                    np.testing.assert_array_equal(out["boot_obs"][k, i], boot)
+
+
+def test_a_part_that_is_not_a_frame_stack_is_refused_at_its_first_insert() -> None:
+    spec = _stacked_spec(6, 3, 4)
+    seg = _StackedEnvs(3, 4, np.random.default_rng(0), ends=0.0).segment(6)
+    seg["obs"][5, 1, 0] += 1  # row 5 of column 1 no longer holds row 4's frames
+    with pytest.raises(ValueError, match=r"'obs' is not a frame stack .*row 5 of segment column 1"):
+        ReplayStore.in_process(spec).insert(seg)
+
+
+@pytest.mark.parametrize(
+    ("stacks", "message"),
+    [(("rgb",), "'rgb' is not an observation part"), (("obs",), r"is \[2\], not a stack of frames")],
+)
+def test_frame_stacks_naming_a_part_that_cannot_be_one_is_refused(stacks: tuple[str, ...], message: str) -> None:
+    layout = PoolLayout(1, 1, _fields(6, 3, image=False))
+    with pytest.raises(ConfigError, match=message):
+        ReplaySpec.of(layout, ReplayConfig(frame_stacks=stacks), 64)
+
+
+def test_a_saved_replay_of_frame_stacks_loads_and_restacks(tmp_path: Path, draw: np.random.Generator) -> None:
+    spec = _stacked_spec(6, 3, 4)
+    store = ReplayStore.in_process(spec)
+    envs = _StackedEnvs(3, 4, np.random.default_rng(1), ends=0.2)
+    for _ in range(10):
+        store.insert(envs.segment(6))
+    store.save(tmp_path / "r.npz")
+    loaded = ReplayStore.in_process(spec)
+    loaded.load(tmp_path / "r.npz")
+    np.testing.assert_array_equal(loaded._stacks["obs"], store._stacks["obs"])
+    a, b = _batch(spec, 64), _batch(spec, 64)
+    store.sample_into(a, np.random.default_rng(2), n=2, gamma=0.9)
+    loaded.sample_into(b, np.random.default_rng(2), n=2, gamma=0.9)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+
+
 # ---------------------------------------------------------------- uniform and fifo
 
 

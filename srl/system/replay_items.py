@@ -36,10 +36,14 @@ __all__ = ["ItemReader"]
 class ItemReader:
     """Gathers items of a replay's chunk arrays into a preallocated batch, from every step's kept target."""
 
-    def __init__(self, spec: ReplaySpec, chunks: Mapping[str, np.ndarray]) -> None:
-        """``chunks``: field name -> ``[capacity, rows, ...]``; read through flat views ``[capacity * rows, ...]``."""
+    def __init__(
+        self, spec: ReplaySpec, chunks: Mapping[str, np.ndarray], stacks: Mapping[str, np.ndarray] | None = None
+    ) -> None:
+        """``chunks``: field name -> ``[capacity, rows, ...]``; read through flat views ``[capacity * rows, ...]``.
+        ``stacks``: for a part kept as frames, each observation row's frames (rows of its flat view)."""
         self.spec = spec
         self._flat = {name: arr.reshape(-1, *arr.shape[2:]) for name, arr in chunks.items()}
+        self._stacks = {part: arr.reshape(-1, arr.shape[2]) for part, arr in (stacks or {}).items()}
         self._window = np.arange(spec.item_length, dtype=np.int64)[:, None]
         self._T = spec.steps
         self._parts = tuple((part, f"boot_{part}", FINAL_PREFIX + part) for part in spec.obs_fields)
@@ -73,8 +77,13 @@ class ItemReader:
         # ndarray.take with mode="clip": the rows are valid by construction, and the default mode="raise" copies
         # through a buffer (several times slower for a batch of a few hundred).
         for part, boot_part, _ in self._parts:
-            flat[part].take(obs_rows, axis=0, out=out[part], mode="clip")
-            flat[part].take(boot, axis=0, out=out[boot_part], mode="clip")
+            stacks = self._stacks.get(part)
+            if stacks is None:
+                flat[part].take(obs_rows, axis=0, out=out[part], mode="clip")
+                flat[part].take(boot, axis=0, out=out[boot_part], mode="clip")
+            else:  # restacked: each row's frames, then the frames themselves
+                flat[part].take(stacks.take(obs_rows, axis=0), axis=0, out=out[part], mode="clip")
+                flat[part].take(stacks.take(boot, axis=0, mode="clip"), axis=0, out=out[boot_part], mode="clip")
         flat["actions"].take(steps, axis=0, out=out["actions"], mode="clip")
         self._returns.take(steps, out=out["returns"], mode="clip")
         self._discounts.take(steps, out=out["discounts"], mode="clip")

@@ -54,6 +54,8 @@ class ReplaySpec:
     error_buffer: float
     """Resolved: the config's, or the least the rate limiter's no-deadlock bound allows."""
     max_sample_batch: int
+    frame_stacks: tuple[str, ...] = ()
+    """Observation parts kept as frames (:meth:`chunk_shape`) and restacked when read."""
 
     @classmethod
     def of(cls, layout: PoolLayout, cfg: ReplayConfig, max_sample_batch: int) -> ReplaySpec:
@@ -78,6 +80,16 @@ class ReplaySpec:
                 f"replay.max_size: {cfg.max_size} items hold {capacity} segment columns, fewer than one segment's "
                 f"{columns}: raise it to at least {columns * per_chunk}"
             )
+        for part in cfg.frame_stacks:
+            if part not in layout.obs_fields:
+                raise ConfigError(
+                    f"replay.frame_stacks: {part!r} is not an observation part (parts: {', '.join(layout.obs_fields)})"
+                )
+            if len(layout.fields[part].shape) < 4:
+                raise ConfigError(
+                    f"replay.frame_stacks: observation part {part!r} is {list(layout.fields[part].shape[2:])}, "
+                    "not a stack of frames [stack, ...frame]"
+                )
         spec = cls(
             dict(layout.fields),
             layout.obs_fields,
@@ -91,6 +103,7 @@ class ReplaySpec:
             cfg.min_size,
             0.0,
             max_sample_batch,
+            tuple(cfg.frame_stacks),
         )
         return spec._with_buffer(cfg.error_buffer)
 
@@ -147,8 +160,12 @@ class ReplaySpec:
         return all(FINAL_PREFIX + part in self.fields for part in self.obs_fields)
 
     def chunk_shape(self, name: str) -> tuple[int, ...]:
-        """One chunk of field ``name``: its segment shape without the column axis."""
+        """One chunk of field ``name``: its segment shape without the column axis; for a frame stack ``[S, ...]``
+        its frames ``[T + S, ...]``: row 0's S frames, then the newest frame of each of rows 1 .. T."""
         rows, _, *rest = self.fields[name].shape
+        if name in self.frame_stacks:
+            stack, *frame = rest
+            return (rows - 1 + stack, *frame)
         return (rows, *rest)
 
     def arrays(self) -> dict[str, FieldSpec]:
@@ -157,6 +174,8 @@ class ReplaySpec:
             f"field_{name}": FieldSpec((self.capacity, *self.chunk_shape(name)), spec.dtype)
             for name, spec in self.fields.items()
         }
+        for part in self.frame_stacks:  # each observation row's S frames, as flat rows of field_<part>
+            out[f"stacks_{part}"] = FieldSpec((self.capacity, self.steps + 1, self.fields[part].shape[2]), "int64")
         out["counters"] = FieldSpec((len(COUNTERS),), "int64")
         out["scalars"] = FieldSpec((1,), "float64")  # the prioritized sampler's running max priority
         if self.sampler == "prioritized":

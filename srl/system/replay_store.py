@@ -68,7 +68,8 @@ class ReplayStore:
             spec.max_sample_batch,
             self._counters[2:4],
         )
-        self._reader = ItemReader(spec, self._chunks)
+        self._stacks = {part: arrays[f"stacks_{part}"] for part in spec.frame_stacks}
+        self._reader = ItemReader(spec, self._chunks, self._stacks)
         self._batch_names = tuple(spec.batch_fields(1))
         self._checked: tuple[np.ndarray | None, ...] | None = None
         """The batch arrays last checked whole (:meth:`_check_batch`)."""
@@ -166,7 +167,13 @@ class ReplayStore:
         self._retire(max(0, self.slots.size + columns - self.spec.capacity))
         slots = (self.slots.next_key + np.arange(columns)) % self.spec.capacity
         for name, src in segment.items():
-            self._chunks[name][slots] = src.swapaxes(0, 1)
+            if name in self._stacks:
+                self._write_frames(name, slots, src)
+            else:
+                self._chunks[name][slots] = src.swapaxes(0, 1)
+        if self._stacks:
+            self._restack(slots)
+            self._check_frames(slots, segment)
         self._reader.index(slots)
         if self._priorities is not None:  # before publishing: the items are never live at an old item's priority
             self._priorities.insert(self._leaves(slots))
@@ -193,6 +200,43 @@ class ReplayStore:
         if not 1 <= columns <= self.spec.columns:
             raise ValueError(f"a segment has 1 to {self.spec.columns} columns, got {columns}")
         return columns
+
+    def _write_frames(self, part: str, slots: np.ndarray, src: np.ndarray) -> None:
+        """Frame stacks ``src [T + 1, b, S, ...]`` as frames: row 0's S, then the newest of each later row."""
+        frames, stack = self._chunks[part], src.shape[2]
+        frames[slots, :stack] = src[0]
+        frames[slots, stack:] = src[1:, :, -1].swapaxes(0, 1)
+
+    def _restack(self, slots: np.ndarray) -> None:
+        """Every observation row's frames (flat rows of ``field_<part>``) for chunks ``slots``, from their flags.
+
+        Row t's frames are ``t .. t + S - 1`` (its newest is frame ``t + S - 1``); where an episode began at row
+        ``s`` of the chunk (step ``s - 1`` ended), frames before ``s + S - 1`` are the episode's first frame again.
+        """
+        T = self.spec.steps
+        ended = self._chunks["terminated"][slots] | self._chunks["truncated"][slots]  # [b, T]
+        rows = np.arange(T + 1)
+        start = np.full((len(slots), T + 1), -T - 1)
+        start[:, 1:] = np.where(ended, rows[1:], -T - 1)
+        np.maximum.accumulate(start, axis=1, out=start)  # the row where each row's episode began, if in the chunk
+        for part, stacks in self._stacks.items():
+            stack = stacks.shape[2]
+            frame = rows[:, None] + np.arange(stack)  # [T + 1, S]
+            frame = np.maximum(frame[None], (start + stack - 1)[:, :, None])
+            stacks[slots] = frame + (slots * (T + stack))[:, None, None]
+
+    def _check_frames(self, slots: np.ndarray, segment: Mapping[str, np.ndarray]) -> None:
+        """A ValueError naming the first observation row that the chunks' frames do not restack exactly."""
+        for part, stacks in self._stacks.items():
+            frames = self._chunks[part]
+            restacked = frames.reshape(-1, *frames.shape[2:])[stacks[slots]]  # [b, T + 1, S, ...]
+            given = segment[part].swapaxes(0, 1)
+            if not np.array_equal(restacked, given):
+                column, row = np.argwhere((restacked != given).reshape(*given.shape[:2], -1).any(axis=2))[0]
+                raise ValueError(
+                    f"replay.frame_stacks: observation part {part!r} is not a frame stack that moves on by one frame "
+                    f"a step (row {row} of segment column {column} does not restack); leave it out of frame_stacks"
+                )
 
     def _retire(self, chunks: int) -> None:
         """Make the ``chunks`` oldest chunks dead before their slots are overwritten (crash order: keys first).
@@ -379,6 +423,8 @@ class ReplayStore:
             slots = keys % self.spec.capacity
             for name, chunk in self._chunks.items():
                 chunk[slots] = data[f"field_{name}"][chunks - kept :]
+        if self._stacks:
+            self._restack(slots)
         self._reader.index(slots)
         self._restore_counters(counters, kept)
         if self._priorities is not None:

@@ -39,6 +39,11 @@ class ReplayConfig:
     both sides at once for the run's insert and sample batches (see ``srl/base/rate_limiter.py``)."""
     item_length: int = 1
     """Steps per item (1: a transition); at most ``workers.segment_length``."""
+    frame_stacks: tuple[str, ...] = ()
+    """Observation parts whose leading axis is a stack of frames that moves on by one frame each step (Atari's
+    ``[4, 84, 84]``): stored once per frame and restacked when sampled, about a quarter of the memory. An episode's
+    first stack repeats its first frame (Gymnasium's ``FrameStackObservation`` and EnvPool both do); a part that
+    does not restack exactly is refused at its first insert."""
     save: bool = False
     """Write the replay beside each checkpoint, so a resumed run reloads it instead of refilling it."""
 
@@ -68,3 +73,8 @@ class ReplayConfig:
         buf = self.error_buffer
         check(buf is None or (math.isfinite(buf) and buf >= 0), "error_buffer", f"must be >= 0, got {buf}")
         check(self.item_length >= 1, "item_length", f"must be >= 1, got {self.item_length}")
+        check(
+            len(set(self.frame_stacks)) == len(self.frame_stacks),
+            "frame_stacks",
+            f"names a part twice: {list(self.frame_stacks)}",
+        )
