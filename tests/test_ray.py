@@ -31,6 +31,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from srl.api.config import load_config  # noqa: E402
 from srl.base.shm import list_segments  # noqa: E402
 from srl.runtime.train import train  # noqa: E402
+from srl.system.replay_worker import MAX_PENDING  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # under pytest-xdist (.ci/run) the module is one unit of work: one worker holds its cluster, the other runs the rest
@@ -186,6 +187,34 @@ def test_a_stage_on_each_actor_node_filters_before_the_network(cluster, tmp_path
     assert all(workers[f"stage{g}"]["node_id"] == workers[f"actor{g}"]["node_id"] for g in range(2))
     assert all(summary["stages"][f"stage{g}"]["kept"] > 0 for g in range(2)), summary["stages"]
     assert summary["rejected_segment_messages"] == 0
+
+
+def test_actors_on_two_nodes_fill_a_replay_on_the_trainers_node(cluster, tmp_path):
+    """DQN across nodes: each actor node's segments go over TCP to the replay beside the trainer, which its rate
+    limiter holds at the configured samples per insert (the actors wait for it across the network, as on one
+    node); none is refused, and all but the few still queued at the stop reach the store."""
+    c, nodes = cluster
+    cfg = _cfg(
+        c,
+        "run.total_env_steps=16000",
+        "run.target_return=null",
+        "replay.samples_per_insert=8",
+        config="configs/cartpole_dqn.yaml",
+    )
+    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    workers = json.loads((tmp_path / "run" / "workers.json").read_text())
+    head, actor_nodes = _node_ids(c, nodes)
+    assert workers["replay0"]["node_id"] == workers["trainer0"]["node_id"] == head
+    assert {workers[f"actor{g}"]["node_id"] for g in range(2)} == actor_nodes
+    replay = summary["replays"]["replay0"]
+    assert summary["rejected_segment_messages"] == 0 and replay["rejected_segments"] == 0
+    assert replay["samples_per_insert"] == pytest.approx(cfg.replay.samples_per_insert, rel=0.05)
+    assert summary["env_steps"] >= 16000
+    # held back: the replay takes at most MAX_PENDING segments ahead of its limiter, the rest wait in the senders'
+    # and the sockets' buffers (a few dozen segments at most, where the run's whole output would pile up unheld)
+    assert replay["pending_segments"] <= MAX_PENDING
+    queued = summary["env_steps"] - replay["inserted_steps"]
+    assert 0 <= queued <= summary["env_steps"] / 2, replay
 
 
 def test_a_policys_memory_is_carried_per_env_across_nodes(cluster, tmp_path):

@@ -58,6 +58,11 @@ class Sampling:
     """Importance-weight exponent at run progress in [0, 1] (prioritized sampling)."""
 
 
+MAX_PENDING = 4
+"""Segments a replay worker takes from its source ahead of the rate limiter; a bound, so that actors feeding it
+across nodes wait for it as actors on its node do."""
+
+
 class ReplayWorker(Worker):
     """Inserts what its actors submit; fills its trainer's free batch buffers as the rate limiter allows."""
 
@@ -139,9 +144,13 @@ class ReplayWorker(Worker):
         return len(done)
 
     def _take(self, timeout: float) -> None:
-        """Queue the records of the segments that came (waiting up to ``timeout`` for the first)."""
-        records = self.source.receive(64, timeout)
-        self._pending.extend((int(a), int(b)) for a, b in records.tolist())
+        """Queue the records of the segments that came (waiting up to ``timeout`` for the first), up to
+        :data:`MAX_PENDING`: the rest stay with their senders, which holds the actors back (a node's pool keeps
+        them READY; across nodes ZeroMQ's queues fill and the senders keep their buffers)."""
+        room = MAX_PENDING - len(self._pending)
+        if room > 0:
+            records = self.source.receive(room, timeout)
+            self._pending.extend((int(a), int(b)) for a, b in records.tolist())
 
     def _insert(self) -> int:
         """Insert the segments that came while the rate limiter lets them in; the rest wait in their actors'
@@ -153,6 +162,7 @@ class ReplayWorker(Worker):
             self.store.insert(self.source.segment(actor, buf))
             self.source.release(actor, buf)
             inserted += 1
+            self._take(0.0)
         self.t_insert += time.perf_counter() - t0
         return inserted
 
@@ -187,6 +197,8 @@ class ReplayWorker(Worker):
         meta.update(
             replay=self.index,
             pending_segments=len(self._pending),
+            # messages a network sample stream refused (no run token, malformed): inserts dropped; 0 within a node
+            rejected_segments=int(getattr(self.source, "rejected", 0)),
             t_total=time.perf_counter() - self._t_start,
             t_insert=self.t_insert,
             t_sample=self.t_sample,
