@@ -459,9 +459,7 @@ class Controller:
             "policy_version": self.policy_version,
             "dropped_segments": self.dropped_segments,
             # messages a network sample stream refused, at trainers and at replays (a dropped insert)
-            "rejected_segment_messages": sum(
-                int(t.get("rejected_segment_messages", 0)) for t in self.trainers.values()
-            )
+            "rejected_segment_messages": sum(int(t.get("rejected_segment_messages", 0)) for t in self.trainers.values())
             + sum(int(r.get("rejected_segments", 0)) for r in self.replays.values()),
             "nonfinite_steps": sum(self.actor_nonfinite.values()),
             **self._eval_summary(),

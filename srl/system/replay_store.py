@@ -219,7 +219,7 @@ class ReplayStore:
         start = np.full((len(slots), T + 1), -T - 1)
         start[:, 1:] = np.where(ended, rows[1:], -T - 1)
         np.maximum.accumulate(start, axis=1, out=start)  # the row where each row's episode began, if in the chunk
-        for part, stacks in self._stacks.items():
+        for stacks in self._stacks.values():
             stack = stacks.shape[2]
             frame = rows[:, None] + np.arange(stack)  # [T + 1, S]
             frame = np.maximum(frame[None], (start + stack - 1)[:, :, None])
