@@ -64,7 +64,7 @@ def bench_replay(
         per_call = {"us_per_call": round(seconds * 1e6, 2), "items_per_s": round(items / seconds)}
         return {**head, "measure": measure, "impl": impl, **per_call}
 
-    segments = [_random(layout.fields, rng) for _ in range(4)]
+    segments = [_random(layout.fields, rng, cfg.replay.frame_stacks) for _ in range(4)]
     samplers: tuple[Sampler, ...] = ("uniform", "prioritized")
     for sampler in samplers:
         store = _full(_spec(cfg, layout, batch, sampler), segments)
@@ -119,12 +119,20 @@ def _spec(cfg: ExperimentConfig, layout: PoolLayout, batch: int, sampler: Sample
     return ReplaySpec.of(layout, replay, batch)
 
 
-def _random(fields: Mapping[str, FieldSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """A segment of random data; done flags rare, as in real episodes."""
+def _random(
+    fields: Mapping[str, FieldSpec], rng: np.random.Generator, frame_stacks: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
+    """A segment of random data; done flags rare, as in real episodes (none where parts are frame stacks, whose
+    every row is then the last S of one run of random frames)."""
     out = {}
     for name, f in fields.items():
-        if f.dtype == "bool":
-            out[name] = rng.random(f.shape) < 0.01
+        if name in frame_stacks:
+            rows, columns, stack, *frame = f.shape
+            frames = rng.integers(0, 256, (columns, rows - 1 + stack, *frame)).astype(f.dtype)
+            windows = np.lib.stride_tricks.sliding_window_view(frames, stack, axis=1)  # [B, rows, ..., S]
+            out[name] = np.ascontiguousarray(np.moveaxis(windows, -1, 2).swapaxes(0, 1))
+        elif f.dtype == "bool":
+            out[name] = (rng.random(f.shape) < 0.01) & (not frame_stacks)
         elif np.dtype(f.dtype).kind in "iu":
             out[name] = rng.integers(0, 2, f.shape).astype(f.dtype)
         else:
