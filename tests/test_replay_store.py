@@ -314,11 +314,14 @@ def _stacked_spec(T: int, B: int, S: int, **cfg: Any) -> ReplaySpec:
     return ReplaySpec.of(PoolLayout(1, 1, fields), ReplayConfig(**settings), 64)
 
 
-@pytest.mark.parametrize("item_length", [1, 3])
-def test_frame_stacks_are_stored_once_and_restacked_exactly(item_length: int, draw: np.random.Generator) -> None:
-    """Episodes that end anywhere in a chunk (the next stack repeats its first frame): every sampled item's
-    observations and bootstrap observations equal the stacks the env gave, from about a quarter of the memory."""
-    T, B, S, n = 6, 3, 4, 3
+@pytest.mark.parametrize(("T", "item_length"), [(6, 1), (6, 3), (1, 1)])
+def test_frame_stacks_are_stored_once_and_restacked_exactly(
+    T: int, item_length: int, draw: np.random.Generator
+) -> None:
+    """Episodes that end anywhere in a chunk (the next stack repeats its first frame), chunks shorter than a
+    stack included: every sampled item's observations and bootstrap observations equal the stacks the env gave,
+    from about a quarter of the memory."""
+    B, S, n = 3, 4, min(3, T)
     spec = _stacked_spec(T, B, S, item_length=item_length)
     plain = ReplaySpec.of(PoolLayout(1, 1, dict(spec.fields)), ReplayConfig(max_size=1000), 64)
     assert spec.arrays()["field_obs"].shape == (spec.capacity, T + S, 2, 3)

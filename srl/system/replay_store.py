@@ -216,8 +216,9 @@ class ReplayStore:
         T = self.spec.steps
         ended = self._chunks["terminated"][slots] | self._chunks["truncated"][slots]  # [b, T]
         rows = np.arange(T + 1)
-        start = np.full((len(slots), T + 1), -T - 1)
-        start[:, 1:] = np.where(ended, rows[1:], -T - 1)
+        before = -(1 << 40)  # an episode that began before the chunk: no frame of any stack is clamped
+        start = np.full((len(slots), T + 1), before)
+        start[:, 1:] = np.where(ended, rows[1:], before)
         np.maximum.accumulate(start, axis=1, out=start)  # the row where each row's episode began, if in the chunk
         for stacks in self._stacks.values():
             stack = stacks.shape[2]
