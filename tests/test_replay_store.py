@@ -363,6 +363,15 @@ def test_frame_stacks_naming_a_part_that_cannot_be_one_is_refused(stacks: tuple[
         ReplaySpec.of(layout, ReplayConfig(frame_stacks=stacks), 64)
 
 
+def test_frame_stacks_of_a_part_that_keeps_final_observations_are_refused() -> None:
+    """Its final observations share its array (``ReplaySpec.obs_rows``), which frames cannot: one line."""
+    T, B = 6, 3
+    fields = {**_fields(T, B, image=False)}
+    fields["obs"], fields["final_obs"] = FieldSpec((T + 1, B, 4, 2), "float32"), FieldSpec((T, B, 4, 2), "float32")
+    with pytest.raises(ConfigError, match="'obs' keeps its final observations"):
+        ReplaySpec.of(PoolLayout(1, 1, fields), ReplayConfig(frame_stacks=("obs",)), 64)
+
+
 def test_a_saved_replay_of_frame_stacks_loads_and_restacks(tmp_path: Path, draw: np.random.Generator) -> None:
     spec = _stacked_spec(6, 3, 4)
     store = ReplayStore.in_process(spec)
@@ -535,6 +544,23 @@ def test_a_worker_dropped_without_closing_finds_every_item_and_priority_again(
         again = ReplayStore.attach(tag, spec)
         _assert_same(_state(again), before)
         again.close()
+
+
+def test_close_unmaps_every_segment_at_once(tag: str, draw: np.random.Generator) -> None:
+    """After a batch the store holds views of its segments in its reader, tree and last checked batch; closing it
+    must still unmap them all, not leave them to the garbage collector."""
+    spec = _spec(sampler="prioritized", max_size=24, frame_stacks=("obs",), image=True)
+    store = ReplayStore.create(tag, spec)
+    _fill(store, np.random.default_rng(10), 3)
+    store.sample_into(_batch(spec, 8), draw)
+    assert tag in Path("/proc/self/maps").read_text()
+    gc.disable()  # the check must not depend on a collection running first
+    try:
+        store.close(unlink=True)
+        mapped = Path("/proc/self/maps").read_text()
+    finally:
+        gc.enable()
+    assert tag not in mapped
 
 
 def test_a_worker_killed_with_sigkill_leaves_every_item_and_priority(tag: str) -> None:

@@ -170,7 +170,10 @@ class RateLimiter:
     def can_sample(self, n: int) -> bool:
         """Whether sampling ``n`` items now keeps the sampler at most the buffer ahead."""
         n = self._batch(n, self.max_sample_batch, "sample")
-        return self.inserts >= self.min_size and self._scaled_deficit() - n * self._unit >= -self._buf
+        inserts, samples = self._counters.tolist()  # one read (a replay worker samples a few thousand times a second)
+        if inserts < self.min_size:
+            return False
+        return (inserts - self.min_size) * self._spi - (samples + n) * self._unit >= -self._buf
 
     def inserted(self, n: int) -> None:
         """Count an insert of ``n`` items; a RuntimeError if :meth:`can_insert` says no."""

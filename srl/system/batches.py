@@ -89,7 +89,7 @@ class SegmentBatches:
 
     @property
     def rejected(self) -> int:
-        return int(getattr(self.source, "rejected", 0))
+        return self.source.rejected
 
     @property
     def address(self) -> str:

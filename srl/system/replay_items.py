@@ -13,11 +13,12 @@ last step (:func:`srl.system.nstep.nstep`), and bootstraps from the observation 
 - the episode goes on: observation row ``s + m``; past the chunk's last step that is row ``T``, the segment's
   bootstrap observation (a cut, not a time limit: the discount stays ``gamma^m``);
 - terminated: the discount is 0 (the observation is never valued);
-- truncated by a time limit: ``final_<part>`` of that step, where the layout keeps final observations. Image
-  parts keep none. There the observation of the truncated step itself stands in: with ``m >= 2`` the target
-  drops that step (its reward out, discount ``gamma^(m-1)``), which is the exact ``m - 1``-step target, since
-  that observation is the next observation of the step before; with ``m = 1`` (the item's own step was cut) it
-  is ``r + gamma * V(s_t)``, the stand-in PPO uses for ``V(s_{t+1})`` there (time limits are rare in image envs).
+- truncated by a time limit: ``final_<part>`` of that step, where the layout keeps final observations (they share
+  their part's array, :attr:`ReplaySpec.obs_rows`, so this is a row like any other). Image parts keep none. There
+  the observation of the truncated step itself stands in: with ``m >= 2`` the target drops that step (its reward
+  out, discount ``gamma^(m-1)``), which is the exact ``m - 1``-step target, since that observation is the next
+  observation of the step before; with ``m = 1`` (the item's own step was cut) it is ``r + gamma * V(s_t)``, the
+  stand-in PPO uses for ``V(s_{t+1})`` there (time limits are rare in image envs).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from srl.api.spaces import FINAL_PREFIX
 from srl.system.nstep import nstep
 from srl.system.replay_spec import ReplaySpec
 
@@ -36,24 +36,31 @@ __all__ = ["ItemReader"]
 class ItemReader:
     """Gathers items of a replay's chunk arrays into a preallocated batch, from every step's kept target."""
 
-    def __init__(
-        self, spec: ReplaySpec, chunks: Mapping[str, np.ndarray], stacks: Mapping[str, np.ndarray] | None = None
-    ) -> None:
-        """``chunks``: field name -> ``[capacity, rows, ...]``; read through flat views ``[capacity * rows, ...]``.
-        ``stacks``: for a part kept as frames, each observation row's frames (rows of its flat view)."""
+    def __init__(self, spec: ReplaySpec, arrays: Mapping[str, np.ndarray]) -> None:
+        """``arrays``: the store's (:meth:`ReplaySpec.arrays`); each field read through a flat view
+        ``[capacity * rows, ...]`` (an observation part's ``rows`` are :attr:`ReplaySpec.obs_rows`), and for a
+        part kept as frames each observation row's frames (rows of its flat view)."""
         self.spec = spec
-        self._flat = {name: arr.reshape(-1, *arr.shape[2:]) for name, arr in chunks.items()}
-        self._stacks = {part: arr.reshape(-1, arr.shape[2]) for part, arr in (stacks or {}).items()}
+        self._flat = {
+            name[len("field_") :]: arr.reshape(-1, *arr.shape[2:])
+            for name, arr in arrays.items()
+            if name.startswith("field_")
+        }
+        self._stacks = {
+            part: arrays[f"stacks_{part}"].reshape(-1, arrays[f"stacks_{part}"].shape[2]) for part in spec.frame_stacks
+        }
         self._window = np.arange(spec.item_length, dtype=np.int64)[:, None]
-        self._T = spec.steps
-        self._parts = tuple((part, f"boot_{part}", FINAL_PREFIX + part) for part in spec.obs_fields)
-        self._final = spec.has_final_obs
+        self._skip = spec.obs_rows - spec.steps
+        """Observation rows per chunk beyond one per step: step ``c * T + s`` observes row ``c * obs_rows + s``."""
+        all_steps = np.arange(spec.capacity * spec.steps, dtype=np.int64)
+        self._obs_row = all_steps // spec.steps * self._skip + all_steps
+        """Per step, its observation row (one gather in a batch instead of three array operations)."""
+        self._parts = tuple((part, f"boot_{part}") for part in spec.obs_fields)
         steps = spec.capacity * spec.steps
         self._returns = np.zeros(steps, np.float32)
         self._discounts = np.zeros(steps, np.float32)
         self._boot = np.zeros(steps, np.int64)
-        """Per step: the flat observation row its target bootstraps from, or ``-1 - step`` where that is the
-        step's own ``final_<part>`` (a time limit, in a layout that keeps final observations)."""
+        """Per step: the flat observation row its target bootstraps from."""
         self._targets_for: tuple[int, float] | None = None
         """The ``(n, gamma)`` the kept targets are for; None until the first batch."""
 
@@ -69,28 +76,23 @@ class ItemReader:
             self._targets_for = None  # an exception inside leaves none half-computed in use
             self._compute(np.arange(self.spec.capacity), n, gamma)
             self._targets_for = (n, gamma)
-        flat, T = self._flat, self._T
-        steps = rows[None, :] + self._window  # [L, N]
-        obs_rows = steps // T
-        obs_rows += steps  # chunk c keeps T + 1 observation rows
-        boot = self._boot.take(steps)
+        flat = self._flat
+        steps = rows[None, :] if self.spec.item_length == 1 else rows[None, :] + self._window  # [L, N]
         # ndarray.take with mode="clip": the rows are valid by construction, and the default mode="raise" copies
         # through a buffer (several times slower for a batch of a few hundred).
-        for part, boot_part, _ in self._parts:
+        obs_rows = self._obs_row.take(steps, mode="clip")
+        boot = self._boot.take(steps, mode="clip")
+        for part, boot_part in self._parts:
             stacks = self._stacks.get(part)
             if stacks is None:
                 flat[part].take(obs_rows, axis=0, out=out[part], mode="clip")
                 flat[part].take(boot, axis=0, out=out[boot_part], mode="clip")
             else:  # restacked: each row's frames, then the frames themselves
-                flat[part].take(stacks.take(obs_rows, axis=0), axis=0, out=out[part], mode="clip")
+                flat[part].take(stacks.take(obs_rows, axis=0, mode="clip"), axis=0, out=out[part], mode="clip")
                 flat[part].take(stacks.take(boot, axis=0, mode="clip"), axis=0, out=out[boot_part], mode="clip")
         flat["actions"].take(steps, axis=0, out=out["actions"], mode="clip")
         self._returns.take(steps, out=out["returns"], mode="clip")
         self._discounts.take(steps, out=out["discounts"], mode="clip")
-        if self._final and boot.min() < 0:
-            final = boot < 0
-            for _, boot_part, final_part in self._parts:
-                out[boot_part][final] = flat[final_part][-1 - boot[final]]
 
     def _compute(self, slots: np.ndarray, n: int, gamma: float) -> None:
         """The n-step returns, discounts and bootstrap rows of every step of chunks ``slots``."""
@@ -105,10 +107,11 @@ class ItemReader:
         )
         last = step_rows + taken  # the step each target bootstraps after
         cut = flat["truncated"][last] & ~flat["terminated"][last]
-        boot = last + last // T + 1  # its next observation row: chunk c has T + 1 of them
+        chunk = last // T
+        boot = last + chunk * self._skip + 1  # its next observation row
         if cut.any():
-            if self.spec.has_final_obs:
-                boot[cut] = -1 - last[cut]
+            if self.spec.has_final_obs:  # its final observation: row T + 1 + s of chunk c
+                boot[cut] += T
             else:
                 boot[cut] -= 1  # the truncated step's own observation stands in (module docstring)
                 drop = np.flatnonzero(cut & (taken >= 1))

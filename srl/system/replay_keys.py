@@ -57,6 +57,11 @@ class KeyedSlots:
         """The oldest live key (``next_key`` when the ring is empty)."""
         return max(int(self._counters[_REMOVED]), self.next_key - self.capacity)
 
+    def bounds(self) -> tuple[int, int]:
+        """``(first, next_key)`` from one read of the counters: the live keys are ``first .. next_key - 1``."""
+        next_key, removed = self._counters.tolist()  # in the order of _NEXT, _REMOVED
+        return max(removed, next_key - self.capacity), next_key
+
     @property
     def size(self) -> int:
         """Live items."""

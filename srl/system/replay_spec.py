@@ -90,6 +90,11 @@ class ReplaySpec:
                     f"replay.frame_stacks: observation part {part!r} is {list(layout.fields[part].shape[2:])}, "
                     "not a stack of frames [stack, ...frame]"
                 )
+            if FINAL_PREFIX + part in layout.fields:
+                raise ConfigError(
+                    f"replay.frame_stacks: observation part {part!r} keeps its final observations, as parts that "
+                    "are not images do; frame stacks are for image parts"
+                )
         spec = cls(
             dict(layout.fields),
             layout.obs_fields,
@@ -159,6 +164,31 @@ class ReplaySpec:
         """Whether every observation part keeps its final observation at a time limit (image parts do not)."""
         return all(FINAL_PREFIX + part in self.fields for part in self.obs_fields)
 
+    @property
+    def obs_rows(self) -> int:
+        """Rows of one chunk of an observation part's array: its ``T + 1`` observations, then, where every part
+        keeps final observations, the ``T`` final observations of its steps. In one array, each step's
+        bootstrap observation (the next one, or the final one at a time limit) is one gather of one array."""
+        return 2 * self.steps + 1 if self.has_final_obs else self.steps + 1
+
+    def _array_of(self, name: str) -> str | None:
+        """The part whose array holds field ``name`` when that is not its own (a final observation)."""
+        part = name[len(FINAL_PREFIX) :]
+        return part if self.has_final_obs and name == FINAL_PREFIX + part and part in self.obs_fields else None
+
+    def chunk_views(self, arrays: Mapping[str, Any]) -> dict[str, Any]:
+        """Each field's chunks ``[capacity, *chunk_shape]``, as views of :meth:`arrays`."""
+        out = {}
+        for name in self.fields:
+            part = self._array_of(name)
+            if part is not None:
+                out[name] = arrays[f"field_{part}"][:, self.steps + 1 :]
+            elif name in self.obs_fields and self.has_final_obs:
+                out[name] = arrays[f"field_{name}"][:, : self.steps + 1]
+            else:
+                out[name] = arrays[f"field_{name}"]
+        return out
+
     def chunk_shape(self, name: str) -> tuple[int, ...]:
         """One chunk of field ``name``: its segment shape without the column axis; for a frame stack ``[S, ...]``
         its frames ``[T + S, ...]``: row 0's S frames, then the newest frame of each of rows 1 .. T."""
@@ -170,10 +200,14 @@ class ReplaySpec:
 
     def arrays(self) -> dict[str, FieldSpec]:
         """Every array the store keeps, by the name its shared-memory segment ends in."""
-        out = {
-            f"field_{name}": FieldSpec((self.capacity, *self.chunk_shape(name)), spec.dtype)
-            for name, spec in self.fields.items()
-        }
+        out = {}
+        for name, spec in self.fields.items():
+            if self._array_of(name) is not None:
+                continue  # in its part's array (obs_rows)
+            shape = self.chunk_shape(name)
+            if name in self.obs_fields and self.has_final_obs:
+                shape = (self.obs_rows, *shape[1:])
+            out[f"field_{name}"] = FieldSpec((self.capacity, *shape), spec.dtype)
         for part in self.frame_stacks:  # each observation row's S frames, as flat rows of field_<part>
             out[f"stacks_{part}"] = FieldSpec((self.capacity, self.steps + 1, self.fields[part].shape[2]), "int64")
         out["counters"] = FieldSpec((len(COUNTERS),), "int64")

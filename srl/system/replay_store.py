@@ -56,7 +56,7 @@ class ReplayStore:
         """Adopt ``arrays`` (:meth:`ReplaySpec.arrays`, zeroed or holding a store's state); use the class methods."""
         self.spec = spec
         self._handles = handles or []
-        self._chunks = {name: arrays[f"field_{name}"] for name in spec.fields}
+        self._chunks = spec.chunk_views(arrays)
         self._counters = arrays["counters"]
         self._scalars = arrays["scalars"]
         self.slots = KeyedSlots(spec.capacity, self._counters[0:2])
@@ -68,11 +68,14 @@ class ReplayStore:
             spec.max_sample_batch,
             self._counters[2:4],
         )
+        self._per, self._T = spec.items_per_chunk, spec.steps
+        self._fifo = spec.sampler == "fifo"
         self._stacks = {part: arrays[f"stacks_{part}"] for part in spec.frame_stacks}
-        self._reader = ItemReader(spec, self._chunks, self._stacks)
+        self._reader = ItemReader(spec, arrays)
         self._batch_names = tuple(spec.batch_fields(1))
-        self._checked: tuple[np.ndarray | None, ...] | None = None
-        """The batch arrays last checked whole (:meth:`_check_batch`)."""
+        self._checked: tuple[np.ndarray | None, ...] = ()
+        """The batch arrays last checked whole (:meth:`_check_batch`), held so that their ids stay theirs."""
+        self._checked_ids: tuple[int, ...] = ()
         self._priorities: PrioritizedSampler | None = None
         if spec.sampler == "prioritized":
             self._priorities = PrioritizedSampler(
@@ -110,10 +113,15 @@ class ReplayStore:
         return cls(spec, arrays, handles)
 
     def close(self, unlink: bool = False) -> None:
-        """Unmap this process's view; ``unlink`` also removes the segments (the controller, at the run's end)."""
-        self._chunks = {}
-        _close(self._handles, unlink)
-        self._handles = []
+        """Unmap this process's view; ``unlink`` also removes the segments (the controller, at the run's end).
+
+        A mapping closes only once no view of it is left, and nearly every attribute (the chunks, the reader's
+        flat views, the sum tree, the counters, the last checked batch) holds one: a closed store keeps its
+        spec alone, so that the mappings close here and not whenever the store is collected."""
+        handles, spec = self._handles, self.spec
+        self.__dict__.clear()
+        self.spec, self._handles = spec, []
+        _close(handles, unlink)
 
     # ---------------------------------------------------------------- sizes and the rate limiter
 
@@ -266,22 +274,21 @@ class ReplayStore:
         (the spec's when None; a run may anneal it). A RuntimeError if the rate limiter holds it (ask
         :meth:`can_sample`)."""
         batch = self._check_batch(out)
-        if not self.can_sample(batch):
-            raise RuntimeError(f"sample of {batch} items is held (rate limiter deficit {self.limiter.deficit:g})")
+        if self._fifo and self._unread() < batch:
+            raise RuntimeError(f"sample of {batch} items is held: the queue has {self._unread()} unread")
+        self.limiter.sampled(batch)  # counted here, or a RuntimeError when the limiter holds it
         if beta is not None and self._priorities is not None:
             self._priorities.beta = beta
-        keys, rows = self._draw(batch, rng, out["weights"])
+        rows = self._draw(batch, rng, out["keys"], out["weights"])
         self._reader.read(rows, n, gamma, out)
-        out["keys"][...] = keys
-        self.limiter.sampled(batch)
-        if self.spec.sampler == "fifo":
+        if self._fifo:
             self._advance(batch)
 
     def _check_batch(self, out: Mapping[str, np.ndarray]) -> int:
         """The batch size, after checking ``out`` has every batch field at its shape and dtype (once per batch:
         a replay worker fills the same few buffers again and again)."""
-        arrays = tuple(out.get(name) for name in self._batch_names)
-        if self._checked is not None and all(a is b for a, b in zip(arrays, self._checked)):
+        arrays = tuple(map(out.get, self._batch_names))
+        if tuple(map(id, arrays)) == self._checked_ids:
             return len(out["keys"])
         batch = out["keys"].shape[0] if "keys" in out and out["keys"].ndim == 1 else 0
         for name, spec in self.spec.batch_fields(batch).items():
@@ -289,33 +296,34 @@ class ReplayStore:
             if arr is None or arr.shape != spec.shape or arr.dtype != np.dtype(spec.dtype):
                 got = "missing" if arr is None else f"{arr.dtype} {arr.shape}"
                 raise ValueError(f"batch field {name!r} is {got}, expected {spec.dtype} {spec.shape}")
-        self._checked = arrays
+        self._checked, self._checked_ids = arrays, tuple(map(id, arrays))
         return batch
 
-    def _draw(self, batch: int, rng: np.random.Generator, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Item keys of ``batch`` items by the spec's sampler and the flat step rows where they start (chunk slot
-        * T + offset); their importance weights go to ``weights``."""
-        per, T = self.spec.items_per_chunk, self.spec.steps
+    def _draw(self, batch: int, rng: np.random.Generator, keys: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Draw ``batch`` items by the spec's sampler into ``keys`` and their importance weights into ``weights``;
+        returns the flat step rows where they start (chunk slot * T + offset)."""
+        per, T = self._per, self._T
         if self._priorities is not None:
             leaves, w = self._priorities.sample(batch, rng)
             weights[...] = w
             slots, offsets = np.divmod(leaves, per)
-            keys = self.slots.keys_of(slots) * per + offsets
-            return keys, leaves if per == T else slots * T + offsets
+            keys[...] = self.slots.keys_of(slots) * per + offsets
+            return leaves if per == T else slots * T + offsets
         weights[...] = 1.0
-        first = self.slots.first * per
-        if self.spec.sampler == "fifo":
+        first, end = self.slots.bounds()
+        first *= per
+        if self._fifo:
             start = max(int(self._counters[_C["cursor"]]), first)
-            keys = np.arange(start, start + batch, dtype=np.int64)
+            keys[...] = np.arange(start, start + batch, dtype=np.int64)
         else:
             draw = rng.random(batch)  # twice as fast as rng.integers for a few hundred; the bias is size / 2^53
-            draw *= self.size
-            keys = draw.astype(np.int64)
+            draw *= end * per - first
+            np.copyto(keys, draw, casting="unsafe")  # truncates: a uniform index in [0, size)
             keys += first
         if per == T:  # items of one step: key k starts at flat row k mod (capacity * T)
-            return keys, keys % (self.spec.capacity * T)
+            return keys % (self.spec.capacity * T)
         chunk_keys, offsets = np.divmod(keys, per)
-        return keys, (chunk_keys % self.spec.capacity) * T + offsets
+        return (chunk_keys % self.spec.capacity) * T + offsets
 
     def _advance(self, batch: int) -> None:
         """A queue hands out each item once: move its cursor, then remove the chunks it has read to the end."""

@@ -197,8 +197,8 @@ class ReplayWorker(Worker):
         meta.update(
             replay=self.index,
             pending_segments=len(self._pending),
-            # messages a network sample stream refused (no run token, malformed): inserts dropped; 0 within a node
-            rejected_segments=int(getattr(self.source, "rejected", 0)),
+            # messages its sample stream refused (malformed, or no run token across nodes): inserts dropped
+            rejected_segments=self.source.rejected,
             t_total=time.perf_counter() - self._t_start,
             t_insert=self.t_insert,
             t_sample=self.t_sample,

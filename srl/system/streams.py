@@ -172,6 +172,10 @@ class SegmentSource(Protocol):
     def release(self, actor: int, buffer: int) -> None:
         """Done with a received segment."""
 
+    @property
+    def rejected(self) -> int:
+        """Messages refused so far (malformed, or without the run's token across nodes), counted, never silent."""
+
 
 class SampleProducer:
     """Actor side of the sample stream: takes free buffers, hands full ones to a trainer."""
@@ -205,6 +209,8 @@ class SampleConsumer:
     def __init__(self, pool: SegmentPool, channel: Channel, accepts: int = READY) -> None:
         """``accepts``: the state its buffers arrive in (STAGED for a stage)."""
         self.pool, self.channel, self.accepts = pool, channel, accepts
+        self.rejected = 0
+        """Records naming no buffer of the pool (a duplicate of a record already taken is not one)."""
 
     @property
     def fields(self) -> Mapping[str, FieldSpec]:
@@ -221,7 +227,9 @@ class SampleConsumer:
             & (records[:, 1] >= 0)
             & (records[:, 1] < layout.buffers)
         )
-        records = records[ok]
+        if not ok.all():
+            self.rejected += int(ok.size - np.count_nonzero(ok))
+            records = records[ok]
         return records[self.pool.state[records[:, 0], records[:, 1]] == self.accepts]  # a duplicate is ignored
 
     def segment(self, actor: int, buffer: int) -> dict[str, np.ndarray]:
