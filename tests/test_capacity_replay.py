@@ -9,36 +9,20 @@ import json
 import math
 
 import pytest
+from test_capacity import COSTS
 
 from srl.api.config import ConfigError, load_config
 from srl.capacity.model import Cluster, Costs, Layout, allreduce_per_step, predict
 from srl.capacity.recommend import envs_per_slot_candidates, recommend
 from srl.cli.main import main
 
-# Round numbers, checked by hand: an env step costs 100 us, an update 200 us per sampled item; each env step's
-# item is sampled 4 times, so a batch of 64 items stands for 16 env steps; the replay worker spends 10 us
-# inserting an env step and 20 us sampling an item.
-REPLAY = Costs(
-    env_id="Fake-v0",
-    envs_per_slot=8,
-    segment_length=32,
+# test_capacity.py's round numbers (an env step costs 100 us, an update 200 us per sample, here per sampled item),
+# with a replay: each env step's item is sampled 4 times, so a batch of 64 items stands for 16 env steps; the
+# replay worker spends 10 us inserting an env step and 20 us sampling an item. One reduction per update, a ring
+# step of 100 us + bytes at 1 GB/s.
+REPLAY = dataclasses.replace(
+    COSTS,
     samples_per_version=16.0,
-    max_inference_batch=64,
-    env_seconds_per_step=100e-6,
-    actor_seconds_per_step=0.0,
-    inference_seconds_per_sample=0.0,
-    inference_seconds_per_batch=0.0,
-    request_seconds=0.0,
-    serve_seconds_per_batch=0.0,
-    serve_seconds_per_request=0.0,
-    update_seconds_per_sample=200e-6,
-    trainer_threads=1,
-    segment_send_seconds=0.0,
-    bytes_per_sample=100.0,
-    param_bytes=1_000_000,
-    param_hop_seconds=1e-3,
-    param_bytes_per_second=1e9,
-    gradient_bytes=100_000,
     reductions_per_update=1,
     allreduce_hop_seconds=100e-6,
     allreduce_bytes_per_second=1e9,
