@@ -9,7 +9,13 @@ model (``srl/capacity/model.py``) can recombine them for a cluster:
   own env time;
 - inference: the acting policy's forward pass at one slot (``bench_compute``) and
   at a larger batch, fitted as a fixed cost per call plus a cost per sample;
-- PPO update: ``bench_compute`` (one update over a full batch, all epochs);
+- update: one ``train`` call of the config's algorithm over a full batch: on-policy
+  (PPO) ``batch_segments`` random segments, all epochs; with a replay a batch of
+  the algorithm's ``batch_size`` items sampled from the replay's store;
+- replay (configs whose algorithm learns from one): ``srl bench replay``'s
+  measurements of the real store, full at the config's ``max_size``: one
+  segment inserted, one batch sampled (with its priority update when
+  prioritized);
 - inference stream: the real ``InferenceClient`` and ``InferenceServer`` over
   named pipes in one process (no context switches, no forward pass), with
   batches of one slot and of several;
@@ -32,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 import zmq
 from torch import Tensor
 
@@ -43,12 +50,14 @@ from srl.base.channel import FifoChannel
 from srl.base.shm import new_tag
 from srl.bench.allreduce import ring_fit
 from srl.bench.params import measure as measure_params
-from srl.bench.throughput import bench_compute, bench_env, random_batch, random_obs, timed_rate
+from srl.bench.replay import NUMBER, REPEATS, batch_buffers, full_store, open_spec, random_segment, store_rates
+from srl.bench.throughput import bench_env, random_batch, random_obs, segment_batch, timed_rate, update_rate
 from srl.capacity.model import Costs
 from srl.runtime.build import build_worker
 from srl.runtime.fabric import InlineFabric
 from srl.runtime.plan import Plan, make_plan
-from srl.runtime.topology import ACTOR, Endpoint, Stream
+from srl.runtime.replay import sampling
+from srl.runtime.topology import ACTOR, stop, submitted_state
 from srl.system.remote_samples import SampleReceiver, SampleSender, segment_bytes
 from srl.system.streams import (
     REPLY_WIDTH,
@@ -59,6 +68,7 @@ from srl.system.streams import (
     SampleConsumer,
     SegmentPool,
 )
+from srl.wiring import learns_on_policy, make_algorithm
 
 ACTION_SETS = 64
 """Precomputed action batches the stand-in policy cycles through (as ``bench_env`` does)."""
@@ -119,7 +129,7 @@ def actor_overhead(plan: Plan, seconds: float, warmup: float = 0.5) -> float:
     fabric = InlineFabric(plan, lambda kind, meta, arrays: None)
     actor: Any = build_worker(plan, fabric, plan.topology.get(ACTOR, 0), None, wait_timeout=0.0, report_interval=3600.0)
     actor.inference = InlineInference(0, [fabric.pool()], [_canned_policy(plan, ACTION_SETS)], [_FixedVersion()])
-    consumer = SampleConsumer(fabric.pool(), fabric.channel(Endpoint(Stream.SAMPLES, 0)))
+    consumer = SampleConsumer(fabric.pool(), fabric.channel(stop(plan, 0, 0)), accepts=submitted_state(plan, 0))
     actor.setup()
     try:
         busy, steps0, env0 = 0.0, 0, 0.0
@@ -300,18 +310,79 @@ class CountingCollective:
         return flag
 
 
-def gradient_reductions(plan: Plan) -> dict[str, int]:
-    """What one update over a full batch all-reduces: bytes per reduction and reductions per update."""
-    from srl.wiring import make_algorithm
-
+def gradient_reductions(plan: Plan, batch: Mapping[str, np.ndarray] | None = None) -> dict[str, int]:
+    """What one update over a full batch (``batch``, or on-policy segments of random content) all-reduces:
+    bytes per reduction and reductions per update."""
     cfg, one = plan.cfg, plan.only("srl bench costs")
     counter = CountingCollective()
     algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, counter, state_space=one.state_space)
-    batch = random_batch(one, np.random.default_rng(cfg.seed), cfg.workers.batch_segments * one.columns_per_slot)
+    if batch is None:
+        batch = segment_batch(one, cfg, np.random.default_rng(cfg.seed))
     algo.train(batch, 0.0)
     if not counter.reductions:
         raise RuntimeError(f"srl bench costs: an update of {cfg.algorithm!r} reduced no gradient")
     return {"gradient_bytes": counter.bytes_reduced // counter.reductions, "reductions_per_update": counter.reductions}
+
+
+def replay_costs(plan: Plan, rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The replay terms of ``Costs``, and a batch drawn from the store: what the trainer trains on.
+
+    The store is the config's, full at ``replay.max_size`` of random segments, its rate limiter open; an insert
+    of one segment and a sample of the algorithm's ``batch_size`` items at its n-step targets (with their
+    priority update when prioritized) are timed as ``srl bench replay`` times them. A fifo queue is timed as
+    uniform sampling: the same reads, where a queue read that far ahead of its inserts would run dry."""
+    cfg, one = plan.cfg, plan.only("srl bench costs")
+    targets = sampling(plan, 0)
+    replay = cfg.replay if cfg.replay.sampler != "fifo" else dataclasses.replace(cfg.replay, sampler="uniform")
+    spec = open_spec(replay, one.layout, targets.batch_size)
+    segments = [random_segment(one.layout.fields, rng, replay.frame_stacks) for _ in range(4)]
+    store = full_store(spec, segments)
+    rows = store_rates(store, segments, targets, REPEATS, NUMBER, rng, _timing)
+    timed = {row["measure"]: row["seconds"] for row in rows}
+    batch = batch_buffers(spec)
+    store.sample_into(batch, rng, n=targets.nstep, gamma=targets.gamma)
+    steps = spec.steps * cfg.workers.envs_per_slot  # env steps of one segment (every agent's column)
+    insert = timed.pop("insert")
+    (sample,) = timed.values()
+    items_per_step = spec.max_insert_batch / steps
+    return {
+        "samples_per_insert": replay.samples_per_insert,
+        "item_length": replay.item_length,
+        "replay_insert_seconds_per_step": insert / steps,
+        "replay_sample_seconds_per_item": sample / targets.batch_size,
+        "samples_per_version": targets.batch_size / (replay.samples_per_insert * items_per_step),
+    }, batch
+
+
+def trainer_batch(plan: Plan, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], int, dict[str, Any]]:
+    """What the config's trainer trains on (random content), the samples it holds, and the costs that follow from
+    it: on-policy ``batch_segments`` segments side by side, ``samples_per_version`` their env steps; with a replay
+    (the algorithm's ``on_policy`` says which) a batch sampled from its store, its items, and the replay terms
+    (:func:`replay_costs`)."""
+    cfg, one = plan.cfg, plan.only("srl bench costs")
+    if not learns_on_policy(cfg):
+        terms, batch = replay_costs(plan, rng)
+        return batch, len(batch["keys"]), terms
+    w = cfg.workers
+    batch = segment_batch(one, cfg, rng)
+    return (
+        batch,
+        int(batch["rewards"].size),
+        {"samples_per_version": w.batch_segments * w.segment_length * w.envs_per_slot},
+    )
+
+
+def _timing(measure: str, impl: str, items: int, seconds: float) -> dict[str, Any]:
+    """A result of :func:`srl.bench.replay.store_rates` as the seconds per call of its measure."""
+    return {"measure": measure, "seconds": seconds}
+
+
+def update_seconds(plan: Plan, batch: Mapping[str, np.ndarray], samples: int, seconds: float) -> float:
+    """Seconds per sample of the config's algorithm training on ``batch`` (``samples`` samples: env steps' columns,
+    or replay items), timed for about ``seconds`` after one untimed update."""
+    cfg, one = plan.cfg, plan.only("srl bench costs")
+    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, state_space=one.state_space)
+    return 1.0 / update_rate(algo, batch, samples, seconds)
 
 
 def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
@@ -328,7 +399,8 @@ def measure_costs(cfg: ExperimentConfig, seconds: float, one_node: bool = False)
     )
     w, one = cfg.workers, plan.only("srl bench costs")
     env = bench_env(cfg, seconds)
-    compute = bench_compute(cfg, seconds)
+    torch.set_num_threads(w.torch_threads)  # the trainer's threads, for the update and the forward passes
+    batch, samples, per_batch = trainer_batch(plan, np.random.default_rng(cfg.seed))
     measured: dict[str, Any] = {**inference_fit(plan, seconds), **stream_costs(plan, max(0.4, seconds / 2))}
     cross: dict[str, Any]
     if one_node:
@@ -339,7 +411,7 @@ def measure_costs(cfg: ExperimentConfig, seconds: float, one_node: bool = False)
             "param_bytes_per_second": 1.0,  # not read on one node (the delivery there takes no time)
         }
     else:
-        reduced = gradient_reductions(plan)
+        reduced = gradient_reductions(plan, batch)
         cross = {
             **segment_send(plan, max(0.2, seconds / 4)),
             **param_transfer(one.param_size, cfg.params.transfer_dtype),
@@ -351,15 +423,15 @@ def measure_costs(cfg: ExperimentConfig, seconds: float, one_node: bool = False)
         envs_per_slot=w.envs_per_slot,
         agents_per_env=plan.agents_per_env,
         segment_length=w.segment_length,
-        samples_per_version=w.batch_segments * w.segment_length * w.envs_per_slot,
         max_inference_batch=w.max_inference_batch,
         env_seconds_per_step=1.0 / env[f"{cfg.env.backend}_steps_per_second"],
         actor_seconds_per_step=actor_overhead(plan, seconds, warmup=min(0.5, seconds)),
         **measured,
-        update_seconds_per_sample=1.0 / compute["update_samples_per_second"],
+        update_seconds_per_sample=update_seconds(plan, batch, samples, seconds / 2),
         trainer_threads=w.torch_threads,
         param_bytes=one.param_size * transfer.itemsize(cfg.params.transfer_dtype),
         **cross,
+        **per_batch,
     )
 
 

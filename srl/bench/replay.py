@@ -27,6 +27,7 @@ import numpy as np
 
 from srl.api.config import ExperimentConfig
 from srl.api.config.errors import ConfigError
+from srl.api.config.replay import ReplayConfig
 from srl.api.schema import FieldSpec
 from srl.runtime.plan import make_plan
 from srl.runtime.replay import sampling
@@ -37,6 +38,8 @@ from srl.system.streams import PoolLayout
 from srl.wiring import learns_on_policy
 
 ALPHA, BETA = 0.6, 0.4
+REPEATS, NUMBER = 5, 20
+"""Each rate is the median over ``REPEATS`` rounds of the mean over ``NUMBER`` calls."""
 OPEN = 1e15
 """An error buffer no benchmark reaches: neither side is ever held."""
 
@@ -46,7 +49,7 @@ Row = Callable[[str, str, int, float], dict[str, Any]]
 
 
 def bench_replay(
-    cfg: ExperimentConfig, batch: int = 256, repeats: int = 5, number: int = 20
+    cfg: ExperimentConfig, batch: int = 256, repeats: int = REPEATS, number: int = NUMBER
 ) -> Iterator[dict[str, Any]]:
     """One result per measurement and implementation (see the module docstring)."""
     if learns_on_policy(cfg):
@@ -64,18 +67,18 @@ def bench_replay(
         per_call = {"us_per_call": round(seconds * 1e6, 2), "items_per_s": round(items / seconds)}
         return {**head, "measure": measure, "impl": impl, **per_call}
 
-    segments = [_random(layout.fields, rng, cfg.replay.frame_stacks) for _ in range(4)]
+    segments = [random_segment(layout.fields, rng, cfg.replay.frame_stacks) for _ in range(4)]
     samplers: tuple[Sampler, ...] = ("uniform", "prioritized")
     for sampler in samplers:
-        store = _full(_spec(cfg, layout, batch, sampler), segments)
-        yield from _srl(store, segments, targets, repeats, number, rng, row)
+        store = full_store(_spec(cfg, layout, batch, sampler), segments)
+        yield from store_rates(store, segments, targets, repeats, number, rng, row)
         del store  # one store in memory at a time
     columns = _transitions(spec, rng)
     yield row("uniform_sample", "numpy_ring", batch, median_seconds(_ring(columns, batch, rng), repeats, number))
     yield _cpprb(columns, batch, repeats, number, rng, row) or {**head, "impl": "cpprb", "note": "not installed"}
 
 
-def _srl(
+def store_rates(
     store: ReplayStore,
     segments: list[dict[str, np.ndarray]],
     targets: Sampling,
@@ -87,7 +90,7 @@ def _srl(
     """Insert, then sample (and, by priority, update) on a full store, at the algorithm's n-step targets."""
     spec = store.spec
     calls = iter(range(1 << 62))
-    out = {n: np.zeros(f.shape, f.dtype) for n, f in spec.batch_fields(spec.max_sample_batch).items()}
+    out = batch_buffers(spec)
 
     def sample() -> None:
         store.sample_into(out, rng, n=targets.nstep, gamma=targets.gamma)
@@ -114,12 +117,22 @@ def _srl(
 
 
 def _spec(cfg: ExperimentConfig, layout: PoolLayout, batch: int, sampler: Sampler) -> ReplaySpec:
-    """The config's replay with this sampler, its limiter wide open."""
-    replay = dataclasses.replace(cfg.replay, sampler=sampler, alpha=ALPHA, beta=BETA, error_buffer=OPEN)
-    return ReplaySpec.of(layout, replay, batch)
+    """The config's replay with this sampler at the benchmark's alpha and beta, its limiter wide open."""
+    return open_spec(dataclasses.replace(cfg.replay, sampler=sampler, alpha=ALPHA, beta=BETA), layout, batch)
 
 
-def _random(
+def open_spec(replay: ReplayConfig, layout: PoolLayout, batch: int) -> ReplaySpec:
+    """``replay``'s store for segments of ``layout``, sampled in batches of ``batch`` items, its rate limiter wide
+    open: a measurement of the store, not of the ratio it keeps (a fifo queue cannot be opened so)."""
+    return ReplaySpec.of(layout, dataclasses.replace(replay, error_buffer=OPEN), batch)
+
+
+def batch_buffers(spec: ReplaySpec) -> dict[str, np.ndarray]:
+    """Arrays for one sampled batch of ``spec.max_sample_batch`` items (what a trainer's batch buffer holds)."""
+    return {n: np.zeros(f.shape, f.dtype) for n, f in spec.batch_fields(spec.max_sample_batch).items()}
+
+
+def random_segment(
     fields: Mapping[str, FieldSpec], rng: np.random.Generator, frame_stacks: tuple[str, ...] = ()
 ) -> dict[str, np.ndarray]:
     """A segment of random data; done flags rare, as in real episodes (none where parts are frame stacks, whose
@@ -140,7 +153,7 @@ def _random(
     return out
 
 
-def _full(spec: ReplaySpec, segments: list[dict[str, np.ndarray]]) -> ReplayStore:
+def full_store(spec: ReplaySpec, segments: list[dict[str, np.ndarray]]) -> ReplayStore:
     """A store filled to capacity (one more insert overwrites its oldest chunks)."""
     store = ReplayStore.in_process(spec)
     k = 0
@@ -168,7 +181,7 @@ def _transitions(spec: ReplaySpec, rng: np.random.Generator) -> dict[str, np.nda
     part = spec.fields[spec.obs_fields[0]]
     actions = spec.fields["actions"]
     n = spec.max_items
-    obs = _random({"o": FieldSpec((n, *part.shape[2:]), part.dtype)}, rng)["o"]
+    obs = random_segment({"o": FieldSpec((n, *part.shape[2:]), part.dtype)}, rng)["o"]
     return {
         "obs": obs,
         "next_obs": obs.copy(),

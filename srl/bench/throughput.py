@@ -28,13 +28,14 @@ from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.env import Slot
 from srl.api.schema import MEMORY
 from srl.api.spaces import ACTION_MASK, Observation, ObsPart, action_spec, flatten_obs, obs_parts
+from srl.api.worker import Algorithm
 from srl.envs.factory import make_env
 from srl.envs.slots import make_slot
 from srl.nets.memory import Remembering, remembering
 from srl.runtime.local import run_local
 from srl.runtime.plan import Plan, PolicyPlan, make_plan
 from srl.system.controller import Controller
-from srl.wiring import make_algorithm
+from srl.wiring import learns_on_policy, make_algorithm
 
 
 class _RateController(Controller):
@@ -272,6 +273,11 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     already contains all epochs (one ``train`` call over a full batch divided by its samples). A sample is one
     column step (an agent's); the bound is in env steps (a multi-agent env's step is one sample per agent).
     """
+    if not learns_on_policy(cfg):
+        raise ConfigError(
+            f"srl bench compute: algorithm {cfg.algorithm} learns from a replay, so its update cost per env step "
+            "follows replay.samples_per_insert: measure it with srl bench costs"
+        )
     plan = make_plan(cfg)
     one = plan.only("srl bench compute")
     w, ppo = cfg.workers, cfg.ppo
@@ -282,10 +288,9 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     batch_obs = random_obs(one, rng, (C,))  # one slot per forward pass, as in the sampling path
     infer = timed_rate(lambda i: policy.act(batch_obs), C, seconds / 2)
     algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, state_space=one.state_space)
-    batch = random_batch(one, rng, w.batch_segments * C)
+    batch = segment_batch(one, cfg, rng)
     samples = int(batch["rewards"].size)
-    algo.train(batch, 0.0)
-    update = timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds / 2, warmup=0.0)
+    update = update_rate(algo, batch, samples, seconds / 2)
     bound = 1.0 / (1.0 / infer + 1.0 / update) / plan.agents_per_env
     return {
         "bench": "compute",
@@ -299,6 +304,18 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
         "update_samples_per_second": round(update, 1),
         "compute_bound_steps_per_second": round(bound, 1),
     }
+
+
+def update_rate(algo: Algorithm, batch: Mapping[str, np.ndarray], samples: int, seconds: float) -> float:
+    """Samples per second of ``algo`` training on ``batch`` (which holds ``samples``), timed for about ``seconds``
+    after one untimed update; a sample is what the algorithm's batch counts (a column step, a replay item)."""
+    algo.train(batch, 0.0)
+    return timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds, warmup=0.0)
+
+
+def segment_batch(plan: PolicyPlan, cfg: ExperimentConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """An on-policy trainer's batch: ``workers.batch_segments`` segments of one slot side by side, random content."""
+    return random_batch(plan, rng, cfg.workers.batch_segments * plan.columns_per_slot)
 
 
 def random_obs(plan: PolicyPlan, rng: np.random.Generator, lead: tuple[int, ...]) -> dict[str, np.ndarray]:

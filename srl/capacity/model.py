@@ -16,6 +16,9 @@ It is a pipeline-throughput model and nothing more:
   whose seconds include its share of the gradient all-reduce among data-parallel
   trainers (:func:`allreduce_seconds`: a ring over this machine's loopback as
   measured, or across trainer nodes over their links);
+  ``replay``: with a replay, each trainer's replay worker inserts every env
+  step and samples its items ``samples_per_insert`` times, and the trainer
+  updates on every item sampled;
   ``network``: links carrying segments from actor nodes to trainer nodes;
   ``params``: the parameter service must deliver each version to every reader
   before the next one is published);
@@ -27,7 +30,10 @@ It is a pipeline-throughput model and nothing more:
 Not modelled (see docs/scaling.md): queueing and latency (a ring of two slots is
 assumed to hide each inference round trip), trainers waiting for their slowest
 peer at each all-reduce, policy workers on GPUs, relay, stage and controller CPU
-time, stragglers and failures, and how many samples learning needs.
+time, stragglers and failures, and how many samples learning needs; with a
+replay, its filling up to ``min_size`` and the rate limiter's error buffer (the
+model charges samples per insert at its setting, which the limiter holds on
+average).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from srl.api.config import ConfigError
 if TYPE_CHECKING:
     from srl.runtime.plan import Plan
 
-STAGES = ("env", "inference", "trainer", "network", "params", "cores")
+STAGES = ("env", "inference", "trainer", "replay", "network", "params", "cores")
 """Stage names, in the order ties are broken when naming the bottleneck."""
 RING_SIZE = 2
 """Slots per actor: one steps while the other waits for its actions (the layout sweep in docs/benchmarks.md:
@@ -67,8 +73,10 @@ class Costs:
     cost, and every rate the model predicts, is per env step."""
     segment_length: int
     """Steps per trajectory segment."""
-    samples_per_version: int
-    """Env steps one trainer consumes per parameter version (``batch_segments x segment_length x envs_per_slot``)."""
+    samples_per_version: float
+    """Env steps one trainer consumes per parameter version: on-policy ``batch_segments x segment_length x
+    envs_per_slot``; with a replay, the env steps its batch of ``batch_size`` sampled items stands for,
+    ``batch_size / (samples_per_insert x`` :func:`replay_items_per_step` ``)``, whatever the slot size."""
     max_inference_batch: int
     """The config's cap on slots per forward pass of a policy worker."""
     env_seconds_per_step: float
@@ -88,7 +96,9 @@ class Costs:
     serve_seconds_per_request: float
     """The same, per request in the batch (the reply record and per-slot copies)."""
     update_seconds_per_sample: float
-    """One PPO update over a full batch, all epochs, divided by its samples (CPU, ``trainer_threads`` threads)."""
+    """One update of the config's algorithm over a full batch, divided by its samples (CPU, ``trainer_threads``
+    threads): on-policy (PPO) all epochs over ``samples_per_version`` env steps' columns; with a replay one
+    ``train`` call on ``batch_size`` sampled items, per item."""
     trainer_threads: int
     """Torch threads (cores) one CPU trainer used in the measurement."""
     gpu_update_speedup: float | None = None
@@ -113,6 +123,18 @@ class Costs:
     """Fixed time of one step of a ring all-reduce on this machine (two trainer processes on loopback, gloo)."""
     allreduce_bytes_per_second: float | None = None
     """How fast one ring step moves gradient bytes on this machine (the same measurement)."""
+    samples_per_insert: float = 0.0
+    """Items sampled per item inserted (``replay.samples_per_insert``), so each env step's items are trained on
+    this many times. 0: no replay, the trainer consumes each env step once (on-policy)."""
+    item_length: int = 1
+    """Steps per replay item (``replay.item_length``): a chunk of ``segment_length`` steps (one agent's column of a
+    segment) holds ``segment_length - item_length + 1`` items."""
+    replay_insert_seconds_per_step: float = 0.0
+    """The replay worker's CPU per env step inserted (every agent's column of it): one segment into the real store,
+    full at ``replay.max_size``, divided by its env steps. 0 without a replay."""
+    replay_sample_seconds_per_item: float = 0.0
+    """The replay worker's CPU per item sampled for its trainer, n-step targets included, and the item's priority
+    update with a prioritized sampler. 0 without a replay."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -141,6 +163,21 @@ class Costs:
         if given and len(given) < len(ALLREDUCE):
             missing = next(name for name in ALLREDUCE if getattr(self, name) is None)
             _require(False, missing, f"missing, while {given[0]} is given (one all-reduce measurement has all four)")
+        self._check_replay()
+
+    def _check_replay(self) -> None:
+        """The replay terms: all measured with a replay, all 0 without one; items that fit in a segment."""
+        _require(
+            self.item_length <= self.segment_length,
+            "item_length",
+            f"{self.item_length} steps do not fit in segments of {self.segment_length}",
+        )
+        for name in REPLAY_SECONDS:
+            value = getattr(self, name)
+            if self.samples_per_insert:
+                _require(value > 0, name, f"must be > 0 with a replay (samples_per_insert {self.samples_per_insert:g})")
+            else:
+                _require(value == 0, name, f"given ({value:g}) without a replay: samples_per_insert is 0")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -155,7 +192,8 @@ class Costs:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ConfigError(f"{source}: {unknown[0]}: unknown field")
-        optional = _OPTIONAL | {"agents_per_env"}  # files measured before agents_per_env: single-agent
+        # files measured before agents_per_env: single-agent; without the replay terms: no replay
+        optional = _OPTIONAL | {"agents_per_env", *REPLAY}
         missing = sorted(n for n in names - set(data) if n not in optional)
         if missing:
             raise ConfigError(f"{source}: {missing[0]}: missing")
@@ -181,12 +219,19 @@ _MAY_BE_ZERO = {
     "segment_send_seconds",
     "param_hop_seconds",
     "allreduce_hop_seconds",
+    "samples_per_insert",
+    "replay_insert_seconds_per_step",
+    "replay_sample_seconds_per_item",
 }
 _FLOATS = {f.name for f in dataclasses.fields(Costs) if f.type in ("float", "float | None")}
 _OPTIONAL = {"gpu_update_speedup", "gradient_bytes", "reductions_per_update", "allreduce_hop_seconds",
              "allreduce_bytes_per_second"}  # fmt: skip
 ALLREDUCE = ("gradient_bytes", "reductions_per_update", "allreduce_hop_seconds", "allreduce_bytes_per_second")
 """The fields of one all-reduce measurement (``srl bench costs``): all present, or all None."""
+REPLAY_SECONDS = ("replay_insert_seconds_per_step", "replay_sample_seconds_per_item")
+"""The replay worker's measured costs: > 0 with a replay (``samples_per_insert`` > 0), 0 without one."""
+REPLAY = ("samples_per_insert", "item_length", *REPLAY_SECONDS)
+"""The replay terms, which a costs file without a replay may leave out."""
 
 
 def _is_number(value: Any) -> bool:
@@ -314,8 +359,14 @@ def actor_seconds(costs: Costs, layout: Layout) -> float:
     else:
         s += costs.request_seconds / layout.envs_per_slot
     if layout.trainer_nodes:
-        s += costs.segment_send_seconds / 2 / (costs.segment_length * costs.envs_per_slot)
+        s += segment_end_seconds(costs)
     return s
+
+
+def segment_end_seconds(costs: Costs) -> float:
+    """One end's half of sending a segment across nodes, per env step of it (sender: an actor; receiver: the
+    trainer, or the replay worker that keeps the segments)."""
+    return costs.segment_send_seconds / 2 / (costs.segment_length * costs.envs_per_slot)
 
 
 def inference_batch(costs: Costs, layout: Layout) -> float:
@@ -338,16 +389,45 @@ def policy_seconds(costs: Costs, layout: Layout) -> float:
     )
 
 
+def trained_per_step(costs: Costs) -> float:
+    """Samples the update trains on per env step: one per agent on-policy; with a replay, the items the step
+    inserts, each sampled ``samples_per_insert`` times."""
+    if not costs.samples_per_insert:
+        return costs.agents_per_env
+    return costs.samples_per_insert * replay_items_per_step(costs)
+
+
+def replay_items_per_step(costs: Costs) -> float:
+    """Replay items one env step inserts: each agent's column of a segment is a chunk of ``segment_length`` steps
+    holding ``segment_length - item_length + 1`` items (1 per step for transitions)."""
+    T = costs.segment_length
+    return costs.agents_per_env * (T - costs.item_length + 1) / T
+
+
 def trainer_seconds(costs: Costs, layout: Layout) -> float:
-    """Seconds one trainer needs per env step: the update (one sample per agent; divided by the GPU speed-up on
-    a GPU) and, across nodes, its half of receiving segments."""
-    s = costs.agents_per_env * costs.update_seconds_per_sample
+    """Seconds one trainer needs per env step: the update on what the step gives it (:func:`trained_per_step`;
+    divided by the GPU speed-up on a GPU) and, across nodes without a replay, its half of receiving segments
+    (a replay receives them instead)."""
+    s = trained_per_step(costs) * costs.update_seconds_per_sample
     if layout.trainer_device == "gpu":
         if costs.gpu_update_speedup is None:
             raise ConfigError("gpu_update_speedup: needed for trainers on GPUs (not measurable without a GPU)")
         s /= costs.gpu_update_speedup
+    if layout.trainer_nodes and not costs.samples_per_insert:
+        s += segment_end_seconds(costs)
+    return s
+
+
+def replay_seconds(costs: Costs, layout: Layout) -> float:
+    """CPU seconds of a trainer's replay worker per env step: inserting it, sampling its items
+    ``samples_per_insert`` times (priority updates included) and, across nodes, its half of receiving segments.
+    0 without a replay."""
+    if not costs.samples_per_insert:
+        return 0.0
+    sampled = costs.samples_per_insert * replay_items_per_step(costs)
+    s = costs.replay_insert_seconds_per_step + sampled * costs.replay_sample_seconds_per_item
     if layout.trainer_nodes:
-        s += costs.segment_send_seconds / 2 / (costs.segment_length * costs.envs_per_slot)
+        s += segment_end_seconds(costs)
     return s
 
 
@@ -365,7 +445,10 @@ def batch_segments(costs: Costs, layout: Layout) -> int:
 
 
 def trainer_batch(costs: Costs, layout: Layout) -> float:
-    """Env steps one trainer updates on per version: its segments of ``segment_length x envs_per_slot``."""
+    """Env steps one trainer updates on per version: its segments of ``segment_length x envs_per_slot``, or with
+    a replay the env steps its sampled batch stands for (``samples_per_version``, whatever the slot size)."""
+    if costs.samples_per_insert:
+        return costs.samples_per_version
     return batch_segments(costs, layout) * costs.segment_length * layout.envs_per_slot
 
 
@@ -473,7 +556,7 @@ def best_params(costs: Costs, cluster: Cluster, layout: Layout) -> ParamDelivery
 def predict(costs: Costs, cluster: Cluster, layout: Layout) -> Prediction:
     """Capacity of every stage; the pipeline runs at the smallest."""
     check_layout(cluster, layout)
-    a_s, t_s = actor_seconds(costs, layout), trainer_seconds(costs, layout)
+    a_s, t_s, r_s = actor_seconds(costs, layout), trainer_seconds(costs, layout), replay_seconds(costs, layout)
     reduce_s = allreduce_per_step(costs, cluster, layout)  # waiting on the ring: no core of the node's busy
     pws = layout.actor_nodes * layout.policy_workers_per_node
     p_s = policy_seconds(costs, layout) if pws else 0.0
@@ -482,9 +565,10 @@ def predict(costs: Costs, cluster: Cluster, layout: Layout) -> Prediction:
         "env": layout.actor_nodes * layout.actors_per_node / a_s,
         "inference": rate(pws, p_s) if pws else math.inf,  # inline inference is part of the env stage
         "trainer": layout.trainers / (t_s + reduce_s),
+        "replay": rate(layout.trainers, r_s),  # one replay worker per trainer
         "network": _network(costs, cluster, layout),
         "params": samples_per_version(costs, layout) / delivery.seconds if delivery.seconds else math.inf,
-        "cores": _cores(costs, cluster, layout, a_s + p_s, t_s),
+        "cores": _cores(costs, cluster, layout, a_s + p_s, t_s, r_s),
     }
     bottleneck = min(STAGES, key=lambda s: stages[s])
     return Prediction(stages[bottleneck], bottleneck, stages, delivery)
@@ -503,11 +587,12 @@ def _network(costs: Costs, cluster: Cluster, layout: Layout) -> float:
     return links * cluster.link_bytes_per_second / costs.bytes_per_sample
 
 
-def _cores(costs: Costs, cluster: Cluster, layout: Layout, acting_s: float, t_s: float) -> float:
+def _cores(costs: Costs, cluster: Cluster, layout: Layout, acting_s: float, t_s: float, replay_s: float) -> float:
     """Each sample costs every process it passes through CPU time; a node has only its cores for all of it.
-    A GPU trainer keeps one core for itself and puts no update work on the others."""
+    A GPU trainer keeps one core for itself and puts no update work on the others. A replay worker runs beside
+    its trainer, on the CPU."""
     C = cluster.cores_per_node
-    cpu_train = t_s * costs.trainer_threads if layout.trainer_device == "cpu" else 0.0
+    cpu_train = (t_s * costs.trainer_threads if layout.trainer_device == "cpu" else 0.0) + replay_s
     gpu_cores = layout.trainers if layout.trainer_device == "gpu" else 0
     if not layout.trainer_nodes:
         free = C - gpu_cores

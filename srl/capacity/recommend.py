@@ -127,10 +127,13 @@ class Recommendation:
 def envs_per_slot_candidates(costs: Costs) -> list[int]:
     """The measured ``envs_per_slot`` and its doublings up to ``MAX_ENVS_PER_SLOT``, as long as a trainer's PPO
     batch can stay as measured (at least one segment of the slot fits in it): a recommendation changes where
-    the work runs, not what an update learns from (and a larger batch would hide the all-reduce's cost). Larger
-    slots amortise the fixed cost of each request (round trip, inline forward pass); per-step env cost is taken
-    as independent of the slot size, which overstates it for larger slots (a conservative error)."""
-    largest = min(MAX_ENVS_PER_SLOT, costs.samples_per_version // costs.segment_length)
+    the work runs, not what an update learns from (and a larger batch would hide the all-reduce's cost). A
+    replay's batch does not depend on the slot size. Larger slots amortise the fixed cost of each request (round
+    trip, inline forward pass); per-step env cost is taken as independent of the slot size, which overstates it
+    for larger slots (a conservative error)."""
+    largest = MAX_ENVS_PER_SLOT
+    if not costs.samples_per_insert:
+        largest = min(largest, int(costs.samples_per_version // costs.segment_length))
     out = [costs.envs_per_slot]
     while out[-1] * 2 <= largest:
         out.append(out[-1] * 2)
@@ -166,7 +169,8 @@ def recommend(costs: Costs, cluster: Cluster, limits: Limits = Limits()) -> Reco
         raise ConfigError(f"cores_per_node: {cluster.cores_per_node} cores leave no room for an actor")
     fastest = max(rec.prediction.steps_per_second for rec in per_slot_size)
     rec = next(rec for rec in per_slot_size if rec.prediction.steps_per_second >= GOOD_ENOUGH * fastest)
-    layout = dataclasses.replace(rec.layout, batch_segments=batch_segments(costs, rec.layout))
+    segments = None if costs.samples_per_insert else batch_segments(costs, rec.layout)  # a replay's batch is items
+    layout = dataclasses.replace(rec.layout, batch_segments=segments)
     return Recommendation(layout, rec.prediction)
 
 

@@ -364,7 +364,7 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
         f"costs: env {_us(costs.env_seconds_per_step)}/step (+{_us(costs.actor_seconds_per_step)} actor), "
         f"inference {_us(costs.inference_seconds_per_batch)}/call + {_us(costs.inference_seconds_per_sample)}/sample, "
         f"update {_us(costs.update_seconds_per_sample)}/sample, {costs.bytes_per_sample:.0f} B/sample, "
-        f"snapshot {_bytes(costs.param_bytes)}",
+        f"snapshot {_bytes(costs.param_bytes)}{_replay_costs(costs)}",
         "",
         f"predicted   {pred.steps_per_second:,.0f} env steps/s   bottleneck: {pred.bottleneck}",
         "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES) + "   (env steps/s each)",
@@ -389,7 +389,7 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
             f"{costs.reductions_per_update} per update; each trainer updates "
             f"{reduce['trainer_efficiency']:.0%} of its time (waits for stragglers not counted)"
         )
-    if lay.envs_per_slot != costs.envs_per_slot:
+    if lay.envs_per_slot != costs.envs_per_slot and not costs.samples_per_insert:
         lines.append(
             f"  note: envs_per_slot {costs.envs_per_slot} -> {lay.envs_per_slot} with batch_segments "
             f"{lay.batch_segments}: each trainer's PPO batch stays {trainer_batch(costs, lay):,.0f} samples"
@@ -402,6 +402,16 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
     ]
     lines += [_scale_line(r) for r in rows]
     return "\n".join(lines)
+
+
+def _replay_costs(costs: Costs) -> str:
+    """The replay worker's costs, where the config has a replay."""
+    if not costs.samples_per_insert:
+        return ""
+    return (
+        f", replay insert {_us(costs.replay_insert_seconds_per_step)}/step + "
+        f"sample {_us(costs.replay_sample_seconds_per_item)}/item x {costs.samples_per_insert:g} per insert"
+    )
 
 
 def given_text(given: Recommendation, title: str = "given layout") -> str:
