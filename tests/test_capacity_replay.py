@@ -68,9 +68,11 @@ def test_the_replay_stage_can_be_the_bottleneck():
     assert pred.bottleneck == "replay"
     assert pred.steps_per_second == pytest.approx(1 / 2010e-6)
     assert pred.stages["cores"] == pytest.approx(2 / 2910e-6)
-    # one replay worker per trainer: two trainers have two
+    # one replay worker per trainer: two trainers have two; one per node group (replay.placement: node): one
     two = predict(costly, Cluster(nodes=1, cores_per_node=64), one_node(actors=8, trainers=2))
     assert two.stages["replay"] == pytest.approx(2 / 2010e-6)
+    shared = dataclasses.replace(one_node(actors=8, trainers=2), replay_placement="node")
+    assert predict(costly, Cluster(nodes=1, cores_per_node=64), shared).stages["replay"] == pytest.approx(1 / 2010e-6)
 
 
 def test_the_cores_term_charges_the_replay_on_the_node_it_shares():

@@ -43,6 +43,43 @@ def test_the_rate_limiter_holds_the_samples_per_insert_of_a_local_run(tmp_path: 
     assert abs(replay["samples_per_insert"] / 8 - 1) < 0.05, replay
 
 
+def test_a_replay_per_node_group_feeds_each_of_its_trainers() -> None:
+    """``replay.placement=node``: one replay per trainer node group, serving the batches of each trainer of the
+    group, filled by the actors whose trainers are there (a Ray plan of 2 trainer nodes, built without a cluster)."""
+    cfg = load_config(
+        DQN,
+        ["runtime=ray", "ray.trainer_nodes=2", "workers.trainers=4", "workers.actors=4", "replay.placement=node"],
+    )
+    topology = make_plan(cfg).topology
+    replays = [w for w in topology.workers if w.role.name == "replay"]
+    assert [(w.name, w.group, [e.name for e in w.serves]) for w in replays] == [
+        ("replay0", -1, ["replay0", "batches0", "batches1"]),
+        ("replay1", -2, ["replay1", "batches2", "batches3"]),
+    ]
+    trainers = [w for w in topology.workers if w.role.name == "trainer"]
+    assert [([e.name for e in w.connects], w.group) for w in trainers] == [
+        (["batches0"], -1),
+        (["batches1"], -1),
+        (["batches2"], -2),
+        (["batches3"], -2),
+    ]
+    actors = [w for w in topology.workers if w.role.name == "actor"]
+    assert [w.connects[0].name for w in actors] == ["replay0", "replay0", "replay1", "replay1"]
+
+
+def test_two_trainers_sharing_one_replay_take_its_batches_in_turn(tmp_path: Path) -> None:
+    """Both data-parallel trainers of a one-machine run sample the one replay both actors fill; the rate limiter
+    holds their samples together at the setting."""
+    overrides = ["workers.trainers=2", "workers.actors=2", "replay.placement=node", "replay.samples_per_insert=8"]
+    cfg = load_config(DQN, _short(*overrides, "run.total_env_steps=12000"))
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert list(summary["replays"]) == ["replay0"]
+    replay = summary["replays"]["replay0"]
+    assert replay["inserted"] >= 8_000
+    assert abs(replay["samples_per_insert"] / 8 - 1) < 0.05, replay
+    assert summary["time_fractions"]["trainer0/train"] > 0 and summary["time_fractions"]["trainer1/train"] > 0
+
+
 def test_kill_9_of_the_replay_worker_an_actor_and_the_trainer_is_survived_and_no_item_is_lost(tmp_path: Path) -> None:
     """The replay worker restarts alone and attaches to its store in shared memory: the replay's size never goes
     back, and every item inserted is still there at the end. The actor restarts alone, the trainer from its

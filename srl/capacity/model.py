@@ -295,6 +295,13 @@ class Layout:
     batch_segments: int | None = None
     """Segments per trainer batch (``workers.batch_segments``). None: as many as keep the measured config's batch
     at this slot size (:func:`trainer_batch`)."""
+    replay_placement: Literal["trainer", "node"] = "trainer"
+    """With a replay (``replay.placement``): a replay worker per trainer, or one per trainer node group."""
+
+    @property
+    def replays(self) -> int:
+        """Replay workers (with a replay): each does the same work per env step it takes in."""
+        return self.trainers if self.replay_placement == "trainer" else max(1, self.trainer_nodes)
 
 
 def layout_of(plan: Plan) -> Layout:
@@ -318,6 +325,7 @@ def layout_of(plan: Plan) -> Layout:
         params_mode=cfg.params.mode,
         fan_out=cfg.params.fan_out,
         batch_segments=cfg.workers.batch_segments,
+        replay_placement=cfg.replay.placement,
     )
 
 
@@ -565,7 +573,7 @@ def predict(costs: Costs, cluster: Cluster, layout: Layout) -> Prediction:
         "env": layout.actor_nodes * layout.actors_per_node / a_s,
         "inference": rate(pws, p_s) if pws else math.inf,  # inline inference is part of the env stage
         "trainer": layout.trainers / (t_s + reduce_s),
-        "replay": rate(layout.trainers, r_s),  # one replay worker per trainer
+        "replay": rate(layout.replays, r_s),
         "network": _network(costs, cluster, layout),
         "params": samples_per_version(costs, layout) / delivery.seconds if delivery.seconds else math.inf,
         "cores": _cores(costs, cluster, layout, a_s + p_s, t_s, r_s),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from srl.api.config import ConfigError
 from srl.api.schema import FieldSpec
 from srl.api.worker import Worker
-from srl.runtime.topology import Endpoint, Stream, WorkerSpec
+from srl.runtime.topology import Endpoint, Stream, WorkerSpec, replay_of_trainer, replays_per_policy, trainers_of_replay
 from srl.system.replay_store import ReplaySpec, ReplayStore
 from srl.system.replay_worker import INSERTED, PRIORITIES, ReplayBatches, ReplayWorker, Sampling
 from srl.system.streams import PoolLayout
@@ -48,17 +48,18 @@ def sampling(plan: Plan, policy: int) -> Sampling:
 
 def replay_spec(plan: Plan, replay: int) -> ReplaySpec:
     """The store of replay ``replay``: chunks of its policy's segments, as the ``replay`` section shapes it."""
-    k = plan.policy_of_trainer(replay)
+    k = replay // replays_per_policy(plan)
     return ReplaySpec.of(plan.policies[k].layout, plan.cfg.replay, sampling(plan, k).batch_size)
 
 
 def batch_layout(plan: Plan, endpoint: Endpoint) -> PoolLayout:
-    """Replay ``endpoint.index``'s batch buffers: one row of :data:`BATCH_BUFFERS` batches of its store's batch
-    fields, plus the priorities its trainer writes back and the env steps taken in so far."""
+    """Trainer ``endpoint.index``'s batch buffers: one row of :data:`BATCH_BUFFERS` batches of its replay's batch
+    fields, plus the priorities the trainer writes back and the env steps taken in so far."""
     assert endpoint.index is not None
     k = plan.policy_of_trainer(endpoint.index)
     s = sampling(plan, k)
-    fields: dict[str, FieldSpec] = dict(replay_spec(plan, endpoint.index).batch_fields(s.batch_size))
+    spec = replay_spec(plan, replay_of_trainer(plan, endpoint.index))
+    fields: dict[str, FieldSpec] = dict(spec.batch_fields(s.batch_size))
     fields[PRIORITIES] = FieldSpec((s.batch_size,), "float32")
     fields[INSERTED] = FieldSpec((1,), "int64")
     return PoolLayout(actors=1, buffers=BATCH_BUFFERS, fields=fields)
@@ -85,19 +86,18 @@ STORE = _StoreOpener()
 
 
 def build_replay(ctx: BuildContext) -> Worker:
-    """Replay ``r``: its actors' segments in, its trainer's batches out."""
+    """Replay ``r``: its actors' segments in, batches out to each trainer it feeds."""
     from srl.runtime.build import worker_seed
 
     plan, fabric, worker = ctx.plan, ctx.fabric, ctx.worker
     r = worker.index
-    k = plan.policy_of_trainer(r)
-    feeds = Endpoint(Stream.BATCHES, r)
+    k = r // replays_per_policy(plan)
+    feeds = [Endpoint(Stream.BATCHES, t) for t in trainers_of_replay(plan, r)]
     return ReplayWorker(
         r,
         fabric.storage(Endpoint(Stream.REPLAY, r)),
         fabric.segment_source(worker),
-        fabric.buffers(feeds),
-        fabric.channel(feeds),
+        [(fabric.buffers(e), fabric.channel(e)) for e in feeds],
         fabric.reporter(),
         sampling(plan, k),
         total_env_steps=plan.cfg.run.total_env_steps,
@@ -117,7 +117,8 @@ def saved_replay(run_dir: Path, replay: int) -> Path:
 
 
 def replay_batches(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> ReplayBatches:
-    """Trainer ``t``'s batches, from replay ``t`` (``fresh``: the trainer starts the run, from no checkpoint)."""
+    """Trainer ``t``'s batches, from the replay that feeds it (``fresh``: the trainer starts the run, from no
+    checkpoint)."""
     feeds = Endpoint(Stream.BATCHES, trainer.index)
     k = plan.policy_of_trainer(trainer.index)
     return ReplayBatches(fabric.buffers(feeds), fabric.channel(feeds), plan.policies[k].agents_per_env, fresh)

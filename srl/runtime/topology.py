@@ -95,7 +95,8 @@ class Stream:
     )
     """Replay ``r``'s stream of segments to insert (actors -> replay; across nodes over ZeroMQ)."""
     BATCHES = StreamKind("batches", "batches{}", channel=SAMPLE_WIDTH, pool="srl.runtime.replay:batch_layout")
-    """Replay ``r``'s batches for trainer ``r`` (in shared memory on their node), and their priorities back."""
+    """Trainer ``t``'s batches from the replay that feeds it (in shared memory on their node), and their
+    priorities back."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,9 @@ class Hop:
     """``route(plan, actor, policy)``: the worker that actor ``actor``'s segments of policy ``policy`` reach."""
     keeps: StreamKind | None = None
     """None: it forwards what it keeps to the next stop of the path (a stage). A kind: it keeps the segments (a
-    replay), and its worker ``i`` serves trainer ``i`` through an endpoint of that kind."""
+    replay), and serves each trainer it feeds (:attr:`feeds`) through an endpoint of that kind."""
+    feeds: Callable[[Plan, int], tuple[int, ...]] = lambda plan, index: (index,)
+    """A keeper's: the trainers its worker ``index`` serves (by default trainer ``index``)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -413,11 +416,12 @@ def _actor_connects(plan: Plan, actor: int) -> tuple[Endpoint, ...]:
 
 
 def hop_serves(plan: Plan, role: Role, index: int) -> tuple[Endpoint, ...]:
-    """A hop's endpoints: the one it receives segments on, and a keeper's to its trainer."""
+    """A hop's endpoints: the one it receives segments on, and a keeper's to each trainer it feeds."""
     hop = role.hop
     if hop is None or role not in plan.sample_path:
         return ()
-    return (Endpoint(hop.stream, index), *((Endpoint(hop.keeps, index),) if hop.keeps is not None else ()))
+    kept = () if hop.keeps is None else tuple(Endpoint(hop.keeps, t) for t in hop.feeds(plan, index))
+    return (Endpoint(hop.stream, index), *kept)
 
 
 def hop_connects(plan: Plan, role: Role, index: int) -> tuple[Endpoint, ...]:
@@ -447,7 +451,8 @@ def _trainer_serves(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
 
 
 def _trainer_connects(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
-    """The keeper's batches, when one ends the path: its worker ``i`` serves trainer ``i``."""
+    """The keeper's batches, when one ends the path (an endpoint of each trainer, served by the keeper that
+    feeds it)."""
     kept = keeper(plan)
     if kept is None or kept.hop is None or kept.hop.keeps is None:
         return ()
@@ -507,16 +512,41 @@ STAGE = Role(
     cpus=lambda plan: plan.cfg.ray.cpus_per_stage,
     hop=Hop(Stream.STAGE, route=lambda plan, actor, policy: plan.stage_of(actor)),
 )
+
+
+def replays_per_policy(plan: Plan) -> int:
+    """Replays of each policy: one per trainer, or one per trainer node group (``replay.placement``)."""
+    return plan.trainer_nodes if plan.cfg.replay.placement == "node" else plan.cfg.workers.trainers
+
+
+def replay_of_trainer(plan: Plan, trainer: int) -> int:
+    """The replay that feeds trainer ``trainer`` (replays are numbered policy by policy, as trainers are)."""
+    if plan.cfg.replay.placement == "trainer":
+        return trainer
+    return plan.policy_of_trainer(trainer) * plan.trainer_nodes + plan.trainer_node(trainer)
+
+
+def trainers_of_replay(plan: Plan, replay: int) -> tuple[int, ...]:
+    """The trainers replay ``replay`` feeds."""
+    every = range(plan.cfg.workers.trainers * len(plan.policies))
+    return tuple(t for t in every if replay_of_trainer(plan, t) == replay)
+
+
 REPLAY = Role(
     "replay",
-    count=lambda plan: plan.cfg.workers.trainers * len(plan.policies),
+    count=lambda plan: replays_per_policy(plan) * len(plan.policies),
     builder="srl.runtime.replay:build_replay",
     seed_salt=8,
-    group=lambda plan, r: trainer_group(plan.trainer_node(r)),
+    group=lambda plan, r: trainer_group(plan.trainer_node(trainers_of_replay(plan, r)[0])),
     cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
-    policy=lambda plan, r: plan.policy_of_trainer(r),
-    hop=Hop(Stream.REPLAY, route=lambda plan, actor, policy: plan.trainer_of(actor, policy), keeps=Stream.BATCHES),
-    holds=lambda plan, r: {(Endpoint(Stream.BATCHES, r), 0): (FILLING,)},
+    policy=lambda plan, r: r // replays_per_policy(plan),
+    hop=Hop(
+        Stream.REPLAY,
+        route=lambda plan, actor, policy: replay_of_trainer(plan, plan.trainer_of(actor, policy)),
+        keeps=Stream.BATCHES,
+        feeds=trainers_of_replay,
+    ),
+    holds=lambda plan, r: {(Endpoint(Stream.BATCHES, t), 0): (FILLING,) for t in trainers_of_replay(plan, r)},
 )
 ACTOR = Role(
     "actor",

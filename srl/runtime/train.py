@@ -23,8 +23,17 @@ from srl.system.run_dir import RunDir, RunDirError, default_run_dir, policy_chec
 from srl.system.trainer_worker import checkpoints, load_checkpoint
 from srl.wiring import prepare_algorithm
 
-FIXED_ON_RESUME = ("env", "model", "ppo.critic", "ppo.normalize_values", "text.model", "text.advantage")
-"""Settings the checkpoint's networks were built with: a resumed run may not change them."""
+FIXED_ON_RESUME = (
+    "env",
+    "model",
+    "ppo.critic",
+    "ppo.normalize_values",
+    "text.model",
+    "text.advantage",
+    "replay.placement",  # the saved replays are one file per replay
+)
+"""Settings the checkpoints were made under (the networks were built with them, the saved replays are one file
+per replay): a resumed run may not change them."""
 
 
 def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
@@ -47,7 +56,7 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
     after = to_dict(cfg)
     for key in FIXED_ON_RESUME:
         if _lookup(before, key) != _lookup(after, key):
-            raise ConfigError(f"{key}: cannot change when resuming (the checkpoint's networks were built with it)")
+            raise ConfigError(f"{key}: cannot change when resuming (the run's checkpoints were made with it)")
     newest = []
     for name in cfg.policy_names:
         found = checkpoints(policy_checkpoints(Path(run_dir), cfg, name))

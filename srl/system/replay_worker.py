@@ -1,14 +1,15 @@
-"""The replay worker: keeps its actors' segments and serves its trainer sampled batches.
+"""The replay worker: keeps its actors' segments and serves its trainers sampled batches.
 
 It stands last on the sample path (``workers.path: [..., replay]``). Its actors
 hand it finished segment buffers exactly as they would a trainer; it copies
 each into its store (shared memory, so that a restarted replay worker finds
-every item again) and frees the buffer. Its trainer reads batches from a small
+every item again) and frees the buffer. Each trainer it feeds (one, or the
+trainers of a node group: ``replay.placement``) reads batches from its own small
 pool of batch buffers in shared memory: the replay fills a free one with a
 sampled batch and sends its record; the trainer trains on it in place, writes
 the new priorities into it and hands it back (:data:`TRAINED`); the replay
 applies them by item key, so an update for an item overwritten meanwhile is
-dropped.
+dropped. Trainers that share a replay take turns at its batches.
 
 The store's rate limiter decides, on both sides, whether the replay may insert
 or sample now. What it may not insert stays in the actors' buffers, and an
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,8 @@ frees it (FREE -> FILLING by the replay -> READY to the trainer -> TRAINED, or F
 PRIORITIES = "priorities"
 """The batch buffer's field the trainer writes its new priorities into, aligned with ``keys``."""
 INSERTED = "inserted_env_steps"
-"""The batch buffer's field that carries the env steps the replay has taken in (the trainer's progress)."""
+"""The batch buffer's field that carries the trainer's share of the env steps the replay has taken in (its
+progress): all of them, or an equal part for each trainer that shares the replay."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,7 @@ class ReplayWorker(Worker):
         index: int,
         store: ReplayStore,
         source: SegmentSource,
-        batches: SegmentPool,
-        channel: Channel,
+        feeds: Sequence[tuple[SegmentPool, Channel]],
         reporter: Reporter,
         sampling: Sampling,
         total_env_steps: int,
@@ -84,13 +85,14 @@ class ReplayWorker(Worker):
         save_interval: float = 120.0,
         load: bool = False,
     ) -> None:
-        """``batches``: its trainer's batch buffers (one row); ``channel``: that trainer's batch stream.
+        """``feeds``: per trainer it serves, that trainer's batch buffers (one row) and batch stream.
         ``save_path``: where the store is written every ``save_interval`` seconds and at teardown (``replay.save``);
         ``load``: read it back at setup into the empty store (a resumed run, not a restarted worker, which finds
         its store in shared memory)."""
         self.name = f"replay{index}"
         self.index = index
-        self.store, self.source, self.batches, self.channel = store, source, batches, channel
+        self.store, self.source, self.feeds = store, source, list(feeds)
+        self._turn = 0  # the feed served first next time: trainers sharing the replay take turns
         self.reporter, self.sampling = reporter, sampling
         self.total_env_steps, self.agents_per_env = total_env_steps, agents_per_env
         self.rng = np.random.default_rng(seed)
@@ -134,14 +136,17 @@ class ReplayWorker(Worker):
 
     # ------------------------------------------------------------------ internals
     def _apply_trained(self) -> int:
-        """Apply the priorities of every batch its trainer handed back, and free those buffers."""
-        state = self.batches.state[0]
-        done = np.flatnonzero(state == TRAINED)
-        for buf in done.tolist():
-            batch = self.batches.segment(0, buf)
-            self.store.update_priorities(batch["keys"], batch[PRIORITIES])
-            state[buf] = FREE
-        return len(done)
+        """Apply the priorities of every batch its trainers handed back, and free those buffers."""
+        applied = 0
+        for batches, _ in self.feeds:
+            state = batches.state[0]
+            done = np.flatnonzero(state == TRAINED)
+            for buf in done.tolist():
+                batch = batches.segment(0, buf)
+                self.store.update_priorities(batch["keys"], batch[PRIORITIES])
+                state[buf] = FREE
+            applied += len(done)
+        return applied
 
     def _take(self, timeout: float) -> None:
         """Queue the records of the segments that came (waiting up to ``timeout`` for the first), up to
@@ -167,23 +172,30 @@ class ReplayWorker(Worker):
         return inserted
 
     def _serve(self) -> int:
-        """Fill each free batch buffer with a sampled batch while the rate limiter allows, and send it."""
-        state, served = self.batches.state[0], 0
-        t0 = time.perf_counter()
-        for buf in np.flatnonzero(state == FREE).tolist():
-            if not self.store.can_sample(self.sampling.batch_size):
-                break
-            state[buf] = FILLING
-            batch = self.batches.segment(0, buf)
-            s = self.sampling
-            progress = min(1.0, self.env_steps / self.total_env_steps)
-            self.store.sample_into(batch, self.rng, n=s.nstep, gamma=s.gamma, beta=s.beta(progress))
-            batch[INSERTED][...] = self.env_steps
-            state[buf] = READY
-            self.channel.send((0, buf))
+        """Fill free batch buffers with sampled batches while the rate limiter allows, and send them: one per
+        trainer in turn, so that trainers sharing the replay share its samples."""
+        served, t0, n = 0, time.perf_counter(), len(self.feeds)
+        free = [np.flatnonzero(batches.state[0] == FREE).tolist() for batches, _ in self.feeds]
+        while any(free) and self.store.can_sample(self.sampling.batch_size):
+            i = next(j % n for j in range(self._turn, self._turn + n) if free[j % n])
+            self._fill(i, free[i].pop(0))
+            self._turn = (i + 1) % n
             served += 1
         self.t_sample += time.perf_counter() - t0
         return served
+
+    def _fill(self, feed: int, buf: int) -> None:
+        """Sample a batch into buffer ``buf`` of trainer ``feed``'s batch buffers, and send its record."""
+        batches, channel = self.feeds[feed]
+        state = batches.state[0]
+        state[buf] = FILLING
+        batch = batches.segment(0, buf)
+        s = self.sampling
+        progress = min(1.0, self.env_steps / self.total_env_steps)
+        self.store.sample_into(batch, self.rng, n=s.nstep, gamma=s.gamma, beta=s.beta(progress))
+        batch[INSERTED][...] = self.env_steps // len(self.feeds)  # each trainer's share of the env steps
+        state[buf] = READY
+        channel.send((0, buf))
 
     @property
     def env_steps(self) -> int:

@@ -44,6 +44,10 @@ class ReplayConfig:
     ``[4, 84, 84]``): stored once per frame and restacked when sampled, about a quarter of the memory. An episode's
     first stack repeats its first frame (Gymnasium's ``FrameStackObservation`` and EnvPool both do); a part that
     does not restack exactly is refused at its first insert."""
+    placement: Literal["trainer", "node"] = "trainer"
+    """``trainer``: one replay per trainer, beside it (each data-parallel trainer samples the items of its own
+    actors). ``node``: one per trainer node group (one in a run on one machine), shared by that group's trainers:
+    each samples every item the group's actors sent, and the rate limiter holds their samples together."""
     save: bool = False
     """Write the replay beside each checkpoint, so a resumed run reloads it instead of refilling it."""
 
