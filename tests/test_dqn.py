@@ -241,6 +241,34 @@ def test_greedy_acting_respects_an_action_mask() -> None:
     np.testing.assert_array_equal(actions[:8], q.argmax(1).numpy()[:8])
 
 
+def test_steps_an_agent_did_not_take_weigh_nothing_and_bootstrap_from_nothing() -> None:
+    """A multi-agent env's agent that left early has idle columns (``alive`` False): zero observations whose
+    action mask is all zero. They must not raise (no legal bootstrap action), move the loss, or earn priority."""
+    algo = make_algorithm(MASKED, ACT, _cfg(target_every=10_000), seed=0)
+    batch = _batch(seed=4)
+    alive = np.ones((1, 16), bool)
+    alive[0, 10:] = False
+    boot_mask = np.ones((1, 16, 3), np.int8)
+    boot_mask[0, 10:] = 0  # a dead agent's observation: no legal action, and a discount the env never zeroed
+    masked = {
+        "obs.x": batch.pop("obs"),
+        "boot_obs.x": batch.pop("boot_obs"),
+        "obs.action_mask": np.ones((1, 16, 3), np.int8),
+        "boot_obs.action_mask": boot_mask,
+        "alive": alive,
+        **batch,
+    }
+    masked["discounts"][...] = 0.99
+    twin = make_algorithm(MASKED, ACT, _cfg(target_every=10_000), seed=0)
+    result = algo.train(masked, 0.0)
+    assert result.priorities is not None
+    assert (result.priorities.values[10:] == 0).all() and (result.priorities.values[:10] > 0).all()
+    living = {k: (v[:, :10] if v.ndim >= 2 else v[:10]) for k, v in masked.items() if k != "alive"}
+    living["discounts"] = living["discounts"].copy()
+    expected = twin.train(living, 0.0)  # the same update from the living rows alone, at their share of the mean
+    assert result.stats["loss"] == pytest.approx(expected.stats["loss"] * 10 / 16, rel=1e-5)
+
+
 def test_the_target_ignores_illegal_bootstrap_actions() -> None:
     algo = make_algorithm(MASKED, ACT, _cfg(double_q=True, target_every=10_000), seed=0)
     assert isinstance(algo, DQN)

@@ -145,6 +145,30 @@ def test_a_resumed_run_reloads_its_saved_replay_or_says_it_refills(tmp_path: Pat
         assert refilled and size < stored  # only what the resumed run inserted
 
 
+@pytest.mark.parametrize(("placement", "refilled"), [("node", []), ("trainer", ["refills 1 replay(s)"])])
+def test_a_resumed_run_counts_the_replays_it_refills_by_their_placement(
+    tmp_path: Path, placement: str, refilled: list[str]
+) -> None:
+    """Two trainers and one saved replay file: one replay shared by both finds it; one replay each refills one."""
+    from srl.runtime.train import _say_refilled
+
+    overrides = ["workers.trainers=2", "workers.actors=2", f"replay.placement={placement}", "replay.save=true"]
+    plan = make_plan(load_config(DQN, overrides))
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "replay0.npz").write_bytes(b"")
+
+    class Said:
+        warnings: list[str] = []
+
+        def warn(self, message: str) -> None:
+            self.warnings.append(message)
+
+    said = Said()
+    _say_refilled(plan, said, tmp_path)  # type: ignore[arg-type]
+    assert [w for w in said.warnings if any(r in w for r in refilled)] == said.warnings
+    assert len(said.warnings) == len(refilled)
+
+
 def test_one_dqn_shared_by_a_multi_agent_env_s_agents_trains_through_their_columns(tmp_path: Path) -> None:
     """MPE2's simple_spread (3 agents, discrete actions): every agent is a column of the one DQN's replay."""
     overrides = _short(

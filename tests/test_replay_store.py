@@ -392,6 +392,24 @@ def test_a_saved_replay_of_frame_stacks_loads_and_restacks(tmp_path: Path, draw:
 # ---------------------------------------------------------------- uniform and fifo
 
 
+def test_a_batch_carries_whether_each_step_was_taken(draw: np.random.Generator) -> None:
+    """A multi-agent layout's ``alive`` flags come with each sampled step (an agent that left has idle steps)."""
+    T, B = 4, 3
+    fields = {**_fields(T, B, image=False), "alive": FieldSpec((T, B), "bool")}
+    spec = ReplaySpec.of(PoolLayout(1, 1, fields), ReplayConfig(max_size=1000, min_size=1, error_buffer=1e9), 64)
+    store = ReplayStore.in_process(spec)
+    rng = np.random.default_rng(2)
+    segments = [_segment(spec, rng) for _ in range(3)]
+    for segment in segments:
+        segment["alive"] = rng.random((T, B)) < 0.5
+        store.insert(segment)
+    out = _batch(spec, 64)
+    store.sample_into(out, draw)
+    chunk, offset = np.divmod(out["keys"], T)  # items of one step: T per chunk, chunks in insertion order
+    want = [segments[c // B]["alive"][t, c % B] for c, t in zip(chunk, offset)]
+    np.testing.assert_array_equal(out["alive"][0], want)
+
+
 def test_uniform_covers_every_live_item_and_nothing_else(draw: np.random.Generator) -> None:
     spec = _spec(max_size=24, batch=32)  # 6 chunks
     store = ReplayStore.in_process(spec)

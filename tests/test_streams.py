@@ -28,6 +28,7 @@ from srl.system.streams import (
     SampleProducer,
     SegmentPool,
 )
+from srl.system.batches import SegmentBatches
 from srl.system.testing import RandomPolicy
 
 T, B = 4, 3
@@ -164,6 +165,28 @@ def test_sample_stream_round_trip_and_back_pressure():
     consumer.release(1, first)
     assert pool.state[1, first] == FREE
     assert producer.acquire() == first
+
+
+def test_a_record_that_outlived_its_hand_over_is_not_taken_twice():
+    """A consumer that died left a record in the pipe; its restart's cleanup freed the buffer, which the actor
+    filled and handed over again with a record of its own. Both records arrive together: the segment is taken
+    once, and the buffer is not released a second time while its actor fills it again."""
+    pool = make_pool(actors=1, buffers=2)
+    channel = InProcChannel(2)
+    producer, consumer = SampleProducer(pool, 0, channel), SampleConsumer(pool, channel)
+    buf = producer.acquire()
+    producer.submit(buf)  # record 1
+    pool.state[0, buf] = FREE  # the restart's cleanup frees it; record 1 stays in the pipe
+    assert producer.acquire() == buf
+    pool.arrays["rewards"][0, buf] = 2.0
+    producer.submit(buf)  # record 2, the same buffer
+    batches = SegmentBatches(consumer, batch_segments=2, max_policy_lag=99)
+    batches.setup()
+    assert batches.fill(0, 0.0) == 2
+    assert batches._filled == 1 and pool.state[0, buf] == FREE  # taken once, released once
+    assert producer.acquire() == buf  # the actor refills it
+    assert not consumer.holds(0, buf)  # a third, stale record would now be skipped, not taken mid-fill
+    assert consumer.rejected == 0
 
 
 def test_param_subscriber_only_moves_forward():

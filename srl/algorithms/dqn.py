@@ -208,7 +208,8 @@ class DQN:
         """One learner step on ``N`` replay items of ``L`` steps: for each observation part ``P``, ``P`` and
         ``boot_P`` ``[L, N, ...]`` (each step's observation and the one its n-step target bootstraps from),
         ``actions [L, N]``, ``returns`` and ``discounts`` ``[L, N]`` (n-step reward sums and ``gamma^m``, 0
-        after a terminal), ``weights [N]`` (importance weights) and ``keys [N]``. The target is
+        after a terminal), ``alive [L, N]`` in a multi-agent env's batch (a step its agent did not take weighs
+        nothing, and its priority is the floor), ``weights [N]`` (importance weights) and ``keys [N]``. The target is
         ``returns + discounts * Q_target(boot, a*)``; each item's new priority is its largest ``|td|``. The learning
         rate is constant: ``progress`` is not read."""
         length, n = batch["actions"].shape[:2]
@@ -216,10 +217,16 @@ class DQN:
         boot = {name: self._rows(batch[BOOT + name]) for name in self.parts}
         actions = self._rows(batch["actions"]).long()
         weights = self._tensor(batch["weights"]).float().repeat(length)  # rows are time-major: item i is row t*N+i
-        target = self._targets(boot, self._rows(batch["returns"]), self._rows(batch["discounts"]))
+        discounts = self._rows(batch["discounts"])
+        alive = self._rows(batch["alive"]).float() if "alive" in batch else None
+        if alive is not None:  # a step its agent did not take (it left the env) is no transition: weight 0
+            weights, discounts = weights * alive, discounts * alive
+        target = self._targets(boot, self._rows(batch["returns"]), discounts)
         q_all = self.q(obs)
         q_taken = q_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         loss, td = td_loss(q_taken, target, weights, self.cfg.loss)
+        if alive is not None:
+            td = td * alive
         self.optimizer.zero_grad()
         loss.backward()
         if self.collective is not None:
@@ -228,7 +235,7 @@ class DQN:
         self.optimizer.step()
         self.learner_steps += 1
         self._update_target()
-        self._update_normalizers(obs)
+        self._update_normalizers(obs if alive is None else {k: v[alive > 0] for k, v in obs.items()})
         priorities = td.abs().reshape(length, n).amax(dim=0).float().cpu().numpy()
         stats.update(
             loss=float(loss.detach()),

@@ -100,7 +100,8 @@ def build_replay(ctx: BuildContext) -> Worker:
         [(fabric.buffers(e), fabric.channel(e)) for e in feeds],
         fabric.reporter(),
         sampling(plan, k),
-        total_env_steps=plan.cfg.run.total_env_steps,
+        # its share of the run's env steps: the replays of a policy split its actors between them
+        total_env_steps=max(1, plan.cfg.run.total_env_steps // replays_per_policy(plan)),
         agents_per_env=plan.policies[k].agents_per_env,
         seed=worker_seed(plan, worker.role, r),
         wait_timeout=ctx.wait_timeout,

@@ -74,9 +74,10 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
 def _say_refilled(plan: Plan, controller: Controller, run_dir: Path) -> None:
     """A resumed run whose replays start empty says so (in the log, and in ``summary.json``'s warnings)."""
     from srl.runtime.replay import saved_replay
+    from srl.runtime.topology import replays_per_policy
 
-    trainers = range(plan.cfg.workers.trainers * len(plan.policies))
-    missing = [r for r in trainers if not (plan.cfg.replay.save and saved_replay(run_dir, r).exists())]
+    replays = range(replays_per_policy(plan) * len(plan.policies))
+    missing = [r for r in replays if not (plan.cfg.replay.save and saved_replay(run_dir, r).exists())]
     if missing:
         said = "replay.save is off" if not plan.cfg.replay.save else "no saved replay was found"
         controller.warn(f"replay: the resumed run refills {len(missing)} replay(s) from empty ({said})")

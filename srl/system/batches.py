@@ -113,6 +113,8 @@ class SegmentBatches:
         return len(records)
 
     def _take(self, actor: int, buf: int, version: int) -> None:
+        if not self.source.holds(actor, buf):  # a second record of one hand-over (SegmentSource.holds)
+            return
         segment = self.source.segment(actor, buf)
         lag = version - segment["version"]
         if int(lag.max()) > self.max_policy_lag:

@@ -170,6 +170,10 @@ class SampleReceiver:
         """Done with this segment: its message is freed."""
         self._held.pop(handle, None)
 
+    def holds(self, handle: int, buffer: int) -> bool:
+        """Whether the segment is still held (each message is a copy of its own, handed over once)."""
+        return handle in self._held
+
     def close(self) -> None:
         self._held.clear()
         self._sock.close()

@@ -56,6 +56,7 @@ class ItemReader:
         self._obs_row = all_steps // spec.steps * self._skip + all_steps
         """Per step, its observation row (one gather in a batch instead of three array operations)."""
         self._parts = tuple((part, f"boot_{part}") for part in spec.obs_fields)
+        self._alive = "alive" in spec.fields
         steps = spec.capacity * spec.steps
         self._returns = np.zeros(steps, np.float32)
         self._discounts = np.zeros(steps, np.float32)
@@ -93,6 +94,8 @@ class ItemReader:
         flat["actions"].take(steps, axis=0, out=out["actions"], mode="clip")
         self._returns.take(steps, out=out["returns"], mode="clip")
         self._discounts.take(steps, out=out["discounts"], mode="clip")
+        if self._alive:
+            flat["alive"].take(steps, axis=0, out=out["alive"], mode="clip")
 
     def _compute(self, slots: np.ndarray, n: int, gamma: float) -> None:
         """The n-step returns, discounts and bootstrap rows of every step of chunks ``slots``."""

@@ -221,8 +221,9 @@ class ReplaySpec:
 
         ``P`` / ``boot_P`` ``[L, N, ...]`` per observation part: each step's observation and the one its n-step
         target bootstraps from; ``actions [L, N, ...]``; ``returns`` and ``discounts [L, N]`` float32 (the
-        target is ``returns + discounts * V(boot)``); ``weights [N]`` float32 importance weights; ``keys [N]``
-        int64, which a priority update names the items by.
+        target is ``returns + discounts * V(boot)``); ``alive [L, N]`` bool where the layout has it (a step its
+        agent did not take, having left the env early, holds no transition); ``weights [N]`` float32 importance
+        weights; ``keys [N]`` int64, which a priority update names the items by.
         """
         lead = (self.item_length, batch)
         out: dict[str, FieldSpec] = {}
@@ -232,6 +233,8 @@ class ReplaySpec:
         actions = self.fields["actions"]
         out["actions"] = FieldSpec((*lead, *actions.shape[2:]), actions.dtype)
         out["returns"] = out["discounts"] = FieldSpec(lead, "float32")
+        if "alive" in self.fields:  # a multi-agent env's: which steps its agent took (it may leave early)
+            out["alive"] = FieldSpec(lead, "bool")
         out["weights"] = FieldSpec((batch,), "float32")
         out["keys"] = FieldSpec((batch,), "int64")
         return out

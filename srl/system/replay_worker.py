@@ -86,6 +86,8 @@ class ReplayWorker(Worker):
         load: bool = False,
     ) -> None:
         """``feeds``: per trainer it serves, that trainer's batch buffers (one row) and batch stream.
+        ``total_env_steps``: the env steps this replay takes in over the run (its share of the run's), which the
+        importance-weight exponent anneals over.
         ``save_path``: where the store is written every ``save_interval`` seconds and at teardown (``replay.save``);
         ``load``: read it back at setup into the empty store (a resumed run, not a restarted worker, which finds
         its store in shared memory)."""
@@ -164,6 +166,8 @@ class ReplayWorker(Worker):
         t0, inserted = time.perf_counter(), 0
         while self._pending and self.store.can_insert(self.store.items_per_segment):
             actor, buf = self._pending.popleft()
+            if not self.source.holds(actor, buf):  # a record that outlived its hand-over (SegmentSource.holds)
+                continue
             self.store.insert(self.source.segment(actor, buf))
             self.source.release(actor, buf)
             inserted += 1

@@ -172,6 +172,12 @@ class SegmentSource(Protocol):
     def release(self, actor: int, buffer: int) -> None:
         """Done with a received segment."""
 
+    def holds(self, actor: int, buffer: int) -> bool:
+        """Whether a received record's segment is still handed over to this consumer. A record can outlive its
+        segment: one left in a pipe by a consumer that died names a buffer its restart's cleanup freed, which the
+        actor may have filled and handed over again, with a record of its own; so a record is checked when it is
+        used, and a second record of one hand-over finds the buffer released."""
+
     @property
     def rejected(self) -> int:
         """Messages refused so far (malformed, or without the run's token across nodes), counted, never silent."""
@@ -239,6 +245,9 @@ class SampleConsumer:
     def release(self, actor: int, buffer: int) -> None:
         """Give a consumed buffer back to its actor."""
         self.pool.state[actor, buffer] = FREE
+
+    def holds(self, actor: int, buffer: int) -> bool:
+        return bool(self.pool.state[actor, buffer] == self.accepts)
 
 
 class SegmentForwarder(Protocol):
