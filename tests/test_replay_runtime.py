@@ -103,8 +103,12 @@ def test_kill_9_of_the_replay_worker_an_actor_and_the_trainer_is_survived_and_no
     assert proc.returncode == 0, err
     summary = json.loads(out)
     assert summary["restarts"] == {"actor0": 1, "replay0": 1, "trainer0": 1}
-    sizes = [json.loads(line).get("replay0_size", 0) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    sizes = [r.get("replay0_size", 0) for r in records]
     assert sizes == sorted(sizes) and sizes[-1] > 2_000  # never emptied: the restarted worker found every item
+    # the restarted actor explores on at the rate the run reached (epsilon ends at 2,000 env steps), not afresh
+    late = [r["explore_epsilon"] for r in records if "explore_epsilon" in r and r["env_steps"] >= 2_100]
+    assert late and max(late) <= 0.05, late
     replay = summary["replays"]["replay0"]
     assert replay["size"] == replay["inserted"] == replay["inserted_steps"]  # below max_size: nothing evicted
 
@@ -167,6 +171,21 @@ def test_a_resumed_run_counts_the_replays_it_refills_by_their_placement(
     _say_refilled(plan, said, tmp_path)  # type: ignore[arg-type]
     assert [w for w in said.warnings if any(r in w for r in refilled)] == said.warnings
     assert len(said.warnings) == len(refilled)
+
+
+def test_a_resumed_run_explores_at_the_rate_its_env_steps_reached(tmp_path: Path) -> None:
+    """The actors' linear epsilon decays over the run's env steps: a resumed run goes on from where they were,
+    not from ``epsilon_start``."""
+    run = tmp_path / "run"
+    decay = ["dqn.epsilon_decay_env_steps=8000", "dqn.epsilon_start=1.0", "dqn.epsilon_end=0.0"]
+    train(load_config(DQN, _short("runtime=inline", "run.total_env_steps=4000", *decay)), run, progress=None)
+    before = len((run / "metrics.jsonl").read_text().splitlines())
+    cfg, paths, state = resume_config(run, ["run.total_env_steps=4600"])
+    train(cfg, run, progress=None, resume=(paths, state))
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()[before:]]
+    resumed = [(r["env_steps"], r["explore_epsilon"]) for r in records if "explore_epsilon" in r]
+    # the resumed run counts on from its checkpoint's env steps, and so does its epsilon
+    assert resumed and all(eps == pytest.approx(1 - steps / 8000, abs=0.05) for steps, eps in resumed), resumed
 
 
 def test_one_dqn_shared_by_a_multi_agent_env_s_agents_trains_through_their_columns(tmp_path: Path) -> None:

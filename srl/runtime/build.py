@@ -62,6 +62,8 @@ class BuildContext:
     """How many times this worker was started before: a restarted actor draws fresh environment seeds."""
     min_version: int = 0
     """A restarted trainer publishes at least this version (above every version readers already hold)."""
+    env_steps: int = 0
+    """A restarted actor: the env steps its earlier starts took (its exploration schedule counts on from them)."""
 
 
 Builder = Callable[[BuildContext], Worker]
@@ -225,10 +227,13 @@ def build_worker(
     report_interval: float,
     incarnation: int = 0,
     min_version: int = 0,
+    env_steps: int = 0,
 ) -> Worker:
     """Build ``worker`` with its role's builder (see :class:`BuildContext` for the other arguments)."""
     torch.manual_seed(worker_seed(plan, worker.role, worker.index))
-    ctx = BuildContext(plan, fabric, worker, run_dir, wait_timeout, report_interval, incarnation, min_version)
+    ctx = BuildContext(
+        plan, fabric, worker, run_dir, wait_timeout, report_interval, incarnation, min_version, env_steps
+    )
     return _builder(worker.role)(ctx)
 
 
@@ -411,6 +416,7 @@ def build_actor(ctx: BuildContext) -> Worker:
         save_interval=cfg.run.checkpoint_interval_seconds,
         row=row,
         explorers=[_explorer(plan, policy, index) for policy in plan.policies],
+        explored_steps=plan.start_env_steps // plan.cfg.workers.actors + ctx.env_steps,
     )
 
 

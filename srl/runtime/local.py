@@ -67,6 +67,7 @@ def _worker_main(
     parent: int,
     incarnation: int = 0,
     min_version: int = 0,
+    env_steps: int = 0,
 ) -> None:
     """Entry point of a worker process (forked, or exec'd through :mod:`srl.runtime.worker_main`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the controller decides
@@ -92,6 +93,7 @@ def _worker_main(
             report_interval=0.1,
             incarnation=incarnation,
             min_version=min_version,
+            env_steps=env_steps,
         )
         # os.getppid() covers platforms without a parent-death signal and a controller that died before prctl.
         built.run(lambda: bool(stop[0]) or stopping["now"] or os.getppid() != parent)
@@ -197,7 +199,7 @@ def _start(method: str, plan: Plan, fabric: SharedFabric, launch: Launch, run_di
             target=_worker_main,
             name=name,
             daemon=False,
-            args=(plan, fabric, worker, run_dir, os.getpid(), launch.incarnation, launch.min_version),
+            args=(plan, fabric, worker, run_dir, os.getpid(), launch.incarnation, launch.min_version, launch.env_steps),
         )
         proc.start()
         return proc
@@ -206,6 +208,7 @@ def _start(method: str, plan: Plan, fabric: SharedFabric, launch: Launch, run_di
         "null_trainer": plan.null_trainer,
         "resume": launch.resume or plan.resume,
         "start_version": plan.start_version,
+        "start_env_steps": plan.start_env_steps,
         "tag": fabric.tag,
         "dir": str(fabric.dir),
         "role": worker.role.name,
@@ -214,6 +217,7 @@ def _start(method: str, plan: Plan, fabric: SharedFabric, launch: Launch, run_di
         "run_dir": None if run_dir is None else str(run_dir),
         "incarnation": launch.incarnation,
         "min_version": launch.min_version,
+        "env_steps": launch.env_steps,
     }
     return ExecProcess(name, [sys.executable, "-m", "srl.runtime.worker_main"], json.dumps(spec))
 

@@ -79,6 +79,8 @@ class Plan:
     """The checkpoints the trainers continue from (``srl train --resume``, a restart): one per policy."""
     start_version: int = 0
     """Policy version the run starts at (the checkpoint's when resuming)."""
+    start_env_steps: int = 0
+    """Env steps the run took before this process (a resumed run's): actors' exploration counts on from them."""
     sample_path: tuple[Role, ...] = ()
     """The roles segments pass through between the actors and the trainers (``workers.path``, resolved)."""
 
@@ -289,4 +291,5 @@ def plan_from_spec(spec: Mapping[str, Any]) -> Plan:
         make_plan(cfg, null_trainer=bool(spec["null_trainer"])),
         resume=None if spec["resume"] is None else tuple(str(p) for p in spec["resume"]),
         start_version=int(spec["start_version"]),
+        start_env_steps=int(spec["start_env_steps"]),
     )

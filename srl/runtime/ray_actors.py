@@ -143,6 +143,7 @@ class WorkerActor:
             report_interval=0.1,
             incarnation=int(self.spec["incarnation"]),
             min_version=int(self.spec["min_version"]),
+            env_steps=int(self.spec["env_steps"]),
         )
         worker.should_stop = self._should_stop
         worker.setup()

@@ -200,6 +200,7 @@ class RayPlacement:
             "null_trainer": p.null_trainer,
             "resume": p.resume,
             "start_version": p.start_version,
+            "start_env_steps": p.start_env_steps,
             "endpoints": self.endpoints.to_json(),
             "run_dir": None if self.run_dir is None else str(self.run_dir),
             "plugin_path": os.getcwd(),
@@ -345,6 +346,7 @@ class RayPlacement:
             "index": w.index,
             "incarnation": launch.incarnation,
             "min_version": launch.min_version,
+            "env_steps": launch.env_steps,
             "resume": launch.resume or self.plan.resume,
         }
         options = self._options(w.group, w.cpus, w.gpus)

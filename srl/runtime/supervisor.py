@@ -51,6 +51,8 @@ class Launch:
     run's own ``plan.resume``)."""
     min_version: int = 0
     """A restarted trainer publishes at least this version."""
+    env_steps: int = 0
+    """A restarted actor: the env steps its earlier starts took, which its exploration schedule counts on from."""
 
 
 class Placement(Protocol):
@@ -173,7 +175,9 @@ class Supervisor:
         for role in dict.fromkeys(w.role for w in workers):
             batch = [w for w in workers if w.role is role]
             if role.restart is not Restart.FROM_CHECKPOINT:
-                out.update((w.name, Launch(w, self.incarnations.get(w.name, 0) + 1)) for w in batch)
+                for w in batch:
+                    steps = self.controller.actor_env_steps(w.index) if role is ACTOR else 0
+                    out[w.name] = Launch(w, self.incarnations.get(w.name, 0) + 1, env_steps=steps)
                 continue
             epoch = max(self.incarnations.get(w.name, 0) for w in batch) + 1
             k = batch[0].policy or 0  # peers restarted together train one policy

@@ -113,8 +113,10 @@ def train(
     offset = 0
     if resume is not None:
         paths, state = resume
-        plan = dataclasses.replace(plan, resume=tuple(map(str, paths)), start_version=int(state["version"]))
         offset = int(state.get("trained_samples", state["samples"]))
+        plan = dataclasses.replace(
+            plan, resume=tuple(map(str, paths)), start_version=int(state["version"]), start_env_steps=offset
+        )
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
     counters = None if resume is None else read_counters(path)
     rd = RunDir(path, cfg, resume=resume is not None)

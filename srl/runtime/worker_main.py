@@ -29,6 +29,7 @@ def main() -> None:
         int(spec["parent"]),
         int(spec["incarnation"]),
         int(spec["min_version"]),
+        int(spec["env_steps"]),
     )
 
 

@@ -69,12 +69,14 @@ class ActorWorker(Worker):
         save_interval: float = 120.0,
         row: int | None = None,
         explorers: Sequence[Explorer | None] = (),
+        explored_steps: int = 0,
     ) -> None:
         """``reward_stats``: where the reward-scaling statistics are saved every ``save_interval`` seconds and at
         teardown, and loaded from at setup when ``restore_reward_stats`` (a resumed run, a restarted actor).
         ``row``: this actor's row in its node's pool (its index when one pool serves the whole run).
         ``explorers``: per policy group, what replaces some of its answered actions before each step (the
-        algorithm's per-column exploration), or None."""
+        algorithm's per-column exploration), or None; ``explored_steps``: the env steps this actor's schedule
+        counts on from (its earlier starts', and its share of a resumed run's)."""
         self.name = f"actor{index}"
         self.index = index
         self.row = index if row is None else row
@@ -83,6 +85,7 @@ class ActorWorker(Worker):
         self.pools, self.inference, self.producers, self.reporter = pools, inference, producers, reporter
         self.seed = seed
         self.explorers = list(explorers) + [None] * (len(pools) - len(explorers))
+        self.explored_steps = explored_steps
         self._explore_rng = np.random.default_rng([seed, 7_919])
         self._make_reward_transform = make_reward_transform
         self.wait_timeout = wait_timeout
@@ -288,7 +291,13 @@ class ActorWorker(Worker):
             obs = {n: arrays[n][self.row, buf, t] for n in self.pools[k].layout.obs_fields}
             rows = len(self._actions[k][self.row, buf, t])
             columns = slice(slot * rows, (slot + 1) * rows)
-            explorer.explore(self._actions[k][self.row, buf, t], obs, columns, self.env_steps, self._explore_rng)
+            explorer.explore(
+                self._actions[k][self.row, buf, t],
+                obs,
+                columns,
+                self.explored_steps + self.env_steps,
+                self._explore_rng,
+            )
 
     def _record(self, k: int, slot: int, buf: int, t: int, step: SlotStep) -> None:
         """Group ``k``'s step results into row ``t - 1`` of its buffer, and its next observations into row ``t``."""

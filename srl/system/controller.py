@@ -208,6 +208,10 @@ class Controller:
         """Segments dropped as too stale by trainers, plus unfinished ones of actors that died."""
         return sum(int(t.get("dropped_segments", 0)) for t in self.trainers.values()) + self.restart_dropped_segments
 
+    def actor_env_steps(self, actor: int) -> int:
+        """Env steps actor ``actor`` took in this process, over all its starts (as reported)."""
+        return self._actor_steps_before.get(actor, 0) + self.actor_steps.get(actor, 0)
+
     @property
     def env_steps(self) -> int:
         return self.env_steps_offset + sum(self._actor_steps_before.values()) + sum(self.actor_steps.values())
