@@ -149,6 +149,35 @@ def test_a_resumed_run_reloads_its_saved_replay_or_says_it_refills(tmp_path: Pat
         assert refilled and size < stored  # only what the resumed run inserted
 
 
+def test_a_saved_replay_that_does_not_fit_the_resumed_run_is_one_line(tmp_path: Path) -> None:
+    """Resuming with segments of another length (or a broken file) would leave the replay worker unable to load
+    its file, and the run going on empty: it is refused before anything starts."""
+    run = tmp_path / "run"
+    cfg = load_config(DQN, _short("runtime=inline", "run.total_env_steps=1500", "replay.save=true"))
+    train(cfg, run, progress=None)
+    cfg2, paths, state = resume_config(run, ["workers.segment_length=16", "run.total_env_steps=2000"])
+    with pytest.raises(ConfigError, match=r"^replay.save: .*replay0.npz does not fit this run: its field"):
+        train(cfg2, run, progress=None, resume=(paths, state))
+    (run / "checkpoints" / "replay0.npz").write_bytes(b"not a zip")
+    cfg3, paths, state = resume_config(run, ["run.total_env_steps=2000"])
+    with pytest.raises(ConfigError, match=r"^replay.save: replay file .*: not a saved replay"):
+        train(cfg3, run, progress=None, resume=(paths, state))
+
+
+def test_messages_a_replay_refused_stay_counted_across_its_restarts() -> None:
+    """Its store's counters live in shared memory, but its count of refused messages is its process's."""
+    import time
+
+    from srl.system.controller import Controller
+
+    controller = Controller(load_config(DQN), None, time.time(), progress=None)
+    controller.handle("replay", {"replay": 0, "size": 5.0, "rejected_segments": 3}, {})
+    controller.note_restart("replay0", "killed", 0)
+    controller.handle("replay", {"replay": 0, "size": 6.0, "rejected_segments": 1}, {})
+    assert controller.replays["replay0"]["rejected_segments"] == 4
+    assert controller.summary(None)["rejected_segment_messages"] == 4
+
+
 @pytest.mark.parametrize(("placement", "refilled"), [("node", []), ("trainer", ["refills 1 replay(s)"])])
 def test_a_resumed_run_counts_the_replays_it_refills_by_their_placement(
     tmp_path: Path, placement: str, refilled: list[str]

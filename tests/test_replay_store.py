@@ -683,6 +683,16 @@ def test_save_and_load_round_trip(tmp_path: Path, draw: np.random.Generator) -> 
         loaded.load(path)
 
 
+def test_what_a_killed_save_left_is_swept_before_the_next(tmp_path: Path) -> None:
+    from srl.system.replay_file import sweep_partial_saves
+
+    target = tmp_path / "replay0.npz"
+    for name in (".replay0.npz.0a1b2c.tmp", ".replay0.npz.ffffff.tmp", ".replay1.npz.0a1b2c.tmp", "replay0.npz"):
+        (tmp_path / name).write_bytes(b"x")
+    assert sweep_partial_saves(target) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".replay1.npz.0a1b2c.tmp", "replay0.npz"]
+
+
 def test_a_uniform_replay_loads_into_a_prioritized_one_at_the_running_max(tmp_path: Path) -> None:
     uniform = ReplayStore.in_process(_spec())
     _fill(uniform, np.random.default_rng(14), 1)

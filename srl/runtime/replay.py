@@ -15,6 +15,7 @@ from srl.api.config import ConfigError
 from srl.api.schema import FieldSpec
 from srl.api.worker import Worker
 from srl.runtime.topology import Endpoint, Stream, WorkerSpec, replay_of_trainer, replays_per_policy, trainers_of_replay
+from srl.system.replay_file import layout_difference, saved_layout
 from srl.system.replay_store import ReplaySpec, ReplayStore
 from srl.system.replay_worker import INSERTED, PRIORITIES, ReplayBatches, ReplayWorker, Sampling
 from srl.system.streams import PoolLayout
@@ -110,6 +111,24 @@ def build_replay(ctx: BuildContext) -> Worker:
         save_interval=plan.cfg.run.checkpoint_interval_seconds,
         load=plan.resume is not None and ctx.incarnation == 0,
     )
+
+
+def check_saved_replays(plan: Plan, run_dir: Path) -> None:
+    """A resumed run's saved replays must fit its stores: otherwise one line naming the file and the difference
+    (before anything starts; a replay worker that failed to load would go on empty)."""
+    for r in range(replays_per_policy(plan) * len(plan.policies)):
+        path = saved_replay(run_dir, r)
+        if not path.exists():
+            continue
+        try:
+            difference = layout_difference(saved_layout(path), replay_spec(plan, r).describe())
+        except ValueError as exc:
+            raise ConfigError(f"replay.save: {exc}") from None
+        if difference:
+            raise ConfigError(
+                f"replay.save: {path} does not fit this run: {difference} (resume with the settings it was saved "
+                "with, or remove the file to refill the replay)"
+            )
 
 
 def saved_replay(run_dir: Path, replay: int) -> Path:

@@ -118,6 +118,10 @@ def train(
             plan, resume=tuple(map(str, paths)), start_version=int(state["version"]), start_env_steps=offset
         )
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
+    if resume is not None and keeper(plan) is not None and cfg.replay.save:
+        from srl.runtime.replay import check_saved_replays
+
+        check_saved_replays(plan, path)  # before the run directory is touched: a misfit is one line, nothing lost
     counters = None if resume is None else read_counters(path)
     rd = RunDir(path, cfg, resume=resume is not None)
     controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset, stop_request=stop)

@@ -63,6 +63,7 @@ class Controller:
         """Each actor's newest exploration statistics (``explore_epsilon``), averaged in the metrics."""
         """The newest report of each stage worker, by name (its counters include its earlier incarnations)."""
         self._stage_before: dict[str, dict[str, int]] = {}
+        self._replay_rejected_before: dict[str, int] = {}  # messages refused by earlier starts of each replay
         self.evals: list[Mapping[str, Any]] = []
         self.league: dict[str, Any] = {}
         """The league worker's newest round (its Elo ratings, scores and pool)."""
@@ -142,9 +143,12 @@ class Controller:
             for key in ("kept", "dropped"):
                 stats[key] = int(meta[key]) + before.get(key, 0)
             self.stages[name] = stats
-        elif kind == "replay":  # its counters live with its store: they carry on across its restarts
+        elif kind == "replay":  # its store's counters carry on across its restarts; its process's do not
+            name = f"replay{int(meta['replay'])}"
             stats = {k: v for k, v in meta.items() if k != "replay" and not k.startswith("t_")}
-            self.replays[f"replay{int(meta['replay'])}"] = stats
+            refused_before = self._replay_rejected_before.get(name, 0)
+            stats["rejected_segments"] = int(meta.get("rejected_segments", 0)) + refused_before
+            self.replays[name] = stats
         elif kind == "error":
             worker, traceback = str(meta.get("worker", "?")), str(meta.get("traceback", ""))
             self.worker_failed(worker, str(meta.get("message", "failed")), traceback)
@@ -225,6 +229,8 @@ class Controller:
             self._actor_steps_before[actor] = self._actor_steps_before.get(actor, 0) + self.actor_steps.pop(actor, 0)
         if worker in self.stages:  # its new process counts from 0 again
             self._stage_before[worker] = {key: int(self.stages[worker][key]) for key in ("kept", "dropped")}
+        if worker in self.replays:  # so does a replay worker's count of refused messages
+            self._replay_rejected_before[worker] = int(self.replays[worker].get("rejected_segments", 0))
         self.handle(
             "info",
             {

@@ -8,16 +8,18 @@ memory a save takes is the zip's buffers; the file is a standard ``.npz`` that `
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from srl.base.fileio import atomic_save
 
-__all__ = ["layout_difference", "ring_runs", "write_npz"]
+__all__ = ["layout_difference", "ring_runs", "saved_layout", "sweep_partial_saves", "write_npz"]
 
 
 def ring_runs(array: np.ndarray, start: int, count: int) -> list[np.ndarray]:
@@ -49,6 +51,28 @@ def _write_member(member: Any, runs: Sequence[np.ndarray]) -> None:
     for run in runs:
         if run.size:
             member.write(np.ascontiguousarray(run).reshape(-1).view(np.uint8).data)
+
+
+def sweep_partial_saves(path: str | os.PathLike[str]) -> int:
+    """Remove what saves of ``path`` that were killed midway left (``atomic_save``'s temporary files: gigabytes
+    each for an Atari replay); how many. Only for a file with one writer, which is not saving now."""
+    target = Path(path)
+    removed = 0
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def saved_layout(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The layout (``ReplaySpec.describe``) a saved replay was written with, read without its arrays; a ValueError
+    in one line for a file that is not a saved replay."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            layout: dict[str, Any] = json.loads(str(data["layout"]))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"replay file {path}: not a saved replay ({type(exc).__name__}: {exc})") from None
+    return layout
 
 
 def layout_difference(saved: dict[str, Any], here: dict[str, Any]) -> str | None:

@@ -36,6 +36,7 @@ from srl.api.worker import Reporter, TrainResult, Worker
 from srl.base.channel import Channel
 from srl.base.timing import Every
 from srl.system.batches import Trained
+from srl.system.replay_file import sweep_partial_saves
 from srl.system.replay_store import ReplayStore
 from srl.system.streams import FILLING, FREE, READY, SampleConsumer, SegmentPool, SegmentSource
 
@@ -132,6 +133,7 @@ class ReplayWorker(Worker):
     def _save(self) -> None:
         """Write the store beside the checkpoints (atomically: a kill leaves the previous file whole)."""
         try:
+            sweep_partial_saves(self.save_path)  # type: ignore[arg-type]  # what a kill during an earlier save left
             self.store.save(self.save_path)  # type: ignore[arg-type]
         except OSError as exc:  # e.g. a full disk: the previous file stays; the run goes on
             self.reporter.report("info", {"worker": self.name, "message": f"replay not saved: {exc}"})
