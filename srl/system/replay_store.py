@@ -276,11 +276,13 @@ class ReplayStore:
         batch = self._check_batch(out)
         if self._fifo and self._unread() < batch:
             raise RuntimeError(f"sample of {batch} items is held: the queue has {self._unread()} unread")
-        self.limiter.sampled(batch)  # counted here, or a RuntimeError when the limiter holds it
         if beta is not None and self._priorities is not None:
             self._priorities.beta = beta
         rows = self._draw(batch, rng, out["keys"], out["weights"])
         self._reader.read(rows, n, gamma, out)
+        # counted once written (the module docstring's order); a sample the limiter holds raises here, its batch
+        # written for nothing (callers ask can_sample first, so that is a caller's bug, not a lost item)
+        self.limiter.sampled(batch)
         if self._fifo:
             self._advance(batch)
 
