@@ -148,9 +148,7 @@ def load(target: Path) -> LoadedPolicy | LoadedPolicies:
 
 def _loaded(cfg: ExperimentConfig, policy: Policy, info: dict, only: tuple[str, ...] | None) -> LoadedPolicy:
     """One policy as it acts in its env: on the agents ``only`` (all of them when None) of a multi-agent env."""
-    from gymnasium.wrappers import ClipAction
-
-    from srl.envs.factory import ShiftActions, create_env, wrap_env
+    from srl.envs.factory import ClipToBox, ShiftActions, create_env, wrap_env
     from srl.envs.multiagent import AGENT, action_adapter, agent_spaces, is_parallel_env, seat_space
     from srl.envs.turns import TurnSlot, is_aec_env, is_openspiel_game
 
@@ -182,7 +180,7 @@ def _loaded(cfg: ExperimentConfig, policy: Policy, info: dict, only: tuple[str, 
         # before our own action adapter (clipping, start offsets), which act() applies instead.
         obs_space, action_space = env.observation_space, env.action_space
         to_env: Callable[[np.ndarray], np.ndarray] = np.asarray
-        if isinstance(env, (ClipAction, ShiftActions)):
+        if isinstance(env, (ClipToBox, ShiftActions)):
             action_space, to_env = env.env.action_space, env.action
     finally:
         env.close()

@@ -25,15 +25,25 @@ from srl.api.config.errors import check
 from srl.api.plugins import resolve
 from srl.api.spaces import OBS, STATE
 from srl.api.worker import Algorithm, Collective, Policy
+from srl.nets.continuous import ActionQ, DeterministicActor, SquashedActor, TwinQ
 from srl.nets.memory import Recurrent
 from srl.nets.policy import PolicyNet, ValueNet
 from srl.nets.q import QNetwork
 
-ALGORITHMS = {"ppo": "srl.algorithms.ppo:PPO", "lm_ppo": "srl.text.algorithm:LMPPO", "dqn": "srl.algorithms.dqn:DQN"}
+ALGORITHMS = {
+    "ppo": "srl.algorithms.ppo:PPO",
+    "lm_ppo": "srl.text.algorithm:LMPPO",
+    "dqn": "srl.algorithms.dqn:DQN",
+    "sac": "srl.algorithms.sac:SAC",
+    "td3": "srl.algorithms.sac:TD3",
+}
 """Built-in names for ``algorithm:``."""
 
 ENCODERS = {"default": "srl.nets.policy:ObsEncoder.from_model"}
 """Built-in names for ``model.encoder`` (``default``: :class:`srl.nets.policy.ObsEncoder`, one encoder per part)."""
+FEATURE_ENCODERS = {"default": "srl.nets.policy:ObsEncoder.features_from_model"}
+"""The same for a critic of actions, which joins the action before its own ``hidden`` MLP: the built-in encoder
+without its torso (a plugin encoder is used as it is)."""
 
 
 class NetModels:
@@ -54,6 +64,7 @@ class NetModels:
         """``state_space``: the env's global state, which the critic then reads instead of the observation."""
         self.obs_space, self.action_space, self.cfg, self.state_space = obs_space, action_space, cfg, state_space
         self._encoder = resolve(cfg.model.encoder, ENCODERS, "model.encoder")
+        self._features = resolve(cfg.model.encoder, FEATURE_ENCODERS, "model.encoder")
 
     def encoder(self) -> nn.Module:
         """A new encoder for one network, with the recurrent core after it when ``model.core`` names one."""
@@ -99,6 +110,22 @@ class NetModels:
         """A Q network: its own encoder (``model.encoder``, with the ``hidden`` torso), then one Q value per action,
         or with ``dueling`` a value and an advantage head joined by :func:`srl.algorithms.dqn_math.dueling`."""
         return QNetwork(self.obs_space, self.action_space, self.encoder(), dueling_rule if dueling else None)
+
+    def twin_q(self) -> TwinQ:
+        """Two critics of Box actions, ``Q(s, a)`` each: the observation's features joined with the action, then
+        the ``hidden`` MLP (each its own encoder and statistics)."""
+        m = self.cfg.model
+        return TwinQ(
+            *(ActionQ(self.action_space, self._features(self.obs_space, m), m.hidden, m.activation) for _ in "12")
+        )
+
+    def squashed_actor(self) -> SquashedActor:
+        """SAC's actor (a tanh-squashed Gaussian over Box actions) on its own encoder and ``hidden`` torso."""
+        return SquashedActor(self.action_space, self.encoder())
+
+    def deterministic_actor(self) -> DeterministicActor:
+        """TD3's actor (``tanh`` of a linear head) on its own encoder and ``hidden`` torso."""
+        return DeterministicActor(self.action_space, self.encoder())
 
 
 DEFAULT_DISCOUNT = 0.99

@@ -147,6 +147,15 @@ class Models(Protocol):
     def q(self, dueling: bool = False) -> QNet:
         """A new Q network with its own encoder (Discrete actions only); ``dueling``: value and advantage heads."""
 
+    def twin_q(self) -> Any:
+        """Two new critics of Box actions (``srl.nets.continuous.TwinQ``): ``(Q1, Q2)(obs, unit actions)``."""
+
+    def squashed_actor(self) -> Any:
+        """A new tanh-squashed Gaussian actor over Box actions (``srl.nets.continuous.SquashedActor``)."""
+
+    def deterministic_actor(self) -> Any:
+        """A new deterministic actor over Box actions (``srl.nets.continuous.DeterministicActor``)."""
+
 
 @dataclass(frozen=True)
 class AlgorithmContext:

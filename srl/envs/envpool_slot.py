@@ -19,7 +19,7 @@ stays the reference, and this slot must be indistinguishable from it:
   built from that, as GymSlot builds it from the ``life_loss`` info key.
 * **Spaces.** Observation spaces come from EnvPool's spec (they equal
   Gymnasium's for every mapped id: shape, dtype and bounds). Box action spaces
-  are exposed exactly as GymSlot's ``ClipAction``-wrapped env exposes them
+  are exposed exactly as GymSlot's ``ClipToBox``-wrapped env exposes them
   (float32, unbounded: the policy's raw samples are valid actions) and clipped
   here to EnvPool's bounds, which equal Gymnasium's.
 * **Seeding.** EnvPool takes its seed at construction, so the pool is built by
@@ -263,9 +263,11 @@ class EnvPoolSlot:
             self.single_action_space = gym.spaces.Discrete(int(act_space.n), start=int(act_space.start))
             self._low = self._high = None
         elif isinstance(act_space, gym.spaces.Box):
-            # As GymSlot's env (ClipAction over Gymnasium's float32 Box): any float32 action is accepted, the
-            # space is unbounded, and the env sees it clipped to EnvPool's (float64) bounds below.
-            self.single_action_space = gym.spaces.Box(-np.inf, np.inf, act_space.shape, dtype=np.float32)
+            # As GymSlot's env (ClipToBox over Gymnasium's float32 Box): the bounds are shown, any float32 action
+            # is accepted, and the env sees it clipped to EnvPool's (float64) bounds below.
+            self.single_action_space = gym.spaces.Box(
+                act_space.low.astype(np.float32), act_space.high.astype(np.float32), act_space.shape, np.float32
+            )
             self._low = act_space.low.astype(np.float64)
             self._high = act_space.high.astype(np.float64)
         else:
@@ -315,7 +317,7 @@ class EnvPoolSlot:
         return {OBS: out}
 
     def _actions(self, actions: np.ndarray) -> np.ndarray:
-        """Actions in EnvPool's dtype (int32 / float64); Box actions clipped to the bounds, as ClipAction does."""
+        """Actions in EnvPool's dtype (int32 / float64); Box actions clipped to the bounds, as ClipToBox does."""
         if self._low is None:
             return np.asarray(actions).astype(np.int32, copy=False).reshape(self.num_envs)
         a = np.asarray(actions, dtype=np.float64).reshape((self.num_envs, *self._low.shape))

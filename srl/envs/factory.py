@@ -15,7 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.wrappers import ClipAction, TimeLimit
+from gymnasium.wrappers import TimeLimit
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.config.errors import did_you_mean
@@ -135,8 +135,7 @@ def wrap_env(cfg: EnvConfig, env: gym.Env) -> gym.Env:
     if custom and cfg.max_episode_steps is not None:
         env = TimeLimit(env, cfg.max_episode_steps)
     if isinstance(env.action_space, gym.spaces.Box):
-        # The Gaussian policy samples unbounded actions (their log-probs refer to those); the env sees them clipped.
-        env = ClipAction(env)
+        env = ClipToBox(env)
     elif isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and np.any(
         np.asarray(env.action_space.start) != 0
     ):
@@ -147,6 +146,20 @@ def wrap_env(cfg: EnvConfig, env: gym.Env) -> gym.Env:
         env.close()
         raise ConfigError(f"env: {cfg.id!r} {exc}") from None
     return env
+
+
+class ClipToBox(gym.ActionWrapper):
+    """Box actions clipped to the env's bounds, which it still shows as its action space: a Gaussian policy (PPO)
+    passes its raw samples (their log-probs refer to those), and an algorithm that maps its actions onto the
+    bounds (SAC, TD3) reads them. Gymnasium's ``ClipAction`` would show an unbounded Box instead."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space: Any = env.action_space  # a Box (see wrap_env)
+        self._low, self._high = space.low, space.high
+
+    def action(self, action: Any) -> Any:
+        return np.clip(action, self._low, self._high)
 
 
 class ShiftActions(gym.ActionWrapper):

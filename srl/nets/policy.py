@@ -110,9 +110,19 @@ class ObsEncoder(nn.Module):
     @staticmethod
     def from_model(obs_space: spaces.Space, model: ModelConfig) -> ObsEncoder:
         """The built-in encoder shaped by a ``model`` section: what ``model.encoder: default`` names."""
+        return ObsEncoder._from(obs_space, model, model.hidden)
+
+    @staticmethod
+    def features_from_model(obs_space: spaces.Space, model: ModelConfig) -> ObsEncoder:
+        """The same without its torso: the parts' features joined, for a network that adds an input of its own
+        (a critic of an action) before its MLP."""
+        return ObsEncoder._from(obs_space, model, ())
+
+    @staticmethod
+    def _from(obs_space: spaces.Space, model: ModelConfig, hidden: Sequence[int]) -> ObsEncoder:
         return ObsEncoder(
             obs_space,
-            model.hidden,
+            hidden,
             model.activation,
             model.layer_norm,
             model.normalize_obs,

@@ -7,9 +7,9 @@ key, type or value raises :class:`ConfigError` whose message names the field,
 so the CLI can print one line and exit non-zero. Configs are never mutated
 after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
-One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn``, ``params``, ``stage``, ``league``,
-``replay``, ``text``, ``ray``, ``run``), the root in ``experiment``, typed building in ``parse`` and the YAML /
-``--set`` reading in ``load``; every public name is imported from this package.
+One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn``, ``sac`` and ``td3``, ``params``,
+``stage``, ``league``, ``replay``, ``text``, ``ray``, ``run``), the root in ``experiment``, typed building in
+``parse`` and the YAML / ``--set`` reading in ``load``; every public name is imported from this package.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
 from srl.api.config.replay import ReplayConfig
 from srl.api.config.run import RunConfig
+from srl.api.config.sac import SACConfig, TD3Config
 from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
@@ -44,7 +45,9 @@ __all__ = [
     "RayConfig",
     "ReplayConfig",
     "RunConfig",
+    "SACConfig",
     "StageConfig",
+    "TD3Config",
     "TextConfig",
     "WorkersConfig",
     "apply_overrides",

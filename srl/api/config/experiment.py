@@ -19,6 +19,7 @@ from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
 from srl.api.config.replay import ReplayConfig
 from srl.api.config.run import RunConfig
+from srl.api.config.sac import SACConfig, TD3Config
 from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
@@ -52,6 +53,10 @@ class ExperimentConfig:
     """PPO hyper-parameters."""
     dqn: DQNConfig = field(default_factory=DQNConfig)
     """DQN hyper-parameters (``algorithm: dqn``)."""
+    sac: SACConfig = field(default_factory=SACConfig)
+    """SAC hyper-parameters (``algorithm: sac``)."""
+    td3: TD3Config = field(default_factory=TD3Config)
+    """TD3 hyper-parameters (``algorithm: td3``)."""
     params: ParamsConfig = field(default_factory=ParamsConfig)
     """The parameter service."""
     stage: StageConfig = field(default_factory=StageConfig)
