@@ -90,6 +90,24 @@ def test_priorities_are_the_larger_td_error_of_the_two_critics() -> None:
     np.testing.assert_array_equal(result.priorities.keys, batch["keys"])
 
 
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_each_network_s_gradients_are_clipped_to_its_norm(algorithm: str) -> None:
+    algo = _algo(algorithm, max_grad_norm=0.5, actor_delay=1)
+    stats = algo.train(_batch(), 0.0).stats
+    for net in ("critic", "actor"):
+        assert stats[f"clip_threshold_{net}"] == 0.5 and stats[f"grad_norm_{net}_applied"] <= 0.5
+
+
+def test_steps_an_agent_did_not_take_weigh_nothing() -> None:
+    algo = _algo("sac")
+    batch = _batch(5)
+    batch["alive"] = np.ones((1, 32), bool)
+    batch["alive"][0, 20:] = False
+    result = algo.train(batch, 0.0)
+    assert result.priorities is not None
+    assert (result.priorities.values[20:] == 0).all() and (result.priorities.values[:20] > 0).all()
+
+
 def test_the_temperature_is_tuned_and_a_fixed_one_stays() -> None:
     tuned, fixed = _algo("sac"), _algo("sac", autotune=False, alpha=0.3)
     for _ in range(20):

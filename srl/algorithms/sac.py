@@ -186,8 +186,8 @@ class SAC:
         action, log_prob, _ = squashed_gaussian(mean, log_std)
         q1, q2 = self.critic(obs, action)
         loss = actor_loss(q1, q2, log_prob, self.alpha)
-        self._step(self.actor_optimizer, loss, self.actor.parameters())
-        stats = {"actor_loss": float(loss.detach()), "entropy": float(-log_prob.detach().mean())}
+        stats = self._step(self.actor_optimizer, loss, self.actor.parameters(), "actor")
+        stats.update(actor_loss=float(loss.detach()), entropy=float(-log_prob.detach().mean()))
         if self.alpha_optimizer is not None:
             alpha_loss = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
             self._step(self.alpha_optimizer, alpha_loss, [self.log_alpha])
@@ -231,29 +231,32 @@ class SAC:
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         """One learner step on ``N`` replay items of ``L`` steps: for each observation part ``P``, ``P`` and
         ``boot_P`` ``[L, N, ...]``, ``actions [L, N, D]`` (env actions, within the Box), ``returns`` and
-        ``discounts`` ``[L, N]`` (n-step reward sums and ``gamma^m``, 0 after a terminal), ``weights [N]``
-        (importance weights) and ``keys [N]``. The critics train every step, the actor (and with it the
+        ``discounts`` ``[L, N]`` (n-step reward sums and ``gamma^m``, 0 after a terminal), ``alive [L, N]`` in a
+        multi-agent env's batch (a step its agent did not take weighs nothing), ``weights [N]`` (importance
+        weights) and ``keys [N]``. The critics train every step, the actor (and with it the
         temperature) every ``actor_delay``-th. Learning rates are constant: ``progress`` is not read."""
         length, n = batch["actions"].shape[:2]
         obs = {name: self._rows(batch[name]) for name in self.parts}
         boot = {name: self._rows(batch[BOOT + name]) for name in self.parts}
         actions = unscale(self._rows(batch["actions"]).float().reshape(length * n, self.dims), self.low, self.high)
         weights = self._tensor(batch["weights"]).float().repeat(length)  # rows are time-major: item i is row t*N+i
-        target = self._target(boot, self._rows(batch["returns"]), self._rows(batch["discounts"]))
+        discounts = self._rows(batch["discounts"])
+        alive = self._rows(batch["alive"]).float() if "alive" in batch else None
+        if alive is not None:  # a step its agent did not take (it left the env) is no transition: weight 0
+            weights, discounts = weights * alive, discounts * alive
+        target = self._target(boot, self._rows(batch["returns"]), discounts)
         q1, q2 = self.critic(obs, actions)
         td1, td2 = q1 - target, q2 - target
+        if alive is not None:
+            td1, td2 = td1 * alive, td2 * alive
         critic_loss = (weights * (td1.pow(2) + td2.pow(2))).mean()
-        self.critic_optimizer.zero_grad()
-        critic_loss.backward()
-        self._reduce(self.critic.parameters())
-        stats = clip_all({"critic": self.clippers["critic"]})
-        self.critic_optimizer.step()
+        stats = self._step(self.critic_optimizer, critic_loss, self.critic.parameters(), "critic")
         self.learner_steps += 1
         self._after_critic_step()
         if self.learner_steps % self.cfg.actor_delay == 0:
             stats.update(self._actor_step(obs))
             self._after_actor_step()
-        self._update_normalizers(obs)
+        self._update_normalizers(obs if alive is None else {k: v[alive > 0] for k, v in obs.items()})
         td = torch.maximum(td1.detach().abs(), td2.detach().abs())
         priorities = td.reshape(length, n).amax(dim=0).float().cpu().numpy()
         stats.update(
@@ -318,11 +321,17 @@ class SAC:
     def _online(self) -> list[torch.nn.Module]:
         return [self.actor, self.critic]
 
-    def _step(self, optimizer: Adam, loss: torch.Tensor, params: Iterable[torch.Tensor]) -> None:
+    def _step(
+        self, optimizer: Adam, loss: torch.Tensor, params: Iterable[torch.Tensor], clipper: str | None = None
+    ) -> dict[str, float]:
+        """One step of ``optimizer`` on ``loss``: gradients averaged across replicas, then clipped by the named
+        network's clipper (its stats returned)."""
         optimizer.zero_grad()
         loss.backward()
         self._reduce(params)
+        stats = clip_all({clipper: self.clippers[clipper]}) if clipper is not None else {}
         optimizer.step()
+        return stats
 
     def _reduce(self, params: Iterable[torch.Tensor]) -> None:
         """Average gradients across data-parallel replicas."""
@@ -397,8 +406,8 @@ class TD3(SAC):
         q1 = self.critic.q1(obs, self.actor(obs))
         zero = torch.zeros_like(q1)
         loss = actor_loss(q1, q1, zero, 0.0)
-        self._step(self.actor_optimizer, loss, self.actor.parameters())
-        return {"actor_loss": float(loss.detach())}
+        stats = self._step(self.actor_optimizer, loss, self.actor.parameters(), "actor")
+        return {**stats, "actor_loss": float(loss.detach())}
 
     def _after_critic_step(self) -> None:
         """TD3 moves its targets with the actor, not after every critic step."""
