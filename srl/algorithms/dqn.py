@@ -23,9 +23,10 @@ import torch
 from gymnasium import spaces
 
 from srl.algorithms.adam import Adam
-from srl.algorithms.dqn_math import double_q_target, epsilon_ladder, linear_epsilon, polyak_, q_target, td_loss
+from srl.algorithms.dqn_math import double_q_target, epsilon_ladder, linear_epsilon, q_target, td_loss
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo import as_tensors
+from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, follow
 from srl.api.algorithm import AlgorithmContext, Obs, PlanView, QNet
 from srl.api.config import ConfigError, DQNConfig, ExperimentConfig
 from srl.api.schema import Field
@@ -288,24 +289,14 @@ class DQN:
         cfg = self.cfg
         if cfg.target_update == "hard" and self.learner_steps % cfg.target_every != 0:
             return
-        polyak_(self.target.parameters(), self.q.parameters(), 1.0 if cfg.target_update == "hard" else cfg.tau)
-        with torch.no_grad():
-            for t, o in zip(self.target.buffers(), self.q.buffers()):
-                t.copy_(o)
+        follow(self.target, self.q, 1.0 if cfg.target_update == "hard" else cfg.tau)
 
     def _update_normalizers(self, obs: Obs) -> None:
         """Fold the batch into the running observation statistics after the step (merged across replicas)."""
-        inputs = getattr(self.q.encoder, "normalizer_inputs", None)
-        for rms, x in [] if inputs is None else inputs(obs):
-            mean, var, count = rms.moments(x)
-            if self.collective is not None:
-                mean, var, count = self.collective.merge_moments(mean, var, count)
-            rms.update_moments(mean, var, count)
+        fold_observations(self.q.encoder, obs, self.collective)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        """A batch field as a tensor on the trainer's device (no copy on the CPU)."""
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+        return batch_tensor(array, self.device)
 
     def _rows(self, array: np.ndarray) -> torch.Tensor:
-        """A ``[L, N, ...]`` batch field as ``[L * N, ...]`` on the trainer's device."""
-        return self._tensor(array).reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+        return batch_rows(array, self.device)

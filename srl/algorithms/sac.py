@@ -28,9 +28,9 @@ from gymnasium import spaces
 
 from srl.algorithms.adam import Adam
 from srl.algorithms.dqn import BOOT
-from srl.algorithms.dqn_math import polyak_
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo import as_tensors
+from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, follow
 from srl.algorithms.sac_math import (
     actor_loss,
     clipped_double_q_target,
@@ -340,29 +340,19 @@ class SAC:
 
     def _polyak(self, target: torch.nn.Module, online: torch.nn.Module) -> None:
         """Move ``target`` a step ``tau`` towards ``online``; its observation statistics are copied outright."""
-        polyak_(target.parameters(), online.parameters(), self.cfg.tau)
-        with torch.no_grad():
-            for t, o in zip(target.buffers(), online.buffers()):
-                t.copy_(o)
+        follow(target, online, self.cfg.tau)
 
     def _update_normalizers(self, obs: Obs) -> None:
         """Fold the batch into every network's running observation statistics (merged across replicas)."""
         for net in self._online():
             for encoder in _encoders(net):
-                inputs = getattr(encoder, "normalizer_inputs", None)
-                for rms, x in [] if inputs is None else inputs(obs):
-                    mean, var, count = rms.moments(x)
-                    if self.collective is not None:
-                        mean, var, count = self.collective.merge_moments(mean, var, count)
-                    rms.update_moments(mean, var, count)
+                fold_observations(encoder, obs, self.collective)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        """A batch field as a tensor on the trainer's device (no copy on the CPU)."""
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+        return batch_tensor(array, self.device)
 
     def _rows(self, array: np.ndarray) -> torch.Tensor:
-        """A ``[L, N, ...]`` batch field as ``[L * N, ...]`` on the trainer's device."""
-        return self._tensor(array).reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+        return batch_rows(array, self.device)
 
 
 def _encoders(net: torch.nn.Module) -> list[torch.nn.Module]:

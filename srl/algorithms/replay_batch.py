@@ -1,0 +1,44 @@
+"""What the algorithms that learn from a replay (DQN, SAC, TD3) share: reading its batch onto the trainer's
+device, moving a target network, and folding a batch into observation statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from srl.algorithms.dqn_math import polyak_
+from srl.api.worker import Collective
+
+__all__ = ["batch_rows", "batch_tensor", "fold_observations", "follow"]
+
+
+def batch_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A batch field as a tensor on ``device`` (no copy on the CPU)."""
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
+
+def batch_rows(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A ``[L, N, ...]`` batch field as ``[L * N, ...]`` on ``device`` (rows are time-major: item i is row t*N+i)."""
+    return batch_tensor(array, device).reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+
+
+def follow(target: Any, online: Any, tau: float) -> None:
+    """Move network ``target`` a fraction ``tau`` towards ``online`` (1: a copy); its buffers (observation
+    statistics) are copied outright, so it normalizes as the weights it holds were trained to."""
+    polyak_(target.parameters(), online.parameters(), tau)
+    with torch.no_grad():
+        for t, o in zip(target.buffers(), online.buffers()):
+            t.copy_(o)
+
+
+def fold_observations(encoder: Any, obs: Mapping[str, torch.Tensor], collective: Collective | None) -> None:
+    """Fold a batch into ``encoder``'s running observation statistics, merged across data-parallel replicas."""
+    inputs = getattr(encoder, "normalizer_inputs", None)
+    for rms, x in [] if inputs is None else inputs(obs):
+        mean, var, count = rms.moments(x)
+        if collective is not None:
+            mean, var, count = collective.merge_moments(mean, var, count)
+        rms.update_moments(mean, var, count)
