@@ -26,7 +26,7 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.dqn_math import double_q_target, epsilon_ladder, linear_epsilon, q_target, td_loss
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo import as_tensors
-from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, follow
+from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, follow, frozen_copy
 from srl.api.algorithm import AlgorithmContext, Obs, PlanView, QNet
 from srl.api.config import ConfigError, DQNConfig, ExperimentConfig
 from srl.api.schema import Field
@@ -161,10 +161,7 @@ class DQN:
             raise ValueError(f"trainer device {ctx.device!r}: torch sees no CUDA device on this machine")
         self.parts = tuple(p.name for p in obs_parts(ctx.obs_space))
         self.q: QNet = ctx.models.q(cfg.dueling).to(self.device)
-        self.target: QNet = ctx.models.q(cfg.dueling).to(self.device)
-        self.target.load_state_dict(self.q.state_dict())
-        for p in self.target.parameters():
-            p.requires_grad_(False)
+        self.target: QNet = frozen_copy(ctx.models.q(cfg.dueling).to(self.device), self.q)
         self.optimizer = Adam(self.q.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.clipper = GradClipper(list(self.q.parameters()), cfg.max_grad_norm)
         self.learner_steps = 0

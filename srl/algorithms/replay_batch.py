@@ -12,7 +12,7 @@ import torch
 from srl.algorithms.dqn_math import polyak_
 from srl.api.worker import Collective
 
-__all__ = ["batch_rows", "batch_tensor", "fold_observations", "follow"]
+__all__ = ["batch_rows", "batch_tensor", "fold_observations", "follow", "frozen_copy"]
 
 
 def batch_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -23,6 +23,15 @@ def batch_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
 def batch_rows(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """A ``[L, N, ...]`` batch field as ``[L * N, ...]`` on ``device`` (rows are time-major: item i is row t*N+i)."""
     return batch_tensor(array, device).reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+
+
+def frozen_copy(target: Any, online: Any) -> Any:
+    """``target`` (a new network shaped as ``online``) made a copy of it that no gradient reaches: a target
+    network, moved only by :func:`follow`."""
+    target.load_state_dict(online.state_dict())
+    for p in target.parameters():
+        p.requires_grad_(False)
+    return target
 
 
 def follow(target: Any, online: Any, tau: float) -> None:

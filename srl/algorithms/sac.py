@@ -30,7 +30,7 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.dqn import BOOT
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo import as_tensors
-from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, follow
+from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, follow, frozen_copy
 from srl.algorithms.sac_math import (
     actor_loss,
     clipped_double_q_target,
@@ -138,10 +138,7 @@ class SAC:
         self.dims = int(low.numel())
         self.actor = self._actor(ctx).to(self.device)
         self.critic: TwinQ = ctx.models.twin_q().to(self.device)
-        self.critic_target: TwinQ = ctx.models.twin_q().to(self.device)
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        for p in self.critic_target.parameters():
-            p.requires_grad_(False)
+        self.critic_target: TwinQ = frozen_copy(ctx.models.twin_q().to(self.device), self.critic)
         self.actor_optimizer = Adam(self.actor.parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps)
         self.critic_optimizer = Adam(self.critic.parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps)
         self.clippers = {
@@ -153,9 +150,10 @@ class SAC:
         self._init_extra(ctx)
 
     # ------------------------------------------------------------------ what SAC and TD3 do differently
-    @staticmethod
-    def _settings(ctx: AlgorithmContext) -> Any:
-        return ctx.args if isinstance(ctx.args, SACConfig) else ctx.cfg.sac
+    @classmethod
+    def _settings(cls, ctx: AlgorithmContext) -> Any:
+        """The run's section of this algorithm: the typed settings the context carries, or the config's own."""
+        return ctx.args if isinstance(ctx.args, cls.settings) else getattr(ctx.cfg, cls.section)
 
     def _actor(self, ctx: AlgorithmContext) -> SquashedActor | DeterministicActor:
         actor: SquashedActor = ctx.models.squashed_actor()
@@ -370,19 +368,14 @@ class TD3(SAC):
     section = "td3"
     settings = TD3Config
 
-    @staticmethod
-    def _settings(ctx: AlgorithmContext) -> Any:
-        return ctx.args if isinstance(ctx.args, TD3Config) else ctx.cfg.td3
-
     def _actor(self, ctx: AlgorithmContext) -> SquashedActor | DeterministicActor:
         actor: DeterministicActor = ctx.models.deterministic_actor()
         return actor
 
     def _init_extra(self, ctx: AlgorithmContext) -> None:
-        self.actor_target: DeterministicActor = ctx.models.deterministic_actor().to(self.device)
-        self.actor_target.load_state_dict(self.actor.state_dict())
-        for p in self.actor_target.parameters():
-            p.requires_grad_(False)
+        self.actor_target: DeterministicActor = frozen_copy(
+            ctx.models.deterministic_actor().to(self.device), self.actor
+        )
 
     @torch.no_grad()
     def _target(self, boot: Obs, returns: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
@@ -409,8 +402,7 @@ class TD3(SAC):
     @classmethod
     def acting_policy(cls, ctx: AlgorithmContext) -> BoxPolicy:
         require_bounded_box(cls.name, ctx.action_space, ctx.cfg)
-        cfg = ctx.args if isinstance(ctx.args, TD3Config) else ctx.cfg.td3
-        return BoxPolicy(ctx.models.deterministic_actor(), ctx.action_space, cfg.exploration_noise)
+        return BoxPolicy(ctx.models.deterministic_actor(), ctx.action_space, cls._settings(ctx).exploration_noise)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"actor_target": self.actor_target.state_dict()}
