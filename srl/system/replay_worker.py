@@ -160,6 +160,8 @@ class ReplayWorker(Worker):
         if room > 0:
             records = self.source.receive(room, timeout)
             self._pending.extend((int(a), int(b)) for a, b in records.tolist())
+        elif timeout > 0:  # nothing to wait on: the limiter holds the inserts until the trainers sample more
+            time.sleep(timeout)
 
     def _insert(self) -> int:
         """Insert the segments that came while the rate limiter lets them in; the rest wait in their actors'
