@@ -34,6 +34,7 @@ ALGORITHMS = {
     "ppo": "srl.algorithms.ppo:PPO",
     "lm_ppo": "srl.text.algorithm:LMPPO",
     "dqn": "srl.algorithms.dqn:DQN",
+    "r2d2": "srl.algorithms.r2d2:R2D2",
     "sac": "srl.algorithms.sac:SAC",
     "td3": "srl.algorithms.sac:TD3",
 }

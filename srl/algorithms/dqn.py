@@ -29,7 +29,7 @@ from srl.algorithms.ppo import as_tensors
 from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, follow, frozen_copy
 from srl.api.algorithm import AlgorithmContext, Obs, PlanView, QNet
 from srl.api.config import ConfigError, DQNConfig, ExperimentConfig
-from srl.api.schema import Field
+from srl.api.schema import MEMORY, Field, memory_field
 from srl.api.spaces import action_spec, mask_part, obs_parts
 from srl.api.worker import Priorities, TrainResult
 
@@ -53,18 +53,26 @@ def dqn_settings(ctx: AlgorithmContext) -> DQNConfig:
 class QPolicy:
     """Numpy-in, numpy-out greedy acting on a Q network (``models.q()``): the best legal action of each row.
 
-    It never explores, whatever ``deterministic`` says: exploration is the actors' (:meth:`DQN.explorer`).
+    It never explores, whatever ``deterministic`` says: exploration is the actors' (:meth:`DQN.explorer`). With
+    a recurrent core (R2D2), ``obs`` carries each environment's state as ``obs[MEMORY]`` and the answer the next.
     """
 
     def __init__(self, net: QNet) -> None:
         self.net = net.eval()
+        self.memory = net.memory_size
 
     def output_fields(self) -> tuple[Field, ...]:
-        """Nothing besides the actions: a transition is all the replay needs."""
-        return ()
+        """Besides the actions, a recurrent core's state (what a sequence item starts from); else nothing: a
+        transition is all the replay needs."""
+        return (memory_field(self.memory),) if self.memory else ()
 
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        return {"actions": self.net.greedy(as_tensors(obs)).numpy()}
+        tensors = dict(as_tensors(obs))
+        if self.memory:
+            state = tensors.pop(MEMORY)
+            actions, after = self.net.greedy_with_memory(tensors, state)
+            return {"actions": actions.numpy(), MEMORY: after.numpy()}
+        return {"actions": self.net.greedy(tensors).numpy()}
 
     def load_flat(self, flat: np.ndarray) -> None:
         self.net.load_flat_state(flat)
@@ -225,14 +233,7 @@ class DQN:
         loss, td = td_loss(q_taken, target, weights, self.cfg.loss)
         if alive is not None:
             td = td * alive
-        self.optimizer.zero_grad()
-        loss.backward()
-        if self.collective is not None:
-            self.collective.mean_([p.grad for p in self.q.parameters() if p.grad is not None])
-        stats = clip_all({"q": self.clipper})
-        self.optimizer.step()
-        self.learner_steps += 1
-        self._update_target()
+        stats = self._descend(loss)
         self._update_normalizers(obs if alive is None else {k: v[alive > 0] for k, v in obs.items()})
         priorities = td.abs().reshape(length, n).amax(dim=0).float().cpu().numpy()
         stats.update(
@@ -279,6 +280,19 @@ class DQN:
         if self.cfg.double_q:
             return double_q_target(self.q(boot), q_next, returns, discounts, legal)
         return q_target(q_next, returns, discounts, legal)
+
+    def _descend(self, loss: torch.Tensor) -> dict[str, float]:
+        """One step of Adam on ``loss`` (gradients averaged across replicas, then clipped), and the target
+        network's update that follows it; the clipper's stats."""
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.collective is not None:
+            self.collective.mean_([p.grad for p in self.q.parameters() if p.grad is not None])
+        stats = clip_all({"q": self.clipper})
+        self.optimizer.step()
+        self.learner_steps += 1
+        self._update_target()
+        return stats
 
     def _update_target(self) -> None:
         """A hard copy every ``target_every`` learner steps, or a Polyak step after each; the target's buffers

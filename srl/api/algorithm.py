@@ -132,6 +132,17 @@ class QNet(Net, Protocol):
     def greedy(self, obs: Obs, /) -> Tensor:
         """The best legal action of each observation, int64 ``[N]``, without autograd."""
 
+    @property
+    def memory_size(self) -> int:
+        """State floats per environment of a recurrent core (``model.core``), 0 without one."""
+
+    def greedy_with_memory(self, obs: Obs, state: Tensor, /) -> tuple[Tensor, Tensor]:
+        """A recurrent network's step: the best legal action of each row, and each row's next state."""
+
+    def unroll(self, obs: Obs, seq: Any, burn_in: int = 0, /) -> Tensor:
+        """Q values ``[L * n, actions]`` of sequences' time-major rows, unrolled over ``seq``
+        (:class:`srl.nets.memory.Sequences`), the first ``burn_in`` rows without gradient."""
+
 
 class Models(Protocol):
     """Network constructors for the run's spaces and ``model`` section."""

@@ -348,6 +348,7 @@ def replay_costs(plan: Plan, rng: np.random.Generator) -> tuple[dict[str, Any], 
     return {
         "samples_per_insert": replay.samples_per_insert,
         "item_length": replay.item_length,
+        "item_stride": replay.item_stride,
         "replay_insert_seconds_per_step": insert / steps,
         "replay_sample_seconds_per_item": sample / targets.batch_size,
         "samples_per_version": targets.batch_size / (replay.samples_per_insert * items_per_step),

@@ -128,7 +128,9 @@ class Costs:
     this many times. 0: no replay, the trainer consumes each env step once (on-policy)."""
     item_length: int = 1
     """Steps per replay item (``replay.item_length``): a chunk of ``segment_length`` steps (one agent's column of a
-    segment) holds ``segment_length - item_length + 1`` items."""
+    segment) holds ``(segment_length - item_length) // item_stride + 1`` items."""
+    item_stride: int = 1
+    """Steps between the starts of a chunk's consecutive items (``replay.item_stride``)."""
     replay_insert_seconds_per_step: float = 0.0
     """The replay worker's CPU per env step inserted (every agent's column of it): one segment into the real store,
     full at ``replay.max_size``, divided by its env steps. 0 without a replay."""
@@ -171,6 +173,11 @@ class Costs:
             self.item_length <= self.segment_length,
             "item_length",
             f"{self.item_length} steps do not fit in segments of {self.segment_length}",
+        )
+        _require(
+            self.item_stride <= self.item_length,
+            "item_stride",
+            f"{self.item_stride} is longer than the items ({self.item_length} steps): some steps are never sampled",
         )
         for name in REPLAY_SECONDS:
             value = getattr(self, name)
@@ -230,7 +237,7 @@ ALLREDUCE = ("gradient_bytes", "reductions_per_update", "allreduce_hop_seconds",
 """The fields of one all-reduce measurement (``srl bench costs``): all present, or all None."""
 REPLAY_SECONDS = ("replay_insert_seconds_per_step", "replay_sample_seconds_per_item")
 """The replay worker's measured costs: > 0 with a replay (``samples_per_insert`` > 0), 0 without one."""
-REPLAY = ("samples_per_insert", "item_length", *REPLAY_SECONDS)
+REPLAY = ("samples_per_insert", "item_length", "item_stride", *REPLAY_SECONDS)
 """The replay terms, which a costs file without a replay may leave out."""
 
 
@@ -407,9 +414,9 @@ def trained_per_step(costs: Costs) -> float:
 
 def replay_items_per_step(costs: Costs) -> float:
     """Replay items one env step inserts: each agent's column of a segment is a chunk of ``segment_length`` steps
-    holding ``segment_length - item_length + 1`` items (1 per step for transitions)."""
+    holding ``(segment_length - item_length) // item_stride + 1`` items (1 per step for transitions)."""
     T = costs.segment_length
-    return costs.agents_per_env * (T - costs.item_length + 1) / T
+    return costs.agents_per_env * ((T - costs.item_length) // costs.item_stride + 1) / T
 
 
 def trainer_seconds(costs: Costs, layout: Layout) -> float:

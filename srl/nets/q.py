@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from srl.api.spaces import UnsupportedSpace, action_spec, mask_part, obs_parts
 from srl.nets.distributions import mask_logits
+from srl.nets.memory import Recurrent, Sequences, encode
 from srl.nets.mlp import init_linear
 from srl.nets.normalizer import RunningMeanStd
 from srl.nets.policy import Flattened, ObsEncoder
@@ -64,11 +65,34 @@ class QNetwork(Flattened):
 
     def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
         """Q values ``[N, A]`` of every action, illegal ones included (:meth:`legal` says which are)."""
-        features = self.encoder.forward(obs)
+        return self.q_values(self.encoder.forward(obs))
+
+    def q_values(self, features: Tensor) -> Tensor:
+        """The heads on the encoder's (or the recurrent core's) features ``[N, width]``: Q values ``[N, A]``."""
         out = self.head.forward(features)
         if self.value is None or self._dueling is None:
             return out
         return self._dueling(self.value.forward(features), out)
+
+    @property
+    def memory_size(self) -> int:
+        """State floats per environment of a recurrent core (``model.core``), 0 without one."""
+        return self.encoder.state_size if isinstance(self.encoder, Recurrent) else 0
+
+    def unroll(self, obs: Mapping[str, Tensor], seq: Sequences, burn_in: int = 0) -> Tensor:
+        """Q values ``[L * n, A]`` of sequences' time-major rows, the recurrent core unrolled over ``seq`` from
+        its states (the first ``burn_in`` rows only rebuild the state: no gradient reaches them)."""
+        features, _ = encode(self.encoder, obs, seq, burn_in, states=False)
+        return self.q_values(features)
+
+    @torch.no_grad()
+    def greedy_with_memory(self, obs: Mapping[str, Tensor], state: Tensor) -> tuple[Tensor, Tensor]:
+        """One step of a recurrent Q network: the best legal action of each row, and each row's next state."""
+        core = self.encoder
+        if not isinstance(core, Recurrent):
+            raise TypeError("greedy_with_memory: this Q network has no recurrent core (model.core is none)")
+        features, after = core.step(obs, state)
+        return self._best(self.q_values(features), obs), after
 
     def legal(self, obs: Mapping[str, Tensor]) -> Tensor | None:
         """The legal-action mask ``[N, A]`` (nonzero: legal), or None when the observation has none."""
@@ -77,6 +101,8 @@ class QNetwork(Flattened):
     @torch.no_grad()
     def greedy(self, obs: Mapping[str, Tensor]) -> Tensor:
         """The best legal action of each row, int64 ``[N]`` (a row with no legal action picks among all)."""
-        q = self.forward(obs)
+        return self._best(self.forward(obs), obs)
+
+    def _best(self, q: Tensor, obs: Mapping[str, Tensor]) -> Tensor:
         legal = self.legal(obs)
         return (q if legal is None else mask_logits(q, legal)).argmax(dim=-1)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["nstep"]
+__all__ = ["chunk_targets", "nstep"]
 
 
 def nstep(
@@ -68,6 +68,45 @@ def nstep(
             ended |= k + 1 >= lengths
     discounts = np.where(hit_terminal, 0, np.power(dtype.type(gamma), steps)).astype(dtype)
     return returns, discounts, steps - 1
+
+
+def chunk_targets(
+    rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float, n: int, stand_in: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The n-step targets of EVERY step of ``C`` stored sequences of ``T`` steps (arrays ``[C, T]``), each
+    window cut at its sequence's end: step ``s`` takes ``m`` steps, at most ``n`` and at most ``T - s``
+    (:func:`nstep`), and its target is ``returns + discounts * V(observation row boot)``, where observation row
+    ``r`` of a sequence is the one step ``r`` acts on and row ``T`` the one after its last step.
+
+    Returns ``returns``, ``discounts`` (``[C, T]``, rewards' float dtype), ``boot`` (int64 ``[C, T]``: the row
+    after the last step taken) and ``cut`` (bool ``[C, T]``: that last step was truncated by a time limit, not
+    terminated). At a cut, the true bootstrap is that step's *final* observation, which the row
+    after it is not (it is the next episode's first). A caller that keeps final observations reads that one
+    there. With ``stand_in``, the observation of the truncated step itself stands in (``boot`` moves back one
+    row): with ``m >= 2`` the target drops that step (its reward out, discount ``gamma^(m-1)``), which is the
+    exact ``m - 1``-step target, since that observation is the next observation of the step before; with
+    ``m = 1`` it is ``r + gamma * V(s_t)``, the stand-in PPO uses for ``V(s_{t+1})`` at a time limit.
+    """
+    C, T = rewards.shape
+    steps = np.arange(T, dtype=np.int64)
+    lengths = np.minimum(T - steps, n)
+    window = steps[:, None] + np.minimum(np.arange(n), lengths[:, None] - 1)  # [T, n], never past the end
+    flat = (np.arange(C, dtype=np.int64)[:, None, None] * T + window[None]).reshape(C * T, n)
+    r = rewards.reshape(-1)[flat]
+    returns, discounts, taken = nstep(
+        r, terminated.reshape(-1)[flat], truncated.reshape(-1)[flat], gamma, n, np.tile(lengths, C)
+    )
+    last = np.tile(steps, C) + taken
+    flat_last = np.repeat(np.arange(C, dtype=np.int64) * T, T) + last
+    cut = truncated.reshape(-1)[flat_last] & ~terminated.reshape(-1)[flat_last]
+    boot = last + 1
+    if stand_in and cut.any():
+        boot[cut] -= 1
+        drop = np.flatnonzero(cut & (taken >= 1))
+        power = np.power(returns.dtype.type(gamma), taken[drop]).astype(returns.dtype)
+        returns[drop] -= power * r[drop, taken[drop]]
+        discounts[drop] = power
+    return returns.reshape(C, T), discounts.reshape(C, T), boot.reshape(C, T), cut.reshape(C, T)
 
 
 def _check(rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float, n: int) -> None:

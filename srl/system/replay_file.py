@@ -80,6 +80,8 @@ def layout_difference(saved: dict[str, Any], here: dict[str, Any]) -> str | None
     when they agree."""
     if saved["item_length"] != here["item_length"]:
         return f"its items are {saved['item_length']} steps, this run's {here['item_length']}"
+    if saved.get("item_stride") != here["item_stride"]:
+        return f"its items start every {saved.get('item_stride', '?')} steps, this run's every {here['item_stride']}"
     a, b = saved["fields"], here["fields"]
     for name in sorted(a.keys() & b.keys()):
         if a[name] != b[name]:

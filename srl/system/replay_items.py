@@ -14,11 +14,10 @@ last step (:func:`srl.system.nstep.nstep`), and bootstraps from the observation 
   bootstrap observation (a cut, not a time limit: the discount stays ``gamma^m``);
 - terminated: the discount is 0 (the observation is never valued);
 - truncated by a time limit: ``final_<part>`` of that step, where the layout keeps final observations (they share
-  their part's array, :attr:`ReplaySpec.obs_rows`, so this is a row like any other). Image parts keep none. There
-  the observation of the truncated step itself stands in: with ``m >= 2`` the target drops that step (its reward
-  out, discount ``gamma^(m-1)``), which is the exact ``m - 1``-step target, since that observation is the next
-  observation of the step before; with ``m = 1`` (the item's own step was cut) it is ``r + gamma * V(s_t)``, the
-  stand-in PPO uses for ``V(s_{t+1})`` there (time limits are rare in image envs).
+  their part's array, :attr:`ReplaySpec.obs_rows`, so this is a row like any other). Image parts keep none:
+  there the truncated step's own observation stands in (:func:`srl.system.nstep.chunk_targets`).
+
+Sequence batches (a recurrent policy's) carry no targets: the learner unrolls them and makes its own.
 """
 
 from __future__ import annotations
@@ -27,7 +26,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from srl.system.nstep import nstep
+from srl.api.schema import MEMORY
+from srl.system.nstep import chunk_targets
 from srl.system.replay_spec import ReplaySpec
 
 __all__ = ["ItemReader"]
@@ -50,6 +50,7 @@ class ItemReader:
             part: arrays[f"stacks_{part}"].reshape(-1, arrays[f"stacks_{part}"].shape[2]) for part in spec.frame_stacks
         }
         self._window = np.arange(spec.item_length, dtype=np.int64)[:, None]
+        self._seq_window = np.arange(spec.item_length + 1, dtype=np.int64)[:, None]
         self._skip = spec.obs_rows - spec.steps
         """Observation rows per chunk beyond one per step: step ``c * T + s`` observes row ``c * obs_rows + s``."""
         all_steps = np.arange(spec.capacity * spec.steps, dtype=np.int64)
@@ -72,55 +73,62 @@ class ItemReader:
 
     def read(self, rows: np.ndarray, n: int, gamma: float, out: Mapping[str, np.ndarray]) -> None:
         """Fill ``out`` (:meth:`ReplaySpec.batch_fields`) but for ``weights`` and ``keys`` with the items whose
-        first steps are flat step rows ``rows`` (``[N]``: chunk slot * T + offset)."""
+        first steps are flat step rows ``rows`` (``[N]``: chunk slot * T + offset); a sequence batch reads no
+        targets, so ``n`` and ``gamma`` are unused there."""
+        if self.spec.sequences:
+            self._read_sequences(rows, out)
+            return
         if self._targets_for != (n, gamma):
             self._targets_for = None  # an exception inside leaves none half-computed in use
             self._compute(np.arange(self.spec.capacity), n, gamma)
             self._targets_for = (n, gamma)
-        flat = self._flat
         steps = rows[None, :] if self.spec.item_length == 1 else rows[None, :] + self._window  # [L, N]
         # ndarray.take with mode="clip": the rows are valid by construction, and the default mode="raise" copies
         # through a buffer (several times slower for a batch of a few hundred).
         obs_rows = self._obs_row.take(steps, mode="clip")
         boot = self._boot.take(steps, mode="clip")
         for part, boot_part in self._parts:
-            stacks = self._stacks.get(part)
-            if stacks is None:
-                flat[part].take(obs_rows, axis=0, out=out[part], mode="clip")
-                flat[part].take(boot, axis=0, out=out[boot_part], mode="clip")
-            else:  # restacked: each row's frames, then the frames themselves
-                flat[part].take(stacks.take(obs_rows, axis=0, mode="clip"), axis=0, out=out[part], mode="clip")
-                flat[part].take(stacks.take(boot, axis=0, mode="clip"), axis=0, out=out[boot_part], mode="clip")
-        flat["actions"].take(steps, axis=0, out=out["actions"], mode="clip")
+            self._observations(part, obs_rows, out[part])
+            self._observations(part, boot, out[boot_part])
+        self._steps(steps, ("actions",), out)
         self._returns.take(steps, out=out["returns"], mode="clip")
         self._discounts.take(steps, out=out["discounts"], mode="clip")
-        if self._alive:
-            flat["alive"].take(steps, axis=0, out=out["alive"], mode="clip")
+
+    def _read_sequences(self, rows: np.ndarray, out: Mapping[str, np.ndarray]) -> None:
+        """Sequence items: their ``L + 1`` observation rows (consecutive in a chunk), their steps as stored, and
+        the recurrent state their first step was acted on with (row ``s`` of chunk ``c``'s ``T + 1`` state rows)."""
+        steps = rows[None, :] + self._window  # [L, N]
+        obs_rows = self._obs_row.take(rows, mode="clip")[None, :] + self._seq_window  # [L + 1, N]
+        for part, _ in self._parts:
+            self._observations(part, obs_rows, out[part])
+        self._steps(steps, ("actions", "rewards", "terminated", "truncated"), out)
+        self._flat[MEMORY].take(rows + rows // self.spec.steps, axis=0, out=out[MEMORY], mode="clip")
+
+    def _observations(self, part: str, obs_rows: np.ndarray, out: np.ndarray) -> None:
+        """Observation rows ``obs_rows`` of ``part`` into ``out``; a part kept as frames is restacked: each row's
+        frames, then the frames themselves."""
+        stacks = self._stacks.get(part)
+        if stacks is None:
+            self._flat[part].take(obs_rows, axis=0, out=out, mode="clip")
+        else:
+            self._flat[part].take(stacks.take(obs_rows, axis=0, mode="clip"), axis=0, out=out, mode="clip")
+
+    def _steps(self, steps: np.ndarray, names: tuple[str, ...], out: Mapping[str, np.ndarray]) -> None:
+        """Step fields ``names`` (and ``alive`` where the layout has it) of flat step rows ``steps`` into ``out``."""
+        for name in (*names, "alive") if self._alive else names:
+            self._flat[name].take(steps, axis=0, out=out[name], mode="clip")
 
     def _compute(self, slots: np.ndarray, n: int, gamma: float) -> None:
         """The n-step returns, discounts and bootstrap rows of every step of chunks ``slots``."""
         T, flat = self.spec.steps, self._flat
-        steps = np.tile(np.arange(T, dtype=np.int64), len(slots))
-        step_rows = np.repeat(slots.astype(np.int64) * T, T) + steps
-        lengths = np.minimum(T - steps, n)
-        window = step_rows[:, None] + np.minimum(np.arange(n), lengths[:, None] - 1)  # never past the chunk
-        rewards = flat["rewards"][window]
-        returns, discounts, taken = nstep(
-            rewards, flat["terminated"][window], flat["truncated"][window], gamma, n, lengths
+        rows = slots.astype(np.int64)[:, None] * T + np.arange(T, dtype=np.int64)  # [C, T] flat step rows
+        stand_in = not self.spec.has_final_obs
+        returns, discounts, boot, cut = chunk_targets(
+            flat["rewards"][rows], flat["terminated"][rows], flat["truncated"][rows], gamma, n, stand_in
         )
-        last = step_rows + taken  # the step each target bootstraps after
-        cut = flat["truncated"][last] & ~flat["terminated"][last]
-        chunk = last // T
-        boot = last + chunk * self._skip + 1  # its next observation row
-        if cut.any():
-            if self.spec.has_final_obs:  # its final observation: row T + 1 + s of chunk c
-                boot[cut] += T
-            else:
-                boot[cut] -= 1  # the truncated step's own observation stands in (module docstring)
-                drop = np.flatnonzero(cut & (taken >= 1))
-                power = np.power(np.float32(gamma), taken[drop]).astype(np.float32)
-                returns[drop] -= power * rewards[drop, taken[drop]]
-                discounts[drop] = power
-        self._returns[step_rows] = returns
-        self._discounts[step_rows] = discounts
-        self._boot[step_rows] = boot
+        boot += slots.astype(np.int64)[:, None] * self.spec.obs_rows  # the chunk's observation row, flat
+        if not stand_in:  # a cut bootstraps from the final observation of its last step: row T + 1 + s
+            boot[cut] += T
+        self._returns[rows] = returns
+        self._discounts[rows] = discounts
+        self._boot[rows] = boot

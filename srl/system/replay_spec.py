@@ -2,10 +2,16 @@
 
 A *chunk* is one column of an actor's segment: every field of the pool layout with the environment axis
 removed (observation fields ``T + 1`` rows, step fields ``T``, segment-scoped fields 1). An *item* is a window
-of ``item_length`` (L) consecutive steps inside one chunk, at offsets ``0 .. T - L``, so a chunk holds
-``T - L + 1`` items and nothing is stored twice. The spec is derived from the config and the pool layout in
-every process alike (the controller creates the store, the replay worker attaches to it), so both agree on
-every shape without sending one.
+of ``item_length`` (L) consecutive steps inside one chunk, starting every ``item_stride`` (S) steps at offsets
+``0, S, .., T - L``, so a chunk holds ``(T - L) / S + 1`` items and nothing is stored twice.
+
+Two kinds of batch (:meth:`ReplaySpec.batch_fields`): *transitions*, each step with the n-step target the replay
+computes (DQN, SAC, TD3), and, where the layout carries a recurrent policy's state (:data:`MEMORY`),
+*sequences*: an item's observations, actions and rewards as they were, with the state its first step was acted
+on with; a recurrent learner unrolls them and makes its own targets (R2D2).
+
+The spec is derived from the config and the pool layout in every process alike (the controller creates the
+store, the replay worker attaches to it), so both agree on every shape without sending one.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any, Literal
 
 from srl.api.config.errors import ConfigError
 from srl.api.config.replay import ReplayConfig
-from srl.api.schema import FieldSpec
+from srl.api.schema import MEMORY, FieldSpec
 from srl.api.spaces import FINAL_PREFIX
 from srl.base.rate_limiter import RateLimiter, least_error_buffer
 from srl.base.sumtree import SumTree
@@ -56,6 +62,8 @@ class ReplaySpec:
     max_sample_batch: int
     frame_stacks: tuple[str, ...] = ()
     """Observation parts kept as frames (:meth:`chunk_shape`) and restacked when read."""
+    item_stride: int = 1
+    """Steps between the starts of a chunk's consecutive items."""
 
     @classmethod
     def of(cls, layout: PoolLayout, cfg: ReplayConfig, max_sample_batch: int) -> ReplaySpec:
@@ -73,7 +81,14 @@ class ReplaySpec:
                 f"replay items of {cfg.item_length} steps with segment-scoped fields "
                 f"({', '.join(sorted(layout.segment_scoped))}): their state exists only at a chunk's first step"
             )
-        per_chunk = steps - cfg.item_length + 1
+        spare = (steps - cfg.item_length) % cfg.item_stride
+        if spare:
+            raise ConfigError(
+                f"replay.item_stride: items of {cfg.item_length} steps every {cfg.item_stride} steps leave the last "
+                f"{spare} of each segment's {steps} steps unsampled: pick a stride that divides "
+                f"{steps - cfg.item_length}, or another workers.segment_length"
+            )
+        per_chunk = (steps - cfg.item_length) // cfg.item_stride + 1
         capacity = math.ceil(cfg.max_size / per_chunk)
         if capacity < columns:
             raise ConfigError(
@@ -109,6 +124,7 @@ class ReplaySpec:
             0.0,
             max_sample_batch,
             tuple(cfg.frame_stacks),
+            cfg.item_stride,
         )
         return spec._with_buffer(cfg.error_buffer)
 
@@ -146,8 +162,13 @@ class ReplaySpec:
 
     @property
     def items_per_chunk(self) -> int:
-        """``T - L + 1`` windows of L steps in a chunk."""
-        return self.steps - self.item_length + 1
+        """``(T - L) / S + 1`` windows of L steps in a chunk, one every S steps."""
+        return (self.steps - self.item_length) // self.item_stride + 1
+
+    @property
+    def sequences(self) -> bool:
+        """Whether batches are sequences (the layout carries a recurrent policy's state) or transitions."""
+        return MEMORY in self.fields
 
     @property
     def max_items(self) -> int:
@@ -219,20 +240,34 @@ class ReplaySpec:
     def batch_fields(self, batch: int) -> dict[str, FieldSpec]:
         """The sampled batch of ``batch`` items, for the caller to allocate (shared memory or not).
 
-        ``P`` / ``boot_P`` ``[L, N, ...]`` per observation part: each step's observation and the one its n-step
-        target bootstraps from; ``actions [L, N, ...]``; ``returns`` and ``discounts [L, N]`` float32 (the
-        target is ``returns + discounts * V(boot)``); ``alive [L, N]`` bool where the layout has it (a step its
-        agent did not take, having left the env early, holds no transition); ``weights [N]`` float32 importance
-        weights; ``keys [N]`` int64, which a priority update names the items by.
+        Transitions: ``P`` / ``boot_P`` ``[L, N, ...]`` per observation part: each step's observation and the one
+        its n-step target bootstraps from; ``actions [L, N, ...]``; ``returns`` and ``discounts [L, N]`` float32
+        (the target is ``returns + discounts * V(boot)``).
+
+        Sequences (:attr:`sequences`): ``P`` ``[L + 1, N, ...]``, the observations of the item's steps and the
+        one after its last; ``actions``, ``rewards`` float32 and ``terminated`` / ``truncated`` bool ``[L, N]``;
+        :data:`MEMORY` ``[N, state]``, the recurrent state the actor's policy acted on the item's first step with.
+
+        Both: ``alive [L, N]`` bool where the layout has it (a step its agent did not take, having left the env
+        early, holds no transition); ``weights [N]`` float32 importance weights; ``keys [N]`` int64, which a
+        priority update names the items by.
         """
         lead = (self.item_length, batch)
         out: dict[str, FieldSpec] = {}
         for part in self.obs_fields:
-            spec = FieldSpec((*lead, *self.fields[part].shape[2:]), self.fields[part].dtype)
-            out[part] = out[f"boot_{part}"] = spec
+            shape, dtype = self.fields[part].shape[2:], self.fields[part].dtype
+            if self.sequences:
+                out[part] = FieldSpec((self.item_length + 1, batch, *shape), dtype)
+            else:
+                out[part] = out[f"boot_{part}"] = FieldSpec((*lead, *shape), dtype)
         actions = self.fields["actions"]
         out["actions"] = FieldSpec((*lead, *actions.shape[2:]), actions.dtype)
-        out["returns"] = out["discounts"] = FieldSpec(lead, "float32")
+        if self.sequences:
+            out["rewards"] = FieldSpec(lead, "float32")
+            out["terminated"] = out["truncated"] = FieldSpec(lead, "bool")
+            out[MEMORY] = FieldSpec((batch, *self.fields[MEMORY].shape[2:]), self.fields[MEMORY].dtype)
+        else:
+            out["returns"] = out["discounts"] = FieldSpec(lead, "float32")
         if "alive" in self.fields:  # a multi-agent env's: which steps its agent took (it may leave early)
             out["alive"] = FieldSpec(lead, "bool")
         out["weights"] = FieldSpec((batch,), "float32")
@@ -241,6 +276,6 @@ class ReplaySpec:
 
     def describe(self) -> dict[str, Any]:
         """What a saved replay must share with the store that loads it: every chunk's shape and dtype, and the
-        item length (items are numbered by it)."""
+        item length and stride (items are numbered by them)."""
         fields = {name: [list(self.chunk_shape(name)), spec.dtype] for name, spec in self.fields.items()}
-        return {"fields": fields, "item_length": self.item_length}
+        return {"fields": fields, "item_length": self.item_length, "item_stride": self.item_stride}

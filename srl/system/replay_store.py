@@ -68,7 +68,7 @@ class ReplayStore:
             spec.max_sample_batch,
             self._counters[2:4],
         )
-        self._per, self._T = spec.items_per_chunk, spec.steps
+        self._per, self._T, self._stride = spec.items_per_chunk, spec.steps, spec.item_stride
         self._fifo = spec.sampler == "fifo"
         self._stacks = {part: arrays[f"stacks_{part}"] for part in spec.frame_stacks}
         self._reader = ItemReader(spec, arrays)
@@ -303,14 +303,14 @@ class ReplayStore:
 
     def _draw(self, batch: int, rng: np.random.Generator, keys: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """Draw ``batch`` items by the spec's sampler into ``keys`` and their importance weights into ``weights``;
-        returns the flat step rows where they start (chunk slot * T + offset)."""
+        returns the flat step rows where they start (chunk slot * T + item offset * stride)."""
         per, T = self._per, self._T
         if self._priorities is not None:
             leaves, w = self._priorities.sample(batch, rng)
             weights[...] = w
             slots, offsets = np.divmod(leaves, per)
             keys[...] = self.slots.keys_of(slots) * per + offsets
-            return leaves if per == T else slots * T + offsets
+            return leaves if per == T else slots * T + offsets * self._stride
         weights[...] = 1.0
         first, end = self.slots.bounds()
         first *= per
@@ -325,7 +325,7 @@ class ReplayStore:
         if per == T:  # items of one step: key k starts at flat row k mod (capacity * T)
             return keys % (self.spec.capacity * T)
         chunk_keys, offsets = np.divmod(keys, per)
-        return (chunk_keys % self.spec.capacity) * T + offsets
+        return (chunk_keys % self.spec.capacity) * T + offsets * self._stride
 
     def _advance(self, batch: int) -> None:
         """A queue hands out each item once: move its cursor, then remove the chunks it has read to the end."""

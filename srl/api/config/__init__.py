@@ -7,14 +7,14 @@ key, type or value raises :class:`ConfigError` whose message names the field,
 so the CLI can print one line and exit non-zero. Configs are never mutated
 after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
-One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn``, ``sac`` and ``td3``, ``params``,
+One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn`` and ``r2d2``, ``sac`` and ``td3``, ``params``,
 ``stage``, ``league``, ``replay``, ``text``, ``ray``, ``run``), the root in ``experiment``, typed building in
 ``parse`` and the YAML / ``--set`` reading in ``load``; every public name is imported from this package.
 """
 
 from __future__ import annotations
 
-from srl.api.config.dqn import DQNConfig
+from srl.api.config.dqn import DQNConfig, R2D2Config
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import ConfigError
 from srl.api.config.experiment import ExperimentConfig
@@ -42,6 +42,7 @@ __all__ = [
     "ModelConfig",
     "PPOConfig",
     "ParamsConfig",
+    "R2D2Config",
     "RayConfig",
     "ReplayConfig",
     "RunConfig",

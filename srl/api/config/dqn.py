@@ -76,3 +76,34 @@ class DQNConfig:
             f"must be >= 0, got {self.epsilon_decay_env_steps}",
         )
         check(self.ladder_alpha >= 0, "ladder_alpha", f"must be >= 0, got {self.ladder_alpha}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class R2D2Config(DQNConfig):
+    """R2D2 (Kapturowski et al. 2019): DQN with a recurrent core (``model.core``) learning from sequences of
+    ``replay.item_length`` steps, each unrolled from the state its actor acted with, after a burn-in that only
+    rebuilds that state. Everything of ``dqn`` applies; ``nstep`` targets are made within each sequence."""
+
+    nstep: int = 5
+    """Steps summed into each return before bootstrapping, within the sequence (cut at its end)."""
+    burn_in: int = 8
+    """Steps at each sequence's start that only rebuild the recurrent state: no loss and no gradient reach them.
+    Fewer than ``replay.item_length``."""
+    stored_state: bool = True
+    """Start each sequence from the state its actor acted on its first step with (R2D2's stored state); false: from
+    zeros (the paper's zero-state ablation)."""
+    eta: float = 0.9
+    """A sequence's priority: ``eta`` times its largest ``|td|`` plus ``1 - eta`` times their mean."""
+    value_rescale: bool = True
+    """Learn Q in rescaled units ``h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x``, so rewards of any size fit one
+    network without clipping."""
+    rescale_eps: float = 1e-3
+    """The ``eps`` of ``h``."""
+    loss: Literal["huber", "mse"] = "mse"
+    """R2D2's squared TD error (``huber``: quadratic within 1, linear beyond)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.burn_in >= 0, "burn_in", f"must be >= 0, got {self.burn_in}")
+        check(0.0 <= self.eta <= 1.0, "eta", f"must be in [0, 1], got {self.eta}")
+        check(self.rescale_eps >= 0, "rescale_eps", f"must be >= 0, got {self.rescale_eps}")

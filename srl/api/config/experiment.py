@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from srl.api.config.dqn import DQNConfig
+from srl.api.config.dqn import DQNConfig, R2D2Config
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import check
 from srl.api.config.league import LeagueConfig
@@ -53,6 +53,8 @@ class ExperimentConfig:
     """PPO hyper-parameters."""
     dqn: DQNConfig = field(default_factory=DQNConfig)
     """DQN hyper-parameters (``algorithm: dqn``)."""
+    r2d2: R2D2Config = field(default_factory=R2D2Config)
+    """R2D2 hyper-parameters (``algorithm: r2d2``)."""
     sac: SACConfig = field(default_factory=SACConfig)
     """SAC hyper-parameters (``algorithm: sac``)."""
     td3: TD3Config = field(default_factory=TD3Config)

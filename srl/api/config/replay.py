@@ -38,7 +38,12 @@ class ReplayConfig:
     """How far (in samples) either side may run ahead of ``samples_per_insert``. None: the least that never holds
     both sides at once for the run's insert and sample batches (see ``srl/base/rate_limiter.py``)."""
     item_length: int = 1
-    """Steps per item (1: a transition); at most ``workers.segment_length``."""
+    """Steps per item (1: a transition); at most ``workers.segment_length``. A recurrent policy's items are
+    sequences, each with the state its first step was acted on with (R2D2)."""
+    item_stride: int = 1
+    """Steps between the starts of consecutive items of a stored segment column: 1 makes every window of
+    ``item_length`` steps an item; R2D2's sequences of 80 steps overlapping by 40 are ``item_length: 80,
+    item_stride: 40``. Nothing is stored twice either way: items are windows of the stored steps."""
     frame_stacks: tuple[str, ...] = ()
     """Observation parts whose leading axis is a stack of frames that moves on by one frame each step (Atari's
     ``[4, 84, 84]``): stored once per frame and restacked when sampled, about a quarter of the memory. An episode's
@@ -77,6 +82,12 @@ class ReplayConfig:
         buf = self.error_buffer
         check(buf is None or (math.isfinite(buf) and buf >= 0), "error_buffer", f"must be >= 0, got {buf}")
         check(self.item_length >= 1, "item_length", f"must be >= 1, got {self.item_length}")
+        check(
+            1 <= self.item_stride <= self.item_length,
+            "item_stride",
+            f"must be in [1, item_length={self.item_length}] (a larger stride never samples some steps), "
+            f"got {self.item_stride}",
+        )
         check(
             len(set(self.frame_stacks)) == len(self.frame_stacks),
             "frame_stacks",
