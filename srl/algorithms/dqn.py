@@ -41,7 +41,7 @@ def require_discrete(action_space: spaces.Space, cfg: ExperimentConfig) -> None:
     """One line naming the space, and the algorithm that fits it, unless the actions are Discrete."""
     if not isinstance(action_space, spaces.Discrete):
         raise ConfigError(
-            f"algorithm: dqn needs a Discrete action space; env {cfg.env.id!r} has {action_space}: use ppo"
+            f"algorithm: {cfg.algorithm} needs a Discrete action space; env {cfg.env.id!r} has {action_space}: use ppo"
         )
 
 
