@@ -58,6 +58,10 @@ def test_sac_on_an_unbounded_box_names_action_scale() -> None:
             r"^env\.action_scale: 'CartPole-v1' has Discrete\(2\), .* not a Box",
         ),
         ({"kwargs": {"low": 3.0}, "action_scale": 2.0}, r"^env\.action_scale: 2\.0 crosses a finite bound"),
+        (
+            {"id": "srl.envs.ma_testing:coop_targets", "action_scale": 2.0},
+            r"^env\.action_scale: 'srl\.envs\.ma_testing:coop_targets' is a multi-agent env",
+        ),
     ],
 )
 def test_action_scale_with_nothing_to_bound_is_one_line(env: dict[str, Any], message: str) -> None:
