@@ -62,7 +62,7 @@ def require_bounded_box(name: str, action_space: spaces.Space, cfg: ExperimentCo
     if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
         raise ConfigError(
             f"algorithm: {name} maps its actions onto the Box's bounds; env {cfg.env.id!r} has unbounded "
-            f"{action_space}: wrap the env to bound it, or use ppo"
+            f"{action_space}: set env.action_scale to bound it, or use ppo"
         )
 
 

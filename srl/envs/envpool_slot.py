@@ -20,8 +20,9 @@ stays the reference, and this slot must be indistinguishable from it:
 * **Spaces.** Observation spaces come from EnvPool's spec (they equal
   Gymnasium's for every mapped id: shape, dtype and bounds). Box action spaces
   are exposed exactly as GymSlot's ``ClipToBox``-wrapped env exposes them
-  (float32, unbounded: the policy's raw samples are valid actions) and clipped
-  here to EnvPool's bounds, which equal Gymnasium's.
+  (float32, with the bounds of :func:`~srl.envs.factory.driven_actions`; any
+  float32 action is accepted) and clipped here to those bounds, which equal
+  Gymnasium's.
 * **Seeding.** EnvPool takes its seed at construction, so the pool is built by
   ``reset(seed)`` and rebuilt by a later ``reset`` once it has been used: the
   same seed then gives the same episodes, as with GymSlot.
@@ -67,6 +68,7 @@ import numpy as np
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
 from srl.api.spaces import OBS, Observation
+from srl.envs.factory import driven_actions
 
 _MUJOCO = (
     "Ant",
@@ -259,17 +261,18 @@ class EnvPoolSlot:
         self.state_space: gym.spaces.Space | None = None
         self.single_observation_space: gym.spaces.Space = obs_space
         self.single_action_space: gym.spaces.Space
-        if isinstance(act_space, gym.spaces.Discrete):
-            self.single_action_space = gym.spaces.Discrete(int(act_space.n), start=int(act_space.start))
+        shown: Any = driven_actions(cfg, act_space)
+        if isinstance(shown, gym.spaces.Discrete):
+            self.single_action_space = gym.spaces.Discrete(int(shown.n), start=int(shown.start))
             self._low = self._high = None
-        elif isinstance(act_space, gym.spaces.Box):
+        elif isinstance(shown, gym.spaces.Box):
             # As GymSlot's env (ClipToBox over Gymnasium's float32 Box): the bounds are shown, any float32 action
-            # is accepted, and the env sees it clipped to EnvPool's (float64) bounds below.
+            # is accepted, and the env sees it clipped to those bounds in EnvPool's float64 below.
             self.single_action_space = gym.spaces.Box(
-                act_space.low.astype(np.float32), act_space.high.astype(np.float32), act_space.shape, np.float32
+                shown.low.astype(np.float32), shown.high.astype(np.float32), shown.shape, np.float32
             )
-            self._low = act_space.low.astype(np.float64)
-            self._high = act_space.high.astype(np.float64)
+            self._low = shown.low.astype(np.float64)
+            self._high = shown.high.astype(np.float64)
         else:
             raise ConfigError(f"env: {cfg.id!r} action space {act_space} is not Discrete or Box")
         self._pool: Any = None

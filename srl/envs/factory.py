@@ -108,10 +108,14 @@ def create_env(cfg: EnvConfig, num_envs: int = 1) -> Any:
     if isinstance(env, TextTask):
         if cfg.max_episode_steps is not None:
             raise ConfigError(f"env.max_episode_steps: {cfg.id!r} is a text task; its episodes are one completion")
+        if cfg.action_scale is not None:
+            raise ConfigError(f"env.action_scale: {cfg.id!r} is a text task; its actions are tokens, not a Box")
         return env
     if is_parallel_env(env) or is_vmas_env(env) or is_aec_env(env) or is_openspiel_game(env):
         if cfg.max_episode_steps is not None:
             raise ConfigError(f"env.max_episode_steps: {cfg.id!r} is a multi-agent env; set its own episode length")
+        if cfg.action_scale is not None:
+            raise ConfigError(f"env.action_scale: {cfg.id!r} is a multi-agent env; bound its agents' Box in the env")
         return env
     raise ConfigError(
         f"env.id: {cfg.id!r} did not return a gymnasium.Env, a PettingZoo ParallelEnv or AECEnv, a VMAS env, an "
@@ -134,8 +138,13 @@ def wrap_env(cfg: EnvConfig, env: gym.Env) -> gym.Env:
     custom = ":" in cfg.id
     if custom and cfg.max_episode_steps is not None:
         env = TimeLimit(env, cfg.max_episode_steps)
-    if isinstance(env.action_space, gym.spaces.Box):
-        env = ClipToBox(env)
+    try:
+        shown = driven_actions(cfg, env.action_space)
+    except ConfigError:
+        env.close()
+        raise
+    if isinstance(shown, gym.spaces.Box):
+        env = ClipToBox(env, shown)
     elif isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and np.any(
         np.asarray(env.action_space.start) != 0
     ):
@@ -148,15 +157,34 @@ def wrap_env(cfg: EnvConfig, env: gym.Env) -> gym.Env:
     return env
 
 
-class ClipToBox(gym.ActionWrapper):
-    """Box actions clipped to the env's bounds, which it still shows as its action space: a Gaussian policy (PPO)
-    passes its raw samples (their log-probs refer to those), and an algorithm that maps its actions onto the
-    bounds (SAC, TD3) reads them. Gymnasium's ``ClipAction`` would show an unbounded Box instead."""
+def driven_actions(cfg: EnvConfig, space: gym.spaces.Space) -> gym.spaces.Space:
+    """The action space an env shows, and the bounds its Box actions are clipped to: ``space`` itself, or with
+    ``env.action_scale`` the Box whose infinite bounds are ``+-action_scale``; one line naming the field when
+    ``action_scale`` has nothing to bound (the space is not a Box, or its bounds are already finite)."""
+    scale = cfg.action_scale
+    if scale is None:
+        return space
+    if not isinstance(space, gym.spaces.Box):
+        raise ConfigError(f"env.action_scale: {cfg.id!r} has {space}, which is not a Box; remove action_scale")
+    low, high = np.asarray(space.low), np.asarray(space.high)
+    if np.isfinite(low).all() and np.isfinite(high).all():
+        raise ConfigError(f"env.action_scale: {cfg.id!r} has {space}, whose bounds are already finite; remove it")
+    low = np.where(np.isfinite(low), low, -scale)
+    high = np.where(np.isfinite(high), high, scale)
+    if not (low < high).all():
+        raise ConfigError(f"env.action_scale: {scale} crosses a finite bound of {cfg.id!r}'s {space}")
+    return gym.spaces.Box(low.astype(space.dtype), high.astype(space.dtype), space.shape, space.dtype)
 
-    def __init__(self, env: gym.Env) -> None:
+
+class ClipToBox(gym.ActionWrapper):
+    """Box actions clipped to ``bounds`` (:func:`driven_actions`), which the env shows as its action space: a
+    Gaussian policy (PPO) passes its raw samples (their log-probs refer to those), and an algorithm that maps its
+    actions onto the bounds (SAC, TD3) reads them. Gymnasium's ``ClipAction`` would show an unbounded Box instead."""
+
+    def __init__(self, env: gym.Env, bounds: gym.spaces.Box) -> None:
         super().__init__(env)
-        space: Any = env.action_space  # a Box (see wrap_env)
-        self._low, self._high = space.low, space.high
+        self.action_space = bounds
+        self._low, self._high = bounds.low, bounds.high
 
     def action(self, action: Any) -> Any:
         return np.clip(action, self._low, self._high)

@@ -29,6 +29,10 @@ class EnvConfig:
     """Multi-agent envs: each column also observes which agent it is (``obs.agent``, one-hot; a plain observation
     moves to ``obs.observation``): parameter sharing with the agent's index as a switch, so one shared policy can
     act differently per agent, or play every seat of a game whose observation does not say whose turn it is."""
+    action_scale: float | None = None
+    """A Box action space's infinite bounds replaced by ``-action_scale`` / ``+action_scale`` (finite bounds stay):
+    the env shows that bounded Box and is driven within it, so an algorithm that maps its actions onto the bounds
+    (SAC, TD3) can run an env whose Box is unbounded. Only for such a Box; ``None`` keeps the env's own space."""
     nonfinite: Literal["fail", "sanitize"] = "fail"
     """A NaN or infinite observation or reward: ``fail`` ends the run naming the env and step; ``sanitize``
     replaces it by 0 and counts it (``nonfinite_steps`` in the metrics)."""
@@ -36,6 +40,11 @@ class EnvConfig:
     def __post_init__(self) -> None:
         check(bool(self.id.strip()), "id", "must name an environment")
         check(self.reward_clip is None or self.reward_clip > 0, "reward_clip", "must be > 0 or null")
+        check(
+            self.action_scale is None or self.action_scale > 0,
+            "action_scale",
+            f"must be > 0 or null, got {self.action_scale}",
+        )
         check(
             self.max_episode_steps is None or self.max_episode_steps > 0,
             "max_episode_steps",
