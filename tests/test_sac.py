@@ -16,7 +16,8 @@ from srl.api.config import ConfigError, ExperimentConfig, build, load_config
 from srl.envs.factory import make_env
 from srl.runtime.plan import make_plan
 from srl.runtime.train import train
-from srl.wiring import NetModels, context, make_algorithm
+from srl.api.explore import make_explorer
+from srl.wiring import NetModels, algorithm_class, context, make_algorithm
 
 OBS = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float32)
 ACT = spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 10.0], np.float32))
@@ -116,6 +117,37 @@ def test_the_temperature_is_tuned_and_a_fixed_one_stays() -> None:
     assert tuned.alpha != pytest.approx(0.2) and fixed.alpha == pytest.approx(0.3)
 
 
+@pytest.mark.parametrize(("target", "rises"), [(10.0, True), (-10.0, False)])
+def test_the_temperature_moves_toward_its_target_entropy(target: float, rises: bool) -> None:
+    """An entropy target above what the policy has raises the temperature (more entropy is paid for); one below
+    lowers it."""
+    algo = _algo("sac", target_entropy=target, alpha_lr=0.01)
+    for step in range(30):
+        algo.train(_batch(step), 0.0)
+    assert (algo.alpha > 0.2) == rises, algo.alpha
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_the_first_random_steps_act_uniformly_within_the_box(algorithm: str) -> None:
+    ctx = context(OBS, ACT, _cfg(algorithm, random_steps=1000), seed=0)
+    explorer = make_explorer(algorithm_class(ctx.cfg), ctx, 0, 4, 8, actors=2)
+    assert explorer is not None
+    rng = np.random.default_rng(0)
+    drawn = []
+    for _ in range(200):
+        actions = np.full((4, 2), 7.0, np.float32)
+        explorer.explore(actions, {"obs": np.zeros((4, 3), np.float32)}, slice(0, 4), 499, rng)  # 998 run steps
+        drawn.append(actions)
+    a = np.concatenate(drawn)
+    assert (a >= ACT.low).all() and (a <= ACT.high).all() and explorer.stats() == {"random_actions": 1.0}
+    assert abs(a[:, 1].mean() - 5.0) < 0.3 and abs(a[:, 0].mean()) < 0.15  # uniform: the middle of each bound
+    policy_actions = np.full((4, 2), 7.0, np.float32)
+    explorer.explore(policy_actions, {"obs": np.zeros((4, 3), np.float32)}, slice(0, 4), 500, rng)  # 1000 run steps
+    assert (policy_actions == 7.0).all() and explorer.stats() == {"random_actions": 0.0}
+    no_warmup = context(OBS, ACT, _cfg(algorithm), seed=0)
+    assert make_explorer(algorithm_class(no_warmup.cfg), no_warmup, 0, 4, 8, actors=2) is None
+
+
 def test_td3_moves_its_actor_and_targets_only_every_actor_delay_steps() -> None:
     algo = _algo("td3", actor_delay=3)
     before = [p.detach().clone() for p in (*algo.actor.parameters(), *algo.critic_target.parameters())]
@@ -180,7 +212,9 @@ def test_what_the_items_cannot_hold_is_refused(overrides: dict[str, Any], messag
         make_plan(cfg)
 
 
-@pytest.mark.parametrize(("field", "value"), [("tau", 0.0), ("actor_delay", 0), ("alpha", -1.0), ("gamma", 1.5)])
+@pytest.mark.parametrize(
+    ("field", "value"), [("tau", 0.0), ("actor_delay", 0), ("alpha", -1.0), ("gamma", 1.5), ("random_steps", -1)]
+)
 def test_bad_sac_settings_name_the_field(field: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=f"sac.{field}"):
         build(ExperimentConfig, {"algorithm": "sac", "sac": {field: value}})

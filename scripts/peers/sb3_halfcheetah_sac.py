@@ -21,8 +21,8 @@ What is measured, and how it matches ``srl train configs/halfcheetah_sac.yaml --
   1.0) toward target_entropy ``auto`` (-|A| = -6), twin critics and actor of [256, 256] ReLU, no gSDE. Its
   samples per insert is batch_size * gradient_steps / train_freq = 256, the setting of
   configs/halfcheetah_sac.yaml; the number printed is measured (updates * 256 / env steps after learning starts).
-  The 10,000 steps before learning are uniform random actions (SB3's warm-up), where srl's actors act with the
-  untrained policy.
+  The 10,000 steps before learning are uniform random actions (SB3's warm-up), as srl's are
+  (``sac.random_steps``).
 * Device: the CPU (SB3's ``auto`` would take a GPU when there is one; srl's config trains on the CPU).
 * Threads: ``--threads N`` sets torch's threads; by default torch's default (every core); the zoo sets none.
 """

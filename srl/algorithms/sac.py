@@ -50,7 +50,7 @@ from srl.api.spaces import obs_parts
 from srl.api.worker import Priorities, TrainResult
 from srl.nets.continuous import DeterministicActor, SquashedActor, TwinQ
 
-__all__ = ["SAC", "TD3", "BoxPolicy"]
+__all__ = ["SAC", "TD3", "BoxPolicy", "RandomStart"]
 
 
 def require_bounded_box(name: str, action_space: spaces.Space, cfg: ExperimentConfig) -> None:
@@ -125,6 +125,35 @@ class BoxPolicy:
 
     def flat_state(self) -> np.ndarray:
         return self.net.flat_state()
+
+
+class RandomStart:
+    """One actor's exploration before the policy takes over: uniformly random actions within the Box for the run's
+    first ``steps`` env steps, estimated as this actor's times the number of actors (actors step at about one
+    speed), then the policy's own (:mod:`srl.api.explore`)."""
+
+    def __init__(self, action_space: spaces.Space, steps: int, actors: int) -> None:
+        low, high = _bounds(action_space)
+        self.low, self.high = low.numpy(), high.numpy()
+        self.steps, self.actors = steps, actors
+        self.random = True
+
+    def explore(
+        self,
+        actions: np.ndarray,
+        obs: Mapping[str, np.ndarray],
+        columns: slice,
+        env_steps: int,
+        rng: np.random.Generator,
+    ) -> None:
+        self.random = env_steps * self.actors < self.steps
+        if self.random:
+            shape = (len(actions), self.low.size)
+            actions[...] = rng.uniform(self.low, self.high, shape).reshape(actions.shape).astype(actions.dtype)
+
+    def stats(self) -> dict[str, float]:
+        """``random_actions``: 1 while this actor still acts at random."""
+        return {"random_actions": float(self.random)}
 
 
 class SAC:
@@ -222,6 +251,15 @@ class SAC:
         """The acting policy; the run's plan builds one first, so an unfit action space is refused here too."""
         require_bounded_box(cls.name, ctx.action_space, ctx.cfg)
         return BoxPolicy(ctx.models.squashed_actor(), ctx.action_space)
+
+    @classmethod
+    def explorer(cls, ctx: AlgorithmContext, first: int, count: int, total: int, actors: int) -> RandomStart | None:
+        """Uniformly random actions for the run's first ``random_steps`` env steps, or None when that is 0."""
+        steps = cls._settings(ctx).random_steps
+        if not steps:
+            return None
+        require_bounded_box(cls.name, ctx.action_space, ctx.cfg)
+        return RandomStart(ctx.action_space, steps, actors)
 
     @classmethod
     def check(cls, plan: PlanView) -> None:

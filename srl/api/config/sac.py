@@ -35,11 +35,15 @@ class _ActorCritic:
     ``actor_delay``-th."""
     max_grad_norm: float | None = None
     """Gradient-norm clip of each network; ``None`` disables it."""
+    random_steps: int = 0
+    """The run's first env steps act uniformly at random over the Box (as SB3's and CleanRL's SAC and TD3 do until
+    learning starts), so the replay starts from the whole action box; 0: the policy acts from the first step."""
 
     def __post_init__(self) -> None:
         for name in ("actor_lr", "critic_lr", "adam_eps"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
         check(0.0 <= self.gamma <= 1.0, "gamma", f"must be in [0, 1], got {self.gamma}")
+        check(self.random_steps >= 0, "random_steps", f"must be >= 0, got {self.random_steps}")
         for name in ("nstep", "batch_size", "actor_delay"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(0.0 < self.tau <= 1.0, "tau", f"must be in (0, 1], got {self.tau}")
