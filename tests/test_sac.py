@@ -13,10 +13,10 @@ from gymnasium import spaces
 
 from srl.algorithms.sac import SAC, TD3, BoxPolicy
 from srl.api.config import ConfigError, ExperimentConfig, build, load_config
+from srl.api.explore import make_explorer
 from srl.envs.factory import make_env
 from srl.runtime.plan import make_plan
 from srl.runtime.train import train
-from srl.api.explore import make_explorer
 from srl.wiring import NetModels, algorithm_class, context, make_algorithm
 
 OBS = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float32)
