@@ -233,3 +233,21 @@ def test_one_dqn_shared_by_a_multi_agent_env_s_agents_trains_through_their_colum
     assert summary["policy_version"] > 0
     segment = 3 * cfg.workers.envs_per_slot * cfg.workers.segment_length  # a transition per agent per env step
     assert replay["inserted"] == replay["inserted_steps"] > 0 and replay["inserted"] % segment == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "min_size"), [("configs/cartpole_masked_r2d2.yaml", 48), ("configs/pendulum_sac.yaml", 500)]
+)
+def test_r2d2_and_sac_resume_with_the_replay_they_saved(tmp_path: Path, config: str, min_size: int) -> None:
+    """R2D2's sequences (with their stored states) and SAC's transitions come back on resume: the resumed run
+    starts from every saved item, refills nothing and trains on."""
+    run = tmp_path / "run"
+    settings = ["runtime=inline", "run.target_return=null", "run.eval_episodes=1", "replay.save=true"]
+    cfg = load_config(config, [*settings, f"replay.min_size={min_size}", "run.total_env_steps=3000"])
+    first = train(cfg, run, progress=None)
+    stored = first["replays"]["replay0"]["size"]
+    cfg2, paths, state = resume_config(run, ["run.total_env_steps=4000"])
+    second = train(cfg2, run, progress=None, resume=(paths, state))
+    assert not [w for w in second["warnings"] if "refills" in w], second["warnings"]
+    assert second["replays"]["replay0"]["size"] > stored >= min_size
+    assert second["policy_version"] > first["policy_version"] > 0
