@@ -242,6 +242,22 @@ def test_the_stored_state_is_what_the_unroll_starts_from_unless_zero_state_is_as
     assert zero == blank and stored != zero
 
 
+def test_a_column_that_sat_idle_keeps_its_state_and_weighs_nothing() -> None:
+    """A turn-based env's batch: where a column's agent did not act, the unroll keeps its state (as the actor
+    carried it) and the step's TD error is not trained on, nor part of the priority."""
+    algo = make_algorithm(OBS, ACT, _cfg(), seed=0)
+    batch = _batch()
+    batch["alive"] = np.ones((6, 8), bool)
+    batch["alive"][3:, 0] = False  # column 0 waits from step 3 on
+    seq = algo._sequences(batch)
+    assert seq.idle is not None and seq.idle[:, 0].tolist() == [False] * 3 + [True] * 3 + [False]
+    assert not bool(seq.idle[:, 1:].any())
+    result = algo.train(batch, 0.0)
+    everyone = make_algorithm(OBS, ACT, _cfg(), seed=0).train({**batch, "alive": np.ones((6, 8), bool)}, 0.0)
+    assert result.priorities is not None and everyone.priorities is not None
+    assert result.priorities.values[0] != everyone.priorities.values[0]
+
+
 # --------------------------------------------------------------------------- checks
 
 

@@ -33,7 +33,7 @@ from srl.api.config import ConfigError, PPOConfig
 from srl.api.schema import MEMORY, Field, memory_field
 from srl.api.spaces import STATE, obs_parts
 from srl.api.worker import TrainResult
-from srl.nets.memory import After, Sequences, encode
+from srl.nets.memory import After, Sequences, carried_rows, encode
 
 
 class RunningMoments(Protocol):
@@ -401,14 +401,7 @@ class PPO:
         ``ppo.memory: stored``), where they were zeroed (after an episode's end) and where a step left them as
         they were (a column that sat idle), as the actor carried them (``api.env.carried``)."""
         T, N = batch["rewards"].shape
-        ended = self._tensor(batch["terminated"] | batch["truncated"])
-        resets = torch.cat([torch.zeros(1, N, dtype=torch.bool, device=self.device), ended])
-        alive = batch.get("alive")
-        idle = None
-        if alive is not None and not alive.all():  # rows 0..T-1: the steps; row T (the bootstrap) steps nothing
-            idle = torch.cat(
-                [self._tensor(~alive.astype(bool)), torch.zeros(1, N, dtype=torch.bool, device=self.device)]
-            )
+        resets, idle = carried_rows(batch["terminated"], batch["truncated"], batch.get("alive"), self.device)
         memory = self._tensor(batch[MEMORY])
         if self.cfg.memory == "stored":
             return Sequences(memory.reshape((T + 1) * N, -1), resets, stored=True)

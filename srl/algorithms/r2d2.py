@@ -36,7 +36,7 @@ from srl.api.config import ConfigError, R2D2Config
 from srl.api.schema import MEMORY
 from srl.api.worker import Priorities, TrainResult
 from srl.nets.distributions import mask_logits
-from srl.nets.memory import Sequences
+from srl.nets.memory import Sequences, carried_rows
 
 __all__ = ["R2D2"]
 
@@ -115,11 +115,11 @@ class R2D2(DQN):
     # ------------------------------------------------------------------ internals
     def _sequences(self, batch: Mapping[str, np.ndarray]) -> Sequences:
         """How the batch's ``L + 1`` rows run: each sequence from its stored state (or zeros), the state zeroed
-        before a row whose previous step ended its episode."""
-        ended = self._tensor(batch["terminated"] | batch["truncated"])
-        resets = torch.cat([torch.zeros_like(ended[:1]), ended])
+        before a row whose previous step ended its episode and kept through a step its column sat idle, as the
+        actor carried it."""
+        resets, idle = carried_rows(batch["terminated"], batch["truncated"], batch.get("alive"), self.device)
         state = self._tensor(batch[MEMORY]).float()
-        return Sequences(state if self.cfg.stored_state else torch.zeros_like(state), resets)
+        return Sequences(state if self.cfg.stored_state else torch.zeros_like(state), resets, idle=idle)
 
     def _alive_rows(self, batch: Mapping[str, np.ndarray]) -> Tensor:
         """The flat (time-major) step rows whose agent acted."""

@@ -208,6 +208,21 @@ class Sequences:
         return Sequences(self.states.new_zeros(self.n, size), self.resets, idle=self.idle)
 
 
+def carried_rows(
+    terminated: np.ndarray, truncated: np.ndarray, alive: np.ndarray | None, device: torch.device
+) -> tuple[Tensor, Tensor | None]:
+    """Where an unroll over ``T`` steps' ``T + 1`` observation rows zeroes the state (``resets`` ``[T + 1, N]``:
+    after an episode's end) and where a row leaves it as it was (``idle`` ``[T + 1, N]``, or None when every
+    column acted at every step: a column that sat idle, ``alive`` false), as the actor carried the states
+    (:func:`srl.api.env.carried`). Row ``T`` (the bootstrap observation) steps nothing."""
+    ended = torch.from_numpy(np.asarray(terminated | truncated)).to(device)
+    resets = torch.cat([torch.zeros_like(ended[:1]), ended])
+    if alive is None or alive.all():
+        return resets, None
+    idle = torch.from_numpy(~np.asarray(alive, bool)).to(device)
+    return resets, torch.cat([idle, torch.zeros_like(idle[:1])])
+
+
 @dataclass
 class After:
     """The states a recurrent encoder reached after given rows, before any reset (:func:`encode`)."""
