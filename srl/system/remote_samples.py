@@ -29,7 +29,7 @@ import zmq
 
 from srl.api.schema import FieldSpec
 from srl.base import wire
-from srl.base.channel import InProcChannel
+from srl.base.channel import Channel, InProcChannel
 from srl.system.streams import FREE, READY, SampleProducer, SegmentPool
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,9 @@ class SampleSender(SampleProducer):
 
 class SampleReceiver:
     """Trainer side: a bound PULL socket; each valid message is one segment, read in place from its frames."""
+
+    channel: Channel | None = None
+    """Segments come over the socket: no channel to wait on beside others (only :meth:`receive` waits)."""
 
     def __init__(
         self, fields: Mapping[str, FieldSpec], address: str, token: str, ctx: zmq.Context, queue: int = 2
