@@ -117,6 +117,7 @@ def test_an_actor_whose_slots_are_all_parked_sleeps_until_a_buffer_comes_back(ru
 
     def take_one() -> None:
         replay.release(*(int(x) for x in records[0]))
+        replay.ring()
 
     assert _poll_while(actor, take_one) < LONG_WAIT / 4
     actor.poll()

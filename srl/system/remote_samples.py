@@ -173,6 +173,9 @@ class SampleReceiver:
         """Done with this segment: its message is freed."""
         self._held.pop(handle, None)
 
+    def ring(self) -> None:
+        """Nobody to wake: the sender's buffer was free once ZeroMQ took its copy."""
+
     def holds(self, handle: int, buffer: int) -> bool:
         """Whether the segment is still held (each message is a copy of its own, handed over once)."""
         return handle in self._held

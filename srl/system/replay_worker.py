@@ -196,6 +196,7 @@ class ReplayWorker(Worker):
             self.source.release(actor, buf)
             inserted += 1
             self._take()
+        self.source.ring()
         self.t_insert += time.perf_counter() - t0
         return inserted
 
@@ -297,11 +298,16 @@ class ReplayBatches:
         trained = Trained(max(0, self._inserted - counted), int(views["keys"].shape[0]))
         self._counted = max(counted, self._inserted)
         if result.priorities is None:
-            self.consumer.release(0, buf)
+            self._hand_back(buf, FREE)
             return trained
         if not np.array_equal(result.priorities.keys, views["keys"]):
-            self.consumer.release(0, buf)
+            self._hand_back(buf, FREE)
             raise ValueError("train: priorities must name the batch's items in order (Priorities.keys = batch['keys'])")
         views[PRIORITIES][...] = result.priorities.values
-        self.consumer.release(0, buf, TRAINED)
+        self._hand_back(buf, TRAINED)
         return trained
+
+    def _hand_back(self, buf: int, state: int) -> None:
+        """Give batch buffer ``buf`` back to the replay in ``state`` and wake it."""
+        self.consumer.release(0, buf, state)
+        self.consumer.ring()

@@ -28,10 +28,10 @@ a buffer (READY, its record sent on to the trainer: the segment itself does
 not move) or drops it (FREE).
 
 A state flag in shared memory wakes nobody when it changes, so each pool row
-has a bell: whoever hands one of the row's buffers back rings it (one record
-down the row's pipe), and the worker that fills the row blocks on it while it
-has no free buffer, instead of polling the flags (see ``docs/architecture.md``,
-"How workers wait").
+has a bell: whoever hands buffers of the row back rings it once they are all
+back (one record down the row's pipe), and the worker that fills the row blocks
+on it while it has no free buffer, instead of polling the flags (see
+``docs/architecture.md``, "How workers wait").
 """
 
 from __future__ import annotations
@@ -189,6 +189,9 @@ class SegmentSource(Protocol):
     def release(self, actor: int, buffer: int) -> None:
         """Done with a received segment."""
 
+    def ring(self) -> None:
+        """Wake whoever waits for the buffers released since the last call (once each)."""
+
     def holds(self, actor: int, buffer: int) -> bool:
         """Whether a received record's segment is still handed over to this consumer. A record can outlive its
         segment: one left in a pipe by a consumer that died names a buffer its restart's cleanup freed, which the
@@ -207,14 +210,14 @@ class SampleProducer:
         self, pool: SegmentPool, actor: int, channel: Channel, submitted: int = READY, bell: Channel | None = None
     ) -> None:
         """``submitted``: the state a finished buffer is handed over in (READY to a trainer, STAGED to a stage).
-        ``bell``: the pool row's bell, rung by every :meth:`SampleConsumer.release` of its buffers."""
+        ``bell``: the pool row's bell, rung by :meth:`SampleConsumer.ring` once its buffers are handed back."""
         self.pool, self.actor, self.channel, self.submitted, self.bell = pool, actor, channel, submitted, bell
         self._state = pool.state[actor]
 
     def acquire(self) -> int | None:
         """A free buffer now marked FILLING, or None when all are in use (back-pressure).
 
-        The bell is emptied before the flags are read: a release after that read rings it again, so a caller that
+        The bell is emptied before the flags are read: a hand-back after that read rings it again, so a caller that
         then waits on it is woken, and the pipe never holds more rings than the row has buffers."""
         if self.bell is not None:
             clear(self.bell)
@@ -244,6 +247,7 @@ class SampleConsumer:
         filler waits on (a row without one is polled by its filler)."""
         self.pool, self.channel, self.accepts = pool, channel, accepts
         self.bells: Mapping[int, Channel] = bells or {}
+        self._released: set[int] = set()  # rows with a bell that had buffers released since the last ring
         self.rejected = 0
         """Records naming no buffer of the pool (a duplicate of a record already taken is not one)."""
 
@@ -273,11 +277,18 @@ class SampleConsumer:
 
     def release(self, actor: int, buffer: int, state: int = FREE) -> None:
         """Give a consumed buffer back to its actor (FREE), or to whoever fills it in the state that one expects
-        it back in, and ring the row's bell. The flag is set first: a filler woken by the ring finds it set."""
+        it back in; :meth:`ring` wakes it."""
         self.pool.state[actor, buffer] = state
-        bell = self.bells.get(actor)
-        if bell is not None:
-            bell.send((buffer,))
+        if actor in self.bells:
+            self._released.add(actor)
+
+    def ring(self) -> None:
+        """Ring once the bell of each row that had buffers released since the last call. After the flags are set, so
+        a filler woken finds them; once per hand-over, so it wakes once, with every buffer of it back (an actor then
+        unparks its slots together)."""
+        for row in self._released:
+            self.bells[row].send((row,))
+        self._released.clear()
 
     def holds(self, actor: int, buffer: int) -> bool:
         return bool(self.pool.state[actor, buffer] == self.accepts)
