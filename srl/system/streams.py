@@ -53,8 +53,8 @@ handed to the stop at position ``p`` of a sample path with several hops is ``STA
 ``srl.runtime.topology.submitted_state``)."""
 
 REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH, BELL_WIDTH = 5, 2, 2, 1
-"""Words per record: an inference request, its reply, a segment (or batch) handed on, a buffer handed back (the
-ring of its row's bell)."""
+"""Words per record: an inference request, its reply, a segment (or batch) handed on, a pool row's bell rung (its
+buffers handed back)."""
 
 
 @dataclass(frozen=True)
