@@ -88,6 +88,9 @@ class _Stream:
     def release(self, actor: int, buffer: int) -> None:
         pass
 
+    def ring(self) -> None:
+        pass
+
     def holds(self, actor: int, buffer: int) -> bool:
         return True  # every record names a fresh segment of zeros
 
@@ -150,6 +153,33 @@ def test_a_trainer_that_never_waits_takes_the_idle_cores_only_if_its_updates_run
     assert run(0.05, peers=1, more=0.005)[0] == [1] * 8  # it waits for segments: not the bottleneck
     assert run(0.0, peers=0, more=0.005)[0] == [1] * 8  # the switch is off
     assert run(0.0, peers=cores, more=0.005)[0] == [1] * 8  # as many trainers as cores: one thread each
+
+
+def test_a_trainer_reports_its_first_update_then_once_per_interval_and_at_teardown_with_every_lag():
+    """A replay's trainer updates many times a second, and each report wakes the controller: it reports at most
+    once per ``report_interval`` (its first update at once), and at teardown its newest counters. The lag
+    histograms of its reports together count every sample it trained on once."""
+    from srl.base.seqlock import VersionedBuffer
+    from srl.system.batches import SegmentBatches
+    from srl.system.control import DirectReporter
+    from srl.system.params import ParamPublisher
+    from srl.system.trainer_worker import TrainerWorker
+
+    clock, reports = _Clock(), []
+    stream = _Stream(clock, 0.0)
+    trainer = TrainerWorker(
+        0, _ThreadsSeen(clock, 0.0), SegmentBatches(stream, batch_segments=2, max_policy_lag=99),
+        ParamPublisher(VersionedBuffer.in_process(4, np.float32)),
+        DirectReporter(lambda kind, meta, arrays: reports.append((meta, arrays))), total_env_steps=10**9,
+        report_interval=3600.0,
+    )  # fmt: skip
+    trainer.setup()
+    for _ in range(16):  # a poll takes a batch of 2 segments, the next one updates: 8 updates
+        trainer.poll()
+    trainer.teardown()
+    assert [meta["updates"] for meta, _ in reports] == [1, 8]
+    samples = 8 * 2 * int(np.prod(stream.fields["rewards"].shape))  # 8 updates of 2 segments
+    assert sum(int(arrays["lag_hist"].sum()) for _, arrays in reports) == samples
 
 
 def test_the_thread_handover_tries_the_other_count_again_every_few_updates():

@@ -167,6 +167,27 @@ def test_sample_stream_round_trip_and_back_pressure():
     assert producer.acquire() == first
 
 
+def test_a_hand_over_rings_its_rows_bell_once_and_taking_a_buffer_empties_it():
+    """The bell is what a filler with no free buffer blocks on: a hand-over of buffers rings its row's (and no
+    other's) once, after their flags are set, whatever state they go back in; taking a buffer empties the bell
+    before the flags are read, so it never holds more rings than its row has buffers."""
+    pool = make_pool(actors=2, buffers=2)
+    channel, bells = InProcChannel(2), {0: InProcChannel(1), 1: InProcChannel(1)}
+    producer, consumer = SampleProducer(pool, 1, channel, bell=bells[1]), SampleConsumer(pool, channel, bells=bells)
+    first, second = producer.acquire(), producer.acquire()
+    producer.submit(first)
+    producer.submit(second)
+    assert producer.acquire() is None and len(bells[1]) == 0
+    assert consumer.receive(8, 0.0).tolist() == [[1, first], [1, second]]
+    consumer.release(1, first)
+    consumer.release(1, second, state=7)  # back to its filler in the state that one takes it in
+    assert pool.state[1, first] == FREE and pool.state[1, second] == 7 and len(bells[1]) == 0
+    consumer.ring()
+    consumer.ring()  # nothing released since
+    assert len(bells[1]) == 1 and len(bells[0]) == 0
+    assert producer.acquire() == first and len(bells[1]) == 0
+
+
 def test_a_record_that_outlived_its_hand_over_is_not_taken_twice():
     """A consumer that died left a record in the pipe; its restart's cleanup freed the buffer, which the actor
     filled and handed over again with a record of its own. Both records arrive together: the segment is taken

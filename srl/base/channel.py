@@ -146,8 +146,10 @@ class FifoChannel(Channel):
         self._pack = struct.Struct(f"<{width}i").pack  # the channel's int32 words, little-endian like _WORD
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], width: int) -> FifoChannel:
-        """Make the FIFO (fails if ``path`` exists) and open it; the caller owns ``unlink``."""
+    def create(cls, path: str | os.PathLike[str], width: int, large: bool = True) -> FifoChannel:
+        """Make the FIFO (fails if ``path`` exists) and open it; the caller owns ``unlink``. ``large``: enlarge the
+        pipe to absorb bursts (a channel whose records are bounded by a few keeps the OS default, and the user's
+        pipe memory for the others)."""
         p = Path(path)
         os.mkfifo(p, 0o600)
         try:
@@ -155,9 +157,9 @@ class FifoChannel(Channel):
         except BaseException:
             p.unlink(missing_ok=True)
             raise
-        try:  # a larger pipe absorbs bursts; optional (Linux only, capped by the OS)
+        try:  # optional (Linux only, capped by the OS)
             set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
-            if set_size is not None:
+            if large and set_size is not None:
                 fcntl.fcntl(chan._fd, set_size, _PIPE_SIZE)
         except OSError:
             pass

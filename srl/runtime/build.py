@@ -300,6 +300,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
         wait_timeout=wait_timeout,
         collective=collective,
         autotune_peers=_autotune_peers(plan, ctx.worker),
+        report_interval=ctx.report_interval,
     )
     if plan.resume is not None and plan.resume[k]:  # every trainer of a policy starts from its lead's checkpoint
         trainer.restore(load_checkpoint(Path(plan.resume[k])))

@@ -42,6 +42,7 @@ from srl.runtime.topology import (
 )
 from srl.system.control import DirectReporter, Handler, ZmqReporter
 from srl.system.streams import (
+    BELL_WIDTH,
     FREE,
     REPLY_WIDTH,
     PoolForwarder,
@@ -78,6 +79,11 @@ class Fabric(ABC):
 
     @abstractmethod
     def replies(self, actor: int) -> Channel: ...
+
+    @abstractmethod
+    def bell(self, pool: int | Endpoint, row: int) -> Channel:
+        """The bell of row ``row`` of a pool (policy ``pool``'s segment pool, or endpoint ``pool``'s own): rung
+        whenever one of the row's buffers is handed back, waited on by the worker that fills the row."""
 
     @abstractmethod
     def params(self, group: int | None = None, policy: int = 0) -> VersionedBuffer:
@@ -123,13 +129,20 @@ class Fabric(ABC):
     def segment_sink(self, to: Endpoint, actor: int, policy: int, state: int) -> SegmentSink:
         """What hands actor ``actor``'s buffers of policy ``policy`` to stop ``to`` (in state ``state``): inside a
         node, the buffer's record down the stop's channel."""
-        return SampleProducer(self.pool(policy), self.plan.actor_row(actor), self.channel(to), submitted=state)
+        row = self.plan.actor_row(actor)
+        return SampleProducer(self.pool(policy), row, self.channel(to), submitted=state, bell=self.bell(policy, row))
 
     def segment_source(self, worker: WorkerSpec) -> SegmentSource:
         """What ``worker`` (a stop of the sample path: a hop, or a trainer that takes segments) receives segments
         from: its endpoint's channel over the pool of the policy it serves."""
         endpoint, policy, at = self._stop_of(worker)
-        return SampleConsumer(self.pool(policy), self.channel(endpoint), accepts=submitted_state(self.plan, at))
+        rows = {self.plan.actor_row(a) for a, k in clients(self.plan, worker.role, worker.index) if k == policy}
+        return SampleConsumer(
+            self.pool(policy),
+            self.channel(endpoint),
+            accepts=submitted_state(self.plan, at),
+            bells={row: self.bell(policy, row) for row in sorted(rows)},
+        )
 
     def _stop_of(self, worker: WorkerSpec) -> tuple[Endpoint, int, int]:
         """Stop ``worker``'s endpoint, the policy whose segments it takes (0 for a hop of every policy's pool
@@ -183,6 +196,7 @@ class InlineFabric(Fabric):
         self._buffers = {e.name: SegmentPool.in_process(pool_layout(plan, e)) for e in self._declaring("pool")}
         self._storage = {e.name: storage_opener(e).create(plan, e, None) for e in self._declaring("storage")}
         self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(plan.actors_per_node)]
+        self._bells: dict[str, InProcChannel] = {}
         self._params = [VersionedBuffer.in_process(p.param_size, np.float32) for p in plan.policies]
         self._reporter = DirectReporter(handler)
         self._stop = np.zeros(1, np.int32)
@@ -201,6 +215,10 @@ class InlineFabric(Fabric):
 
     def replies(self, actor: int) -> Channel:
         return self._replies[actor]
+
+    def bell(self, pool: int | Endpoint, row: int) -> Channel:
+        """Never waited on (nothing runs while a worker would wait), but rung and emptied as elsewhere."""
+        return self._bells.setdefault(bell_name(pool, row), InProcChannel(BELL_WIDTH))
 
     def params(self, group: int | None = None, policy: int = 0) -> VersionedBuffer:
         if group is not None:
@@ -254,19 +272,32 @@ class SharedFabric(Fabric):
             token.touch(mode=0o600)
             token.write_text(secrets.token_hex(16))
             self._opened["stop"] = ShmArray.create(f"{self.tag}_stop", (1,), "int32")
-            for row in range(self.plan.actors_per_node):
-                self._opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
+            self._create_rows()
             self._create_declared(self._declaring("channel"), self._declaring("pool"), self._declaring("storage"))
         except BaseException:
             self.destroy()
             raise
 
+    def _create_rows(self) -> None:
+        """Each actor row's reply channel, and the bell of its row in each policy's pool."""
+        for row in range(self.plan.actors_per_node):
+            self._opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
+            for k in range(len(self.plan.policies)):
+                self._create_bell(k, row)
+
+    def _create_bell(self, pool: int | Endpoint, row: int) -> None:
+        """A bell holds at most a ring per buffer of its row (its filler empties it as it takes one): the pipe's
+        default size is plenty."""
+        name = bell_name(pool, row)
+        self._opened[f"ch_{name}"] = FifoChannel.create(str(self.dir / name), BELL_WIDTH, large=False)
+
     def _create_declared(self, channels: list[Endpoint], pools: list[Endpoint], stored: list[Endpoint]) -> None:
-        """Create the channels, pools and storage these endpoints' kinds declare."""
+        """Create the channels, pools (with their bells) and storage these endpoints' kinds declare."""
         for e in channels:
             self._opened[f"ch_{e.name}"] = FifoChannel.create(str(self.dir / e.name), e.stream.channel)
         for e in pools:
             self._opened[f"buf_{e.name}"] = SegmentPool.shared(pool_layout(self.plan, e), f"{self.tag}_{e.name}", True)
+            self._create_bell(e, 0)
         for e in stored:
             self._opened[f"st_{e.name}"] = storage_opener(e).create(self.plan, e, f"{self.tag}_{e.name}")
 
@@ -321,6 +352,10 @@ class SharedFabric(Fabric):
     def replies(self, actor: int) -> Channel:
         return self._get(f"rep{actor}", lambda: FifoChannel.open(str(self.dir / f"rep{actor}"), REPLY_WIDTH))
 
+    def bell(self, pool: int | Endpoint, row: int) -> Channel:
+        name = bell_name(pool, row)
+        return self._get(f"ch_{name}", lambda: FifoChannel.open(str(self.dir / name), BELL_WIDTH))
+
     def params(self, group: int | None = None, policy: int = 0) -> VersionedBuffer:
         key, size = Endpoint(Stream.SNAPSHOTS, group, policy).name, self.plan.policies[policy].param_size
         return self._get(key, lambda: VersionedBuffer.attach_shared(f"{self.tag}_{key}", size, np.float32))
@@ -342,6 +377,12 @@ class SharedFabric(Fabric):
 
     def stop_flag(self) -> np.ndarray:
         return self._get("stop", lambda: ShmArray.attach(f"{self.tag}_stop", (1,), "int32")).array
+
+
+def bell_name(pool: int | Endpoint, row: int) -> str:
+    """The name of a pool row's bell (its pipe's, in the fabric's folder): ``bell_p1_3`` for row 3 of policy 1's
+    segment pool, ``bell_batches0`` for an endpoint's pool of one row."""
+    return f"bell_p{pool}_{row}" if isinstance(pool, int) else f"bell_{pool.name}"
 
 
 def _free(row_state: np.ndarray, states: tuple[int, ...]) -> int:

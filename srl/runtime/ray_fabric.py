@@ -25,7 +25,6 @@ import numpy as np
 import zmq
 
 from srl.api.worker import Reporter
-from srl.base.channel import FifoChannel
 from srl.base.seqlock import VersionedBuffer
 from srl.runtime.fabric import SharedFabric
 from srl.runtime.plan import Plan
@@ -40,7 +39,7 @@ from srl.runtime.topology import (
 )
 from srl.system.control import ZmqReporter
 from srl.system.remote_samples import RemoteForwarder, SampleReceiver, SampleSender
-from srl.system.streams import REPLY_WIDTH, SegmentForwarder, SegmentPool, SegmentSink, SegmentSource
+from srl.system.streams import SegmentForwarder, SegmentPool, SegmentSink, SegmentSource
 
 
 def interface_of(address: str) -> str | None:
@@ -116,8 +115,7 @@ class NodeFabric(SharedFabric):
                 opened[buffer.name] = VersionedBuffer.create_shared(
                     f"{self.tag}_{buffer.name}", plan.policies[buffer.policy].param_size, np.float32
                 )
-            for row in range(plan.actors_per_node):
-                opened[f"rep{row}"] = FifoChannel.create(str(self.dir / f"rep{row}"), REPLY_WIDTH)
+            self._create_rows()
             self._create_declared(*self._declared_here())
         except BaseException:
             self.destroy()

@@ -98,7 +98,7 @@ def build_replay(ctx: BuildContext) -> Worker:
         r,
         fabric.storage(Endpoint(Stream.REPLAY, r)),
         fabric.segment_source(worker),
-        [(fabric.buffers(e), fabric.channel(e)) for e in feeds],
+        [(fabric.buffers(e), fabric.channel(e), fabric.bell(e, 0)) for e in feeds],
         fabric.reporter(),
         sampling(plan, k),
         # its share of the run's env steps: the replays of a policy split its actors between them
@@ -141,4 +141,6 @@ def replay_batches(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool)
     checkpoint)."""
     feeds = Endpoint(Stream.BATCHES, trainer.index)
     k = plan.policy_of_trainer(trainer.index)
-    return ReplayBatches(fabric.buffers(feeds), fabric.channel(feeds), plan.policies[k].agents_per_env, fresh)
+    return ReplayBatches(
+        fabric.buffers(feeds), fabric.channel(feeds), fabric.bell(feeds, 0), plan.policies[k].agents_per_env, fresh
+    )

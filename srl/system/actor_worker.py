@@ -6,6 +6,8 @@ actions have arrived, so environment stepping overlaps with inference.
 Observations are written once, into the slot's current segment buffer in the
 sample stream; after T steps the segment is submitted to the trainer and the
 slot moves on to a fresh buffer (or parks until one is free: back-pressure).
+While every slot it could step is parked, it blocks on its pool rows' bells
+(rung when a buffer comes back) and on its replies, never polling the flags.
 
 When the run has several policies (``agents`` rules), each slot's columns are
 split into one group per policy (:class:`~srl.api.env.GroupedSlot`): each group
@@ -29,6 +31,7 @@ from srl.api.explore import Explorer
 from srl.api.schema import MEMORY
 from srl.api.spaces import FINAL_PREFIX, OBS, Observation
 from srl.api.worker import Reporter, Worker
+from srl.base.channel import Channel, wait_any
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
 from srl.system.rewards import RewardTransform
@@ -43,6 +46,9 @@ class Inference(Protocol):
     def request(self, policy: int, slot: int, buffer: int, t: int) -> None: ...
 
     def ready(self, max_slots: int, timeout: float | None) -> np.ndarray: ...
+
+    def wakes(self) -> Sequence[Channel]:
+        """The channels that become readable when an answer may have come (none when answers come at once)."""
 
 
 class ActorWorker(Worker):
@@ -175,8 +181,9 @@ class ActorWorker(Worker):
         if self.parked:
             self._unpark()
         t0 = time.perf_counter()
-        wait = self.wait_timeout if not self.parked else min(self.wait_timeout, 0.001)  # parked: brief, never in turn
-        ready = self.inference.ready(self.ring_size * self.G, wait)
+        ready = self.inference.ready(self.ring_size * self.G, 0.0 if self.parked else self.wait_timeout)
+        if self.parked and not len(ready):
+            self._wait_parked()
         self.t_wait += time.perf_counter() - t0
         steps = 0
         R = self.ring_size
@@ -193,6 +200,18 @@ class ActorWorker(Worker):
         if self._saves.due():
             self._save_reward_stats()
         return steps
+
+    def _wait_parked(self) -> None:
+        """Block until a buffer comes back to a parked slot (its pool row's bell) or an answer comes, at most
+        ``wait_timeout`` (the loop looks at its stop flag); within a millisecond where buffers come back without a
+        notice (sent across nodes)."""
+        bells = [producer.bell for producer in self.producers]
+        channels = [*self.inference.wakes(), *(bell for bell in bells if bell is not None)]
+        timeout = self.wait_timeout if None not in bells else min(self.wait_timeout, 0.001)
+        if channels:
+            wait_any(channels, timeout)
+        elif timeout > 0:
+            time.sleep(timeout)
 
     def _save_reward_stats(self) -> None:
         if self.reward_transforms is None or self.reward_stats is None:

@@ -109,6 +109,7 @@ class SegmentBatches:
         t0 = time.perf_counter()
         for actor, buf in records.tolist():
             self._take(actor, buf, version)
+        self.source.ring()
         self.t_copy += time.perf_counter() - t0
         return len(records)
 

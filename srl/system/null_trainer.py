@@ -39,6 +39,7 @@ class NullTrainerWorker(Worker):
         records = self.source.receive(64, self.wait_timeout)
         for actor, buf in records.tolist():
             self.source.release(actor, buf)
+        self.source.ring()
         self.segments += len(records)
         if self._reports.due():
             self.reporter.report("trainer", {"trainer": self.index, "version": 0, "segments": self.segments})

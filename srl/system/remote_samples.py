@@ -29,7 +29,7 @@ import zmq
 
 from srl.api.schema import FieldSpec
 from srl.base import wire
-from srl.base.channel import InProcChannel
+from srl.base.channel import Channel, InProcChannel
 from srl.system.streams import FREE, READY, SampleProducer, SegmentPool
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,9 @@ class SampleSender(SampleProducer):
 class SampleReceiver:
     """Trainer side: a bound PULL socket; each valid message is one segment, read in place from its frames."""
 
+    channel: Channel | None = None
+    """Segments come over the socket: no channel to wait on beside others (only :meth:`receive` waits)."""
+
     def __init__(
         self, fields: Mapping[str, FieldSpec], address: str, token: str, ctx: zmq.Context, queue: int = 2
     ) -> None:
@@ -169,6 +172,9 @@ class SampleReceiver:
     def release(self, handle: int, buffer: int) -> None:
         """Done with this segment: its message is freed."""
         self._held.pop(handle, None)
+
+    def ring(self) -> None:
+        """Nobody to wake: the sender's buffer was free once ZeroMQ took its copy."""
 
     def holds(self, handle: int, buffer: int) -> bool:
         """Whether the segment is still held (each message is a copy of its own, handed over once)."""

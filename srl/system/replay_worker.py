@@ -19,6 +19,13 @@ however many actors or cores there are.
 
 One process writes the store (this worker): inserts, samples and priority
 updates never race.
+
+With nothing to do it blocks until something it waits for can have happened:
+a trainer handed a batch back (each feed's bell rings), or, while it has room
+for them, segments came (their channel). The limiter's counters move only by
+its own inserts and samples, so nothing else can let it on; the trainer's next
+batch is sampled as soon as the trainer hands one back, while it trains on the
+other.
 """
 
 from __future__ import annotations
@@ -33,12 +40,12 @@ import numpy as np
 
 from srl.api.schema import FieldSpec
 from srl.api.worker import Reporter, TrainResult, Worker
-from srl.base.channel import Channel
+from srl.base.channel import Channel, wait_any
 from srl.base.timing import Every
 from srl.system.batches import Trained
 from srl.system.replay_file import sweep_partial_saves
 from srl.system.replay_store import ReplayStore
-from srl.system.streams import FILLING, FREE, READY, SampleConsumer, SegmentPool, SegmentSource
+from srl.system.streams import FILLING, FREE, READY, SampleConsumer, SegmentPool, SegmentSource, clear
 
 TRAINED = 4
 """A batch buffer's state once its trainer trained on it and wrote its priorities: the replay applies them and
@@ -74,7 +81,7 @@ class ReplayWorker(Worker):
         index: int,
         store: ReplayStore,
         source: SegmentSource,
-        feeds: Sequence[tuple[SegmentPool, Channel]],
+        feeds: Sequence[tuple[SegmentPool, Channel, Channel]],
         reporter: Reporter,
         sampling: Sampling,
         total_env_steps: int,
@@ -86,7 +93,8 @@ class ReplayWorker(Worker):
         save_interval: float = 120.0,
         load: bool = False,
     ) -> None:
-        """``feeds``: per trainer it serves, that trainer's batch buffers (one row) and batch stream.
+        """``feeds``: per trainer it serves, that trainer's batch buffers (one row), its batch stream, and the
+        buffers' bell, which that trainer rings when it hands a batch back.
         ``total_env_steps``: the env steps this replay takes in over the run (its share of the run's), which the
         importance-weight exponent anneals over.
         ``save_path``: where the store is written every ``save_interval`` seconds and at teardown (``replay.save``);
@@ -115,11 +123,13 @@ class ReplayWorker(Worker):
         self._t_start = time.perf_counter()
 
     def poll(self) -> int:
+        for _, _, bell in self.feeds:  # before the flags are read: a hand-back after that read rings again
+            clear(bell)
         work = self._apply_trained()
         work += self._insert()
         work += self._serve()
-        if not work:  # nothing to do now: wait briefly for segments (a batch handed back does not wake it)
-            self._take(min(self.wait_timeout, 0.001))
+        if not work:
+            self._wait()
         self._report()
         if self.save_path is not None and self._saves.due():
             self._save()
@@ -142,7 +152,7 @@ class ReplayWorker(Worker):
     def _apply_trained(self) -> int:
         """Apply the priorities of every batch its trainers handed back, and free those buffers."""
         applied = 0
-        for batches, _ in self.feeds:
+        for batches, _, _ in self.feeds:
             state = batches.state[0]
             done = np.flatnonzero(state == TRAINED)
             for buf in done.tolist():
@@ -152,21 +162,31 @@ class ReplayWorker(Worker):
             applied += len(done)
         return applied
 
-    def _take(self, timeout: float) -> None:
-        """Queue the records of the segments that came (waiting up to ``timeout`` for the first), up to
-        :data:`MAX_PENDING`: the rest stay with their senders, which holds the actors back (a node's pool keeps
-        them READY; across nodes ZeroMQ's queues fill and the senders keep their buffers)."""
+    def _wait(self) -> None:
+        """Block until a trainer hands a batch back or, with room for them, segments come; at most
+        ``wait_timeout`` (the loop looks at its stop flag). Segments that come over a socket are looked for again
+        within a millisecond."""
+        channels, timeout = [bell for _, _, bell in self.feeds], self.wait_timeout
+        if len(self._pending) < MAX_PENDING:
+            if self.source.channel is not None:
+                channels.append(self.source.channel)
+            else:
+                timeout = min(timeout, 0.001)
+        wait_any(channels, timeout)
+
+    def _take(self) -> None:
+        """Queue the records of the segments that came, up to :data:`MAX_PENDING`: the rest stay with their
+        senders, which holds the actors back (a node's pool keeps them READY; across nodes ZeroMQ's queues fill and
+        the senders keep their buffers)."""
         room = MAX_PENDING - len(self._pending)
         if room > 0:
-            records = self.source.receive(room, timeout)
+            records = self.source.receive(room, 0.0)
             self._pending.extend((int(a), int(b)) for a, b in records.tolist())
-        elif timeout > 0:  # nothing to wait on: the limiter holds the inserts until the trainers sample more
-            time.sleep(timeout)
 
     def _insert(self) -> int:
         """Insert the segments that came while the rate limiter lets them in; the rest wait in their actors'
         buffers, which holds the actors back."""
-        self._take(0.0)
+        self._take()
         t0, inserted = time.perf_counter(), 0
         while self._pending and self.store.can_insert(self.store.items_per_segment):
             actor, buf = self._pending.popleft()
@@ -175,7 +195,8 @@ class ReplayWorker(Worker):
             self.store.insert(self.source.segment(actor, buf))
             self.source.release(actor, buf)
             inserted += 1
-            self._take(0.0)
+            self._take()
+        self.source.ring()
         self.t_insert += time.perf_counter() - t0
         return inserted
 
@@ -183,7 +204,7 @@ class ReplayWorker(Worker):
         """Fill free batch buffers with sampled batches while the rate limiter allows, and send them: one per
         trainer in turn, so that trainers sharing the replay share its samples."""
         served, t0, n = 0, time.perf_counter(), len(self.feeds)
-        free = [np.flatnonzero(batches.state[0] == FREE).tolist() for batches, _ in self.feeds]
+        free = [np.flatnonzero(batches.state[0] == FREE).tolist() for batches, _, _ in self.feeds]
         while any(free) and self.store.can_sample(self.sampling.batch_size):
             i = next(j % n for j in range(self._turn, self._turn + n) if free[j % n])
             self._fill(i, free[i].pop(0))
@@ -194,7 +215,7 @@ class ReplayWorker(Worker):
 
     def _fill(self, feed: int, buf: int) -> None:
         """Sample a batch into buffer ``buf`` of trainer ``feed``'s batch buffers, and send its record."""
-        batches, channel = self.feeds[feed]
+        batches, channel, _ = self.feeds[feed]
         state = batches.state[0]
         state[buf] = FILLING
         batch = batches.segment(0, buf)
@@ -230,11 +251,14 @@ class ReplayBatches:
     """A trainer's batches from its replay: each batch buffer is one whole batch, read in place (no copy); the
     update's priorities go back in it."""
 
-    def __init__(self, batches: SegmentPool, channel: Channel, agents_per_env: int = 1, fresh: bool = True) -> None:
-        """``fresh``: the trainer starts the run (its env-step count is 0): every step its replay took in before its
+    def __init__(
+        self, batches: SegmentPool, channel: Channel, bell: Channel, agents_per_env: int = 1, fresh: bool = True
+    ) -> None:
+        """``bell``: the batch buffers' bell, which wakes the replay when a batch is handed back.
+        ``fresh``: the trainer starts the run (its env-step count is 0): every step its replay took in before its
         first batch counts. A restarted or resumed trainer counts on from its checkpoint's count with the steps
         taken in after its first batch."""
-        self.consumer = SampleConsumer(batches, channel)
+        self.consumer = SampleConsumer(batches, channel, bells={0: bell})
         self.fields: Mapping[str, FieldSpec] = {
             k: v for k, v in batches.layout.fields.items() if k not in (PRIORITIES, INSERTED)
         }
@@ -274,11 +298,16 @@ class ReplayBatches:
         trained = Trained(max(0, self._inserted - counted), int(views["keys"].shape[0]))
         self._counted = max(counted, self._inserted)
         if result.priorities is None:
-            self.consumer.release(0, buf)
+            self._hand_back(buf, FREE)
             return trained
         if not np.array_equal(result.priorities.keys, views["keys"]):
-            self.consumer.release(0, buf)
+            self._hand_back(buf, FREE)
             raise ValueError("train: priorities must name the batch's items in order (Priorities.keys = batch['keys'])")
         views[PRIORITIES][...] = result.priorities.values
-        self.consumer.pool.state[0, buf] = TRAINED
+        self._hand_back(buf, TRAINED)
         return trained
+
+    def _hand_back(self, buf: int, state: int) -> None:
+        """Give batch buffer ``buf`` back to the replay in ``state`` and wake it."""
+        self.consumer.release(0, buf, state)
+        self.consumer.ring()

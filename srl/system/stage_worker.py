@@ -59,6 +59,7 @@ class StageWorker(Worker):
             else:
                 self.source.release(actor, buf)
                 self.dropped += 1
+        self.source.ring()
         self.t_decide += time.perf_counter() - t0
         self._report()
         return len(records)

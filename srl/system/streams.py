@@ -26,11 +26,16 @@ When the run has a stage between actors and trainers (``stage:`` in the
 config), an actor submits as STAGED to the stage instead; the stage forwards
 a buffer (READY, its record sent on to the trainer: the segment itself does
 not move) or drops it (FREE).
+
+A state flag in shared memory wakes nobody when it changes, so each pool row
+has a bell: whoever hands buffers of the row back rings it once they are all
+back (one record down the row's pipe), and the worker that fills the row blocks
+on it while it has no free buffer, instead of polling the flags (see
+``docs/architecture.md``, "How workers wait").
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -47,8 +52,9 @@ FREE, FILLING, READY, STAGED = 0, 1, 2, 3
 handed to the stop at position ``p`` of a sample path with several hops is ``STAGED + p`` (see
 ``srl.runtime.topology.submitted_state``)."""
 
-REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH = 5, 2, 2
-"""Words per record: an inference request, its reply, a segment (or batch) handed on."""
+REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH, BELL_WIDTH = 5, 2, 2, 1
+"""Words per record: an inference request, its reply, a segment (or batch) handed on, a pool row's bell rung (its
+buffers handed back)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,12 @@ class SegmentPool:
 class SegmentSink(Protocol):
     """Actor side of the sample stream, within a node (:class:`SampleProducer`) or across nodes."""
 
+    @property
+    def bell(self) -> Channel | None:
+        """Readable when a buffer of this sink's row may have come back, to wait on beside other channels; None
+        when buffers come back without a notice (across nodes, as ZeroMQ takes their copies): then poll
+        :meth:`acquire`."""
+
     def acquire(self) -> int | None:
         """A free buffer of this actor's pool row, now FILLING; None under back-pressure."""
 
@@ -160,6 +172,11 @@ class SegmentSource(Protocol):
     """Trainer side of the sample stream, within a node (:class:`SampleConsumer`) or across nodes."""
 
     @property
+    def channel(self) -> Channel | None:
+        """The channel its records arrive on, to wait on beside other channels; None when they come over a socket
+        (across nodes): then only :meth:`receive` waits for them."""
+
+    @property
     def fields(self) -> Mapping[str, FieldSpec]:
         """The segment fields."""
 
@@ -171,6 +188,9 @@ class SegmentSource(Protocol):
 
     def release(self, actor: int, buffer: int) -> None:
         """Done with a received segment."""
+
+    def ring(self) -> None:
+        """Wake whoever waits for the buffers released since the last call (once each)."""
 
     def holds(self, actor: int, buffer: int) -> bool:
         """Whether a received record's segment is still handed over to this consumer. A record can outlive its
@@ -186,13 +206,21 @@ class SegmentSource(Protocol):
 class SampleProducer:
     """Actor side of the sample stream: takes free buffers, hands full ones to a trainer."""
 
-    def __init__(self, pool: SegmentPool, actor: int, channel: Channel, submitted: int = READY) -> None:
-        """``submitted``: the state a finished buffer is handed over in (READY to a trainer, STAGED to a stage)."""
-        self.pool, self.actor, self.channel, self.submitted = pool, actor, channel, submitted
+    def __init__(
+        self, pool: SegmentPool, actor: int, channel: Channel, submitted: int = READY, bell: Channel | None = None
+    ) -> None:
+        """``submitted``: the state a finished buffer is handed over in (READY to a trainer, STAGED to a stage).
+        ``bell``: the pool row's bell, rung by :meth:`SampleConsumer.ring` once its buffers are handed back."""
+        self.pool, self.actor, self.channel, self.submitted, self.bell = pool, actor, channel, submitted, bell
         self._state = pool.state[actor]
 
     def acquire(self) -> int | None:
-        """A free buffer now marked FILLING, or None when all are in use (back-pressure)."""
+        """A free buffer now marked FILLING, or None when all are in use (back-pressure).
+
+        The bell is emptied before the flags are read: a hand-back after that read rings it again, so a caller that
+        then waits on it is woken, and the pipe never holds more rings than the row has buffers."""
+        if self.bell is not None:
+            clear(self.bell)
         free = np.flatnonzero(self._state == FREE)
         if free.size == 0:
             return None
@@ -212,9 +240,14 @@ class SampleProducer:
 class SampleConsumer:
     """Trainer (or stage) side of the sample stream."""
 
-    def __init__(self, pool: SegmentPool, channel: Channel, accepts: int = READY) -> None:
-        """``accepts``: the state its buffers arrive in (STAGED for a stage)."""
+    def __init__(
+        self, pool: SegmentPool, channel: Channel, accepts: int = READY, bells: Mapping[int, Channel] | None = None
+    ) -> None:
+        """``accepts``: the state its buffers arrive in (STAGED for a stage). ``bells``: per pool row, the bell its
+        filler waits on (a row without one is polled by its filler)."""
         self.pool, self.channel, self.accepts = pool, channel, accepts
+        self.bells: Mapping[int, Channel] = bells or {}
+        self._released: set[int] = set()  # rows with a bell that had buffers released since the last ring
         self.rejected = 0
         """Records naming no buffer of the pool (a duplicate of a record already taken is not one)."""
 
@@ -242,9 +275,20 @@ class SampleConsumer:
         """Views of a received segment's fields."""
         return self.pool.segment(actor, buffer)
 
-    def release(self, actor: int, buffer: int) -> None:
-        """Give a consumed buffer back to its actor."""
-        self.pool.state[actor, buffer] = FREE
+    def release(self, actor: int, buffer: int, state: int = FREE) -> None:
+        """Give a consumed buffer back to its actor (FREE), or to whoever fills it in the state that one expects
+        it back in; :meth:`ring` wakes it."""
+        self.pool.state[actor, buffer] = state
+        if actor in self.bells:
+            self._released.add(actor)
+
+    def ring(self) -> None:
+        """Ring once the bell of each row that had buffers released since the last call. After the flags are set, so
+        a filler woken finds them; once per hand-over, so it wakes once, with every buffer of it back (an actor then
+        unparks its slots together)."""
+        for row in self._released:
+            self.bells[row].send((row,))
+        self._released.clear()
 
     def holds(self, actor: int, buffer: int) -> bool:
         return bool(self.pool.state[actor, buffer] == self.accepts)
@@ -283,6 +327,12 @@ class PoolForwarder:
         """The pool and channels belong to the fabric."""
 
 
+def clear(bell: Channel) -> None:
+    """Take every ring waiting in ``bell`` (never waits); what they named is read from the flags."""
+    while len(bell.recv(64, 0.0)) == 64:
+        pass
+
+
 TICKET_MASK = 0x7FFFFFFF
 """Tickets are int32 words on the wire; they wrap around (only equality is ever tested)."""
 
@@ -298,6 +348,10 @@ class InferenceClient:
 
     def connect(self, should_stop: Callable[[], bool]) -> None:
         """Nothing to wait for: the policy worker waits for parameters itself."""
+
+    def wakes(self) -> tuple[Channel, ...]:
+        """The replies: readable when an answer may have come."""
+        return (self.replies,)
 
     def request(self, policy: int, slot: int, buffer: int, t: int) -> None:
         """Ask for policy ``policy``'s actions for the observations at ``obs[actor, buffer, t]`` of its pool (a
@@ -338,6 +392,10 @@ class InlineInference:
         for version in self.versions:
             version.wait_first(should_stop)
 
+    def wakes(self) -> tuple[Channel, ...]:
+        """None: every request is answered when it is made."""
+        return ()
+
     def request(self, policy: int, slot: int, buffer: int, t: int) -> None:
         version, pool = self.versions[policy], self.pools[policy]
         version.refresh()
@@ -348,8 +406,7 @@ class InlineInference:
         self._ready.append(policy * self._ring + slot)
 
     def ready(self, max_slots: int, timeout: float | None) -> np.ndarray:
-        if not self._ready and timeout:
-            time.sleep(min(timeout, 0.001))  # nothing can arrive; don't spin while parked on back-pressure
+        """The answers made since the last call; never waits (nothing can arrive meanwhile)."""
         out, self._ready = self._ready[:max_slots], self._ready[max_slots:]
         return np.asarray(out, np.int32)
 

@@ -105,8 +105,10 @@ class TrainerWorker(Worker):
         wait_timeout: float = 0.05,
         collective: Collective | None = None,
         autotune_peers: int = 0,
+        report_interval: float = 0.0,
     ) -> None:
-        """``autotune_peers``: with ``workers.autotune``, the trainers sharing this node's cores (0: off)."""
+        """``autotune_peers``: with ``workers.autotune``, the trainers sharing this node's cores (0: off).
+        ``report_interval``: at most one report per this many seconds, and one at teardown (0: one per update)."""
         self.name = f"trainer{index}"
         self.index = index
         self.algorithm, self.source, self.publisher, self.reporter = algorithm, source, publisher, reporter
@@ -130,6 +132,9 @@ class TrainerWorker(Worker):
         self.autotune_peers = autotune_peers
         self._handover = ThreadHandover(0, 0)
         self._cycle: tuple[float, float] | None = None  # when the last update started, and t_wait then
+        self._reports = Every(report_interval)
+        self._newest: tuple[Mapping[str, float], float, int] | None = None  # unreported: stats, seconds, threads
+        self._lags: list[np.ndarray] = []  # of the updates since the last report
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint (:func:`load_checkpoint`): networks, optimizer, RNG, version, step counters."""
@@ -178,6 +183,7 @@ class TrainerWorker(Worker):
         return 0
 
     def teardown(self) -> None:
+        self._report(force=True)
         if self.collective is not None:
             # Release peers waiting to agree on the next update; after a failure mid-update they are stuck
             # in another collective instead and time out on their own.
@@ -220,12 +226,25 @@ class TrainerWorker(Worker):
         self.updates += 1
         if self.leader:
             self.publisher.publish(self.version, self.algorithm.policy_state())
+        self._newest = (result.stats, time.perf_counter() - t0, threads)
+        if trained.lags is not None:
+            self._lags.append(trained.lags)
+        self._report()
+
+    def _report(self, force: bool = False) -> None:
+        """The newest update's statistics, the counters, and the lags of every update since the last report; at
+        most once per ``report_interval``: each report wakes the controller, and a replay's trainer updates many
+        times a second."""
+        if self._newest is None or not self._reports.due(force):
+            return
+        stats, seconds, threads = self._newest
+        self._newest = None
         meta: dict[str, Any] = {
             "trainer": self.index,
             "version": self.version,
             "samples": self.samples,
             "dropped_segments": self.source.dropped,
-            "update_seconds": time.perf_counter() - t0,
+            "update_seconds": seconds,
             # messages refused by a network sample stream (no run token, malformed); 0 within a node
             "rejected_segment_messages": self.source.rejected,
             "bytes_published": self.publisher.bytes_published,
@@ -238,10 +257,10 @@ class TrainerWorker(Worker):
             "t_train": self.t_train,
             "update_threads": threads,
         }
-        meta.update({k: float(v) for k, v in result.stats.items()})
+        meta.update({k: float(v) for k, v in stats.items()})
         arrays = None
-        if trained.lags is not None:
-            lags = trained.lags
+        if self._lags:
+            lags, self._lags = np.concatenate(self._lags), []
             meta.update(lag_mean=float(lags.mean()), lag_max=int(lags.max()))
             arrays = {"lag_hist": np.bincount(lags, minlength=1).astype(np.int64)}
         self.reporter.report("trainer", meta, arrays)
