@@ -220,7 +220,8 @@ def test_actors_on_two_nodes_fill_a_replay_on_the_trainers_node(cluster, tmp_pat
     # and the sockets' buffers (a few dozen segments at most, where the run's whole output would pile up unheld)
     assert replay["pending_segments"] <= MAX_PENDING
     queued = summary["env_steps"] - replay["inserted_steps"]
-    assert 0 <= queued <= summary["env_steps"] / 2, replay
+    segment = cfg.workers.segment_length * cfg.workers.envs_per_slot
+    assert 0 <= queued <= 32 * segment, replay
 
 
 def test_a_policys_memory_is_carried_per_env_across_nodes(cluster, tmp_path):
