@@ -26,7 +26,14 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.dqn_math import double_q_target, epsilon_ladder, linear_epsilon, q_target, td_loss
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo import as_tensors
-from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, follow, frozen_copy
+from srl.algorithms.replay_batch import (
+    batch_rows,
+    batch_tensor,
+    fold_observations,
+    follow,
+    frozen_copy,
+    require_batch_fits,
+)
 from srl.api.algorithm import AlgorithmContext, Obs, PlanView, QNet
 from srl.api.config import ConfigError, DQNConfig, ExperimentConfig
 from srl.api.schema import MEMORY, Field, memory_field
@@ -203,11 +210,7 @@ class DQN:
                 f"dqn.nstep: {cfg.dqn.nstep}-step returns are longer than the stored sequences "
                 f"(workers.segment_length={cfg.workers.segment_length})"
             )
-        if cfg.dqn.batch_size > cfg.replay.max_size:
-            raise ConfigError(
-                f"dqn.batch_size: a batch of {cfg.dqn.batch_size} items is larger than the replay "
-                f"(replay.max_size={cfg.replay.max_size})"
-            )
+        require_batch_fits("dqn", cfg.dqn.batch_size, cfg)
 
     # ------------------------------------------------------------------ Algorithm
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:

@@ -31,6 +31,7 @@ from torch import Tensor
 from srl.algorithms.dqn import DQN, require_discrete
 from srl.algorithms.dqn_math import td_loss
 from srl.algorithms.r2d2_math import sequence_priority, sequence_targets
+from srl.algorithms.replay_batch import require_batch_fits
 from srl.api.algorithm import Obs, PlanView
 from srl.api.config import ConfigError, R2D2Config
 from srl.api.schema import MEMORY
@@ -63,11 +64,7 @@ class R2D2(DQN):
                 f"r2d2.burn_in: {burn_in} steps leave none of each sequence (replay.item_length={length}) to train "
                 "on; make the burn-in shorter than the sequence"
             )
-        if cfg.r2d2.batch_size > cfg.replay.max_size:
-            raise ConfigError(
-                f"r2d2.batch_size: a batch of {cfg.r2d2.batch_size} sequences is larger than the replay "
-                f"(replay.max_size={cfg.replay.max_size})"
-            )
+        require_batch_fits("r2d2", cfg.r2d2.batch_size, cfg, "sequences")
 
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         """One learner step on ``N`` sequences of ``L`` steps (:meth:`ReplaySpec.batch_fields`, sequences): for

@@ -10,9 +10,10 @@ import numpy as np
 import torch
 
 from srl.algorithms.dqn_math import polyak_
+from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.worker import Collective
 
-__all__ = ["batch_rows", "batch_tensor", "fold_observations", "follow", "frozen_copy"]
+__all__ = ["batch_rows", "batch_tensor", "fold_observations", "follow", "frozen_copy", "require_batch_fits"]
 
 
 def batch_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -51,3 +52,12 @@ def fold_observations(encoder: Any, obs: Mapping[str, torch.Tensor], collective:
         if collective is not None:
             mean, var, count = collective.merge_moments(mean, var, count)
         rms.update_moments(mean, var, count)
+
+
+def require_batch_fits(section: str, batch_size: int, cfg: ExperimentConfig, items: str = "items") -> None:
+    """One line naming ``<section>.batch_size`` unless a batch of that many ``items`` fits in the replay."""
+    if batch_size > cfg.replay.max_size:
+        raise ConfigError(
+            f"{section}.batch_size: a batch of {batch_size} {items} is larger than the replay "
+            f"(replay.max_size={cfg.replay.max_size})"
+        )

@@ -31,7 +31,14 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.dqn import BOOT
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo import as_tensors
-from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, follow, frozen_copy
+from srl.algorithms.replay_batch import (
+    batch_rows,
+    batch_tensor,
+    fold_observations,
+    follow,
+    frozen_copy,
+    require_batch_fits,
+)
 from srl.algorithms.sac_math import (
     actor_loss,
     clipped_double_q_target,
@@ -275,11 +282,7 @@ class SAC:
                 f"{cls.section}.nstep: {settings.nstep}-step returns are longer than the stored sequences "
                 f"(workers.segment_length={cfg.workers.segment_length})"
             )
-        if settings.batch_size > cfg.replay.max_size:
-            raise ConfigError(
-                f"{cls.section}.batch_size: a batch of {settings.batch_size} items is larger than the replay "
-                f"(replay.max_size={cfg.replay.max_size})"
-            )
+        require_batch_fits(cls.section, settings.batch_size, cfg)
 
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         """One learner step on ``N`` replay items of ``L`` steps: for each observation part ``P``, ``P`` and
