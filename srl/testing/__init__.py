@@ -1,0 +1,1 @@
+"""Test harnesses shipped with the package (a cluster of network namespaces: :mod:`srl.testing.netcluster`)."""
