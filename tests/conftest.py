@@ -71,9 +71,11 @@ def _ours() -> set[str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The Ray cluster's tests first. Under pytest-xdist (``-n 2 --dist loadgroup``, as ``.ci/run`` runs the suite)
-    they are one unit of work and the longest, so one worker starts on them while the other takes the rest."""
-    items.sort(key=lambda item: item.path.name != "test_ray.py")  # stable: each file keeps its own order
+    """The two clusters' tests first (Ray's simulated one, then the namespaces'). Under pytest-xdist (``-n 2
+    --dist loadgroup``, as ``.ci/run`` runs the suite) each module is one unit of work and among the longest, so
+    the workers start on them and share the rest after."""
+    first = {"test_ray.py": 0, "test_netcluster.py": 1}
+    items.sort(key=lambda item: first.get(item.path.name, 2))  # stable: each file keeps its own order
 
 
 @pytest.fixture(autouse=True)

@@ -334,6 +334,15 @@ def test_the_command_sweeps_what_a_killed_harness_left_and_names_what_is_wrong(c
             bad()
 
 
+def test_without_root_it_says_so_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["--name", "noroot", "up", "--nodes", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: netcluster needs root (network namespaces, veth links and mounts); run it as root"
+    ]
+    assert not _netns_left("noroot")
+
+
 def test_no_node_has_a_route_off_the_machine(cluster):
     """Each node knows only the bridge's subnet: no default route, so its traffic reaches the other nodes only."""
     for i in range(3):

@@ -201,7 +201,8 @@ class NetCluster:
         env["RAY_worker_niceness"] = "0"
         env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN"] = "token", self.token  # the cluster's own secret
         env.pop("RAY_AUTH_TOKEN_PATH", None)
-        env.pop("RAY_ADDRESS", None)
+        for leaked in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR"):  # a caller's own Ray's
+            env.pop(leaked, None)
         return env
 
     # ------------------------------------------------------------------ up / down
@@ -570,13 +571,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     try:
+        require_privileges()
         if args.verb == "up":
             s = Shape(args.rate_mbit, args.delay_ms, args.jitter_ms, args.loss_pct)
             cluster = NetCluster(args.nodes, args.name, args.cpus, s, keep=False).up()
             print(f"netcluster {args.name}: {args.nodes} nodes up; ray.address={cluster.address}")
             return 0
         if args.verb == "down":
-            require_privileges()
             sweep(args.name)
             return 0
         cluster = NetCluster.attach(args.name)
