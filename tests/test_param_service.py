@@ -253,6 +253,51 @@ def test_a_departed_reader_costs_no_send(ctx, tmp_path) -> None:
         server.close()
 
 
+def test_a_reader_asking_again_while_its_copy_is_on_the_wire_gets_no_second_copy(ctx, tmp_path) -> None:
+    """A reader re-asks after ``REASK_SECONDS`` without an answer; on a thin link its copy may still be on the
+    way. The server sends each version once per subscriber: the repeated request is answered by the next
+    version, and a reconnected reader (a new identity) is served at once."""
+    root = VersionedBuffer.in_process(SIZE, np.float32)
+    server = ParamServer(ctx, root, SIZE, f"ipc://{tmp_path}/root", TOKEN)
+    reader = ctx.socket(zmq.DEALER)
+    reader.setsockopt(zmq.LINGER, 0)
+    reader.connect(server.address)
+
+    def ask(since: int) -> None:
+        reader.send_multipart(wire.encode("param_get", None, {"token": TOKEN, "since": since}))
+        _pump(server, [], lambda: reader.getsockopt(zmq.EVENTS) & zmq.POLLIN or server._pending)
+
+    def versions() -> list[int]:
+        got = []
+        while reader.poll(200):
+            frames = reader.recv_multipart()
+            got.append(
+                wire.decode(frames, expect_schema="param_snapshot", fields={"params": ("float32", (SIZE,))}).meta[
+                    "version"
+                ]
+            )
+        return got
+
+    again = RemoteSnapshot(ctx, server.address, SIZE, TOKEN)
+    try:
+        root.write(0, np.zeros(SIZE, np.float32))
+        ask(-1)
+        _pump(server, [], lambda: server.sends == 1)
+        ask(-1)  # again, as if the copy had not arrived yet
+        for _ in range(20):
+            server.poll()
+        assert server.sends == 1
+        root.write(1, np.ones(SIZE, np.float32))
+        _pump(server, [], lambda: server.sends == 2)
+        assert versions() == [0, 1]  # one copy of each version
+        _pump(server, [again], lambda: again.version() == 1)  # another subscriber is served its own copy
+        assert server.sends == 3 and server.bytes_sent == 3 * SIZE * 4
+    finally:
+        again.close()
+        reader.close()
+        server.close()
+
+
 def test_bfloat16_packing_is_torchs_rounding() -> None:
     """Round half to even on the dropped bits, infinities and signed zeros kept, NaN kept NaN, subnormals and
     the float32 extremes: every value packs to the pattern torch's own conversion gives, and unpacks exactly."""

@@ -16,8 +16,15 @@ Protocol (wire format, never pickle), a long poll over ROUTER/DEALER:
   its uint16 pattern: ``srl/base/transfer.py``)
 
 The server answers a request as soon as it holds a version newer than
-``since`` (at once, or when one is published). Requests without the run's
-token, or malformed, are counted, logged and dropped; the server keeps going.
+``since`` (at once, or when one is published), and sends each version at most
+once to each subscriber: a reader that asks again while its copy is still on
+the wire (it re-asks after ``REASK_SECONDS`` without an answer, in case the
+server restarted) waits for the next version instead of getting a second copy.
+On a thin link a copy can take longer than that, and every duplicate would
+slow the next copies further. A reader that reconnects is a new subscriber
+(ZeroMQ gives each connection its own identity), so a lost copy is sent again.
+Requests without the run's token, or malformed, are counted, logged and
+dropped; the server keeps going.
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ class ParamServer:
         self._wire = np.empty(size, transfer.wire_dtype(transfer_dtype))
         self.version = -1
         self._pending: dict[bytes, int] = {}  # subscriber identity -> the version it already holds
+        self._sent: dict[bytes, int] = {}  # subscriber identity -> the newest version sent to it
         self.sends = 0
         self.bytes_sent = 0
         self.rejected = 0
@@ -101,7 +109,8 @@ class ParamServer:
         _drain(self._sock, self._take)
         sent = 0
         if self.version >= 0:
-            for identity in [i for i, since in self._pending.items() if since < self.version]:
+            due = [i for i, since in self._pending.items() if since < self.version > self._sent.get(i, -1)]
+            for identity in due:
                 try:
                     self._sock.send_multipart(
                         [identity, *wire.encode(SNAPSHOT, {"params": self._wire}, {"version": self.version})],
@@ -110,10 +119,12 @@ class ParamServer:
                     )
                 except zmq.Again:  # this reader's queue is full: try again on the next poll
                     continue
-                except zmq.ZMQError:  # the reader has gone (EHOSTUNREACH): forget its request
+                except zmq.ZMQError:  # the reader has gone (EHOSTUNREACH): forget it
                     del self._pending[identity]
+                    self._sent.pop(identity, None)
                     continue
                 del self._pending[identity]
+                self._sent[identity] = self.version
                 sent += 1
         self.sends += sent
         self.bytes_sent += sent * self._wire.nbytes
