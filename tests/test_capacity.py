@@ -109,6 +109,23 @@ def test_oversubscribed_node_is_bound_by_its_cores():
     assert pred.bottleneck == "cores" and pred.steps_per_second == pytest.approx(2 / 300e-6)
 
 
+def test_nodes_on_one_machine_share_its_cores():
+    """Three nodes of one 2-core machine (namespaces): each node's own cores would leave the trainer the
+    bottleneck; sharing the machine's, every sample's work (acting and training) comes out of the same 2 cores,
+    as on one node with the same workers."""
+    costs = dataclasses.replace(COSTS, env_seconds_per_step=200e-6, update_seconds_per_sample=100e-6)
+    layout = many_nodes(2, 1, actors=1, pws=0, trainers=1)
+    own = predict(costs, Cluster(nodes=3, cores_per_node=2), layout)
+    shared = predict(costs, Cluster(nodes=3, cores_per_node=2, shared_cores=2), layout)
+    one = predict(costs, Cluster(nodes=1, cores_per_node=2), one_node(2, trainers=1))
+    assert own.bottleneck != "cores" and own.steps_per_second == pytest.approx(10_000)
+    assert shared.bottleneck == "cores" and shared.steps_per_second == pytest.approx(2 / 300e-6)
+    assert shared.stages["cores"] == pytest.approx(one.stages["cores"])
+    assert shared.stages["cores"] < own.stages["cores"]
+    with pytest.raises(ConfigError, match="shared_cores"):
+        Cluster(nodes=3, cores_per_node=2, shared_cores=0)
+
+
 @pytest.mark.parametrize(
     "change, bottleneck",
     [
@@ -365,6 +382,7 @@ def test_plan_json_and_text(costs_file, capsys):
         (["--costs", "{good}", "--max-trainers", "0"], "--max-trainers: must be >= 1"),
         (["--costs", "{good}", "--max-trainer-nodes", "0"], "--max-trainer-nodes: must be >= 1"),
         (["--costs", "{good}", "--link-latency-us", "-1"], "--link-latency-us: must be >= 0"),
+        (["--costs", "{good}", "--shared-cores", "0"], "--shared-cores: must be >= 1, got 0"),
         (["--costs", "{good}", "--min-trainer-efficiency", "1.5"], "--min-trainer-efficiency: must be in [0, 1)"),
         (["--costs", "{good}", "--layout", "actors=2"], "--layout 'actors=2': expected KEY=VALUE"),
         (["--costs", "{good}", "--layout", "trainers=two"], "--layout trainers: expected an integer"),

@@ -23,7 +23,9 @@ It is a pipeline-throughput model and nothing more:
   ``params``: the parameter service must deliver each version to every reader
   before the next one is published);
 - processes on one node share its cores (``cores``): a node cannot do more than
-  its cores divided by the CPU seconds per sample of all the work it hosts;
+  its cores divided by the CPU seconds per sample of all the work it hosts (and
+  nodes that share one machine, ``shared_cores``, no more than its cores divided
+  by all the work of every node);
 - the pipeline runs at the smallest capacity, and that stage is the bottleneck;
 - the recommended layout is the integer split of the cores that maximises it.
 
@@ -267,11 +269,16 @@ class Cluster:
     link_latency_us: float = 50.0
     """One message's latency between two nodes, microseconds (an assumption: nothing here measures it); a
     step of an all-reduce ring that crosses nodes costs at least this."""
+    shared_cores: int | None = None
+    """When every node runs on one machine with this many cores (network namespaces, ``ray.cluster_utils``,
+    VMs on one host), every process of every node competes for them; None: each node has its own."""
 
     def __post_init__(self) -> None:
         for name in ("nodes", "cores_per_node"):
             _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         _require(self.gpus_per_node >= 0, "gpus_per_node", f"must be >= 0, got {self.gpus_per_node}")
+        shared = self.shared_cores
+        _require(shared is None or shared >= 1, "shared_cores", f"must be >= 1, got {shared}")
         _require(_is_number(self.link_gbps) and self.link_gbps > 0, "link_gbps", f"must be > 0, got {self.link_gbps}")
         _require(
             _is_number(self.link_latency_us) and self.link_latency_us >= 0,
@@ -614,7 +621,10 @@ def _cores(costs: Costs, cluster: Cluster, layout: Layout, acting_s: float, t_s:
         return free / (acting_s + cpu_train) if free > 0 else 0.0
     acting = layout.actor_nodes * C / acting_s
     training = layout.trainer_nodes * C / cpu_train if cpu_train else math.inf
-    return min(acting, training)
+    if cluster.shared_cores is None:
+        return min(acting, training)
+    shared = cluster.shared_cores - gpu_cores  # nodes on one machine: every sample's work on the same cores
+    return min(acting, training, shared / (acting_s + cpu_train) if shared > 0 else 0.0)
 
 
 def check_layout(cluster: Cluster, layout: Layout) -> None:

@@ -330,10 +330,10 @@ def scale_table(
     costs: Costs, node: Cluster, scales: tuple[int, ...] = SCALES, limits: Limits = Limits()
 ) -> list[ScaleRow]:
     """At each core count: as many nodes like ``node``'s (cores, GPUs, link) as it takes, the recommended layout,
-    and both parameter services."""
+    and both parameter services (each node a machine of its own, whatever ``node.shared_cores`` says)."""
     rows = []
     for cores in scales:
-        cluster = dataclasses.replace(node, nodes=max(1, math.ceil(cores / node.cores_per_node)))
+        cluster = dataclasses.replace(node, nodes=max(1, math.ceil(cores / node.cores_per_node)), shared_cores=None)
         rec = recommend(costs, cluster, limits)
         lay = rec.layout
         interval = samples_per_version(costs, lay) / rec.prediction.steps_per_second

@@ -66,6 +66,13 @@ def add_parser(sub: Any) -> None:
         "all-reduce ring costs at least (default 50; not measurable here)",
     )
     p.add_argument(
+        "--shared-cores",
+        type=int,
+        default=None,
+        help="the nodes all run on one machine with this many cores (network namespaces, ray.cluster_utils): "
+        "every node's processes compete for them",
+    )
+    p.add_argument(
         "--max-trainers",
         type=int,
         default=None,
@@ -176,6 +183,7 @@ def _check_args(args: argparse.Namespace) -> None:
         ("--nodes", args.nodes, 1),
         ("--cores-per-node", args.cores_per_node, 1),
         ("--gpus-per-node", args.gpus_per_node, 0),
+        ("--shared-cores", 1 if args.shared_cores is None else args.shared_cores, 1),
     ):
         if value < least:
             raise ConfigError(f"{flag}: must be >= {least}, got {value}")
@@ -239,6 +247,7 @@ def run_plan(args: argparse.Namespace) -> int:
         gpus_per_node=args.gpus_per_node,
         link_gbps=args.link_gbps,
         link_latency_us=args.link_latency_us,
+        shared_cores=args.shared_cores,
     )
     limits = Limits(
         max_trainers=args.max_trainers,
@@ -360,7 +369,8 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
     speed = f", GPU update speed-up {costs.gpu_update_speedup:g}x" if costs.gpu_update_speedup else ""
     lines = [
         f"srl plan: {costs.env_id} on {cluster.nodes} node(s) x {cluster.cores_per_node} cores, "
-        f"{cluster.gpus_per_node} GPU(s)/node, {cluster.link_gbps:g} Gbit/s links{speed}",
+        f"{cluster.gpus_per_node} GPU(s)/node, {cluster.link_gbps:g} Gbit/s links{speed}"
+        + ("" if cluster.shared_cores is None else f", all on one machine of {cluster.shared_cores} cores"),
         f"costs: env {_us(costs.env_seconds_per_step)}/step (+{_us(costs.actor_seconds_per_step)} actor), "
         f"inference {_us(costs.inference_seconds_per_batch)}/call + {_us(costs.inference_seconds_per_sample)}/sample, "
         f"update {_us(costs.update_seconds_per_sample)}/sample, {costs.bytes_per_sample:.0f} B/sample, "

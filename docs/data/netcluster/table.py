@@ -25,12 +25,12 @@ def _records(name: str) -> list[dict]:
 def predict(config: str, setting: str, rate_mbit: float | None) -> tuple[float, str]:
     """``srl plan``'s env steps/s and bottleneck for the benchmark's layout: two actors inferring inline and one
     trainer, on one 2-core node (local) or on a trainer node and two actor nodes (every Ray setting)."""
-    gbps = rate_mbit / 1000 if rate_mbit else LINK_GBPS[setting] or 10.0
+    gbps = rate_mbit / 1000 if rate_mbit else LINK_GBPS.get(setting) or 10.0
     if setting == "local":
         shape = ["--nodes", "1", "--layout", "actors_per_node=2", "--layout", "trainer_nodes=0"]
     else:
         shape = ["--nodes", "3", "--layout", "actor_nodes=2", "--layout", "actors_per_node=1"]
-        shape += ["--layout", "trainer_nodes=1"]
+        shape += ["--layout", "trainer_nodes=1", "--shared-cores", "2"]  # three nodes, one machine's 2 cores
     argv = [sys.executable, "-m", "srl.cli.main", "plan", "--costs", str(HERE / f"costs_{Path(config).stem}.jsonl")]
     argv += [*shape, "--layout", "policy_workers_per_node=0", "--layout", "trainers=1"]
     argv += ["--cores-per-node", "2", "--link-gbps", f"{gbps:g}", "--json"]
@@ -38,18 +38,32 @@ def predict(config: str, setting: str, rate_mbit: float | None) -> tuple[float, 
     return float(out["given"]["env_steps_per_second"]), str(out["given"]["bottleneck"])
 
 
+def _trained_per_second(config: str, run: dict) -> float:
+    """PPO trains one batch (``batch_segments`` segments of T x B steps) per policy version: the samples the
+    trainer took in per second of training. Over a short run the env steps also count what still waits in the
+    actors' pools and the queues when it stops; this does not."""
+    from srl.api.config import load_config
+
+    w = load_config(ROOT / config).workers
+    return run["policy_version"] * w.batch_segments * w.segment_length * w.envs_per_slot / run["seconds"]
+
+
 def main() -> None:
     rows: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for r in _records("train.jsonl"):
-        rows[(r["config"], r["setting"])].append(r)
+    for name in ("train.jsonl", "train_one_copy.jsonl", "train_20mbit_150s.jsonl"):
+        for r in _records(name):
+            label = {"train.jsonl": "", "train_one_copy.jsonl": ", one copy"}.get(name, ", one copy, 150 s")
+            rows[(r["config"], r["setting"] + label)].append(r)
     print(
-        "| config | setting | env steps/s (runs) | median | plan (bottleneck) | error "
+        "| config | setting | env steps/s (runs) | median | trained/s (median) | plan (bottleneck) "
+        "| error against env steps/s | against trained/s "
         "| actor nodes' links: bytes sent per env step | head's link: bytes sent per version |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (config, setting), runs in rows.items():
         fps = [r["train_fps"] for r in runs]
         med = statistics.median(fps)
+        trained = statistics.median(_trained_per_second(config, r) for r in runs)
         rate = (runs[0].get("shape") or {}).get("rate_mbit") or None
         pred, neck = predict(config, setting, rate)
         ran = [r for r in runs if r.get("links")]
@@ -63,7 +77,7 @@ def main() -> None:
         )
         print(
             f"| {Path(config).stem} | {setting} | {' / '.join(f'{f:,.0f}' for f in fps)} | {med:,.0f} | "
-            f"{pred:,.0f} ({neck}) | {(pred - med) / med:+.0%} | "
+            f"{trained:,.0f} | {pred:,.0f} ({neck}) | {(pred - med) / med:+.0%} | {(pred - trained) / trained:+.0%} | "
             f"{'-' if samples is None else f'{samples:,.0f}'} | {'-' if params is None else f'{params:,.0f}'} |"
         )
     params = _records("params.jsonl")
