@@ -189,9 +189,10 @@ class NetCluster:
 
     def prefix(self, i: int) -> list[str]:
         """The command prefix that runs a program inside node ``i`` (its network and mount namespaces), in this
-        process's folder (but for a folder under ``/tmp`` on a node with its own ``/tmp``)."""
-        here = Path.cwd()
-        wd = here if i == 0 or not here.is_relative_to("/tmp") else Path("/")
+        process's folder (but for a folder under ``/tmp``, other than this package's checkout, on a node with its
+        own ``/tmp``: ``/`` there)."""
+        here, code = Path.cwd(), Path(__file__).resolve().parents[2]
+        wd = here if i == 0 or not here.is_relative_to("/tmp") or here.is_relative_to(code) else Path("/")
         return ["nsenter", f"--net=/run/netns/{self.netns(i)}", f"--mount={self._mnt(i)}", f"--wd={wd}", "--"]
 
     def env(self, i: int) -> dict[str, str]:
@@ -255,7 +256,8 @@ class NetCluster:
             self._apply_shape(node)
 
     def _make_mounts(self, i: int) -> None:
-        """A fresh mount namespace for node ``i`` with its own ``/dev/shm`` (and ``/tmp`` but on the head)."""
+        """A fresh mount namespace for node ``i`` with its own ``/dev/shm`` (and ``/tmp`` but on the head, with this
+        package's checkout still in it when it lives there)."""
         mnt = self._mnt(i)
         if mnt.exists():
             _run(["umount", str(mnt)], check=False)
@@ -265,8 +267,20 @@ class NetCluster:
         _run(
             [*enter, "mount", "-t", "tmpfs", "-o", f"size={self.shm_mb}m,mode=1777", f"{self.netns(i)}-shm", "/dev/shm"]
         )
-        if i > 0:
-            _run([*enter, "mount", "-t", "tmpfs", "-o", "size=4g,mode=1777", f"{self.netns(i)}-tmp", "/tmp"])
+        if i == 0:
+            return
+        # The code is installed on every node, the rest of /tmp is not: a checkout under /tmp (this package's,
+        # as a CI clone may be) is held aside, /tmp replaced, and the checkout moved back in at its path.
+        code = Path(__file__).resolve().parents[2]
+        keep = code if code.is_relative_to("/tmp") else None
+        hold = self.state / f"n{i}-code"
+        if keep is not None:
+            hold.mkdir(exist_ok=True)
+            _run([*enter, "mount", "--bind", str(keep), str(hold)])
+        _run([*enter, "mount", "-t", "tmpfs", "-o", "size=4g,mode=1777", f"{self.netns(i)}-tmp", "/tmp"])
+        if keep is not None:
+            _run([*enter, "mkdir", "-p", str(keep)])
+            _run([*enter, "mount", "--move", str(hold), str(keep)])
 
     def _save(self) -> None:
         data = {"name": self.name, "nodes": [asdict(n) for n in self.nodes], "address": self.address}
