@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from srl.testing.netcluster import NetCluster, Shape
+from srl.testing.netcluster import NetCluster, Shape, ray_settings
 
 # before Ray is imported: a ray.cluster_utils cluster stays on loopback (else Ray resolves 127.0.0.1 to the machine's
 # external address), as tests/test_ray.py keeps it
@@ -46,17 +46,6 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 ROOT = Path(__file__).resolve().parents[1]
 ENDLESS = ["run.target_return=null", "run.total_env_steps=1000000000", "run.eval_episodes=0", "run.tensorboard=false"]
-
-
-def _ray_sets(address: str, actor_nodes: int, actors_per_node: int) -> list[str]:
-    return [
-        "runtime=ray",
-        f"ray.address={address}",
-        f"ray.actor_nodes={actor_nodes}",
-        f"ray.actors_per_node={actors_per_node}",
-        "ray.node_resource=srl_actor",
-        "ray.trainer_resource=srl_trainer",
-    ]
 
 
 def _train(prefix: Sequence[str], env: dict[str, str] | None, config: str, sets: Sequence[str]) -> dict[str, Any]:
@@ -103,7 +92,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                 for label, shape in shapes:
                     for i in range(3):
                         c.shape(i, shape)
-                    row = _on_netcluster(c, config, [*common, *_ray_sets(c.address, 2, 1)])
+                    row = _on_netcluster(c, config, [*common, *ray_settings(c.address, 2, 1)])
                     _emit(args.out, {**record, "setting": f"netcluster {label}", "shape": shape.__dict__, **row})
 
 
@@ -119,7 +108,7 @@ def _on_ray_cluster(config: str, common: Sequence[str]) -> dict[str, Any]:
             c.add_node(num_cpus=2, resources={"srl_actor": 1}, node_ip_address="127.0.0.1")
         c.wait_for_nodes()
         env = dict(os.environ, RAY_worker_niceness="0")
-        return _row(_train([], env, config, [*common, *_ray_sets(c.address, 2, 1)]))
+        return _row(_train([], env, config, [*common, *ray_settings(c.address, 2, 1)]))
     finally:
         c.shutdown()
 
@@ -129,7 +118,7 @@ def cmd_params(args: argparse.Namespace) -> None:
     for nodes in args.actor_nodes:
         with NetCluster(nodes + 1, "bench", cpus=args.cpus, keep=False) as c:
             for mode in ("flat", "hierarchical"):
-                sets = [*common, *_ray_sets(c.address, nodes, 2), f"params.mode={mode}", "workers.policy_workers=0"]
+                sets = [*common, *ray_settings(c.address, nodes, 2), f"params.mode={mode}", "workers.policy_workers=0"]
                 row = _on_netcluster(c, args.config, sets)
                 versions = max(1, int(row["policy_version"] or 0))
                 row["head_tx_bytes_per_version"] = row["links"][0]["tx_bytes"] / versions
@@ -148,7 +137,7 @@ def cmd_faults(args: argparse.Namespace) -> None:
             with NetCluster(3, "bench", cpus=args.cpus) as c:
                 run = Path(tempfile.mkdtemp(prefix="srlnc-fault-")) / "run"
                 argv = [sys.executable, "-m", "srl.cli.main", "train", args.config, "--quiet", "--run-dir", str(run)]
-                argv += [a for s in [*sets, *_ray_sets(c.address, 2, 1)] for a in ("--set", s)]
+                argv += [a for s in [*sets, *ray_settings(c.address, 2, 1)] for a in ("--set", s)]
                 proc = c.popen(0, argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 try:
                     row = _fault(c, run, fault, args.partition)

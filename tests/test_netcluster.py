@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import last_record, worker_pids
 
 from srl.api.config import load_config
 from srl.runtime.plan import make_plan
 from srl.system.remote_samples import segment_bytes
-from srl.testing.netcluster import NetCluster, NetClusterError, Shape, main, netem_available, sweep
+from srl.testing.netcluster import NetCluster, NetClusterError, Shape, main, netem_available, ray_settings, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
@@ -66,16 +67,7 @@ def cluster():
 
 
 def _sets(c: NetCluster, *more: str) -> list[str]:
-    return [
-        "runtime=ray",
-        f"ray.address={c.address}",
-        "ray.actor_nodes=2",
-        "ray.actors_per_node=1",
-        "ray.node_resource=srl_actor",
-        "ray.trainer_resource=srl_trainer",
-        "run.log_interval_seconds=0.5",
-        *more,
-    ]
+    return [*ray_settings(c.address, actor_nodes=2), "run.log_interval_seconds=0.5", *more]
 
 
 def _train(c: NetCluster, run: Path, *sets: str) -> subprocess.Popen[str]:
@@ -83,12 +75,6 @@ def _train(c: NetCluster, run: Path, *sets: str) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "srl.cli.main", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"), "--quiet"]
     argv += ["--run-dir", str(run), *[a for s in sets for a in ("--set", s)]]
     return c.popen(0, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _last(run: Path) -> dict[str, Any]:
-    path = run / "metrics.jsonl"
-    lines = path.read_text().split("\n")[:-1] if path.exists() else []
-    return json.loads(lines[-1]) if lines else {}
 
 
 def _until(proc: subprocess.Popen[str], ready: Any, what: str) -> Any:
@@ -100,15 +86,22 @@ def _until(proc: subprocess.Popen[str], ready: Any, what: str) -> Any:
     return value
 
 
-def _workers(run: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run / "workers.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def _node_of(c: NetCluster, host: str) -> int:
     return next(i for i in range(len(c.nodes)) if c.ip(i) == host)
+
+
+def _endless_run_and_its_first_group(c: NetCluster, run: Path) -> tuple[subprocess.Popen[str], dict[str, Any], int]:
+    """An endless CartPole run across the cluster, once it trains: its process, where each worker runs, and the
+    node of group 0 (the one a fault will hit)."""
+    proc = _train(c, run, *_sets(c, "run.target_return=null", "run.total_env_steps=1000000000"))
+    try:
+        workers = _until(proc, lambda: (w := worker_pids(run)) and "actor1" in w and w, "every worker placed")
+        _until(proc, lambda: last_record(run).get("env_steps", 0) >= 2000, "training")
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc, workers, _node_of(c, workers["actor0"]["host"])
 
 
 def _stop(proc: subprocess.Popen[str], run: Path) -> dict[str, Any]:
@@ -125,8 +118,8 @@ def test_cartpole_solves_across_nodes_each_with_its_own_shared_memory_and_the_sa
     before = [c.counters(i) for i in range(3)]
     proc = _train(c, run, *_sets(c))
     try:
-        workers = _until(proc, lambda: (w := _workers(run)) and "actor1" in w and w, "every worker placed")
-        _until(proc, lambda: _last(run).get("env_steps", 0) > 0, "training")
+        workers = _until(proc, lambda: (w := worker_pids(run)) and "actor1" in w and w, "every worker placed")
+        _until(proc, lambda: last_record(run).get("env_steps", 0) > 0, "training")
         shm = [[s for s in c.shm(i) if s.startswith("srl_")] for i in range(3)]
         _, err = proc.communicate(timeout=SAFETY_NET)
     finally:
@@ -160,25 +153,22 @@ def test_a_partitioned_actor_node_returns_and_the_run_solves(cluster, tmp_path):
     leaves the cut node, and once the link is back the group feeds the trainer again and its relay catches up.
     The run has no target; the test stops it once it has seen all that and a return of 475 or more."""
     c, run = cluster, tmp_path / "run"
-    proc = _train(c, run, *_sets(c, "run.target_return=null", "run.total_env_steps=1000000000"))
+    proc, workers, victim = _endless_run_and_its_first_group(c, run)
     try:
-        workers = _until(proc, lambda: (w := _workers(run)) and "actor1" in w and w, "every worker placed")
-        victim = _node_of(c, workers["actor0"]["host"])
-        _until(proc, lambda: _last(run).get("env_steps", 0) >= 2000, "training")
-        cut_at, sent_at = _last(run), c.counters(victim)["tx_bytes"]
+        cut_at, sent_at = last_record(run), c.counters(victim)["tx_bytes"]
         c.cut(victim)
         try:
             time.sleep(PARTITION)  # the fault: a partition of this length
             cut_sent = c.counters(victim)["tx_bytes"] - sent_at
-            during = _last(run)
+            during = last_record(run)
         finally:
             c.restore(victim)
         back_at = c.counters(victim)["tx_bytes"]
         _until(proc, lambda: c.counters(victim)["tx_bytes"] - back_at > 256 * 1024, "samples from the cut node again")
-        then = _last(run)
+        then = last_record(run)
         _until(
             proc,
-            lambda: (r := _last(run))["policy_version"] >= then["policy_version"] + 5 and r["return_mean"] >= 475,
+            lambda: (r := last_record(run))["policy_version"] >= then["policy_version"] + 5 and r["return_mean"] >= 475,
             "more training and a return of 475",
         )
     finally:
@@ -196,26 +186,25 @@ def test_a_crashed_node_s_group_is_placed_again_when_the_node_returns(cluster, t
     """Every process of group 0's node is killed (its shared memory lost with them): the run keeps training on
     the other node, and when the node starts again its group is placed there afresh and trains."""
     c, run = cluster, tmp_path / "run"
-    proc = _train(c, run, *_sets(c, "run.target_return=null", "run.total_env_steps=1000000000"))
+    proc, workers, victim = _endless_run_and_its_first_group(c, run)
     try:
-        workers = _until(proc, lambda: (w := _workers(run)) and "actor1" in w and w, "every worker placed")
-        victim = _node_of(c, workers["actor0"]["host"])
-        _until(proc, lambda: _last(run).get("env_steps", 0) >= 2000, "training")
         c.kill(victim)
         assert not c.pids(victim) and not c.shm(victim)
-        lost = _until(proc, lambda: (r := _last(run)).get("restarts", 0) >= 1 and r, "the run seeing its workers go")
-        _until(proc, lambda: _last(run)["env_steps"] > lost["env_steps"] + 2000, "training on the other node")
+        lost = _until(
+            proc, lambda: (r := last_record(run)).get("restarts", 0) >= 1 and r, "the run seeing its workers go"
+        )
+        _until(proc, lambda: last_record(run)["env_steps"] > lost["env_steps"] + 2000, "training on the other node")
         c.start(victim)
         back = _until(
             proc,
-            lambda: (w := _workers(run)).get("actor0", {}).get("pid") not in (None, workers["actor0"]["pid"]) and w,
+            lambda: (w := worker_pids(run)).get("actor0", {}).get("pid") not in (None, workers["actor0"]["pid"]) and w,
             "group 0 placed again",
         )
-        then = _last(run)
+        then = last_record(run)
         _until(
             proc,
             lambda: (
-                (r := _last(run))["env_steps"] >= then["env_steps"] + 3000
+                (r := last_record(run))["env_steps"] >= then["env_steps"] + 3000
                 and r["policy_version"] >= then["policy_version"] + 5
             ),
             "training after the node's return",

@@ -34,6 +34,7 @@ from srl.runtime.plan import make_plan  # noqa: E402
 from srl.runtime.replay import replay_spec  # noqa: E402
 from srl.runtime.train import train  # noqa: E402
 from srl.system.replay_worker import MAX_PENDING  # noqa: E402
+from srl.testing.netcluster import ray_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # under pytest-xdist (.ci/run) the module is one unit of work: one worker holds its cluster, the other runs the rest
@@ -93,14 +94,7 @@ def cluster():
 
 def _on_cluster(c: Cluster) -> list[str]:
     """The settings that place a run on the module's cluster: trainers on the head, one actor per worker node."""
-    return [
-        "runtime=ray",
-        f"ray.address={c.address}",
-        "ray.actor_nodes=2",
-        "ray.actors_per_node=1",
-        "ray.node_resource=srl_actor",
-        "ray.trainer_resource=srl_trainer",
-    ]
+    return ray_settings(c.address, actor_nodes=2)
 
 
 def _cfg(c: Cluster, *overrides: str, config: str = "configs/cartpole_ppo.yaml"):

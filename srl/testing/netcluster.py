@@ -373,8 +373,7 @@ class NetCluster:
 
     def pids(self, i: int) -> list[int]:
         """Every process in node ``i``'s network namespace."""
-        out = _run(["ip", "netns", "pids", self.netns(i)], check=False)
-        return [int(p) for p in out.stdout.split()]
+        return _netns_pids(self.netns(i))
 
     def shm(self, i: int) -> list[str]:
         """What node ``i``'s ``/dev/shm`` holds."""
@@ -455,14 +454,7 @@ class NetCluster:
             self._start_ray(self.nodes[i])
 
     def _kill_processes(self, i: int) -> None:
-        deadline = time.monotonic() + 10.0
-        while (pids := self.pids(i)) and time.monotonic() < deadline:
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
+        _kill_netns(self.netns(i))
 
     def status(self) -> dict[str, Any]:
         return {
@@ -524,6 +516,35 @@ def _is_private_mount(path: Path) -> bool:
     return False
 
 
+def _netns_pids(ns: str) -> list[int]:
+    return [int(p) for p in _run(["ip", "netns", "pids", ns], check=False).stdout.split()]
+
+
+def _kill_netns(ns: str) -> None:
+    """SIGKILL every process in network namespace ``ns`` until none is left (10 s at most)."""
+    deadline = time.monotonic() + 10.0
+    while (pids := _netns_pids(ns)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
+def ray_settings(address: str, actor_nodes: int, actors_per_node: int = 1) -> list[str]:
+    """The ``--set`` keys that place a run on such a cluster: trainers on the head (``srl_trainer``),
+    ``actors_per_node`` actors on each of ``actor_nodes`` actor nodes (``srl_actor``)."""
+    return [
+        "runtime=ray",
+        f"ray.address={address}",
+        f"ray.actor_nodes={actor_nodes}",
+        f"ray.actors_per_node={actors_per_node}",
+        f"ray.node_resource={ACTOR_RESOURCE}",
+        f"ray.trainer_resource={TRAINER_RESOURCE}",
+    ]
+
+
 def sweep(name: str) -> None:
     """Remove everything cluster ``name`` made: its processes, namespaces, links, mounts and state. Safe to call on
     a cluster that is half made, gone already, or left by a killed run."""
@@ -531,17 +552,7 @@ def sweep(name: str) -> None:
     names = [line.split()[0] for line in _run(["ip", "netns", "list"], check=False).stdout.splitlines() if line]
     mine = [ns for ns in names if ns.startswith(prefix) and ns[len(prefix) :].isdigit()]
     for ns in mine:  # processes first, so nothing holds a mount or a socket
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            pids = [int(p) for p in _run(["ip", "netns", "pids", ns], check=False).stdout.split()]
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
+        _kill_netns(ns)
     links = Path("/sys/class/net")
     for link in links.iterdir() if links.is_dir() else ():  # deleting one end of a veth pair deletes both, now
         if link.name.startswith(f"nc{name}h") and link.name[len(name) + 3 :].isdigit():
