@@ -91,6 +91,29 @@ def test_multi_agent_steps_cost_one_sample_per_agent():
     assert Costs.from_dict(old).agents_per_env == 1
 
 
+def test_an_inline_actor_costs_what_it_was_measured_to_cost_together():
+    """The pieces timed apart add up to 100 + 10 + 40/8 = 115 us per step; the actor measured whole took 138 us
+    (each piece's own loop runs in warm caches). The model takes the whole, scaled to the layout's slot size;
+    with policy workers the actor runs no forward pass and the whole does not apply."""
+    costs = dataclasses.replace(
+        COSTS,
+        inference_seconds_per_sample=10e-6,
+        inference_seconds_per_batch=40e-6,
+        inline_actor_seconds_per_step=138e-6,
+    )
+    assert predict(costs, Cluster(nodes=1, cores_per_node=2), one_node(1)).stages["env"] == pytest.approx(1 / 138e-6)
+    wider = dataclasses.replace(one_node(1), envs_per_slot=16)  # the forward's fixed part over twice the envs
+    scaled = 138e-6 / 115e-6 * (100e-6 + 10e-6 + 40e-6 / 16)
+    assert predict(costs, Cluster(nodes=1, cores_per_node=2), wider).stages["env"] == pytest.approx(1 / scaled)
+    served = predict(costs, Cluster(nodes=1, cores_per_node=4), one_node(1, pws=1)).stages["env"]
+    assert served == pytest.approx(1 / 100e-6)  # request_seconds is 0 here
+    # a costs file measured before the whole actor was: the pieces' sum
+    old = {k: v for k, v in costs.to_dict().items() if k != "inline_actor_seconds_per_step"}
+    assert predict(Costs.from_dict(old), Cluster(nodes=1, cores_per_node=2), one_node(1)).stages[
+        "env"
+    ] == pytest.approx(1 / 115e-6)
+
+
 def test_more_env_cores_raise_throughput_until_the_trainer_binds():
     costs = dataclasses.replace(COSTS, env_seconds_per_step=1e-3)  # 1k env steps/s per actor
     cluster = Cluster(nodes=1, cores_per_node=64)
@@ -349,12 +372,15 @@ def test_plan_json_and_text(costs_file, capsys):
                 "actors_per_node=4",
                 "--layout",
                 "trainers=4",
+                "--layout",
+                "batch_segments=4",
             ]
         )
         == 0
     )
     given = json.loads(capsys.readouterr().out)["given"]
     assert given["bottleneck"] == "cores" and given["env_steps_per_second"] == pytest.approx(2 / 300e-6, rel=1e-4)
+    assert given["layout"]["batch_segments"] == 4  # an optional integer field is read as one
     assert main(["plan", "--costs", str(costs_file), "--nodes", "1", "--cores-per-node", "2"]) == 0
     text = capsys.readouterr().out
     assert "bottleneck: trainer" in text and "workers.policy_workers" in text and "hier." in text
@@ -386,6 +412,7 @@ def test_plan_json_and_text(costs_file, capsys):
         (["--costs", "{good}", "--min-trainer-efficiency", "1.5"], "--min-trainer-efficiency: must be in [0, 1)"),
         (["--costs", "{good}", "--layout", "actors=2"], "--layout 'actors=2': expected KEY=VALUE"),
         (["--costs", "{good}", "--layout", "trainers=two"], "--layout trainers: expected an integer"),
+        (["--costs", "{good}", "--layout", "batch_segments=x"], "--layout batch_segments: expected an integer"),
         ([], "give --costs FILE or --config CONFIG"),
     ],
 )
@@ -453,18 +480,20 @@ def test_cost_measurements_run_the_real_paths():
     """Each piece of ``srl bench costs`` except the parameter service (``bench_params`` is tested on its own),
     very briefly, on CartPole: positive, finite numbers that make a valid Costs."""
     from srl.api.config import load_config
-    from srl.bench.costs import actor_overhead, inference_fit, segment_send, stream_costs
+    from srl.bench.costs import actor_overhead, inference_fit, inline_actor_seconds, segment_send, stream_costs
     from srl.runtime.plan import make_plan
 
     plan = make_plan(load_config("configs/cartpole_ppo.yaml"))
     measured = {
         "actor_seconds_per_step": actor_overhead(plan, 0.1, warmup=0.05),
+        "inline_actor_seconds_per_step": inline_actor_seconds(plan, 0.1, warmup=0.05),
         **inference_fit(plan, 0.1, rounds=1),
         **stream_costs(plan, 0.1),
         **segment_send(plan, 0.05),
     }
     assert all(math.isfinite(v) and v >= 0 for v in measured.values())
     assert measured["request_seconds"] > 0 and measured["segment_send_seconds"] > 0
+    assert measured["inline_actor_seconds_per_step"] > measured["actor_seconds_per_step"]  # env and policy inside
     w = plan.cfg.workers
     layout = plan.policies[0].layout
     segment_bytes = sum(math.prod(f.shape) * np.dtype(f.dtype).itemsize for f in layout.fields.values())

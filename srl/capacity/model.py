@@ -86,6 +86,10 @@ class Costs:
     actor_seconds_per_step: float
     """The actor's own work per env step beyond the env: reward transform, writes into the segment pool,
     non-finite checks, episode bookkeeping, handing over segments."""
+    inline_actor_seconds_per_step: float | None = None
+    """The real actor with the acting policy inline, all its work per env step at ``envs_per_slot``: env,
+    bookkeeping and forward pass interleaved. More than the three measured apart (each of those loops runs in warm
+    caches): HalfCheetah 89 us against 67 us, as in a run. None (a costs file measured before it): their sum."""
     inference_seconds_per_sample: float
     """Policy forward pass: seconds per sample (slope of two batch sizes)."""
     inference_seconds_per_batch: float
@@ -234,7 +238,7 @@ _MAY_BE_ZERO = {
 }
 _FLOATS = {f.name for f in dataclasses.fields(Costs) if f.type in ("float", "float | None")}
 _OPTIONAL = {"gpu_update_speedup", "gradient_bytes", "reductions_per_update", "allreduce_hop_seconds",
-             "allreduce_bytes_per_second"}  # fmt: skip
+             "allreduce_bytes_per_second", "inline_actor_seconds_per_step"}  # fmt: skip
 ALLREDUCE = ("gradient_bytes", "reductions_per_update", "allreduce_hop_seconds", "allreduce_bytes_per_second")
 """The fields of one all-reduce measurement (``srl bench costs``): all present, or all None."""
 REPLAY_SECONDS = ("replay_insert_seconds_per_step", "replay_sample_seconds_per_item")
@@ -376,13 +380,20 @@ def actor_seconds(costs: Costs, layout: Layout) -> float:
     side of each inference request), and across nodes its half of sending each segment."""
     s = costs.env_seconds_per_step + costs.actor_seconds_per_step
     if layout.policy_workers_per_node == 0:
-        s += costs.agents_per_env * costs.inference_seconds_per_sample
-        s += costs.inference_seconds_per_batch / layout.envs_per_slot
+        s += _inline_parts(costs, layout.envs_per_slot)
+        if costs.inline_actor_seconds_per_step is not None:  # interleaved as measured, scaled to the layout's slot
+            measured_parts = costs.env_seconds_per_step + costs.actor_seconds_per_step
+            s *= costs.inline_actor_seconds_per_step / (measured_parts + _inline_parts(costs, costs.envs_per_slot))
     else:
         s += costs.request_seconds / layout.envs_per_slot
     if layout.trainer_nodes:
         s += segment_end_seconds(costs)
     return s
+
+
+def _inline_parts(costs: Costs, envs_per_slot: int) -> float:
+    """The forward pass per env step when the actor runs it on slots of ``envs_per_slot`` envs, timed on its own."""
+    return costs.agents_per_env * costs.inference_seconds_per_sample + costs.inference_seconds_per_batch / envs_per_slot
 
 
 def segment_end_seconds(costs: Costs) -> float:

@@ -161,7 +161,7 @@ def parse_layout(items: list[str], base: Layout) -> Layout:
         key, sep, raw = item.partition("=")
         if not sep or key not in kinds:
             raise ConfigError(f"--layout {item!r}: expected KEY=VALUE with KEY one of {', '.join(kinds)}")
-        if kinds[key] == "int":
+        if kinds[key] in ("int", "int | None"):
             try:
                 values[key] = int(raw)
             except ValueError:

@@ -8,6 +8,7 @@ python scripts/bench_netcluster.py train --config configs/halfcheetah_ppo.yaml -
     --seconds 40 --rounds 3 --rate-mbit 1000 --rate-mbit 100 --rate-mbit 20 --out $out/train.jsonl
 python scripts/bench_netcluster.py params --config configs/halfcheetah_ppo.yaml --actor-nodes 2 --actor-nodes 4 \
     --seconds 30 --out $out/params.jsonl
+# the costs files were measured again on 2026-12-05 (the inline actor timed whole), on the same CPU
 for config in halfcheetah_ppo pong_ppo_cpu; do
   for i in 1 2 3; do
     srl bench costs --config configs/$config.yaml --set workers.policy_workers=0 --set workers.actors=2 --seconds 3 --json

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -33,18 +34,24 @@ def predict(config: str, setting: str, rate_mbit: float | None) -> tuple[float, 
         shape += ["--layout", "trainer_nodes=1", "--shared-cores", "2"]  # three nodes, one machine's 2 cores
     argv = [sys.executable, "-m", "srl.cli.main", "plan", "--costs", str(HERE / f"costs_{Path(config).stem}.jsonl")]
     argv += [*shape, "--layout", "policy_workers_per_node=0", "--layout", "trainers=1"]
+    w = _workers(config)  # the runs' slots and batches (--layout changes the recommended layout's, which may differ)
+    argv += ["--layout", f"envs_per_slot={w.envs_per_slot}", "--layout", f"batch_segments={w.batch_segments}"]
     argv += ["--cores-per-node", "2", "--link-gbps", f"{gbps:g}", "--json"]
     out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT).stdout)
     return float(out["given"]["env_steps_per_second"]), str(out["given"]["bottleneck"])
+
+
+def _workers(config: str) -> Any:
+    from srl.api.config import load_config
+
+    return load_config(ROOT / config).workers
 
 
 def _trained_per_second(config: str, run: dict) -> float:
     """PPO trains one batch (``batch_segments`` segments of T x B steps) per policy version: the samples the
     trainer took in per second of training. Over a short run the env steps also count what still waits in the
     actors' pools and the queues when it stops; this does not."""
-    from srl.api.config import load_config
-
-    w = load_config(ROOT / config).workers
+    w = _workers(config)
     return run["policy_version"] * w.batch_segments * w.segment_length * w.envs_per_slot / run["seconds"]
 
 
