@@ -107,6 +107,45 @@ def test_a_trainer_that_falls_behind_parks_the_sender(tmp_path):
         ctx.destroy(linger=0)
 
 
+def test_a_parked_sender_sleeps_on_its_bell_until_the_trainer_takes_a_segment(tmp_path):
+    """Every buffer waits to be sent: the actor blocks on the sender's bell (the socket's descriptor) for as long
+    as it is told to, instead of looking every millisecond; when the trainer reads a segment, the bell wakes it
+    and the next acquire sends one and hands out a free buffer."""
+    from srl.base.channel import wait_any
+
+    ctx = zmq.Context()
+    pool = SegmentPool.in_process(PoolLayout.of(_schema(64), 32, 8, actors=1, buffers=3, slots=2))
+    sock = ctx.socket(zmq.PULL)  # a trainer busy with its update: reads nothing until told
+    sock.setsockopt(zmq.RCVHWM, 1)
+    sock.setsockopt(zmq.RCVBUF, 4096)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    sender = SampleSender(pool, 0, 0, f"tcp://127.0.0.1:{port}", TOKEN, ctx)
+    try:
+        for _ in range(50):
+            buf = sender.acquire()
+            if buf is None:
+                break
+            sender.submit(buf)
+            time.sleep(0.02)
+        assert sender.acquire() is None and sender.unsent > 0
+        assert sender.bell is not None and sender.bell.fileno() is not None
+        t0 = time.monotonic()
+        assert wait_any([sender.bell], 0.3) == []  # nothing moved: it sleeps the whole timeout
+        assert time.monotonic() - t0 >= 0.25
+        woke = None
+        for _ in range(20):  # the trainer reads; each read makes room further up the socket's queues
+            sock.recv_multipart()
+            if wait_any([sender.bell], 2.0):
+                woke = sender.acquire()
+                if woke is not None:
+                    break
+        assert woke is not None and sender.sent > 0
+    finally:
+        sender.close()
+        sock.close()
+        ctx.destroy(linger=0)
+
+
 def test_sample_messages_without_the_token_or_malformed_are_rejected_and_the_receiver_keeps_going(ends):
     pool, sender, receiver, ctx = ends
     intruder = ctx.socket(zmq.PUSH)

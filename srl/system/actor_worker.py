@@ -202,9 +202,9 @@ class ActorWorker(Worker):
         return steps
 
     def _wait_parked(self) -> None:
-        """Block until a buffer comes back to a parked slot (its pool row's bell) or an answer comes, at most
-        ``wait_timeout`` (the loop looks at its stop flag); within a millisecond where buffers come back without a
-        notice (sent across nodes)."""
+        """Block until a buffer comes back to a parked slot (its pool row's bell, or across nodes its sender's
+        socket) or an answer comes, at most ``wait_timeout`` (the loop looks at its stop flag); within a millisecond
+        for a sink without a bell."""
         bells = [producer.bell for producer in self.producers]
         channels = [*self.inference.wakes(), *(bell for bell in bells if bell is not None)]
         timeout = self.wait_timeout if None not in bells else min(self.wait_timeout, 0.001)

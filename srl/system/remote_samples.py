@@ -44,6 +44,34 @@ def segment_bytes(fields: Mapping[str, FieldSpec]) -> int:
     return sum(int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize for spec in fields.values())
 
 
+class SendBell(Channel):
+    """A sender's bell: its socket's ZeroMQ descriptor, which polls readable when the socket's state may have
+    changed (ZeroMQ took a segment off its queue, so there is room for the next). An actor whose buffers all wait
+    to be sent blocks on it beside its other channels, and wakes when one can go, not every millisecond. It carries
+    no records: what changed is read from the socket (``zmq.EVENTS``, which also re-arms the descriptor)."""
+
+    def __init__(self, sender: SampleSender) -> None:
+        super().__init__(1)
+        self._sender = sender
+
+    def send(self, record: Any) -> None:
+        raise TypeError("a send bell is rung by ZeroMQ, not by records")
+
+    def recv(self, max_records: int, timeout: float | None) -> np.ndarray:
+        """Nothing to take: the sender reads its socket's events before it looks at its buffers."""
+        return self._empty()
+
+    def fileno(self) -> int | None:
+        return self._sender.socket_fd
+
+    def has_buffered(self) -> bool:
+        """A buffer can go now (the socket has room for one waiting to be sent)."""
+        return self._sender.can_send()
+
+    def close(self) -> None:
+        """The sender owns the socket."""
+
+
 class SampleSender(SampleProducer):
     """Actor side: sends each finished segment of pool row ``row`` to a trainer on another node."""
 
@@ -70,6 +98,13 @@ class SampleSender(SampleProducer):
         self.row, self.actor, self.token, self._sock = row, actor, token, sock
         self._unsent: deque[int] = deque()
         self.sent = 0
+        self.socket_fd: int = sock.getsockopt(zmq.FD)
+        self.bell = SendBell(self)
+
+    def can_send(self) -> bool:
+        """A finished segment waits and ZeroMQ would take it now (reads the socket's events: re-arms its
+        descriptor)."""
+        return bool(self._unsent) and bool(self._sock.getsockopt(zmq.EVENTS) & zmq.POLLOUT)
 
     @property
     def unsent(self) -> int:
