@@ -43,6 +43,18 @@ class SlotStep:
     others, or not yet in the env did not: its action is not a sample for the policy, though its step still is
     one for the critic). None: every column acted."""
 
+    def columns(self, cols: np.ndarray | slice) -> SlotStep:
+        """The columns ``cols`` of this step (a slice is a view, an index array a copy)."""
+        return SlotStep(
+            {k: v[cols] for k, v in self.obs.items()},
+            self.reward[cols],
+            self.terminated[cols],
+            self.truncated[cols],
+            self.episode_end[cols],
+            None if self.final_obs is None else {k: v[cols] for k, v in self.final_obs.items()},
+            None if self.alive is None else self.alive[cols],
+        )
+
     def carry(self, before: np.ndarray, after: np.ndarray) -> None:
         """Settle the state a policy with memory starts each column's next step from (:func:`carried`)."""
         carried(before, after, self.terminated, self.truncated, self.alive)
@@ -99,15 +111,21 @@ class SlotGroup:
     """The global state carried in its observations (``state``), or None."""
     alive: bool
     """Its steps say which columns acted (``SlotStep.alive``)."""
+    envs: int = 0
+    """How many of the slot's environments it plays (a population member's share); 0: every one of them."""
 
     @property
     def agents_per_env(self) -> int:
         return max(1, len(self.agents))
 
+    def columns(self, env_count: int) -> int:
+        """Its columns in a slot of ``env_count`` environments."""
+        return (self.envs or env_count) * self.agents_per_env
+
 
 class GroupedSlot(Protocol):
-    """A slot whose columns belong to several policies (``agents`` rules): one observation batch, one action
-    batch and one :class:`SlotStep` per group, each ``[B * group.agents_per_env, ...]``."""
+    """A slot whose columns belong to several policies (``agents`` rules, a population's members): one
+    observation batch, one action batch and one :class:`SlotStep` per group, each ``[group.columns(B), ...]``."""
 
     groups: tuple[SlotGroup, ...]
     env_count: int
@@ -140,6 +158,41 @@ class OneGroup:
 
     def step_groups(self, actions: Sequence[np.ndarray]) -> list[SlotStep]:
         return [self.slot.step(actions[0])]
+
+    def close(self) -> None:
+        self.slot.close()
+
+
+class MemberSlot:
+    """A single-agent slot whose environments a population's members share: member ``i`` plays environments
+    ``[i * B / N, (i + 1) * B / N)`` of every step (contiguous, so each group is one slice, no copies)."""
+
+    def __init__(self, slot: Slot, members: Sequence[str]) -> None:
+        N, B = len(members), slot.num_envs
+        assert B % N == 0 and slot.agents_per_env == 1, f"{N} members cannot share {B} single-agent envs evenly"
+        self.slot, self.env_count, self._per = slot, B, B // N
+        self.deferred_rewards = bool(getattr(slot, "deferred_rewards", False))
+        self.groups: tuple[SlotGroup, ...] = tuple(
+            SlotGroup(m, (), slot.single_observation_space, slot.single_action_space, None, False, B // N)
+            for m in members
+        )
+        self._actions: np.ndarray | None = None
+
+    def _split(self, i: int) -> slice:
+        return slice(i * self._per, (i + 1) * self._per)
+
+    def reset_groups(self, seed: int) -> list[Observation]:
+        obs = self.slot.reset(seed)
+        return [{k: v[self._split(i)] for k, v in obs.items()} for i in range(len(self.groups))]
+
+    def step_groups(self, actions: Sequence[np.ndarray]) -> list[SlotStep]:
+        if self._actions is None:
+            first = np.asarray(actions[0])
+            self._actions = np.zeros((self.env_count, *first.shape[1:]), first.dtype)
+        for i, a in enumerate(actions):
+            self._actions[self._split(i)] = a
+        step = self.slot.step(self._actions)
+        return [step.columns(self._split(i)) for i in range(len(self.groups))]
 
     def close(self) -> None:
         self.slot.close()

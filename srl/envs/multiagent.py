@@ -323,20 +323,7 @@ class SplitSlot:
         for cols, a in zip(self._cols, actions):
             self._actions[cols] = a
         step = self.slot.step(self._actions)
-        return [_columns(step, cols) for cols in self._cols]
+        return [step.columns(cols) for cols in self._cols]
 
     def close(self) -> None:
         self.slot.close()
-
-
-def _columns(step: SlotStep, cols: np.ndarray) -> SlotStep:
-    """The columns ``cols`` of ``step``."""
-    return SlotStep(
-        {k: v[cols] for k, v in step.obs.items()},
-        step.reward[cols],
-        step.terminated[cols],
-        step.truncated[cols],
-        step.episode_end[cols],
-        None if step.final_obs is None else {k: v[cols] for k, v in step.final_obs.items()},
-        None if step.alive is None else step.alive[cols],
-    )

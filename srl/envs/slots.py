@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.config.policies import DEFAULT_POLICY, AgentRule, map_agents
-from srl.api.env import LIFE_LOSS, GroupedSlot, OneGroup, Slot, SlotGroup, SlotStep
+from srl.api.env import LIFE_LOSS, GroupedSlot, MemberSlot, OneGroup, Slot, SlotGroup, SlotStep
 from srl.api.spaces import Observation, flatten_obs, obs_parts
 from srl.envs.factory import create_env, make_env, wrap_env
 from srl.envs.multiagent import ParallelSlot, SplitSlot, is_parallel_env
@@ -88,11 +88,19 @@ def make_grouped(
     rules: Sequence[AgentRule] = (),
     state: Collection[str] = (),
     watch: Callable[[Any], Any] | None = None,
+    members: Sequence[str] = (),
 ) -> GroupedSlot:
     """``num_envs`` environments as one slot whose agents ``rules`` split among policies (see
     :mod:`srl.api.config.policies`); ``state``: the policies whose observations carry the env's global state.
+    ``members``: a population's members, which share a single-agent env's environments evenly (:class:`MemberSlot`).
     ``watch``: wraps the first environment before the slot is built around it, so it sees that env's own steps
     and resets (the slot resets a finished episode within the step that ended it); evaluation films it so."""
+    if members:
+        slot = _make(cfg, num_envs, False, (), watch)
+        if slot.agents_per_env != 1 or isinstance(slot, (ParallelSlot, TurnSlot)):
+            slot.close()
+            raise ConfigError(f"population: env {cfg.id!r} is a multi-agent env; a population serves single-agent envs")
+        return MemberSlot(slot, members)
     if not rules:
         slot = _make(cfg, num_envs, bool(state), (), watch)
         return slot if isinstance(slot, ParallelSlot) else OneGroup(slot, DEFAULT_POLICY)
@@ -194,12 +202,14 @@ class ProbedGroups:
     turn_based: bool
 
 
-def probe_groups(cfg: EnvConfig, rules: Sequence[AgentRule] = (), state: Collection[str] = ()) -> ProbedGroups:
-    """Each policy's columns and spaces for ``rules``, probed through one slot of one environment (which itself
-    validates the env, its options and the rules)."""
-    slot = make_grouped(cfg, 1, rules, state)
+def probe_groups(
+    cfg: EnvConfig, rules: Sequence[AgentRule] = (), state: Collection[str] = (), members: Sequence[str] = ()
+) -> ProbedGroups:
+    """Each policy's columns and spaces for ``rules`` (or a population's ``members``), probed through one slot
+    (of one environment, or one per member), which itself validates the env, its options and the rules."""
+    slot = make_grouped(cfg, max(1, len(members)), rules, state, members=members)
     try:
-        inner = slot.slot if isinstance(slot, (OneGroup, SplitSlot)) else slot
+        inner = slot.slot if isinstance(slot, (OneGroup, SplitSlot, MemberSlot)) else slot
         turn_based = isinstance(inner, TurnSlot) and not inner.games[0].simultaneous
         return ProbedGroups(slot.groups, sum(g.agents_per_env for g in slot.groups), turn_based)
     finally:

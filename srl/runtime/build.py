@@ -386,7 +386,7 @@ def build_actor(ctx: BuildContext) -> Worker:
 
     def slot_of(i: int) -> GroupedSlot:
         if not cfg.league.pool:
-            return make_grouped(env, w.envs_per_slot, cfg.agents, on_state)
+            return make_grouped(env, w.envs_per_slot, cfg.agents, on_state, members=cfg.population.names)
         from srl.league.slot import LeagueSlot
 
         turns = make_slot(env, w.envs_per_slot)

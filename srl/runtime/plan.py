@@ -44,6 +44,8 @@ class PolicyPlan:
     """The env's global state when its critic reads it (``ppo.critic_input: state``): carried in segments."""
     agents_per_env: int = 1
     """Its columns per environment: a segment of B columns is B / this env steps wide."""
+    envs_per_slot: int = 0
+    """How many of each slot's environments it plays: ``workers.envs_per_slot``, or a population member's share."""
 
     @property
     def spaces(self) -> dict[str, Any]:
@@ -53,7 +55,7 @@ class PolicyPlan:
     @property
     def columns_per_slot(self) -> int:
         """Its columns of one slot (the rows of one inference request)."""
-        return self.cfg.workers.envs_per_slot * self.agents_per_env
+        return self.envs_per_slot * self.agents_per_env
 
     def acting_policy(self) -> Policy:
         """A fresh acting policy of its algorithm (what actors, policy workers and evaluations run)."""
@@ -186,7 +188,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     algorithm settings, or settings the algorithm's ``check`` finds unfit for the probed env)."""
     names = cfg.policy_names
     on_state = [n for n in names if reads_state(cfg.for_policy(n))]
-    probed = probe_groups(cfg.env, cfg.agents, on_state)
+    probed = probe_groups(cfg.env, cfg.agents, on_state, cfg.population.names)
     by_name = {g.policy: g for g in probed.groups}
     agents = probed.agents_per_env
     if cfg.league.pool:  # the learner holds one seat of each game; pool members play the others inside the slot
@@ -253,6 +255,7 @@ def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> Polic
         policy = acting_policy(group.observation_space, group.action_space, pcfg)
         param_size = policy.flat_size()
     columns = 1 if league else group.agents_per_env
+    envs = w.envs_per_slot // cfg.population.members if cfg.population.enabled else w.envs_per_slot
     alive = group.alive and not league
     schema = sample_schema(
         group.observation_space, group.action_space, policy.output_fields(), group.state_space, alive=alive
@@ -261,7 +264,7 @@ def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> Polic
     layout = PoolLayout.of(
         schema,
         w.segment_length,
-        w.envs_per_slot * columns,  # every agent of every env is a column
+        envs * columns,  # every agent of every env it plays is a column
         actors=w.actors // nodes,
         buffers=w.buffers_per_actor,
         slots=w.ring_size,
@@ -276,6 +279,7 @@ def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> Polic
         param_size,
         group.state_space,
         columns,
+        envs,
     )
 
 

@@ -141,7 +141,7 @@ class ActorWorker(Worker):
         self.deferred_rewards = bool(getattr(self.slots[0], "deferred_rewards", False))  # a reward worker reports
         assert len(groups) == G, f"{len(groups)} groups of agents, {G} policy pools"
         self.envs = self.slots[0].env_count
-        columns = [self.envs * g.agents_per_env for g in groups]
+        columns = [g.columns(self.envs) for g in groups]
         make_rt = self._make_reward_transform
         self.reward_transforms = [[make_rt(n) for n in columns] for _ in self.slots] if make_rt else None
         if (

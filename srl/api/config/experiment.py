@@ -9,12 +9,13 @@ from typing import Any, Literal
 
 from srl.api.config.dqn import DQNConfig, R2D2Config
 from srl.api.config.env import EnvConfig
-from srl.api.config.errors import check
+from srl.api.config.errors import check, did_you_mean
 from srl.api.config.league import LeagueConfig
 from srl.api.config.model import ModelConfig
 from srl.api.config.params import ParamsConfig
 from srl.api.config.parse import build, to_dict
 from srl.api.config.policies import AgentRule, PolicySpec, policy_names
+from srl.api.config.population import PopulationConfig
 from srl.api.config.ppo import PPOConfig
 from srl.api.config.ray import RayConfig
 from srl.api.config.replay import ReplayConfig
@@ -23,6 +24,9 @@ from srl.api.config.sac import SACConfig, TD3Config
 from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
+
+_ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "sac", "td3")
+"""The typed sections an algorithm reads its settings from, whose number fields a population may search."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +77,8 @@ class ExperimentConfig:
     policies: tuple[PolicySpec, ...] = ()
     """Per-policy overrides of ``model`` and ``ppo``: ``{name: NAME, model: {...}, ppo: {...}}``. Each policy
     has its own trainers (``workers.trainers`` each), parameter stream and checkpoints."""
+    population: PopulationConfig = field(default_factory=PopulationConfig)
+    """Population-based training: ``members`` policies of the env, exploited and explored live (off by default)."""
     text: TextConfig = field(default_factory=TextConfig)
     """A language model fine-tuned by RL (``algorithm: lm_ppo``, with a text task as ``env``)."""
     run: RunConfig = field(default_factory=RunConfig)
@@ -82,7 +88,8 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
-        names = policy_names(self.agents, self.policies)
+        self._check_population()
+        names = self.policy_names
         for i, spec in enumerate(self.policies):  # an override's wrong key or value is one line naming it
             build(ModelConfig, {**to_dict(self.model), **spec.model}, prefix=f"policies[{i}].model.")
             build(PPOConfig, {**to_dict(self.ppo), **spec.ppo}, prefix=f"policies[{i}].ppo.")
@@ -153,13 +160,57 @@ class ExperimentConfig:
             )
             check(self.workers.start_method == "auto", "workers.start_method", "Ray starts the worker processes")
 
+    def _check_population(self) -> None:
+        """Each hyperparameter a number field of a typed section; members split every slot's envs evenly; a
+        population of one single-agent policy, without a league or a stage."""
+        pop = self.population
+        if not pop.enabled:
+            return
+        sections = {f.name for f in dataclasses.fields(self) if f.name in _ALGORITHM_SECTIONS}
+        for i, h in enumerate(pop.hyperparameters):
+            where = f"population.hyperparameters[{i}].key"
+            known = ", ".join(sorted(sections))
+            check(h.section in sections, where, f"{h.section!r} is no algorithm section ({known})")
+            kinds = {f.name: f.type for f in dataclasses.fields(getattr(self, h.section))}
+            check(h.field in kinds, where, f"{h.field!r} is not a field of {h.section}{did_you_mean(h.field, kinds)}")
+            check(kinds[h.field] in ("float", "int"), where, f"{h.key} is not a number ({kinds[h.field]})")
+        check(not self.agents and not self.policies, "population", "serves runs of one policy (no agents rules)")
+        check(not self.league.pool, "population", "a league trains one learner; leave league.opponent at latest")
+        check(self.stage.worker is None, "population", "a stage serves runs of one policy")
+        check(
+            self.workers.envs_per_slot % pop.members == 0,
+            "population.members",
+            f"{pop.members} members do not split workers.envs_per_slot={self.workers.envs_per_slot} evenly "
+            "(each member plays its share of every slot's envs)",
+        )
+
+    def with_values(self, values: Mapping[str, float]) -> ExperimentConfig:
+        """This config with ``values`` (``{"ppo.lr": 3e-4}``: fields of the algorithm's typed sections) set; an
+        integer field takes the value rounded. Raises ConfigError naming the field when a value does not fit."""
+        by_section: dict[str, dict[str, Any]] = {}
+        for key, value in values.items():
+            section, _, name = key.partition(".")
+            kind = next(f.type for f in dataclasses.fields(getattr(self, section)) if f.name == name)
+            by_section.setdefault(section, {})[name] = round(value) if kind == "int" else float(value)
+        changed = {
+            section: build(type(getattr(self, section)), {**to_dict(getattr(self, section)), **fields}, f"{section}.")
+            for section, fields in by_section.items()
+        }
+        return dataclasses.replace(self, **changed) if changed else self
+
     @property
     def policy_names(self) -> tuple[str, ...]:
-        """The run's policies, in order of first mention in ``agents`` (``("default",)`` without rules)."""
+        """The run's policies, in order of first mention in ``agents`` (``("default",)`` without rules); a
+        population's members (``member0``, ...)."""
+        if self.population.enabled:
+            return self.population.names
         return policy_names(self.agents, self.policies)
 
     def for_policy(self, name: str) -> ExperimentConfig:
-        """This config as policy ``name`` trains: its ``model`` and ``ppo`` overrides applied."""
+        """This config as policy ``name`` trains: its ``model`` and ``ppo`` overrides applied; a population
+        member's first hyperparameter values (:meth:`with_values` for later ones)."""
+        if self.population.enabled and name in self.population.names:
+            return self.with_values(self.population.initial_values(self.seed)[self.population.names.index(name)])
         spec = next((s for s in self.policies if s.name == name), None)
         if spec is None or not (spec.model or spec.ppo):
             return self

@@ -1,0 +1,132 @@
+"""The ``population`` section: population-based training inside one run.
+
+``members`` policies train the same env side by side, each on its own columns of every actor slot, with its own
+trainers, parameter stream and checkpoints (``checkpoints/member<i>/``). Each starts from its own values of the
+listed hyperparameters (fields of the algorithm's typed section: ``ppo.lr``, ``sac.tau``, ...). Every
+``interval`` env steps of a member, the population worker scores it on the episodes it finished since then: a
+member in the bottom ``quantile`` copies a member of the top ``quantile`` (weights, optimizer state, normalizers),
+while both keep running, then mutates the copied values (explore). ``srl/population/rules.py`` has the math.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from srl.api.config.errors import check
+
+MEMBER = "member{}"
+"""Member ``i``'s policy name: its checkpoint folder, its metrics' prefix."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hyperparameter:
+    """One hyperparameter the population searches: its range, its members' first values and how it mutates."""
+
+    key: str
+    """``<section>.<field>`` of the algorithm's typed section (``ppo.lr``, ``ppo.clip``, ``sac.lr``); a number."""
+    min: float
+    """Smallest value: draws and mutations stay at or above it (clamped)."""
+    max: float
+    """Largest value: draws and mutations stay at or below it (clamped)."""
+    log: bool = False
+    """Draw initial and resampled values log-uniformly in [min, max] (for rates and coefficients over decades)."""
+    initial: tuple[float, ...] = ()
+    """Each member's first value, member by member (exactly ``members`` of them, within [min, max]); empty: drawn
+    from the range with the run's seed."""
+    perturb: tuple[float, ...] = (0.8, 1.25)
+    """An explore multiplies the copied value by one of these factors (drawn uniformly), then clamps it."""
+    resample: float = 0.25
+    """Probability that an explore draws a fresh value from the range instead of perturbing."""
+
+    @property
+    def section(self) -> str:
+        return self.key.partition(".")[0]
+
+    @property
+    def field(self) -> str:
+        return self.key.partition(".")[2]
+
+    def draw(self, rng: np.random.Generator) -> float:
+        """A value drawn from [min, max]: uniformly, or log-uniformly with ``log``."""
+        if self.log:
+            return float(math.exp(rng.uniform(math.log(self.min), math.log(self.max))))
+        return float(rng.uniform(self.min, self.max))
+
+    def clamp(self, value: float) -> float:
+        return float(min(self.max, max(self.min, value)))
+
+    def __post_init__(self) -> None:
+        section, dot, name = self.key.partition(".")
+        check(bool(dot and section and name and "." not in name), "key", f"{self.key!r} is not <section>.<field>")
+        check(self.min <= self.max, "min", f"{self.min:g} is above max {self.max:g}")
+        check(not self.log or self.min > 0, "log", f"a log-uniform range needs min > 0, got {self.min:g}")
+        check(bool(self.perturb), "perturb", "needs at least one factor")
+        check(all(f > 0 for f in self.perturb), "perturb", f"factors must be > 0, got {list(self.perturb)}")
+        check(0.0 <= self.resample <= 1.0, "resample", f"must be in [0, 1], got {self.resample:g}")
+        outside = [v for v in self.initial if not self.min <= v <= self.max]
+        check(not outside, "initial", f"{outside[0]:g} is outside [{self.min:g}, {self.max:g}]" if outside else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PopulationConfig:
+    """Population-based training: ``members`` policies of one env, exploited and explored live."""
+
+    members: int = 0
+    """Members of the population; 0: no population (the run's one policy). At least 2 otherwise."""
+    interval: int = 50_000
+    """Env steps of a member between its readiness checks: at each, it is scored and, in the bottom quantile, it
+    copies a top member. Must cover at least one of its updates."""
+    quantile: float = 0.25
+    """Share of the population in the bottom (copies) and top (copied) groups, rounded up, and never more than
+    half the members: 4 members at 0.25 replace one."""
+    min_gap: float = 0.0
+    """A copy happens only if the source's score is at least this much above the target's."""
+    min_episodes: int = 5
+    """Episodes a member must have finished since its last check to be scored."""
+    score: Literal["train"] = "train"
+    """What scores a member: the mean undiscounted return of the training episodes it finished since its last
+    check (as the actors report them, before any reward transform)."""
+    rule: str = "truncation"
+    """The exploit rule: ``truncation`` (bottom copies top, as above) or ``package.module:Rule``, a class built
+    from this config with ``source(member, scores, rng)`` (see ``srl/population/rules.py``)."""
+    hyperparameters: tuple[Hyperparameter, ...] = ()
+    """What each member may change. Empty: members differ only by seed, and exploits copy without mutating."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.members > 0
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The members' policy names, in order."""
+        return tuple(MEMBER.format(i) for i in range(self.members))
+
+    def initial_values(self, seed: int) -> tuple[dict[str, float], ...]:
+        """Each member's first values: listed, or drawn from the ranges by a generator of ``seed`` (hyperparameter
+        by hyperparameter, member by member), so every process of a run computes the same."""
+        rng = np.random.default_rng([seed, 0x9B7])
+        values: list[dict[str, float]] = [{} for _ in range(self.members)]
+        for h in self.hyperparameters:
+            for i in range(self.members):
+                values[i][h.key] = float(h.initial[i]) if h.initial else h.draw(rng)
+        return tuple(values)
+
+    def __post_init__(self) -> None:
+        check(self.members == 0 or self.members >= 2, "members", f"a population needs at least 2, got {self.members}")
+        check(self.interval >= 1, "interval", f"must be >= 1, got {self.interval}")
+        check(0.0 < self.quantile <= 0.5, "quantile", f"must be in (0, 0.5], got {self.quantile:g}")
+        check(self.min_gap >= 0, "min_gap", f"must be >= 0, got {self.min_gap:g}")
+        check(self.min_episodes >= 1, "min_episodes", f"must be >= 1, got {self.min_episodes}")
+        keys = [h.key for h in self.hyperparameters]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        check(not twice, "hyperparameters", f"{', '.join(twice)} listed twice")
+        for i, h in enumerate(self.hyperparameters):
+            check(
+                not h.initial or len(h.initial) == self.members,
+                f"hyperparameters[{i}].initial",
+                f"{len(h.initial)} values for {self.members} members",
+            )

@@ -1,0 +1,1 @@
+"""Population-based training: the exploit and explore rules, and the population state the worker keeps."""

@@ -1,0 +1,162 @@
+"""What the population worker knows and decides, as plain data: counters, scores, values, the lineage.
+
+:class:`PopulationState` takes the members' finished episodes and env steps as the actors report them, says when
+a member is ready, and decides at each check (the exploit rule, then :func:`~srl.population.rules.explore`). It
+is JSON: the worker writes it atomically after every decision and reads it back when it restarts or the run
+resumes, so the schedule goes on where it was. Every draw comes from a generator seeded by the run's seed and the
+decision's number, so a restarted worker draws what the dead one would have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from srl.api.config.population import PopulationConfig
+from srl.population.rules import ExploitRule, explore
+
+STATE_FORMAT = "srl-population-v1"
+
+
+@dataclass
+class Member:
+    """One member's counters and values."""
+
+    values: dict[str, float]
+    """Its hyperparameters now."""
+    env_steps: int = 0
+    """Env steps it took, all along (a copy keeps them)."""
+    checked_at: int = 0
+    """Its ``env_steps`` at its last check."""
+    window_sum: float = 0.0
+    window_count: int = 0
+    """Returns of the episodes it finished since its last check: sum and count."""
+    last_score: float | None = None
+    """Its score at its last check (None before one, and right after it copied: it is another policy now)."""
+    source: int | None = None
+    """Whom it copied last, if anyone."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A check's outcome for ``target``: the member it copies (``source``, None: none) and the values it goes on
+    with (``new``; its old ones when it copied nobody)."""
+
+    target: int
+    source: int | None
+    env_steps: int
+    score: float
+    source_score: float | None
+    old: dict[str, float]
+    copied: dict[str, float]
+    new: dict[str, float]
+
+    def records(self) -> list[dict[str, Any]]:
+        """Its lines of ``population.jsonl``: an exploit and an explore record, or none when nothing was copied."""
+        if self.source is None:
+            return []
+        common = {"target": self.target, "env_steps": self.env_steps}
+        exploit = {
+            "event": "exploit",
+            **common,
+            "source": self.source,
+            "score": self.score,
+            "source_score": self.source_score,
+            "old": self.old,
+        }
+        return [exploit, {"event": "explore", **common, "source": self.source, "old": self.copied, "new": self.new}]
+
+
+@dataclass
+class PopulationState:
+    """The population's counters, scores and values; decisions made by :meth:`check`."""
+
+    cfg: PopulationConfig
+    seed: int
+    members: list[Member]
+    decisions: int = 0
+    """Checks made so far (each draws from its own generator: ``[seed, decisions]``)."""
+    lineage: list[dict[str, Any]] = field(default_factory=list)
+    """Every exploit and explore record, in order."""
+
+    @classmethod
+    def start(cls, cfg: PopulationConfig, seed: int) -> PopulationState:
+        return cls(cfg, seed, [Member(dict(v)) for v in cfg.initial_values(seed)])
+
+    # ------------------------------------------------------------------ what the actors report
+    def add_steps(self, member: int, steps: int) -> None:
+        self.members[member].env_steps += steps
+
+    def add_episodes(self, member: int, returns: Sequence[float]) -> None:
+        m = self.members[member]
+        m.window_sum += float(np.sum(returns, dtype=np.float64))
+        m.window_count += len(returns)
+
+    # ------------------------------------------------------------------ decisions
+    def ready(self, member: int) -> bool:
+        """Its interval has passed since its last check, and it finished enough episodes to be scored."""
+        m = self.members[member]
+        return m.env_steps - m.checked_at >= self.cfg.interval and m.window_count >= self.cfg.min_episodes
+
+    def score(self, member: int) -> float | None:
+        """Its episodes since its last check when there are enough of them, else its score at that check."""
+        m = self.members[member]
+        if m.window_count >= self.cfg.min_episodes:
+            return m.window_sum / m.window_count
+        return m.last_score
+
+    def scores(self) -> dict[int, float]:
+        out = {i: self.score(i) for i in range(len(self.members))}
+        return {i: s for i, s in out.items() if s is not None}
+
+    def check(self, member: int, rule: ExploitRule) -> Decision:
+        """Score ``member`` (it must be :meth:`ready`), ask ``rule`` whom it copies, explore from that member's
+        values, and start its next window. The caller carries the copy out."""
+        assert self.ready(member), f"member {member} is not ready"
+        rng = np.random.default_rng([self.seed, 0x5EED, self.decisions])
+        self.decisions += 1
+        scores = self.scores()
+        m = self.members[member]
+        source = rule.source(member, scores, rng)
+        old = dict(m.values)
+        copied = dict(self.members[source].values) if source is not None else old
+        new = explore(copied, self.cfg.hyperparameters, rng) if source is not None else old
+        decision = Decision(
+            member, source, m.env_steps, scores[member], None if source is None else scores[source], old, copied, new
+        )
+        m.checked_at, m.window_sum, m.window_count = m.env_steps, 0.0, 0
+        m.last_score = None if source is not None else scores[member]
+        if source is not None:
+            m.values, m.source = dict(new), source
+        self.lineage.extend(decision.records())
+        return decision
+
+    # ------------------------------------------------------------------ persistence
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "seed": self.seed,
+            "decisions": self.decisions,
+            "members": [vars(m) for m in self.members],
+            "lineage": self.lineage,
+        }
+
+    @classmethod
+    def from_json(cls, cfg: PopulationConfig, data: Mapping[str, Any], source: str) -> PopulationState:
+        """Read back what :meth:`to_json` wrote; one ``ValueError`` naming ``source`` if it does not fit ``cfg``."""
+        if not isinstance(data, Mapping) or data.get("format") != STATE_FORMAT:
+            raise ValueError(f"{source}: not a population state ({STATE_FORMAT})")
+        members = data.get("members")
+        if not isinstance(members, list) or len(members) != cfg.members:
+            raise ValueError(f"{source}: holds {len(members or [])} members, the config {cfg.members}")
+        keys = {h.key for h in cfg.hyperparameters}
+        try:
+            built = [Member(**m) for m in members]
+        except TypeError as exc:
+            raise ValueError(f"{source}: a member's record does not fit ({exc})") from None
+        if any(set(m.values) != keys for m in built):
+            raise ValueError(f"{source}: its hyperparameters are not the config's ({', '.join(sorted(keys))})")
+        return cls(cfg, int(data["seed"]), built, int(data["decisions"]), list(data.get("lineage", [])))

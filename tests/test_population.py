@@ -1,0 +1,210 @@
+"""Population-based training: the exploit and explore math against hand-computed cases, the population state and
+its resume, the config's one-line errors, and members sharing every slot's environments."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from srl.api.config import ConfigError, ExperimentConfig, build
+from srl.api.config.population import Hyperparameter, PopulationConfig
+from srl.population.rules import Truncation, explore, group_size, ranked
+from srl.population.state import PopulationState
+
+
+def _pop(**kw) -> PopulationConfig:
+    return PopulationConfig(**{"members": 4, "interval": 100, "min_episodes": 2, **kw})
+
+
+# ---------------------------------------------------------------------------------------------- the exploit rule
+@pytest.mark.parametrize(
+    "members, quantile, k",
+    [(4, 0.25, 1), (5, 0.3, 2), (8, 0.25, 2), (10, 0.25, 3), (3, 0.5, 1), (2, 0.5, 1), (2, 0.1, 1), (7, 0.5, 3)],
+)
+def test_groups_are_the_quantile_rounded_up_and_never_overlap(members, quantile, k):
+    assert group_size(members, quantile) == k
+
+
+def test_the_bottom_member_copies_the_top_one_and_the_others_copy_nobody():
+    scores = {0: 10.0, 1: 50.0, 2: 30.0, 3: 500.0}
+    rule, rng = Truncation(_pop(quantile=0.25)), np.random.default_rng(0)
+    assert ranked(scores) == [0, 2, 1, 3]
+    assert rule.source(0, scores, rng) == 3  # bottom 1 of 4 copies the top 1
+    assert [rule.source(m, scores, rng) for m in (1, 2, 3)] == [None, None, None]
+    assert rule.source(4, scores, rng) is None  # not scored: nothing to decide
+
+
+def test_a_bottom_member_draws_its_source_from_the_whole_top_group():
+    scores = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0, 4: 5.0}  # 5 members at 0.3: bottom {0, 1}, top {3, 4}
+    rule, rng = Truncation(_pop(members=5, quantile=0.3)), np.random.default_rng(1)
+    drawn = {rule.source(1, scores, rng) for _ in range(200)}
+    assert drawn == {3, 4}
+    assert rule.source(2, scores, rng) is None
+
+
+def test_the_gap_guard_and_ties_copy_nobody():
+    rng = np.random.default_rng(0)
+    scores = {0: 100.0, 1: 110.0, 2: 120.0, 3: 130.0}
+    assert Truncation(_pop(min_gap=30.0)).source(0, scores, rng) == 3  # 130 - 100 = 30: enough
+    assert Truncation(_pop(min_gap=30.5)).source(0, scores, rng) is None  # not enough
+    level = {m: 7.0 for m in range(4)}  # all tied: the worst by index is no worse than the best
+    assert Truncation(_pop()).source(0, level, rng) is None
+
+
+# ---------------------------------------------------------------------------------------------- explore
+def test_perturbations_multiply_then_clamp():
+    rng = np.random.default_rng(0)
+    halve = Hyperparameter(key="ppo.lr", min=1e-4, max=1.0, perturb=(0.5,), resample=0.0)
+    grow = Hyperparameter(key="ppo.clip", min=0.1, max=0.3, perturb=(1.5,), resample=0.0)
+    out = explore({"ppo.lr": 0.01, "ppo.clip": 0.25}, [halve, grow], rng)
+    assert out == {"ppo.lr": 0.005, "ppo.clip": 0.3}  # 0.375 clamped to max
+    assert explore({"ppo.lr": 1.5e-4, "ppo.clip": 0.1}, [halve, grow], rng)["ppo.lr"] == 1e-4  # clamped to min
+
+
+def test_resampling_happens_with_its_probability_and_draws_log_uniformly():
+    h = Hyperparameter(key="ppo.lr", min=1e-6, max=1e-2, log=True, perturb=(1.0,), resample=0.3)
+    rng = np.random.default_rng(2)
+    draws = np.array([explore({"ppo.lr": 5e-3}, [h], rng)["ppo.lr"] for _ in range(20_000)])
+    resampled = draws[draws != 5e-3]  # a factor of 1 keeps the value: every other one was drawn afresh
+    assert abs(len(resampled) / len(draws) - 0.3) < 0.015
+    assert resampled.min() >= 1e-6 and resampled.max() <= 1e-2
+    # log-uniform: the median is the range's geometric middle (1e-4), not its arithmetic one (5e-3)
+    assert 5e-5 < np.median(resampled) < 2e-4
+
+
+# ---------------------------------------------------------------------------------------------- state
+def _state(**kw) -> PopulationState:
+    lr = Hyperparameter(
+        key="ppo.lr", min=1e-6, max=1e-2, initial=(1e-3, 1e-6, 1e-6, 1e-6), perturb=(0.5, 2.0), resample=0.0
+    )
+    return PopulationState.start(_pop(hyperparameters=(lr,), **kw), seed=3)
+
+
+def _feed(state: PopulationState, member: int, steps: int, returns: list[float]) -> None:
+    state.add_steps(member, steps)
+    state.add_episodes(member, returns)
+
+
+def test_a_member_is_ready_after_its_interval_with_enough_episodes():
+    s = _state()
+    _feed(s, 0, 99, [1.0, 2.0])
+    assert not s.ready(0)  # 99 of 100 steps
+    _feed(s, 0, 1, [])
+    assert s.ready(0)
+    _feed(s, 1, 500, [3.0])
+    assert not s.ready(1)  # one episode of the two it needs
+    assert s.score(1) is None and s.score(0) == 1.5
+
+
+def test_a_check_copies_explores_and_records_the_lineage():
+    s = _state()
+    for m, ret in enumerate([400.0, 10.0, 20.0, 30.0]):
+        _feed(s, m, 100, [ret, ret])
+    top = s.check(0, Truncation(s.cfg))  # the best copies nobody, and keeps its score for the others' checks
+    assert top.source is None and top.records() == [] and s.members[0].last_score == 400.0
+    assert s.members[0].window_count == 0 and s.members[0].checked_at == 100
+    low = s.check(1, Truncation(s.cfg))  # the worst of 4 copies the best, then perturbs its lr by 0.5 or 2
+    assert low.source == 0 and low.copied == {"ppo.lr": 1e-3}
+    assert low.new["ppo.lr"] in (5e-4, 2e-3) and s.members[1].values == low.new
+    assert s.members[1].last_score is None and s.members[1].env_steps == 100  # its step count is kept
+    exploit, explore_ = s.lineage
+    assert exploit == {
+        "event": "exploit",
+        "target": 1,
+        "env_steps": 100,
+        "source": 0,
+        "score": 10.0,
+        "source_score": 400.0,
+        "old": {"ppo.lr": 1e-6},
+    }
+    assert explore_["event"] == "explore" and explore_["old"] == {"ppo.lr": 1e-3} and explore_["new"] == low.new
+
+
+def test_a_restored_state_decides_what_the_first_would_have():
+    """Resume: the state written after some decisions and read back goes on with the same draws and lineage."""
+    a = _state()
+    for m in range(4):
+        _feed(a, m, 100, [float(m), float(m)])
+    a.check(0, Truncation(a.cfg))
+    b = PopulationState.from_json(a.cfg, json.loads(json.dumps(a.to_json())), "state.json")
+    for s in (a, b):
+        for m in range(4):
+            _feed(s, m, 150, [float(10 - m), float(10 - m)])
+        for m in range(4):
+            if s.ready(m):
+                s.check(m, Truncation(s.cfg))
+    assert a.to_json() == b.to_json() and len(a.lineage) > 2
+
+
+def test_a_state_that_does_not_fit_the_config_is_one_error():
+    s = _state()
+    data = s.to_json()
+    with pytest.raises(ValueError, match="state.json: holds 4 members, the config 2"):
+        PopulationState.from_json(PopulationConfig(members=2), data, "state.json")
+    with pytest.raises(ValueError, match="not a population state"):
+        PopulationState.from_json(s.cfg, {"format": "x"}, "state.json")
+
+
+def test_initial_values_are_listed_or_drawn_from_the_seed():
+    listed = _state().cfg.initial_values(0)
+    assert [v["ppo.lr"] for v in listed] == [1e-3, 1e-6, 1e-6, 1e-6]
+    drawn = _pop(hyperparameters=(Hyperparameter(key="ppo.lr", min=1e-5, max=1e-3, log=True),))
+    assert drawn.initial_values(1) == drawn.initial_values(1) != drawn.initial_values(2)
+    assert all(1e-5 <= v["ppo.lr"] <= 1e-3 for v in drawn.initial_values(1))
+
+
+# ---------------------------------------------------------------------------------------------- config
+def _config(population: dict, **more) -> ExperimentConfig:
+    return build(ExperimentConfig, {"env": {"id": "CartPole-v1"}, "population": population, **more})
+
+
+def test_members_are_policies_with_their_own_values():
+    cfg = _config(
+        {
+            "members": 4,
+            "hyperparameters": [
+                {"key": "ppo.lr", "min": 1e-6, "max": 1e-3, "initial": [3e-4, 1e-6, 1e-6, 1e-6]},
+                {"key": "ppo.epochs", "min": 1, "max": 8, "initial": [1, 2.6, 4, 8]},
+            ],
+        }
+    )
+    assert cfg.policy_names == ("member0", "member1", "member2", "member3")
+    assert [cfg.for_policy(n).ppo.lr for n in cfg.policy_names] == [3e-4, 1e-6, 1e-6, 1e-6]
+    assert [cfg.for_policy(n).ppo.epochs for n in cfg.policy_names] == [1, 3, 4, 8]  # an integer field: rounded
+
+
+@pytest.mark.parametrize(
+    "population, needle",
+    [
+        ({"members": 1}, "population.members: a population needs at least 2, got 1"),
+        ({"members": 4, "quantile": 0.6}, "population.quantile: must be in (0, 0.5], got 0.6"),
+        ({"members": 4, "quantile": 0}, "population.quantile: must be in (0, 0.5], got 0"),
+        (
+            {"members": 4, "hyperparameters": [{"key": "ppo.lrr", "min": 1, "max": 2}]},
+            "population.hyperparameters[0].key: 'lrr' is not a field of ppo; did you mean 'lr'?",
+        ),
+        (
+            {"members": 4, "hyperparameters": [{"key": "ppo.lr", "min": 2, "max": 1}]},
+            "population.hyperparameters[0].min: 2 is above max 1",
+        ),
+        (
+            {"members": 4, "hyperparameters": [{"key": "ppo.lr_schedule", "min": 1, "max": 2}]},
+            "population.hyperparameters[0].key: ppo.lr_schedule is not a number",
+        ),
+        (
+            {"members": 4, "hyperparameters": [{"key": "model.hidden", "min": 1, "max": 2}]},
+            "population.hyperparameters[0].key: 'model' is no algorithm section",
+        ),
+        (
+            {"members": 2, "hyperparameters": [{"key": "ppo.lr", "min": 0, "max": 1, "initial": [0.5]}]},
+            "population.hyperparameters[0].initial: 1 values for 2 members",
+        ),
+        ({"members": 3}, "population.members: 3 members do not split workers.envs_per_slot=8 evenly"),
+    ],
+)
+def test_bad_population_settings_are_one_line(population, needle):
+    with pytest.raises(ConfigError) as err:
+        _config(population)
+    assert str(err.value).startswith(needle) and "\n" not in str(err.value)
