@@ -208,3 +208,88 @@ def test_bad_population_settings_are_one_line(population, needle):
     with pytest.raises(ConfigError) as err:
         _config(population)
     assert str(err.value).startswith(needle) and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------- live copies
+def _population_plan(members: int = 2, **more):
+    from srl.runtime.plan import make_plan
+
+    lr = {"key": "ppo.lr", "min": 1e-6, "max": 1e-2, "log": True, "initial": [1e-3] + [1e-6] * (members - 1)}
+    population = {"members": members, "interval": 2000, "hyperparameters": [lr]}
+    return make_plan(_config(population, runtime="inline", **more))
+
+
+def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path):
+    """Member 1's trainer takes member 0's weights, Adam state and normalizers (buffers of the networks) exactly
+    as member 0 exported them, and the new learning rate; its version goes up; a trainer restarted from the
+    checkpoint it writes takes the copied values again. The source goes on as it was."""
+    import torch
+
+    from srl.bench.throughput import segment_batch
+    from srl.runtime.build import build_worker
+    from srl.runtime.fabric import InlineFabric
+    from srl.runtime.topology import TRAINER, Endpoint, Stream
+    from srl.system.population_worker import EXPORT, IMPORT
+    from srl.system.trainer_worker import checkpoints, load_checkpoint
+
+    plan = _population_plan()
+    (tmp_path / "checkpoints").mkdir()  # the run directory's, as the runtime makes it
+    fabric = InlineFabric(plan, lambda *report: None)
+    source, target = (build_worker(plan, fabric, plan.topology.get(TRAINER, k), tmp_path, 0.0, 0.0) for k in (0, 1))
+    for trainer in (source, target):
+        trainer.setup()
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # Adam moments, normalizer statistics and weights of its own
+        source.algorithm.train(segment_batch(plan.policies[0], plan.cfg, rng), 0.0)
+    before = {k: v for k, v in source.algorithm.state_dict().items() if k != "rng"}
+    fabric.channel(Endpoint(Stream.MEMBER, 0)).send((EXPORT, 7, 0, 0))
+    assert source.poll() == 1
+    folder = tmp_path / "population" / "transfer"
+    (folder / "command_7.json").write_text(json.dumps({"source": 0, "target": 1, "values": {"ppo.lr": 2e-3}}))
+    version = target.version
+    fabric.channel(Endpoint(Stream.MEMBER, 1)).send((IMPORT, 7, 0, 0))
+    assert target.poll() == 1
+
+    def same(a, b) -> bool:
+        if isinstance(a, torch.Tensor):
+            return torch.equal(a, b)
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+
+    after = target.algorithm.state_dict()
+    assert same({k: after[k] for k in before}, before)
+    assert any(n.endswith("rms.mean") or "moments" in n for n in before["policy"])  # normalizers are in it
+    assert same({k: v for k, v in source.algorithm.state_dict().items() if k != "rng"}, before)  # untouched
+    assert target.version == version + 1 and target.adopted == 1
+    assert target.algorithm.cfg.lr == 2e-3 and source.algorithm.cfg.lr == 1e-3
+    saved = load_checkpoint(checkpoints(tmp_path / "checkpoints" / "member1")[-1])
+    assert saved["version"] == target.version and saved["hyperparameters"] == {"ppo.lr": 2e-3}
+    again = build_worker(plan, fabric, plan.topology.get(TRAINER, 1), tmp_path, 0.0, 0.0)
+    again.restore(saved)
+    assert again.algorithm.cfg.lr == 2e-3 and same(again.algorithm.state_dict()["policy"], after["policy"])
+
+
+@pytest.mark.parametrize(
+    "more, needle",
+    [
+        ({"population": {"interval": 100}}, "population.interval: 100 env steps is less than one update of a member"),
+        (
+            {"workers": {"trainers": 2, "actors": 2}, "runtime": "local"},
+            "workers.trainers: a population member trains on one",
+        ),
+        (
+            {"algorithm": "dqn", "population": {"hyperparameters": [{"key": "ppo.lr", "min": 1e-4, "max": 1e-3}]}},
+            "population.hyperparameters[0].key: ppo.lr: dqn reads the dqn section",
+        ),
+    ],
+)
+def test_population_settings_the_plan_refuses_are_one_line(more, needle):
+    from srl.runtime.plan import make_plan
+
+    population = {"members": 2, "interval": 5000, **more.pop("population", {})}
+    with pytest.raises(ConfigError) as err:
+        make_plan(_config(population, **more))
+    assert str(err.value).startswith(needle) and "\n" not in str(err.value)

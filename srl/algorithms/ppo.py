@@ -204,6 +204,15 @@ class PPO:
             torch.set_rng_state(state["rng"]["torch"])
             self._gen.set_state(state["rng"]["minibatches"])
 
+    def reconfigure(self, settings: PPOConfig) -> None:
+        """New settings while training (a population member's explore): every update reads ``self.cfg`` (the
+        learning rate included); the clipping threshold and Adam's epsilon are set here. Settings that shape the
+        networks or the batch are not searched (the population's keys are checked at plan time)."""
+        self.cfg = settings
+        self.optimizer.eps = settings.adam_eps
+        for clipper in self._clippers.values():
+            clipper.max_norm = settings.max_grad_norm
+
     def synchronize(self) -> None:
         """Data-parallel replicas: start from rank 0's actor (and centralized critic) weights and statistics."""
         if self.collective is not None:

@@ -26,7 +26,11 @@ name:
   on the whole :class:`PlanView`, so one line names the setting at fault before any
   worker starts;
 - ``prepare(cfg)``: work done once before the plan is made (``lm_ppo`` makes a
-  missing base model and reward model there).
+  missing base model and reward model there);
+- ``reconfigure(settings)`` on the instance: take new settings (its typed
+  section) between updates. A population's members change hyperparameters
+  live through it; an algorithm without it trains in a population whose
+  ``hyperparameters`` are empty only.
 
 ``ctx.args`` is the typed settings object (None for a plugin without
 ``settings``). Networks come through ``ctx.models`` (built by the runtime from

@@ -61,6 +61,10 @@ class Truncation:
         return candidates[int(rng.integers(len(candidates)))]
 
 
+RULES = {"truncation": "srl.population.rules:Truncation"}
+"""Built-in names for ``population.rule``."""
+
+
 def explore(
     values: Mapping[str, float], hyperparameters: Sequence[Hyperparameter], rng: np.random.Generator
 ) -> dict[str, float]:

@@ -9,7 +9,7 @@ decision's number, so a restarted worker draws what the dead one would have.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,9 +91,13 @@ class PopulationState:
         self.members[member].env_steps += steps
 
     def add_episodes(self, member: int, returns: Sequence[float]) -> None:
+        self.add_window(member, float(np.sum(returns, dtype=np.float64)), len(returns))
+
+    def add_window(self, member: int, total: float, count: int) -> None:
+        """``count`` finished episodes whose returns sum to ``total``."""
         m = self.members[member]
-        m.window_sum += float(np.sum(returns, dtype=np.float64))
-        m.window_count += len(returns)
+        m.window_sum += total
+        m.window_count += count
 
     # ------------------------------------------------------------------ decisions
     def ready(self, member: int) -> bool:
@@ -112,13 +116,14 @@ class PopulationState:
         out = {i: self.score(i) for i in range(len(self.members))}
         return {i: s for i, s in out.items() if s is not None}
 
-    def check(self, member: int, rule: ExploitRule) -> Decision:
-        """Score ``member`` (it must be :meth:`ready`), ask ``rule`` whom it copies, explore from that member's
-        values, and start its next window. The caller carries the copy out."""
+    def check(self, member: int, rule: ExploitRule, exclude: Collection[int] = ()) -> Decision:
+        """Score ``member`` (it must be :meth:`ready`), ask ``rule`` whom it copies (never one of ``exclude``: a
+        member in the middle of a copy), explore from that member's values, and start its next window. The caller
+        carries the copy out."""
         assert self.ready(member), f"member {member} is not ready"
         rng = np.random.default_rng([self.seed, 0x5EED, self.decisions])
         self.decisions += 1
-        scores = self.scores()
+        scores = {m: s for m, s in self.scores().items() if m == member or m not in exclude}
         m = self.members[member]
         source = rule.source(member, scores, rng)
         old = dict(m.values)

@@ -29,7 +29,7 @@ from srl.envs.slots import make_grouped, make_slot
 from srl.envs.turns import TurnSlot
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan, PolicyPlan
-from srl.runtime.topology import LEAGUE, Role, Stream, WorkerSpec, keeper
+from srl.runtime.topology import LEAGUE, Endpoint, Role, Stream, WorkerSpec, keeper
 from srl.system.actor_worker import ActorWorker
 from srl.system.batches import BatchSource, SegmentBatches
 from srl.system.collective import TorchCollective
@@ -38,12 +38,13 @@ from srl.system.null_trainer import NullTrainerWorker
 from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
 from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource, Subscribers
 from srl.system.policy_worker import PolicyWorker
+from srl.system.population_worker import MemberLink
 from srl.system.rewards import RewardTransform
 from srl.system.run_dir import policy_checkpoints
 from srl.system.stage_worker import StageWorker
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
 from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
-from srl.wiring import algorithm_class, context, discount, make_algorithm
+from srl.wiring import algorithm_class, algorithm_settings, context, discount, make_algorithm
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,31 @@ def build_league(ctx: BuildContext) -> Worker:
     )
 
 
+def build_population(ctx: BuildContext) -> Worker:
+    """The population worker: its state from the config (a restart reads its saved state back in ``setup``), the
+    exploit rule the config names, the actors' episodes and each member's command channel."""
+    from srl.population.rules import RULES
+    from srl.population.state import PopulationState
+    from srl.system.population_worker import PopulationWorker
+
+    plan, fabric, run_dir = ctx.plan, ctx.fabric, ctx.run_dir
+    cfg = plan.cfg.population
+    if run_dir is None:
+        raise ConfigError("population: the population keeps its state and copies in the run directory; none here")
+    rule = resolve(cfg.rule, RULES, "population.rule")(cfg)
+    served = ctx.worker.service(Stream.EPISODES)
+    assert served is not None
+    return PopulationWorker(
+        PopulationState.start(cfg, plan.cfg.seed),
+        rule,
+        fabric.channel(served),
+        [fabric.channel(e) for e in ctx.worker.connects if e.stream is Stream.MEMBER],
+        run_dir,
+        fabric.reporter(),
+        wait_timeout=max(ctx.wait_timeout, 0.0),
+    )
+
+
 def league_folder(run_dir: Path | None) -> Path:
     if run_dir is None:
         raise ConfigError("league.opponent: a league keeps its pool in the run directory; this run has none")
@@ -301,11 +327,21 @@ def build_trainer(ctx: BuildContext) -> Worker:
         collective=collective,
         autotune_peers=_autotune_peers(plan, ctx.worker),
         report_interval=ctx.report_interval,
+        member=_member_link(plan, fabric, ctx.worker, run_dir),
     )
     if plan.resume is not None and plan.resume[k]:  # every trainer of a policy starts from its lead's checkpoint
         trainer.restore(load_checkpoint(Path(plan.resume[k])))
     trainer.version = max(trainer.version, ctx.min_version)  # restarted: above every version readers hold
     return trainer
+
+
+def _member_link(plan: Plan, fabric: Fabric, trainer: WorkerSpec, run_dir: Path | None) -> MemberLink | None:
+    """A population member's lead trainer: its end of the population worker's commands."""
+    served = trainer.service(Stream.MEMBER)
+    if served is None or run_dir is None:
+        return None
+    cfg = plan.cfg
+    return MemberLink(fabric.channel(served), run_dir, lambda values: algorithm_settings(cfg.with_values(values)))
 
 
 def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> BatchSource:
@@ -418,6 +454,7 @@ def build_actor(ctx: BuildContext) -> Worker:
         row=row,
         explorers=[_explorer(plan, policy, index) for policy in plan.policies],
         explored_steps=plan.start_env_steps // plan.cfg.workers.actors + ctx.env_steps,
+        episodes=fabric.channel(Endpoint(Stream.EPISODES, 0)) if cfg.population.enabled else None,
     )
 
 

@@ -23,7 +23,14 @@ from srl.api.worker import Policy
 from srl.envs.slots import probe_groups
 from srl.runtime.topology import PATH_ROLES, Role, Topology, roles_of, topology_of
 from srl.system.streams import PoolLayout
-from srl.wiring import acting_policy, check_algorithm, learns_on_policy, reads_state
+from srl.wiring import (
+    acting_policy,
+    algorithm_class,
+    algorithm_settings,
+    check_algorithm,
+    learns_on_policy,
+    reads_state,
+)
 
 
 @dataclass(frozen=True)
@@ -208,7 +215,45 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     path = sample_path(cfg)
     plan = Plan(cfg, policies, agents_per_env=agents, vs_random=vs_random, null_trainer=null_trainer, sample_path=path)
     check_algorithm(plan)  # what the algorithm needs of the probed env, one line naming its setting
+    if cfg.population.enabled:
+        _check_population(plan)
     return plan
+
+
+def _check_population(plan: Plan) -> None:
+    """What the population needs of the algorithm and the layout: its searched keys in the algorithm's own section
+    and a ``reconfigure`` to take them live; one trainer per member (a copy goes to the lead trainer); an interval
+    of at least one update; one machine (the population worker's channels are node-local)."""
+    cfg = plan.cfg
+    pop, cls = cfg.population, algorithm_class(cfg)
+    section = getattr(cls, "section", None)
+    for i, h in enumerate(pop.hyperparameters):
+        if h.section != section:
+            reads = f"the {section} section" if section else "algorithm_args"
+            raise ConfigError(f"population.hyperparameters[{i}].key: {h.key}: {cfg.algorithm} reads {reads}")
+    if pop.hyperparameters and not callable(getattr(cls, "reconfigure", None)):
+        raise ConfigError(f"population.hyperparameters: {cfg.algorithm} takes no new settings while it trains")
+    if cfg.workers.trainers != 1:
+        raise ConfigError("workers.trainers: a population member trains on one trainer (copies go to it)")
+    if cfg.runtime == "ray":
+        raise ConfigError("population: runs under the inline and local runtimes (its channels are on one machine)")
+    member = plan.policies[0]
+    per_update = _env_steps_per_update(plan, member)
+    if pop.interval < per_update:
+        raise ConfigError(
+            f"population.interval: {pop.interval} env steps is less than one update of a member ({per_update:,} env "
+            "steps): it would be scored before it learned anything"
+        )
+
+
+def _env_steps_per_update(plan: Plan, member: PolicyPlan) -> int:
+    """Env steps of one member behind one update of its trainer: its share of ``batch_segments`` segments, or with
+    a replay its batch over ``samples_per_insert``."""
+    w = plan.cfg.workers
+    if learns_on_policy(plan.cfg):
+        return w.batch_segments * w.segment_length * member.envs_per_slot
+    batch = int(getattr(algorithm_settings(member.cfg), "batch_size", 1))
+    return max(1, int(batch / plan.cfg.replay.samples_per_insert))
 
 
 def sample_path(cfg: ExperimentConfig) -> tuple[Role, ...]:

@@ -28,6 +28,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from srl.system.param_service import relay_parent
+from srl.system.population_worker import COMMAND_WIDTH, EPISODE_WIDTH
 from srl.system.streams import FILLING, READY, REQUEST_WIDTH, SAMPLE_WIDTH, STAGED, PoolLayout
 
 if TYPE_CHECKING:
@@ -97,6 +98,10 @@ class Stream:
     BATCHES = StreamKind("batches", "batches{}", channel=SAMPLE_WIDTH, pool="srl.runtime.replay:batch_layout")
     """Trainer ``t``'s batches from the replay that feeds it (in shared memory on their node), and their
     priorities back."""
+    EPISODES = StreamKind("episodes", "population{}", channel=EPISODE_WIDTH)
+    """The population worker's stream of the members' env steps and finished episodes (actors -> it)."""
+    MEMBER = StreamKind("member", "member{}", channel=COMMAND_WIDTH)
+    """Population member ``k``'s lead trainer's commands (the population worker -> it): export, import."""
 
 
 @dataclass(frozen=True)
@@ -410,6 +415,7 @@ def _actor_connects(plan: Plan, actor: int) -> tuple[Endpoint, ...]:
     policy's trainer ``a % trainers``); a policy worker of its node group answers it (spread by pool row), or it
     runs the policy itself and reads snapshots like a policy worker."""
     samples = tuple(dict.fromkeys(stop(plan, 0, actor, k) for k in range(len(plan.policies))))
+    samples += (Endpoint(Stream.EPISODES, 0),) if plan.cfg.population.enabled else ()  # the members' returns
     if plan.cfg.workers.policy_workers == 0:
         return (*samples, *_every_policy(plan, plan.actor_node(actor), actor))
     return (*samples, Endpoint(Stream.INFERENCE, plan.policy_of(actor)))
@@ -445,9 +451,11 @@ def _trainer_serves(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
     """Its sample stream (unless a keeper serves it batches), and the lead trainer of each policy its policy's
     snapshot buffer."""
     lead = trainer % plan.cfg.workers.trainers == 0
-    buffer = (Endpoint(Stream.SNAPSHOTS, policy=plan.policy_of_trainer(trainer)),) if lead else ()
+    k = plan.policy_of_trainer(trainer)
+    buffer = (Endpoint(Stream.SNAPSHOTS, policy=k),) if lead else ()
+    member = (Endpoint(Stream.MEMBER, k),) if lead and plan.cfg.population.enabled else ()
     samples = (Endpoint(Stream.SAMPLES, trainer),) if keeper(plan) is None else ()
-    return (*samples, *buffer)
+    return (*samples, *buffer, *member)
 
 
 def _trainer_connects(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
@@ -573,7 +581,16 @@ LEAGUE = Role(
     connects=lambda plan, i: (_snapshots(plan, TRAINER_NODE, i),),
 )
 
-ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, ACTOR, EVAL, LEAGUE)
+POPULATION = Role(
+    "population",
+    count=lambda plan: int(plan.cfg.population.enabled),
+    builder="srl.runtime.build:build_population",
+    seed_salt=9,
+    serves=lambda plan, i: (Endpoint(Stream.EPISODES, 0),),
+    connects=lambda plan, i: tuple(Endpoint(Stream.MEMBER, k) for k in range(len(plan.policies))),
+)
+
+ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, ACTOR, EVAL, LEAGUE, POPULATION)
 """The roles every run declares (some with no workers), in start order: trainers publish the first snapshot,
 parameter servers bind before their readers. The sample path's roles (``workers.path``) start before the
 actors, the last stop first, so that each hop's next stop is up when it starts."""

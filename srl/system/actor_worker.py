@@ -34,6 +34,7 @@ from srl.api.worker import Reporter, Worker
 from srl.base.channel import Channel, wait_any
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
+from srl.system.population_worker import episode_records
 from srl.system.rewards import RewardTransform
 from srl.system.streams import SegmentPool, SegmentSink
 
@@ -76,13 +77,15 @@ class ActorWorker(Worker):
         row: int | None = None,
         explorers: Sequence[Explorer | None] = (),
         explored_steps: int = 0,
+        episodes: Channel | None = None,
     ) -> None:
         """``reward_stats``: where the reward-scaling statistics are saved every ``save_interval`` seconds and at
         teardown, and loaded from at setup when ``restore_reward_stats`` (a resumed run, a restarted actor).
         ``row``: this actor's row in its node's pool (its index when one pool serves the whole run).
         ``explorers``: per policy group, what replaces some of its answered actions before each step (the
         algorithm's per-column exploration), or None; ``explored_steps``: the env steps this actor's schedule
-        counts on from (its earlier starts', and its share of a resumed run's)."""
+        counts on from (its earlier starts', and its share of a resumed run's). ``episodes``: a population's
+        channel to its worker: each report, every member's env steps and finished episodes go there too."""
         self.name = f"actor{index}"
         self.index = index
         self.row = index if row is None else row
@@ -118,6 +121,8 @@ class ActorWorker(Worker):
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
         self._done_policies: list[int] = []
+        self.episodes = episodes
+        self._sent_steps = 0  # env steps already reported on ``episodes``
         self._t_start = time.perf_counter()
 
     # ------------------------------------------------------------------ lifecycle
@@ -438,7 +443,24 @@ class ActorWorker(Worker):
                 "episode_policies": np.asarray(self._done_policies, np.int32),
             },
         )
+        if self.episodes is not None:
+            self._send_episodes()
         self._done_returns, self._done_lengths, self._done_policies = [], [], []
+
+    def _send_episodes(self) -> None:
+        """Each member's share of the env steps since the last report (its columns of every step) and the returns
+        of its finished episodes, to the population worker."""
+        assert self.episodes is not None
+        columns = [g.columns(self.envs) for g in self.slots[0].groups] if self.slots else [1] * self.G
+        steps, self._sent_steps = self.env_steps - self._sent_steps, self.env_steps
+        owners = np.asarray(self._done_policies, np.int64)
+        returns = np.asarray(self._done_returns, np.float64)
+        sums = np.bincount(owners, weights=returns, minlength=self.G) if len(owners) else np.zeros(self.G)
+        counts = np.bincount(owners, minlength=self.G) if len(owners) else np.zeros(self.G, np.int64)
+        shares = [steps * c // sum(columns) for c in columns]
+        records = episode_records(shares, sums.tolist(), counts.tolist())
+        if len(records):
+            self.episodes.send(records)
 
 
 def _zero_nonfinite(x: np.ndarray) -> np.ndarray:

@@ -68,6 +68,10 @@ class BatchSource(Protocol):
     def done(self, result: TrainResult) -> Trained:
         """The batch was trained on: send back what goes upstream, and start the next."""
 
+    def discard_older(self, version: int) -> None:
+        """The trainer took another population member's state at ``version``: refuse what older versions (its own
+        weights) collected. Dropped units are counted as :attr:`dropped`."""
+
 
 class SegmentBatches:
     """On-policy: ``batch_segments`` segments copied side by side into one preallocated batch ``[T(+1), N, ...]``.
@@ -86,6 +90,7 @@ class SegmentBatches:
         self._filled = 0
         self._lags: list[np.ndarray] = []
         self._batch: dict[str, np.ndarray] = {}
+        self._oldest = 0  # segments of an older behaviour version are refused (:meth:`discard_older`)
 
     @property
     def rejected(self) -> int:
@@ -118,7 +123,7 @@ class SegmentBatches:
             return
         segment = self.source.segment(actor, buf)
         lag = version - segment["version"]
-        if int(lag.max()) > self.max_policy_lag:
+        if int(lag.max()) > self.max_policy_lag or int(segment["version"].min()) < self._oldest:
             self.dropped += 1
             self.source.release(actor, buf)
             return
@@ -131,6 +136,12 @@ class SegmentBatches:
 
     def full(self) -> bool:
         return self._filled >= self.batch_segments
+
+    def discard_older(self, version: int) -> None:
+        """The batch so far was collected by the old weights: it is dropped (counted) and refilled."""
+        self._oldest = version
+        self.dropped += self._filled
+        self._filled, self._lags = 0, []
 
     def batch(self) -> Mapping[str, np.ndarray]:
         return self._batch

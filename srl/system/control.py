@@ -20,7 +20,9 @@ from srl.base import wire
 
 log = logging.getLogger(__name__)
 
-KINDS = frozenset({"actor", "policy", "trainer", "stage", "replay", "params", "eval", "league", "error", "info"})
+KINDS = frozenset(
+    {"actor", "policy", "trainer", "stage", "replay", "params", "eval", "league", "population", "error", "info"}
+)
 Handler = Callable[[str, Mapping[str, Any], Mapping[str, np.ndarray]], None]
 
 

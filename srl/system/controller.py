@@ -67,6 +67,8 @@ class Controller:
         self.evals: list[Mapping[str, Any]] = []
         self.league: dict[str, Any] = {}
         """The league worker's newest round (its Elo ratings, scores and pool)."""
+        self.population: dict[str, Any] = {}
+        """The population worker's newest report: each member's hyperparameters and score, copies made."""
         self.warnings: list[str] = []
         self.supervised: frozenset[str] = frozenset()
         """Workers the runtime restarts (by name): their error reports are kept for it instead of ending the run."""
@@ -134,6 +136,8 @@ class Controller:
             self.evals.append(dict(meta))
         elif kind == "league":
             self.league = dict(meta)
+        elif kind == "population":
+            self.population = dict(meta)
         elif kind == "params":
             self.param_service[str(meta["service"])] = dict(meta)
         elif kind == "stage":
@@ -360,6 +364,7 @@ class Controller:
             rec["eval_version"] = int(self.evals[-1]["version"])
             rec.update({f"eval_{k}": float(v) for k, v in self.evals[-1].items() if k.startswith("vs_random_")})
         rec.update({f"league_{k}": float(v) for k, v in self.league.items() if k not in ("version", "froze")})
+        rec.update({k if "/" in k else f"population_{k}": float(v) for k, v in self.population.items()})
         rec["lag_histogram"] = self.lag_hist.tolist()  # samples per policy lag so far (TensorBoard: lag_mean/max)
         rec.update(self.time_fractions())
         now_load = {w: busy_fraction(times, self._timing_at_tick.get(w)) for w, times in sorted(self.timing.items())}
@@ -490,6 +495,8 @@ class Controller:
             out["bottleneck"] = whole_run
         if self.league:
             out["league"] = dict(self.league)
+        if self.population:
+            out["population"] = dict(self.population)
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran
         if final_eval is not None:
             out.update({f"final_eval_{k}": v for k, v in final_eval.items() if k != "policies"})

@@ -272,6 +272,9 @@ class ReplayBatches:
     def setup(self) -> None:
         self._buf = None
 
+    def discard_older(self, version: int) -> None:
+        """Off-policy: what the old weights collected stays in the replay, a sample like any other."""
+
     def fill(self, version: int, timeout: float) -> int:
         if self._buf is not None:
             return 0

@@ -32,6 +32,7 @@ from srl.base.fileio import atomic_save
 from srl.base.timing import Every
 from srl.system.batches import BatchSource
 from srl.system.params import ParamPublisher
+from srl.system.population_worker import MemberLink
 
 BOTTLENECK_WAIT_SHARE = 0.1
 """A trainer that waited for segments less than this share of its last cycle (wait, copy, update) is the
@@ -106,9 +107,11 @@ class TrainerWorker(Worker):
         collective: Collective | None = None,
         autotune_peers: int = 0,
         report_interval: float = 0.0,
+        member: MemberLink | None = None,
     ) -> None:
         """``autotune_peers``: with ``workers.autotune``, the trainers sharing this node's cores (0: off).
-        ``report_interval``: at most one report per this many seconds, and one at teardown (0: one per update)."""
+        ``report_interval``: at most one report per this many seconds, and one at teardown (0: one per update).
+        ``member``: a population member's lead trainer: the population worker's commands (:meth:`adopt`)."""
         self.name = f"trainer{index}"
         self.index = index
         self.algorithm, self.source, self.publisher, self.reporter = algorithm, source, publisher, reporter
@@ -135,12 +138,31 @@ class TrainerWorker(Worker):
         self._reports = Every(report_interval)
         self._newest: tuple[Mapping[str, float], float, int] | None = None  # unreported: stats, seconds, threads
         self._lags: list[np.ndarray] = []  # of the updates since the last report
+        self.member = member
+        self.adopted = 0  # copies of another member's state taken
 
     def restore(self, state: Mapping[str, Any]) -> None:
-        """Continue from a checkpoint (:func:`load_checkpoint`): networks, optimizer, RNG, version, step counters."""
+        """Continue from a checkpoint (:func:`load_checkpoint`): networks, optimizer, RNG, version, step counters,
+        and a population member's hyperparameter values."""
         self.algorithm.load_state_dict(state["algorithm"])
         self.version = int(state["version"])
         self.samples = int(state.get("trained_samples", state["samples"])) // self.world
+        if self.member is not None:
+            self.member.restore(self, state.get("hyperparameters"))
+
+    def adopt(self, state: Mapping[str, Any], settings: Any) -> None:
+        """Take another population member's algorithm state and new settings, live: drop what the old weights
+        collected, publish the new policy as the next version (versions never go back), and checkpoint it (a
+        restart continues from the copy)."""
+        self.algorithm.load_state_dict(state)
+        reconfigure(self.algorithm, settings)
+        self.version += 1
+        self.adopted += 1
+        self.source.discard_older(self.version)
+        if self.leader:
+            self.publisher.publish(self.version, self.algorithm.policy_state())
+        if self.leader and self.checkpoint_dir is not None:
+            self.save_checkpoint()
 
     def setup(self) -> None:
         self.source.setup()
@@ -163,6 +185,8 @@ class TrainerWorker(Worker):
         """Take what is ready until the batch is full; once it is, update (unless held). One or the other per poll,
         so a runtime that holds updates sees the take before it decides (see :attr:`hold`)."""
         stop = self.should_stop()
+        if self.member is not None and not stop and self.member.serve(self):
+            return 1
         if not self.source.full() and not stop:
             return self._receive()
         if self._left or (self.hold() and not stop):
@@ -256,6 +280,7 @@ class TrainerWorker(Worker):
             "t_copy": self.source.t_copy,
             "t_train": self.t_train,
             "update_threads": threads,
+            "adopted": self.adopted,
         }
         meta.update({k: float(v) for k, v in stats.items()})
         arrays = None
@@ -278,6 +303,8 @@ class TrainerWorker(Worker):
             "policy_state": torch.from_numpy(self.algorithm.policy_state()),  # what acting loads, for any algorithm
             **self.checkpoint_extra,
         }
+        if self.member is not None and self.member.values is not None:
+            state["hyperparameters"] = dict(self.member.values)
         try:
             self.checkpoint_dir.mkdir(exist_ok=True)  # a policy's folder; never a run directory that was deleted
             atomic_save(path, lambda f: self._serialize(state, f))
@@ -293,6 +320,14 @@ class TrainerWorker(Worker):
     @staticmethod
     def _serialize(state: Mapping[str, Any], f: Any) -> None:
         torch.save(state, f)
+
+
+def reconfigure(algorithm: Algorithm, settings: Any) -> None:
+    """Hand ``algorithm`` new settings through its optional ``reconfigure`` (see ``srl/api/algorithm.py``); one
+    without it has none to change (the plan lets a population search its settings only when it has it)."""
+    hook = getattr(algorithm, "reconfigure", None)
+    if hook is not None:
+        hook(settings)
 
 
 def checkpoints(folder: Path) -> list[Path]:

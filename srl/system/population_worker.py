@@ -1,0 +1,203 @@
+"""The population worker: population-based training's manager, a worker of the run (as in SRL).
+
+Actors send it, every report, each member's env steps and finished episodes' returns (one record per member on
+its ``episodes`` channel). When a member has taken ``population.interval`` env steps since its last check and
+finished enough episodes, it asks the exploit rule (:class:`~srl.population.state.PopulationState`); a member
+that copies another is changed live, with no process restarted:
+
+1. it asks the source's trainer to export its state (:data:`EXPORT`): the trainer writes its algorithm's state
+   (weights, optimizer state, observation and value normalizers; not its random streams) to
+   ``RUN_DIR/population/transfer/state_<seq>.pt`` at its next poll, between updates;
+2. once that file is there, it writes the command (source, new hyperparameter values) to ``command_<seq>.json``
+   and asks the target's trainer to import it (:data:`IMPORT`): the trainer loads the state, takes the new
+   values, drops the segments its columns collected with its old weights, publishes a new version (above its
+   own, so versions never go back) and writes a checkpoint.
+
+Its state (counters, values, scores, pending copies, the lineage) is ``RUN_DIR/population/state.json``, written
+atomically after every decision; a restarted worker reads it back and re-sends what was pending. The lineage is
+``RUN_DIR/population.jsonl`` too, one line per exploit and per explore.
+
+The trainer's side is :class:`MemberLink`. Both ends talk through node-local channels of integer records (pipes,
+or queues inline) and the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from srl.api.worker import Reporter, Worker
+from srl.base.channel import Channel
+from srl.base.fileio import atomic_save, atomic_write_text
+from srl.population.rules import ExploitRule
+from srl.population.state import PopulationState
+
+EPISODE_WIDTH = 5
+"""An episodes record: (member, env steps, episodes finished, the sum of their returns as two words of a
+float64)."""
+COMMAND_WIDTH = 4
+"""A member command: (op, seq, source member, 0)."""
+EXPORT, IMPORT = 1, 2
+"""Commands to a member's lead trainer: write your state for copy ``seq``; take copy ``seq``'s state and values."""
+MAX_RECORDS = 1024
+
+
+def episode_records(member_steps: Sequence[int], sums: Sequence[float], counts: Sequence[int]) -> np.ndarray:
+    """One record per member with steps or episodes to report."""
+    rows = []
+    for m, (steps, total, n) in enumerate(zip(member_steps, sums, counts)):
+        if steps or n:
+            hi, lo = np.array([total], np.float64).view(np.int32).tolist()
+            rows.append((m, steps, n, hi, lo))
+    return np.array(rows, np.int32).reshape(-1, EPISODE_WIDTH)
+
+
+def _sum_of(hi: int, lo: int) -> float:
+    return float(np.array([hi, lo], np.int32).view(np.float64)[0])
+
+
+def folders(run_dir: Path) -> tuple[Path, Path]:
+    """The population's folder in ``run_dir`` and the transfer folder inside it."""
+    return run_dir / "population", run_dir / "population" / "transfer"
+
+
+def _save_state(path: Path, state: Mapping[str, Any]) -> None:
+    atomic_save(path, lambda f: torch.save(dict(state), f))
+
+
+class MemberLink:
+    """A member's lead trainer's end: serves the population worker's export and import commands between updates.
+
+    ``settings(values)``: the algorithm's settings with those hyperparameter values (its typed section)."""
+
+    def __init__(self, channel: Channel, run_dir: Path, settings: Callable[[Mapping[str, float]], Any]) -> None:
+        self.channel, self.settings = channel, settings
+        self.folder = folders(run_dir)[1]
+        self.values: dict[str, float] | None = None
+        """The hyperparameter values it took last (None: its config's)."""
+
+    def serve(self, trainer: Any) -> int:
+        """Carry out what was asked since the last call; how many commands."""
+        records = self.channel.recv(16, 0.0)
+        for op, seq, _source, _ in records.tolist():
+            if op == EXPORT:
+                state = {k: v for k, v in trainer.algorithm.state_dict().items() if k != "rng"}
+                self.folder.mkdir(parents=True, exist_ok=True)
+                _save_state(self.folder / f"state_{seq}.pt", state)
+            elif op == IMPORT:
+                command = json.loads((self.folder / f"command_{seq}.json").read_text())
+                state = torch.load(self.folder / f"state_{seq}.pt", map_location="cpu", weights_only=True)
+                self.values = {str(k): float(v) for k, v in command["values"].items()}
+                trainer.adopt(state, self.settings(self.values))
+        return len(records)
+
+    def restore(self, trainer: Any, values: Mapping[str, float] | None) -> None:
+        """A restarted trainer: take the values its checkpoint was written with."""
+        if values:
+            self.values = dict(values)
+            from srl.system.trainer_worker import reconfigure
+
+            reconfigure(trainer.algorithm, self.settings(self.values))
+
+
+class PopulationWorker(Worker):
+    """Scores members, decides copies, and drives them through the members' trainers."""
+
+    def __init__(
+        self,
+        state: PopulationState,
+        rule: ExploitRule,
+        episodes: Channel,
+        members: Sequence[Channel],
+        run_dir: Path,
+        reporter: Reporter,
+        wait_timeout: float = 0.05,
+    ) -> None:
+        self.name = "population0"
+        self.state, self.rule, self.episodes, self.members = state, rule, episodes, list(members)
+        self.folder, self.transfer = folders(run_dir)
+        self.lineage = run_dir / "population.jsonl"
+        self.reporter, self.wait_timeout = reporter, wait_timeout
+        self.pending: dict[int, tuple[int, int, dict[str, float]]] = {}
+        """Copies under way: seq -> (target, source, new values)."""
+        self.copies = 0
+
+    def setup(self) -> None:
+        self.transfer.mkdir(parents=True, exist_ok=True)
+        saved = self.folder / "state.json"
+        if saved.exists():  # a restart, or a resumed run: go on where it was
+            data = json.loads(saved.read_text())
+            self.state = PopulationState.from_json(self.state.cfg, data, str(saved))
+            self.pending = {int(k): (int(t), int(s), dict(v)) for k, (t, s, v) in data.get("pending", {}).items()}
+        for seq, (_, source, _) in self.pending.items():  # asked before a restart: ask again (exports overwrite)
+            self._send(source, EXPORT, seq, source)
+        self._report()
+
+    def poll(self) -> int:
+        records = self.episodes.recv(MAX_RECORDS, 0.0 if self.pending else self.wait_timeout)
+        for member, steps, n, hi, lo in records.tolist():
+            if 0 <= member < len(self.members):
+                self.state.add_steps(member, steps)
+                if n > 0:
+                    self.state.add_window(member, _sum_of(hi, lo), n)
+        done = self._finish_copies()
+        busy = {t for t, _, _ in self.pending.values()} | {s for _, s, _ in self.pending.values()}
+        decided = 0
+        for member in range(len(self.members)):
+            if member not in busy and self.state.ready(member):
+                decision = self.state.check(member, self.rule, exclude=busy)
+                decided += 1
+                if decision.source is not None:
+                    seq = self.state.decisions
+                    self.pending[seq] = (member, decision.source, decision.new)
+                    busy |= {member, decision.source}
+                    self._append(decision.records())
+                    self._send(decision.source, EXPORT, seq, decision.source)
+        if decided or done:
+            self._save()
+            self._report()
+        if not len(records) and not decided and not done and self.pending:
+            time.sleep(min(self.wait_timeout, 0.005))  # an export is being written
+        return len(records) + decided + done
+
+    def _finish_copies(self) -> int:
+        """Each copy whose source has exported: hand it to its target."""
+        done = 0
+        for seq, (target, source, values) in list(self.pending.items()):
+            if not (self.transfer / f"state_{seq}.pt").exists():
+                continue
+            command = {"source": source, "target": target, "values": values}
+            atomic_write_text(self.transfer / f"command_{seq}.json", json.dumps(command))
+            self._send(target, IMPORT, seq, source)
+            del self.pending[seq]
+            self.copies += 1
+            done += 1
+        return done
+
+    def _send(self, member: int, op: int, seq: int, source: int) -> None:
+        self.members[member].send((op, seq, source, 0))
+
+    def _append(self, records: list[dict[str, Any]]) -> None:
+        with self.lineage.open("a") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+
+    def _save(self) -> None:
+        data = self.state.to_json()
+        data["pending"] = {str(k): list(v) for k, v in self.pending.items()}
+        atomic_write_text(self.folder / "state.json", json.dumps(data))
+
+    def _report(self) -> None:
+        meta: dict[str, Any] = {"copies": self.copies, "decisions": self.state.decisions}
+        for i, m in enumerate(self.state.members):
+            meta.update({f"member{i}/{k}": v for k, v in m.values.items()})
+            score = self.state.score(i)
+            if score is not None:
+                meta[f"member{i}/score"] = score
+        self.reporter.report("population", meta)
