@@ -8,6 +8,7 @@ reads only the spaces and the config of a run's plan (:class:`PlannedRun`), so i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -93,6 +94,8 @@ def evaluate_policies(
     An env without a time limit could run forever under a deterministic policy: after ``max_steps``
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
+    if plan.cfg.population.enabled:
+        return _evaluate_members(plan.cfg, policies, episodes, seed, deterministic, max_steps)
     out = play(plan.cfg, policies, episodes, seed, deterministic, max_steps)
     if plan.vs_random:
         # Self-play returns of a zero-sum game average 0 whatever the policy: a match says how strong it is.
@@ -100,6 +103,26 @@ def evaluate_policies(
 
         match = play_match(plan.cfg, policies[0], "random", VS_RANDOM_GAMES, seed, deterministic)
         out.update({f"vs_random_{k}": v for k, v in match.as_dict().items()})
+    return out
+
+
+def _evaluate_members(
+    cfg: ExperimentConfig,
+    members: Sequence[Policy],
+    episodes: int,
+    seed: int,
+    deterministic: bool,
+    max_steps: int,
+) -> dict[str, Any]:
+    """A population: each member plays ``episodes`` episodes of its own (the same seeds), and the best member's
+    results are the evaluation's (``best`` names it); each member's are under ``policies``."""
+    results = {
+        name: play(cfg, [policy], episodes, seed, deterministic, max_steps)
+        for name, policy in zip(cfg.population.names, members)
+    }
+    best = max(results, key=lambda n: (results[n]["return_mean"], -cfg.population.names.index(n)))
+    out = {**results[best], "best": best}
+    out["policies"] = {n: {"return_mean": r["return_mean"], "return_std": r["return_std"]} for n, r in results.items()}
     return out
 
 
@@ -177,6 +200,24 @@ def play(
     return out
 
 
+def best_member(run_dir: Path, cfg: ExperimentConfig) -> str:
+    """A population's best member: the one its final evaluation names (``summary.json``), else the one the
+    population worker scored highest last (``population/state.json``), else the first."""
+    names = cfg.population.names
+    try:
+        best = json.loads((run_dir / "summary.json").read_text()).get("population", {}).get("best")
+        if best in names:
+            return str(best)
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        members = json.loads((run_dir / "population" / "state.json").read_text())["members"]
+        scores = [m.get("last_score") if m.get("last_score") is not None else float("-inf") for m in members]
+        return names[int(np.argmax(scores))] if len(scores) == len(names) else names[0]
+    except (OSError, ValueError, KeyError, TypeError):
+        return names[0]
+
+
 def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[str, Any]]:
     """The config and the acting policy of each policy of a run directory (each one's newest checkpoint), or of
     one checkpoint file (a run of one policy)."""
@@ -206,7 +247,7 @@ def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[st
     if len(cfg.policy_names) != len(files):
         raise ConfigError(f"{target}: a checkpoint of one of {len(cfg.policy_names)} policies; give the run directory")
     on_state = ()  # acting policies never read the global state
-    groups = {g.policy: g for g in probe_groups(cfg.env, cfg.agents, on_state).groups}
+    groups = {g.policy: g for g in probe_groups(cfg.env, cfg.agents, on_state, cfg.population.names).groups}
     policies = []
     for path, state in zip(files, states):
         name = str(state.get("policy", cfg.policy_names[0]))
@@ -228,8 +269,13 @@ def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[st
 
 
 def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]:
-    """The config and acting policy of a run of one policy (see :func:`load_policies`)."""
+    """The config and acting policy of a run of one policy (see :func:`load_policies`); of a population's run
+    directory, its best member (:func:`best_member`)."""
     cfg, policies, info = load_policies(target)
+    if cfg.population.enabled and Path(target).is_dir():
+        best = best_member(Path(target), cfg)
+        info = {**info, "member": best, "checkpoint": info["checkpoints"][best]}
+        return cfg, policies[cfg.population.names.index(best)], info
     if len(policies) > 1:
         raise ConfigError(f"{target}: a run of {len(policies)} policies ({', '.join(cfg.policy_names)}); one is needed")
     return cfg, policies[0], info

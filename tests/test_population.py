@@ -114,6 +114,7 @@ def test_a_check_copies_explores_and_records_the_lineage():
         "event": "exploit",
         "target": 1,
         "env_steps": 100,
+        "copy": 2,
         "source": 0,
         "score": 10.0,
         "source_score": 400.0,

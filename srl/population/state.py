@@ -47,6 +47,8 @@ class Decision:
 
     target: int
     source: int | None
+    copy: int
+    """The decision's number (``seq`` of the copy: its files in the transfer folder)."""
     env_steps: int
     score: float
     source_score: float | None
@@ -58,7 +60,7 @@ class Decision:
         """Its lines of ``population.jsonl``: an exploit and an explore record, or none when nothing was copied."""
         if self.source is None:
             return []
-        common = {"target": self.target, "env_steps": self.env_steps}
+        common = {"target": self.target, "env_steps": self.env_steps, "copy": self.copy}
         exploit = {
             "event": "exploit",
             **common,
@@ -130,7 +132,15 @@ class PopulationState:
         copied = dict(self.members[source].values) if source is not None else old
         new = explore(copied, self.cfg.hyperparameters, rng) if source is not None else old
         decision = Decision(
-            member, source, m.env_steps, scores[member], None if source is None else scores[source], old, copied, new
+            member,
+            source,
+            self.decisions,
+            m.env_steps,
+            scores[member],
+            None if source is None else scores[source],
+            old,
+            copied,
+            new,
         )
         m.checked_at, m.window_sum, m.window_count = m.env_steps, 0.0, 0
         m.last_score = None if source is not None else scores[member]

@@ -341,7 +341,9 @@ def _member_link(plan: Plan, fabric: Fabric, trainer: WorkerSpec, run_dir: Path 
     if served is None or run_dir is None:
         return None
     cfg = plan.cfg
-    return MemberLink(fabric.channel(served), run_dir, lambda values: algorithm_settings(cfg.with_values(values)))
+    assert served.index is not None
+    settings = lambda values: algorithm_settings(cfg.with_values(values))  # noqa: E731
+    return MemberLink(fabric.channel(served), run_dir, served.index, settings)
 
 
 def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> BatchSource:

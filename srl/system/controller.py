@@ -499,7 +499,9 @@ class Controller:
             out["population"] = dict(self.population)
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran
         if final_eval is not None:
-            out.update({f"final_eval_{k}": v for k, v in final_eval.items() if k != "policies"})
+            out.update({f"final_eval_{k}": v for k, v in final_eval.items() if k not in ("policies", "best")})
+            if "best" in final_eval:  # a population's: the best member's evaluation is the run's
+                out.setdefault("population", {})["best"] = final_eval["best"]
         out["policies"] = self._policies_summary(final_eval)
         if self.cfg.run.target_return is not None:
             out["target_return"] = self.cfg.run.target_return

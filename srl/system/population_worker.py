@@ -74,36 +74,71 @@ def _save_state(path: Path, state: Mapping[str, Any]) -> None:
 class MemberLink:
     """A member's lead trainer's end: serves the population worker's export and import commands between updates.
 
-    ``settings(values)``: the algorithm's settings with those hyperparameter values (its typed section)."""
+    ``member``: its index; ``settings(values)``: the algorithm's settings with those hyperparameter values (its
+    typed section). A trainer killed after it took an import command but before it applied it would lose the
+    copy: a restarted one (:meth:`restore`) applies the newest copy addressed to it that its checkpoint has not."""
 
-    def __init__(self, channel: Channel, run_dir: Path, settings: Callable[[Mapping[str, float]], Any]) -> None:
-        self.channel, self.settings = channel, settings
+    def __init__(
+        self, channel: Channel, run_dir: Path, member: int, settings: Callable[[Mapping[str, float]], Any]
+    ) -> None:
+        self.channel, self.member, self.settings = channel, member, settings
         self.folder = folders(run_dir)[1]
         self.values: dict[str, float] | None = None
         """The hyperparameter values it took last (None: its config's)."""
+        self.copy = -1
+        """The copy (its seq) it took last."""
+        self._missed: int | None = None
 
     def serve(self, trainer: Any) -> int:
         """Carry out what was asked since the last call; how many commands."""
+        done = 0
+        if self._missed is not None:
+            seq, self._missed = self._missed, None
+            self._import(trainer, seq)
+            done += 1
         records = self.channel.recv(16, 0.0)
         for op, seq, _source, _ in records.tolist():
             if op == EXPORT:
                 state = {k: v for k, v in trainer.algorithm.state_dict().items() if k != "rng"}
                 self.folder.mkdir(parents=True, exist_ok=True)
                 _save_state(self.folder / f"state_{seq}.pt", state)
-            elif op == IMPORT:
-                command = json.loads((self.folder / f"command_{seq}.json").read_text())
-                state = torch.load(self.folder / f"state_{seq}.pt", map_location="cpu", weights_only=True)
-                self.values = {str(k): float(v) for k, v in command["values"].items()}
-                trainer.adopt(state, self.settings(self.values))
-        return len(records)
+            elif op == IMPORT and seq > self.copy:
+                self._import(trainer, seq)
+        return done + len(records)
 
-    def restore(self, trainer: Any, values: Mapping[str, float] | None) -> None:
-        """A restarted trainer: take the values its checkpoint was written with."""
+    def _import(self, trainer: Any, seq: int) -> None:
+        command = json.loads((self.folder / f"command_{seq}.json").read_text())
+        state = torch.load(self.folder / f"state_{seq}.pt", map_location="cpu", weights_only=True)
+        self.values = {str(k): float(v) for k, v in command["values"].items()}
+        self.copy = seq
+        trainer.adopt(state, self.settings(self.values))
+
+    def checkpoint(self) -> dict[str, Any]:
+        """What a checkpoint keeps of it: the values it trains with and the copy it took last."""
+        return {} if self.values is None else {"hyperparameters": dict(self.values), "population_copy": self.copy}
+
+    def restore(self, trainer: Any, state: Mapping[str, Any]) -> None:
+        """A restarted trainer: take the values its checkpoint was written with, and a newer copy addressed to it
+        at its first poll."""
+        from srl.system.trainer_worker import reconfigure
+
+        values = state.get("hyperparameters")
         if values:
-            self.values = dict(values)
-            from srl.system.trainer_worker import reconfigure
-
+            self.values = {str(k): float(v) for k, v in values.items()}
             reconfigure(trainer.algorithm, self.settings(self.values))
+        self.copy = int(state.get("population_copy", -1))
+        mine = [seq for seq, target in _commands(self.folder) if target == self.member and seq > self.copy]
+        self._missed = max(mine) if mine else None
+
+
+def _commands(folder: Path) -> list[tuple[int, int]]:
+    """(seq, target) of every copy command written to ``folder`` whose state is there too."""
+    out = []
+    for path in folder.glob("command_*.json") if folder.exists() else []:
+        seq = int(path.stem.partition("_")[2])
+        if (folder / f"state_{seq}.pt").exists():
+            out.append((seq, int(json.loads(path.read_text())["target"])))
+    return out
 
 
 class PopulationWorker(Worker):
@@ -154,7 +189,7 @@ class PopulationWorker(Worker):
                 decision = self.state.check(member, self.rule, exclude=busy)
                 decided += 1
                 if decision.source is not None:
-                    seq = self.state.decisions
+                    seq = decision.copy
                     self.pending[seq] = (member, decision.source, decision.new)
                     busy |= {member, decision.source}
                     self._append(decision.records())

@@ -148,7 +148,7 @@ class TrainerWorker(Worker):
         self.version = int(state["version"])
         self.samples = int(state.get("trained_samples", state["samples"])) // self.world
         if self.member is not None:
-            self.member.restore(self, state.get("hyperparameters"))
+            self.member.restore(self, state)
 
     def adopt(self, state: Mapping[str, Any], settings: Any) -> None:
         """Take another population member's algorithm state and new settings, live: drop what the old weights
@@ -303,8 +303,8 @@ class TrainerWorker(Worker):
             "policy_state": torch.from_numpy(self.algorithm.policy_state()),  # what acting loads, for any algorithm
             **self.checkpoint_extra,
         }
-        if self.member is not None and self.member.values is not None:
-            state["hyperparameters"] = dict(self.member.values)
+        if self.member is not None:
+            state.update(self.member.checkpoint())
         try:
             self.checkpoint_dir.mkdir(exist_ok=True)  # a policy's folder; never a run directory that was deleted
             atomic_save(path, lambda f: self._serialize(state, f))

@@ -1,0 +1,118 @@
+"""Population-based training in real runs of the local runtime: CartPole members rescued by copying the one that
+learns, and the population worker and a member's trainer killed with SIGKILL mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import torch
+from conftest import start_endless_training, wait_while_running, worker_pids
+
+from srl.api.config import load_config
+from srl.runtime.train import train
+
+CARTPOLE = "configs/cartpole_ppo.yaml"
+SLOW = 1e-6
+"""A learning rate too small to learn CartPole within any budget here."""
+
+
+def _lr(initial: list[float]) -> str:
+    """The learning rate searched from ``initial``; an explore perturbs it (x0.8 or x1.25), never draws afresh."""
+    values = ", ".join(f"{v:.1e}" for v in initial)
+    spec = f"key: ppo.lr, min: 1.0e-6, max: 1.0e-2, log: true, initial: [{values}], resample: 0.0"
+    return f"population.hyperparameters=[{{{spec}}}]"
+
+
+def _lineage(run: Path) -> list[dict]:
+    path = run / "population.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _newest(folder: Path) -> int:
+    return max((int(p.stem.split("_")[1]) for p in folder.glob("ckpt_*.pt")), default=-1)
+
+
+def test_pbt_brings_every_member_to_475_by_copying_the_one_that_learns(tmp_path):
+    """4 members, 3 of them with a learning rate of 1e-6: each of those copies a member that learns (weights and
+    optimizer, then a perturbed learning rate), and by 120k env steps every member's training return is 475 or
+    more. No process restarts; every member's versions only go up."""
+    run = tmp_path / "run"
+    cfg = load_config(
+        CARTPOLE,
+        [
+            "runtime=local",
+            "population.members=4",
+            "population.interval=5000",
+            _lr([1e-3, SLOW, SLOW, SLOW]),
+            "run.target_return=null",
+            "run.total_env_steps=120000",
+            "run.log_interval_seconds=0.5",
+        ],
+    )
+    summary = train(cfg, run, progress=None)
+    assert "error" not in summary and summary["restarts"] == {}, summary
+    returns = {name: p["train_return_mean"] for name, p in summary["policies"].items()}
+    assert all(r >= 475 for r in returns.values()), returns
+    lineage = _lineage(run)
+    copied = {r["target"] for r in lineage if r["event"] == "exploit"}
+    assert {1, 2, 3} <= copied, lineage
+    assert all(r["source_score"] > r["score"] for r in lineage if r["event"] == "exploit")
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for i in range(4):
+        versions = [r[f"member{i}/version"] for r in records if f"member{i}/version" in r]
+        assert versions == sorted(versions) and versions, i
+    assert summary["population"]["copies"] == len(copied & {1, 2, 3}) or summary["population"]["copies"] >= 3
+    assert summary["population"]["best"] in returns and summary["final_eval_return_mean"] >= 475
+
+
+def test_the_population_worker_and_a_members_trainer_killed_mid_run_come_back_where_they_were(tmp_path):
+    """SIGKILL to the population worker: it restarts, reads its state back and goes on with the same lineage.
+    SIGKILL to member 1's trainer after it copied member 0: it restarts from its checkpoint with the copied
+    learning rate, not its first one."""
+    run = tmp_path / "run"
+    proc = start_endless_training(
+        run,
+        "runtime=local",
+        "population.members=2",
+        "population.interval=3000",
+        _lr([1e-3, SLOW]),
+        "run.checkpoint_interval_seconds=0.5",
+    )
+    try:
+        saved = run / "population" / "state.json"
+        wait_while_running(lambda: any(r["target"] == 1 for r in _lineage(run)) and saved.exists(), proc)
+        first = worker_pids(run)
+        before = json.loads((run / "population" / "state.json").read_text())
+        os.kill(first["population0"], signal.SIGKILL)
+        wait_while_running(lambda: worker_pids(run).get("population0") not in (None, first["population0"]), proc)
+        wait_while_running(
+            lambda: json.loads((run / "population" / "state.json").read_text())["decisions"] > before["decisions"],
+            proc,
+        )
+        after = json.loads((run / "population" / "state.json").read_text())
+        assert after["lineage"][: len(before["lineage"])] == before["lineage"]  # it went on, not from scratch
+        assert all(a["env_steps"] >= b["env_steps"] for a, b in zip(after["members"], before["members"]))
+        assert after["members"][1]["values"]["ppo.lr"] != SLOW
+        folder = run / "checkpoints" / "member1"
+        killed_at = _newest(folder)
+        copied = max(r["copy"] for r in _lineage(run) if r["event"] == "exploit" and r["target"] == 1)
+        os.kill(first["trainer1"], signal.SIGKILL)
+        wait_while_running(lambda: worker_pids(run).get("trainer1") not in (None, first["trainer1"]), proc)
+        wait_while_running(lambda: _newest(folder) > killed_at, proc)  # the restarted trainer's own checkpoint
+        saved = torch.load(folder / f"ckpt_{_newest(folder):08d}.pt", weights_only=True)
+        explored = [r["new"]["ppo.lr"] for r in _lineage(run) if r["event"] == "explore" and r["target"] == 1]
+        assert saved["hyperparameters"]["ppo.lr"] in explored  # a copied value, not its first
+        assert saved["population_copy"] >= copied  # every copy decided before it died, even one it had not taken
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err  # interrupted, as asked
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["restarts"] == {"population0": 1, "trainer1": 1}, summary["restarts"]
+    assert "error" not in summary
