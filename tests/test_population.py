@@ -294,3 +294,31 @@ def test_population_settings_the_plan_refuses_are_one_line(more, needle):
     with pytest.raises(ConfigError) as err:
         make_plan(_config(population, **more))
     assert str(err.value).startswith(needle) and "\n" not in str(err.value)
+
+
+def test_a_resumed_run_continues_the_lineage(tmp_path):
+    """``srl train --resume``: the population worker reads its state back (counters, values, decisions), the
+    members' trainers their values from their checkpoints, and the lineage goes on in the same files."""
+    from srl.api.config import load_config
+    from srl.runtime.train import resume_config, train
+
+    lr = "{key: ppo.lr, min: 1.0e-6, max: 1.0e-2, log: true, initial: [1.0e-3, 1.0e-6], resample: 0.0}"
+    settings = ["runtime=inline", "population.members=2", "population.interval=2000"]
+    settings += [f"population.hyperparameters=[{lr}]", "run.target_return=null", "run.eval_episodes=0"]
+    run = tmp_path / "run"
+    train(load_config("configs/cartpole_ppo.yaml", [*settings, "run.total_env_steps=16000"]), run, progress=None)
+    first = json.loads((run / "population" / "state.json").read_text())
+    lines = (run / "population.jsonl").read_text().splitlines()
+    assert first["lineage"] and len(lines) == len(first["lineage"])  # at least one copy, in both places
+    cfg, paths, state = resume_config(run, ["run.total_env_steps=32000"])
+    second = train(cfg, run, progress=None, resume=(paths, state))
+    assert "error" not in second
+    after = json.loads((run / "population" / "state.json").read_text())
+    assert after["decisions"] > first["decisions"] and after["lineage"][: len(first["lineage"])] == first["lineage"]
+    assert all(a["env_steps"] > b["env_steps"] for a, b in zip(after["members"], first["members"]))
+    assert (run / "population.jsonl").read_text().splitlines()[: len(lines)] == lines
+    from srl.system.trainer_worker import checkpoints, load_checkpoint
+
+    newest = load_checkpoint(checkpoints(run / "checkpoints" / "member1")[-1])
+    explored = [r["new"] for r in after["lineage"] if r["event"] == "explore" and r["target"] == 1]
+    assert newest["hyperparameters"] in explored  # values it copied, not its first (1e-6)

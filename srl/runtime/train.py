@@ -31,6 +31,8 @@ FIXED_ON_RESUME = (
     "text.model",
     "text.advantage",
     "replay.placement",  # the saved replays are one file per replay
+    "population.members",  # one checkpoint folder per member
+    "population.hyperparameters",  # the population's state holds each member's values of these
 )
 """Settings the checkpoints were made under (the networks were built with them, the saved replays are one file
 per replay): a resumed run may not change them."""

@@ -174,6 +174,10 @@ class PopulationWorker(Worker):
             self._send(source, EXPORT, seq, source)
         self._report()
 
+    def teardown(self) -> None:
+        """The counters and windows since the last decision too: a resumed run goes on from them."""
+        self._save()
+
     def poll(self) -> int:
         records = self.episodes.recv(MAX_RECORDS, 0.0 if self.pending else self.wait_timeout)
         for member, steps, n, hi, lo in records.tolist():
