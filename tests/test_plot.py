@@ -114,3 +114,44 @@ def test_step_ticks_are_few_and_short_at_millions_of_steps(tmp_path):
         labels = [t.get_text() for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
         assert 3 <= len(labels) <= 8 and all(len(label) <= 5 for label in labels), labels
     assert "1M" in [t.get_text() for t in fig.axes[0].get_xticklabels()]
+
+
+def test_plot_population_draws_the_lineage_the_schedules_and_the_returns(tmp_path):
+    """A short population run (copies at every 2,000 member steps): one lineage panel, one per searched
+    hyperparameter, one of returns, each member's curve in each; and one line for a run that is no population."""
+    from srl.cli.plot import draw_population
+
+    lr = "{key: ppo.lr, min: 1.0e-6, max: 1.0e-2, log: true, initial: [1.0e-3, 1.0e-6]}"
+    settings = [
+        "runtime=inline",
+        "population.members=2",
+        "population.interval=2000",
+        f"population.hyperparameters=[{lr}]",
+    ]
+    settings += ["run.total_env_steps=12000", "run.target_return=null", "run.eval_episodes=0"]
+    run = tmp_path / "run"
+    train(load_config("configs/cartpole_ppo.yaml", [*settings, "run.log_interval_seconds=0.05"]), run, progress=None)
+    fig = draw_population(run)
+    lineage, schedule, returns = fig.axes
+    copies = sum(1 for line in (run / "population.jsonl").read_text().splitlines() if '"exploit"' in line)
+    assert copies >= 1 and len(lineage.texts) == copies  # one arrow per copy
+    assert schedule.get_yscale() == "log" and len(schedule.get_lines()) == 2 and len(returns.get_lines()) == 2
+    out = tmp_path / "population.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "plot", str(run), "--population", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    train(
+        load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *settings[4:]]), tmp_path / "plain", progress=None
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "plot", str(tmp_path / "plain"), "--population"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("not a population's run (population.members is 0)")

@@ -1,7 +1,10 @@
 """``srl plot RUN_DIR... [--out PNG]``: learning curves of one or several runs from their ``metrics.jsonl``.
 
 Four panels: mean episode return vs env steps and vs wall time, env steps per
-second, and mean policy lag. Needs matplotlib (``pip install 'srl[plot]'``).
+second, and mean policy lag. With ``--population`` (one run of a population):
+its lineage (who copied whom, when, from ``population.jsonl``), each member's
+schedule of every searched hyperparameter, and each member's return. Needs
+matplotlib (``pip install 'srl[plot]'``).
 Each run's ``config.yaml`` names what it trained: the legend shows its env id and
 the default title its env ids and algorithms, so a run directory's name (which
 comes from the config file it started from) cannot mislead.
@@ -37,6 +40,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("runs", nargs="+", type=Path, help="run directories (with metrics.jsonl)")
     p.add_argument("--out", type=Path, default=Path("curves.png"), help="output PNG")
     p.add_argument("--title", default=None, help="figure title (default: the runs' algorithms and env ids)")
+    p.add_argument(
+        "--population",
+        action="store_true",
+        help="one population's run: its lineage, each member's hyperparameters and returns",
+    )
 
 
 def short_number(value: float, _pos: object = None) -> str:
@@ -120,16 +128,102 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
     return records
 
 
-def draw(runs: list[Path], title: str | None = None) -> Any:
-    """The figure of ``runs`` (a matplotlib ``Figure``); ``title`` None gives :func:`default_title`."""
+def _pyplot() -> Any:
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError:
         raise ConfigError("srl plot needs matplotlib: pip install 'srl[plot]'") from None
+    return plt
+
+
+def _steps_axis(ax: Any, xlabel: str) -> None:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    ax.set_xlabel(xlabel)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=MAX_TICKS))
+    ax.xaxis.set_major_formatter(FuncFormatter(short_number))
+    ax.grid(alpha=0.3)
+
+
+def read_lineage(run: Path) -> list[dict[str, Any]]:
+    """A population's ``population.jsonl`` records (a torn last line of a killed run is left out)."""
+    path = run / "population.jsonl"
+    if not path.exists():
+        raise ConfigError(f"{run}: no population.jsonl (not a population's run?)")
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return out
+
+
+def draw_population(run: Path, title: str | None = None) -> Any:
+    """One population's figure: the lineage (each member a row, each copy an arrow from its source's row to its
+    target's, at the target's env steps), then per searched hyperparameter each member's value, then each
+    member's mean episode return, both against the run's env steps."""
+    plt = _pyplot()
+    cfg = _population_config(run)
+    members, keys = cfg.population.names, [h.key for h in cfg.population.hyperparameters]
+    logs = {h.key for h in cfg.population.hyperparameters if h.log}
+    lineage, records = read_lineage(run), read_metrics(run)
+    fig, axes = plt.subplots(2 + len(keys), 1, figsize=(10, 3.0 * (2 + len(keys))), squeeze=False)
+    axes = axes[:, 0]
+    colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(members))]
+    ax = axes[0]
+    last = max([r.get("env_steps", 0) for r in lineage] + [1]) * 1.05
+    for i in range(len(members)):
+        ax.hlines(i, 0, last, color=colors[i], lw=2)
+    for r in lineage:
+        if r.get("event") == "exploit":
+            x, src, dst = r["env_steps"], r["source"], r["target"]
+            ax.annotate("", (x, dst), (x, src), arrowprops={"arrowstyle": "->", "color": colors[src], "lw": 1.2})
+    ax.set_yticks(range(len(members)), members)
+    ax.set_ylim(-0.5, len(members) - 0.5)
+    ax.set_title("lineage: arrows from the copied member to the one that copied it")
+    _steps_axis(ax, "the member's env steps")
+    panels = [(f"/{k}", k, k in logs) for k in keys] + [("/return_mean", "mean episode return", False)]
+    for ax, (suffix, ylabel, log) in zip(axes[1:], panels):
+        for i, name in enumerate(members):
+            pts = [(r["env_steps"], r[name + suffix]) for r in records if r.get(name + suffix) is not None]
+            if pts:
+                ax.plot(
+                    *zip(*pts),
+                    color=colors[i],
+                    label=name,
+                    drawstyle="steps-post" if suffix != "/return_mean" else "default",
+                )
+        ax.set_ylabel(ylabel)
+        if log:
+            ax.set_yscale("log")
+        _steps_axis(ax, "env steps (the run's)")
+    axes[-1].legend(fontsize=8, ncol=min(4, len(members)))
+    fig.suptitle(title if title is not None else f"population of {len(members)}: {cfg.algorithm} on {cfg.env.id}")
+    fig.tight_layout()
+    return fig
+
+
+def _population_config(run: Path) -> Any:
+    from srl.api.config import load_config
+
+    saved = run / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"{run}: no config.yaml (not a run directory?)")
+    cfg = load_config(saved)
+    if not cfg.population.enabled:
+        raise ConfigError(f"{run}: not a population's run (population.members is 0)")
+    return cfg
+
+
+def draw(runs: list[Path], title: str | None = None) -> Any:
+    """The figure of ``runs`` (a matplotlib ``Figure``); ``title`` None gives :func:`default_title`."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     infos = [run_info(run) for run in runs]
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     for run, label in zip(runs, legend_labels(infos)):
@@ -154,8 +248,10 @@ def draw(runs: list[Path], title: str | None = None) -> Any:
     return fig
 
 
-def plot_runs(runs: list[Path], out: Path, title: str | None = None) -> Path:
-    fig = draw(runs, title)
+def plot_runs(runs: list[Path], out: Path, title: str | None = None, population: bool = False) -> Path:
+    if population and len(runs) != 1:
+        raise ConfigError(f"--population: draws one run, got {len(runs)}")
+    fig = draw_population(runs[0], title) if population else draw(runs, title)
     import matplotlib.pyplot as plt
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -165,5 +261,5 @@ def plot_runs(runs: list[Path], out: Path, title: str | None = None) -> Path:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    print(plot_runs(args.runs, args.out, args.title))
+    print(plot_runs(args.runs, args.out, args.title, args.population))
     return 0
