@@ -322,3 +322,60 @@ def test_a_resumed_run_continues_the_lineage(tmp_path):
     newest = load_checkpoint(checkpoints(run / "checkpoints" / "member1")[-1])
     explored = [r["new"] for r in after["lineage"] if r["event"] == "explore" and r["target"] == 1]
     assert newest["hyperparameters"] in explored  # values it copied, not its first (1e-6)
+
+
+def test_the_worker_asks_again_for_a_lost_export_and_keeps_only_each_targets_newest_copy(tmp_path, monkeypatch):
+    """The population worker against in-process channels: an export request the source never served is asked
+    again; once a newer copy to the same target is handed over, the older copy's files go, and an import record
+    for it left in the target's channel is skipped."""
+    from srl.base.channel import InProcChannel
+    from srl.system import population_worker as pw
+
+    monkeypatch.setattr(pw, "ASK_AGAIN_SECONDS", 0.0)
+    reports: list[tuple] = []
+    episodes = InProcChannel(pw.EPISODE_WIDTH)
+    members = [InProcChannel(pw.COMMAND_WIDTH) for _ in range(2)]
+    lr = Hyperparameter(key="ppo.lr", min=1e-6, max=1e-2, initial=(1e-3, 1e-6), resample=0.0)
+    state = PopulationState.start(PopulationConfig(members=2, interval=100, min_episodes=1, hyperparameters=(lr,)), 0)
+    worker = pw.PopulationWorker(
+        state,
+        Truncation(state.cfg),
+        episodes,
+        members,
+        tmp_path,
+        type("R", (), {"report": lambda *a: reports.append(a)})(),
+    )
+    worker.setup()
+
+    def round_(good: float, bad: float) -> None:
+        episodes.send(pw.episode_records([100, 100], [good, bad], [1, 1]))
+        worker.poll()
+
+    round_(500.0, 10.0)  # member 1 copies member 0: an export is asked of member 0
+    (seq1,) = worker.pending
+    assert members[0].recv(8, 0.0).tolist() == [[pw.EXPORT, seq1, 0, 0]]
+    worker.poll()  # nothing written: asked again
+    assert members[0].recv(8, 0.0).tolist() == [[pw.EXPORT, seq1, 0, 0]]
+    pw._save_state(tmp_path / "population" / "transfer" / f"state_{seq1}.pt", {"x": torch_zeros()})
+    worker.poll()
+    assert members[1].recv(8, 0.0).tolist() == [[pw.IMPORT, seq1, 0, 0]] and not worker.pending
+    round_(500.0, 10.0)  # a second copy to member 1
+    (seq2,) = worker.pending
+    pw._save_state(tmp_path / "population" / "transfer" / f"state_{seq2}.pt", {"x": torch_zeros()})
+    worker.poll()
+    files = sorted(p.name for p in (tmp_path / "population" / "transfer").iterdir())
+    assert files == [f"command_{seq2}.json", f"state_{seq2}.pt"]  # the first copy's files are gone
+    link = pw.MemberLink(InProcChannel(pw.COMMAND_WIDTH), tmp_path, 1, lambda values: values)
+    link.channel.send((pw.IMPORT, seq1, 0, 0))
+    assert link.serve(object()) == 1 and link.copy == -1  # superseded: skipped, nothing adopted
+    assert len(_lineage_lines(tmp_path)) == 4 and reports
+
+
+def torch_zeros():
+    import torch
+
+    return torch.zeros(2)
+
+
+def _lineage_lines(run) -> list[str]:
+    return (run / "population.jsonl").read_text().splitlines()

@@ -36,22 +36,13 @@ def _newest(folder: Path) -> int:
 
 
 def test_pbt_brings_every_member_to_475_by_copying_the_one_that_learns(tmp_path):
-    """4 members, 3 of them with a learning rate of 1e-6: each of those copies a member that learns (weights and
-    optimizer, then a perturbed learning rate), and by 120k env steps every member's training return is 475 or
-    more. No process restarts; every member's versions only go up."""
+    """The shipped configs/cartpole_pbt.yaml: 4 members, 3 of them with a learning rate of 1e-6: each of those
+    copies a member that learns (weights and optimizer, then a perturbed learning rate), and by 120k env steps
+    every member's training return is 475 or more. No process restarts; every member's versions only go up."""
     run = tmp_path / "run"
-    cfg = load_config(
-        CARTPOLE,
-        [
-            "runtime=local",
-            "population.members=4",
-            "population.interval=5000",
-            _lr([1e-3, SLOW, SLOW, SLOW]),
-            "run.target_return=null",
-            "run.total_env_steps=120000",
-            "run.log_interval_seconds=0.5",
-        ],
-    )
+    cfg = load_config("configs/cartpole_pbt.yaml", ["run.log_interval_seconds=0.5"])
+    assert cfg.population.members == 4 and cfg.run.total_env_steps == 120_000
+    assert [v["ppo.lr"] for v in cfg.population.initial_values(cfg.seed)] == [1e-3, SLOW, SLOW, SLOW]
     summary = train(cfg, run, progress=None)
     assert "error" not in summary and summary["restarts"] == {}, summary
     returns = {name: p["train_return_mean"] for name, p in summary["policies"].items()}

@@ -318,7 +318,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
         batch_source(plan, fabric, ctx.worker, fresh=plan.resume is None and incarnation == 0),
         ParamPublisher(fabric.params(policy=k)),
         fabric.reporter(),
-        total_env_steps=cfg.run.total_env_steps,
+        total_env_steps=cfg.run.total_env_steps // max(1, cfg.population.members),  # a member's share: its schedules
         checkpoint_dir=None if run_dir is None else policy_checkpoints(run_dir, plan.cfg, policy.name),
         checkpoint_interval=cfg.run.checkpoint_interval_seconds,
         keep_checkpoints=cfg.run.keep_checkpoints,

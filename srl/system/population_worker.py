@@ -46,6 +46,9 @@ COMMAND_WIDTH = 4
 EXPORT, IMPORT = 1, 2
 """Commands to a member's lead trainer: write your state for copy ``seq``; take copy ``seq``'s state and values."""
 MAX_RECORDS = 1024
+ASK_AGAIN_SECONDS = 5.0
+"""An export not written after this long is asked for again (the source's trainer may have died with the
+request); exports overwrite, so a second one costs only its time."""
 
 
 def episode_records(member_steps: Sequence[int], sums: Sequence[float], counts: Sequence[int]) -> np.ndarray:
@@ -88,6 +91,8 @@ class MemberLink:
         self.copy = -1
         """The copy (its seq) it took last."""
         self._missed: int | None = None
+        self.pause_max = 0.0
+        """The longest a command kept its trainer from training (seconds): an export or an import."""
 
     def serve(self, trainer: Any) -> int:
         """Carry out what was asked since the last call; how many commands."""
@@ -98,17 +103,22 @@ class MemberLink:
             done += 1
         records = self.channel.recv(16, 0.0)
         for op, seq, _source, _ in records.tolist():
+            t0 = time.perf_counter()
             if op == EXPORT:
                 state = {k: v for k, v in trainer.algorithm.state_dict().items() if k != "rng"}
                 self.folder.mkdir(parents=True, exist_ok=True)
                 _save_state(self.folder / f"state_{seq}.pt", state)
             elif op == IMPORT and seq > self.copy:
                 self._import(trainer, seq)
+            self.pause_max = max(self.pause_max, time.perf_counter() - t0)
         return done + len(records)
 
     def _import(self, trainer: Any, seq: int) -> None:
-        command = json.loads((self.folder / f"command_{seq}.json").read_text())
-        state = torch.load(self.folder / f"state_{seq}.pt", map_location="cpu", weights_only=True)
+        try:
+            command = json.loads((self.folder / f"command_{seq}.json").read_text())
+            state = torch.load(self.folder / f"state_{seq}.pt", map_location="cpu", weights_only=True)
+        except FileNotFoundError:  # pruned just now: a newer copy to this member supersedes it
+            return
         self.values = {str(k): float(v) for k, v in command["values"].items()}
         self.copy = seq
         trainer.adopt(state, self.settings(self.values))
@@ -161,6 +171,7 @@ class PopulationWorker(Worker):
         self.reporter, self.wait_timeout = reporter, wait_timeout
         self.pending: dict[int, tuple[int, int, dict[str, float]]] = {}
         """Copies under way: seq -> (target, source, new values)."""
+        self._asked: dict[int, float] = {}  # seq -> when its export was last asked for
         self.copies = 0
 
     def setup(self) -> None:
@@ -171,7 +182,7 @@ class PopulationWorker(Worker):
             self.state = PopulationState.from_json(self.state.cfg, data, str(saved))
             self.pending = {int(k): (int(t), int(s), dict(v)) for k, (t, s, v) in data.get("pending", {}).items()}
         for seq, (_, source, _) in self.pending.items():  # asked before a restart: ask again (exports overwrite)
-            self._send(source, EXPORT, seq, source)
+            self._ask(seq, source)
         self._report()
 
     def teardown(self) -> None:
@@ -197,7 +208,7 @@ class PopulationWorker(Worker):
                     self.pending[seq] = (member, decision.source, decision.new)
                     busy |= {member, decision.source}
                     self._append(decision.records())
-                    self._send(decision.source, EXPORT, seq, decision.source)
+                    self._ask(seq, decision.source)
         if decided or done:
             self._save()
             self._report()
@@ -210,14 +221,31 @@ class PopulationWorker(Worker):
         done = 0
         for seq, (target, source, values) in list(self.pending.items()):
             if not (self.transfer / f"state_{seq}.pt").exists():
+                if time.monotonic() - self._asked.get(seq, 0.0) > ASK_AGAIN_SECONDS:
+                    self._ask(seq, source)
                 continue
             command = {"source": source, "target": target, "values": values}
             atomic_write_text(self.transfer / f"command_{seq}.json", json.dumps(command))
             self._send(target, IMPORT, seq, source)
             del self.pending[seq]
+            self._asked.pop(seq, None)
+            self._prune(target, seq)
             self.copies += 1
             done += 1
         return done
+
+    def _ask(self, seq: int, source: int) -> None:
+        self._send(source, EXPORT, seq, source)
+        self._asked[seq] = time.monotonic()
+
+    def _prune(self, target: int, newest: int) -> None:
+        """The files of ``target``'s earlier copies: the newest one supersedes them (a trainer that has not taken
+        one yet takes the newest instead)."""
+        for path in self.transfer.glob("command_*.json"):
+            seq = int(path.stem.partition("_")[2])
+            if seq < newest and json.loads(path.read_text()).get("target") == target:
+                (self.transfer / f"state_{seq}.pt").unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
 
     def _send(self, member: int, op: int, seq: int, source: int) -> None:
         self.members[member].send((op, seq, source, 0))

@@ -282,6 +282,8 @@ class TrainerWorker(Worker):
             "update_threads": threads,
             "adopted": self.adopted,
         }
+        if self.member is not None:  # the longest a copy (an export or an import) held this trainer up
+            meta["copy_pause_max"] = self.member.pause_max
         meta.update({k: float(v) for k, v in stats.items()})
         arrays = None
         if self._lags:
