@@ -162,13 +162,14 @@ def test_bench_solve_refuses_a_seed_override_it_would_report_under_another_seed(
         bench_solve("configs/cartpole_ppo.yaml", 1, ["ppo.lr=0.001", "seed=2"])
 
 
-@pytest.mark.parametrize(("runtime", "budget"), [("inline", 100_000), ("local", 150_000)])
+@pytest.mark.parametrize(("runtime", "budget"), [("inline", 100_000)])
 def test_dqn_solves_cartpole_from_its_replay_within_100k_env_steps(tmp_path, runtime, budget):
     """The shipped DQN config: the mean of the last 20 training episodes (with the actors' exploration) reaches
     475 within 100k env steps inline, the greedy policy plays 500, and the replay held its 32 samples per insert.
-    Under the local runtime the actor and the trainer run apart, so which items each update samples differs from
-    run to run: on 2026-12-04 it did not solve within 100k env steps in 2 of 4 runs (one that did took 51,712);
-    its budget is 150k."""
+    Inline only: under the local runtime the actor and the trainer run apart, so which items each update samples
+    differs from run to run and with the machine's load (on 2026-12-04 it missed 100k env steps in 2 of 4 runs,
+    and a 150k budget took 65 s of CI); DQN's processes under the local runtime, killed and resumed, are
+    tests/test_replay_runtime.py's, and across Ray nodes tests/test_ray.py's."""
     cfg = load_config("configs/cartpole_dqn.yaml", [f"runtime={runtime}", f"run.total_env_steps={budget}"])
     summary = train(cfg, tmp_path / runtime, progress=None)
     assert summary["solved"] and summary["solved_env_steps"] <= budget, {
