@@ -379,3 +379,47 @@ def torch_zeros():
 
 def _lineage_lines(run) -> list[str]:
     return (run / "population.jsonl").read_text().splitlines()
+
+
+def test_scored_by_evaluation_a_member_is_judged_by_its_deterministic_episodes_not_its_training_ones(tmp_path):
+    """``score: eval``: training returns say member 1 is the better, evaluations say member 0 is: member 1 copies
+    member 0. A short inline run wires the evaluations to the members' snapshots."""
+    from srl.api.config import load_config
+    from srl.base.channel import InProcChannel
+    from srl.runtime.train import train
+    from srl.system import population_worker as pw
+
+    cfg = PopulationConfig(members=2, interval=100, min_episodes=2, score="eval", eval_episodes=3)
+    evaluations = {0: [300.0, 310.0, 320.0], 1: [20.0, 30.0, 40.0]}
+    episodes = InProcChannel(pw.EPISODE_WIDTH)
+    members = [InProcChannel(pw.COMMAND_WIDTH) for _ in range(2)]
+    worker = pw.PopulationWorker(
+        PopulationState.start(cfg, 0),
+        Truncation(cfg),
+        episodes,
+        members,
+        tmp_path,
+        type("R", (), {"report": lambda *a: None})(),
+        evaluate=lambda m: evaluations[m],
+    )
+    worker.setup()
+    episodes.send(pw.episode_records([100, 100], [50.0, 900.0], [5, 5]))  # training says the opposite
+    worker.poll()
+    assert worker.state.members[0].last_score == 310.0
+    assert [r["source"] for r in _lineage_lines_json(tmp_path) if r["event"] == "exploit"] == [0]
+    with pytest.raises(ConfigError, match="eval_episodes: 1 episodes score no member: min_episodes is 5"):
+        PopulationConfig(members=2, score="eval", eval_episodes=1)
+    lr = "{key: ppo.lr, min: 1.0e-6, max: 1.0e-2, log: true, initial: [1.0e-3, 1.0e-6]}"
+    settings = ["runtime=inline", "population.members=2", "population.interval=3000", "population.score=eval"]
+    settings += [f"population.hyperparameters=[{lr}]", "run.total_env_steps=12000", "run.target_return=null"]
+    run = tmp_path / "run"
+    summary = train(load_config("configs/cartpole_ppo.yaml", [*settings, "run.eval_episodes=0"]), run, progress=None)
+    assert "error" not in summary and summary["population"]["decisions"] >= 2
+    assert all(
+        m["last_score"] is None or m["last_score"] >= 8
+        for m in json.loads((run / "population" / "state.json").read_text())["members"]
+    )  # CartPole returns: at least 8 steps
+
+
+def _lineage_lines_json(run) -> list[dict]:
+    return [json.loads(line) for line in _lineage_lines(run)]

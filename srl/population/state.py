@@ -101,11 +101,21 @@ class PopulationState:
         m.window_sum += total
         m.window_count += count
 
-    # ------------------------------------------------------------------ decisions
-    def ready(self, member: int) -> bool:
-        """Its interval has passed since its last check, and it finished enough episodes to be scored."""
+    def evaluated(self, member: int, returns: Sequence[float]) -> None:
+        """``score: eval``: the returns of its evaluation now stand for its window (what it finished in training
+        since its last check does not count)."""
         m = self.members[member]
-        return m.env_steps - m.checked_at >= self.cfg.interval and m.window_count >= self.cfg.min_episodes
+        m.window_sum, m.window_count = float(np.sum(returns, dtype=np.float64)), len(returns)
+
+    # ------------------------------------------------------------------ decisions
+    def due(self, member: int) -> bool:
+        """Its interval has passed since its last check."""
+        m = self.members[member]
+        return m.env_steps - m.checked_at >= self.cfg.interval
+
+    def ready(self, member: int) -> bool:
+        """Due, with enough episodes to be scored (its training episodes, or an evaluation's)."""
+        return self.due(member) and self.members[member].window_count >= self.cfg.min_episodes
 
     def score(self, member: int) -> float | None:
         """Its episodes since its last check when there are enough of them, else its score at that check."""

@@ -222,6 +222,17 @@ def build_population(ctx: BuildContext) -> Worker:
     rule = resolve(cfg.rule, RULES, "population.rule")(cfg)
     served = ctx.worker.service(Stream.EPISODES)
     assert served is not None
+    evaluate = None
+    if cfg.score == "eval":  # each member's newest snapshot, read like the eval worker reads them
+        from srl.evaluate import eval_seed, play
+
+        policies, subscribers = _subscribers(plan, fabric, ctx.worker)
+
+        def evaluate(member: int) -> list[float]:
+            subscribers[member].refresh()
+            played = play(plan.policies[member].cfg, [policies[member]], cfg.eval_episodes, eval_seed(plan.cfg))
+            return [float(r) for r in played["returns"]]
+
     return PopulationWorker(
         PopulationState.start(cfg, plan.cfg.seed),
         rule,
@@ -230,6 +241,7 @@ def build_population(ctx: BuildContext) -> Worker:
         run_dir,
         fabric.reporter(),
         wait_timeout=max(ctx.wait_timeout, 0.0),
+        evaluate=evaluate,
     )
 
 

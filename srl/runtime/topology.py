@@ -587,7 +587,10 @@ POPULATION = Role(
     builder="srl.runtime.build:build_population",
     seed_salt=9,
     serves=lambda plan, i: (Endpoint(Stream.EPISODES, 0),),
-    connects=lambda plan, i: tuple(Endpoint(Stream.MEMBER, k) for k in range(len(plan.policies))),
+    connects=lambda plan, i: (
+        *(Endpoint(Stream.MEMBER, k) for k in range(len(plan.policies))),
+        *(_every_policy(plan, TRAINER_NODE, i) if plan.cfg.population.score == "eval" else ()),
+    ),
 )
 
 ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, ACTOR, EVAL, LEAGUE, POPULATION)

@@ -163,8 +163,12 @@ class PopulationWorker(Worker):
         run_dir: Path,
         reporter: Reporter,
         wait_timeout: float = 0.05,
+        evaluate: Callable[[int], Sequence[float]] | None = None,
     ) -> None:
+        """``evaluate(member)``: with ``score: eval``, the returns of the member's newest policy's deterministic
+        episodes, played when it is due."""
         self.name = "population0"
+        self.evaluate = evaluate
         self.state, self.rule, self.episodes, self.members = state, rule, episodes, list(members)
         self.folder, self.transfer = folders(run_dir)
         self.lineage = run_dir / "population.jsonl"
@@ -194,12 +198,14 @@ class PopulationWorker(Worker):
         for member, steps, n, hi, lo in records.tolist():
             if 0 <= member < len(self.members):
                 self.state.add_steps(member, steps)
-                if n > 0:
+                if n > 0 and self.evaluate is None:  # scored by training episodes (else by evaluations)
                     self.state.add_window(member, _sum_of(hi, lo), n)
         done = self._finish_copies()
         busy = {t for t, _, _ in self.pending.values()} | {s for _, s, _ in self.pending.values()}
         decided = 0
         for member in range(len(self.members)):
+            if self.evaluate is not None and member not in busy and self.state.due(member):
+                self.state.evaluated(member, self.evaluate(member))
             if member not in busy and self.state.ready(member):
                 decision = self.state.check(member, self.rule, exclude=busy)
                 decided += 1

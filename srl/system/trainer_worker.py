@@ -162,7 +162,7 @@ class TrainerWorker(Worker):
         if self.leader:
             self.publisher.publish(self.version, self.algorithm.policy_state())
         if self.leader and self.checkpoint_dir is not None:
-            self.save_checkpoint()
+            self._checkpoint()
 
     def setup(self) -> None:
         self.source.setup()
@@ -200,11 +200,14 @@ class TrainerWorker(Worker):
             return 0
         self._update()
         if self.leader and self.checkpoint_dir is not None and self._checkpoints.due():
-            try:
-                self.save_checkpoint()
-            except OSError as exc:  # e.g. a full disk: the previous checkpoint stays; training goes on
-                self.reporter.report("info", {"worker": self.name, "message": exc.strerror or str(exc)})
+            self._checkpoint()
         return 0
+
+    def _checkpoint(self) -> None:
+        try:
+            self.save_checkpoint()
+        except OSError as exc:  # e.g. a full disk: the previous checkpoint stays; training goes on
+            self.reporter.report("info", {"worker": self.name, "message": exc.strerror or str(exc)})
 
     def teardown(self) -> None:
         self._report(force=True)

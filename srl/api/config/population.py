@@ -86,10 +86,13 @@ class PopulationConfig:
     min_gap: float = 0.0
     """A copy happens only if the source's score is at least this much above the target's."""
     min_episodes: int = 5
-    """Episodes a member must have finished since its last check to be scored."""
-    score: Literal["train"] = "train"
-    """What scores a member: the mean undiscounted return of the training episodes it finished since its last
-    check (as the actors report them, before any reward transform)."""
+    """Episodes a member must have finished since its last check to be scored (``score: train``)."""
+    score: Literal["train", "eval"] = "train"
+    """What scores a member: ``train``, the mean undiscounted return of the training episodes it finished since
+    its last check (as the actors report them, before any reward transform); ``eval``, the mean return of
+    ``eval_episodes`` deterministic episodes its newest policy plays in the population worker at each check."""
+    eval_episodes: int = 10
+    """Episodes of each evaluation with ``score: eval`` (played at once, one env each)."""
     rule: str = "truncation"
     """The exploit rule: ``truncation`` (bottom copies top, as above) or ``package.module:Rule``, a class built
     from this config with ``source(member, scores, rng)`` (see ``srl/population/rules.py``)."""
@@ -121,6 +124,12 @@ class PopulationConfig:
         check(0.0 < self.quantile <= 0.5, "quantile", f"must be in (0, 0.5], got {self.quantile:g}")
         check(self.min_gap >= 0, "min_gap", f"must be >= 0, got {self.min_gap:g}")
         check(self.min_episodes >= 1, "min_episodes", f"must be >= 1, got {self.min_episodes}")
+        check(self.eval_episodes >= 1, "eval_episodes", f"must be >= 1, got {self.eval_episodes}")
+        check(
+            self.score != "eval" or self.eval_episodes >= self.min_episodes,
+            "eval_episodes",
+            f"{self.eval_episodes} episodes score no member: min_episodes is {self.min_episodes}",
+        )
         keys = [h.key for h in self.hyperparameters]
         twice = sorted({k for k in keys if keys.count(k) > 1})
         check(not twice, "hyperparameters", f"{', '.join(twice)} listed twice")
