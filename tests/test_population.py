@@ -142,7 +142,7 @@ def test_a_restored_state_decides_what_the_first_would_have():
 def test_a_state_that_does_not_fit_the_config_is_one_error():
     s = _state()
     data = s.to_json()
-    with pytest.raises(ValueError, match="state.json: holds 4 members, the config 2"):
+    with pytest.raises(ValueError, match=r"state\.json: holds 4 members, the config 2"):
         PopulationState.from_json(PopulationConfig(members=2), data, "state.json")
     with pytest.raises(ValueError, match="not a population state"):
         PopulationState.from_json(s.cfg, {"format": "x"}, "state.json")
@@ -415,10 +415,8 @@ def test_scored_by_evaluation_a_member_is_judged_by_its_deterministic_episodes_n
     run = tmp_path / "run"
     summary = train(load_config("configs/cartpole_ppo.yaml", [*settings, "run.eval_episodes=0"]), run, progress=None)
     assert "error" not in summary and summary["population"]["decisions"] >= 2
-    assert all(
-        m["last_score"] is None or m["last_score"] >= 8
-        for m in json.loads((run / "population" / "state.json").read_text())["members"]
-    )  # CartPole returns: at least 8 steps
+    scores = [m["last_score"] for m in json.loads((run / "population" / "state.json").read_text())["members"]]
+    assert any(x is not None for x in scores) and all(x is None or x >= 8 for x in scores)  # CartPole returns
 
 
 def _lineage_lines_json(run) -> list[dict]:
