@@ -95,7 +95,7 @@ def evaluate_policies(
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
     if plan.cfg.population.enabled:
-        return _evaluate_members(plan.cfg, policies, episodes, seed, deterministic, max_steps)
+        return play_members(plan.cfg, policies, episodes, seed, deterministic, max_steps)
     out = play(plan.cfg, policies, episodes, seed, deterministic, max_steps)
     if plan.vs_random:
         # Self-play returns of a zero-sum game average 0 whatever the policy: a match says how strong it is.
@@ -106,13 +106,13 @@ def evaluate_policies(
     return out
 
 
-def _evaluate_members(
+def play_members(
     cfg: ExperimentConfig,
     members: Sequence[Policy],
     episodes: int,
     seed: int,
-    deterministic: bool,
-    max_steps: int,
+    deterministic: bool = True,
+    max_steps: int = 100_000,
 ) -> dict[str, Any]:
     """A population: each member plays ``episodes`` episodes of its own (the same seeds), and the best member's
     results are the evaluation's (``best`` names it); each member's are under ``policies``."""
@@ -244,7 +244,7 @@ def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[st
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, states[0]["config"], prefix="checkpoint config: ")
-    if len(cfg.policy_names) != len(files):
+    if len(cfg.policy_names) != len(files) and not cfg.population.enabled:  # one member of a population plays alone
         raise ConfigError(f"{target}: a checkpoint of one of {len(cfg.policy_names)} policies; give the run directory")
     on_state = ()  # acting policies never read the global state
     groups = {g.policy: g for g in probe_groups(cfg.env, cfg.agents, on_state, cfg.population.names).groups}
@@ -265,6 +265,7 @@ def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[st
     info: dict[str, Any] = {"checkpoint": str(files[0]), "version": int(states[0]["version"])}
     if len(files) > 1:
         info["checkpoints"] = {n: str(p) for n, p in zip(cfg.policy_names, files)}
+        info["versions"] = {n: int(state["version"]) for n, state in zip(cfg.policy_names, states)}
     return cfg, policies, info
 
 
@@ -274,7 +275,7 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]
     cfg, policies, info = load_policies(target)
     if cfg.population.enabled and Path(target).is_dir():
         best = best_member(Path(target), cfg)
-        info = {**info, "member": best, "checkpoint": info["checkpoints"][best]}
+        info = {**info, "member": best, "checkpoint": info["checkpoints"][best], "version": info["versions"][best]}
         return cfg, policies[cfg.population.names.index(best)], info
     if len(policies) > 1:
         raise ConfigError(f"{target}: a run of {len(policies)} policies ({', '.join(cfg.policy_names)}); one is needed")

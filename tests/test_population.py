@@ -324,6 +324,32 @@ def test_a_resumed_run_continues_the_lineage(tmp_path):
     assert newest["hyperparameters"] in explored  # values it copied, not its first (1e-6)
 
 
+def test_srl_eval_and_load_policy_of_a_population_run(tmp_path, capsys):
+    """``srl eval RUN_DIR`` plays each member and names the best; a member's checkpoint file plays alone;
+    ``srl.load_policy(RUN_DIR)`` is the best member, as the final evaluation named it."""
+    import srl
+    from srl.api.config import load_config
+    from srl.cli.main import main
+    from srl.runtime.train import train
+
+    lr = "{key: ppo.lr, min: 1.0e-6, max: 1.0e-2, log: true, initial: [1.0e-3, 1.0e-6]}"
+    settings = ["runtime=inline", "population.members=2", f"population.hyperparameters=[{lr}]"]
+    settings += ["population.interval=1000000000", "run.total_env_steps=8000", "run.target_return=null"]
+    run = tmp_path / "run"
+    summary = train(load_config("configs/cartpole_ppo.yaml", [*settings, "run.eval_episodes=4"]), run, progress=None)
+    assert summary["population"]["best"] in ("member0", "member1")
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    played = json.loads(capsys.readouterr().out)
+    assert set(played["policies"]) == {"member0", "member1"} and played["best"] in played["policies"]
+    assert played["return_mean"] == played["policies"][played["best"]]["return_mean"]
+    ckpt = sorted((run / "checkpoints" / "member1").glob("ckpt_*.pt"))[-1]
+    assert main(["eval", str(ckpt), "--episodes", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["return_mean"] == played["policies"]["member1"]["return_mean"]
+    loaded = srl.load_policy(run)
+    best = summary["population"]["best"]
+    assert f"/{best}/" in loaded.checkpoint and loaded.version == summary["policies"][best]["policy_version"]
+
+
 def test_the_worker_asks_again_for_a_lost_export_and_keeps_only_each_targets_newest_copy(tmp_path, monkeypatch):
     """The population worker against in-process channels: an export request the source never served is asked
     again; once a newer copy to the same target is handed over, the older copy's files go, and an import record
