@@ -46,3 +46,26 @@ def test_a_target_the_untrained_policy_meets_does_not_stop_the_run_before_the_fi
     assert summary["stop_reason"] == "solved" and summary["solved_env_steps"] >= 2048, summary
     early = [w for w in summary["warnings"] if "met by the untrained policy" in w]
     assert len(early) == 1 and progress.getvalue().count(early[0]) == 1, summary["warnings"]
+
+
+def test_a_population_is_solved_when_its_best_member_is() -> None:
+    """Members' episodes are no one policy's: the target is held against the best member's full window, not the
+    mean of every member's episodes together."""
+    cfg = load_config(CARTPOLE, ["run.target_return=100", "run.return_window=3", "population.members=2"])
+    controller = Controller(cfg, None, time.time(), progress=None)
+    for trainer in (0, 1):  # each member's trainer has updated
+        controller.handle("trainer", {"trainer": trainer, "version": 1}, {})
+
+    def episodes(member: int, *returns: float) -> None:
+        owners = np.full(len(returns), member, np.int32)
+        controller.handle(
+            "actor", {"actor": 0, "env_steps": 64}, {"episode_returns": np.array(returns), "episode_policies": owners}
+        )
+
+    episodes(1, 10.0, 10.0, 10.0)
+    episodes(0, 150.0, 150.0)  # member 0's window is not full yet; the run's mean is 66
+    assert controller.solved_at is None
+    episodes(0, 150.0)  # now it is: 150, though the run's last 3 episodes are too
+    episodes(1, 10.0, 10.0, 10.0)  # the run's window: member 1's 10s
+    assert controller.should_stop() == "solved" and controller.solved_return_mean == 150.0
+    assert controller.return_mean == 10.0

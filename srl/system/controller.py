@@ -267,16 +267,28 @@ class Controller:
     def return_mean(self) -> float:
         return float(np.mean(self.window)) if self.window else float("nan")
 
+    def _solving_window(self) -> tuple[float, int]:
+        """The return the target is held against and how many episodes it is the mean of: the run's window, or a
+        population's best member's (its members' episodes are no one policy's)."""
+        if not self.cfg.population.enabled:
+            return self.return_mean, len(self.window)
+        windows = [w for w in self.policy_windows if w]
+        if not windows:
+            return float("nan"), 0
+        full = [w for w in windows if len(w) >= self.cfg.run.return_window] or windows
+        best = max(full, key=lambda w: float(np.mean(w)))
+        return float(np.mean(best)), len(best)
+
     def _check_solved(self) -> None:
         target = self.cfg.run.target_return
-        if self.solved_at is not None or target is None or not self.return_mean >= target:
+        mean, seen = self._solving_window()
+        if self.solved_at is not None or target is None or not mean >= target:
             return
         untrained = self.policy_version == 0 and self.env_steps_offset == 0
-        seen = len(self.window)
         if not untrained and seen >= self.cfg.run.return_window:
             self.solved_at = time.time()
             self.solved_env_steps = self.env_steps
-            self.solved_return_mean = self.return_mean
+            self.solved_return_mean = mean
         elif not self._warned_early:
             # A mean over fewer episodes than the window is noise; a target the untrained policy meets (every policy
             # still at version 0, nothing resumed) says nothing of learning, and was most likely set for another env.
