@@ -185,6 +185,8 @@ class PopulationWorker(Worker):
             data = json.loads(saved.read_text())
             self.state = PopulationState.from_json(self.state.cfg, data, str(saved))
             self.pending = {int(k): (int(t), int(s), dict(v)) for k, (t, s, v) in data.get("pending", {}).items()}
+            # the state's lineage is the record: a worker killed between the two writes left the file a line off
+            atomic_write_text(self.lineage, "".join(json.dumps(r) + "\n" for r in self.state.lineage))
         for seq, (_, source, _) in self.pending.items():  # asked before a restart: ask again (exports overwrite)
             self._ask(seq, source)
         self._report()
