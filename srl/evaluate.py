@@ -94,8 +94,6 @@ def evaluate_policies(
     An env without a time limit could run forever under a deterministic policy: after ``max_steps``
     the episodes still running are counted with their return so far (``unfinished`` says how many).
     """
-    if plan.cfg.population.enabled:
-        return play_members(plan.cfg, policies, episodes, seed, deterministic, max_steps)
     out = play(plan.cfg, policies, episodes, seed, deterministic, max_steps)
     if plan.vs_random:
         # Self-play returns of a zero-sum game average 0 whatever the policy: a match says how strong it is.
@@ -137,7 +135,12 @@ def play(
 ) -> dict[str, Any]:
     """Play ``episodes`` episodes at once (one slot), each policy its agents (``cfg.agents``); with ``video``,
     the first one is written there as MP4. The return is the mean over every agent's episode return; each
-    policy's (over its agents) is under ``policies``."""
+    policy's (over its agents) is under ``policies``. A population's members each play alone
+    (:func:`play_members`)."""
+    if cfg.population.enabled and len(policies) > 1:
+        if video is not None:
+            raise ConfigError("--video: films one policy; give one member's checkpoint file")
+        return play_members(cfg, policies, episodes, seed, deterministic, max_steps)
     env_cfg = evaluation_env(cfg.env)
     film = None
     if video is not None:
@@ -218,6 +221,16 @@ def best_member(run_dir: Path, cfg: ExperimentConfig) -> str:
         return names[0]
 
 
+def best_of(
+    run_dir: Path, cfg: ExperimentConfig, policies: Sequence[Policy], info: dict[str, Any]
+) -> tuple[Policy, dict[str, Any]]:
+    """Of a population's members loaded by :func:`load_policies`, the best (:func:`best_member`), with its own
+    checkpoint and version in ``info`` (``member`` names it)."""
+    best = best_member(run_dir, cfg)
+    info = {**info, "member": best, "checkpoint": info["checkpoints"][best], "version": info["versions"][best]}
+    return policies[cfg.population.names.index(best)], info
+
+
 def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[str, Any]]:
     """The config and the acting policy of each policy of a run directory (each one's newest checkpoint), or of
     one checkpoint file (a run of one policy)."""
@@ -274,9 +287,8 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]
     directory, its best member (:func:`best_member`)."""
     cfg, policies, info = load_policies(target)
     if cfg.population.enabled and Path(target).is_dir():
-        best = best_member(Path(target), cfg)
-        info = {**info, "member": best, "checkpoint": info["checkpoints"][best], "version": info["versions"][best]}
-        return cfg, policies[cfg.population.names.index(best)], info
+        policy, info = best_of(Path(target), cfg, policies, info)
+        return cfg, policy, info
     if len(policies) > 1:
         raise ConfigError(f"{target}: a run of {len(policies)} policies ({', '.join(cfg.policy_names)}); one is needed")
     return cfg, policies[0], info

@@ -136,25 +136,17 @@ class LoadedPolicies:
 def load(target: Path) -> LoadedPolicy | LoadedPolicies:
     """See :func:`srl.load_policy`."""
     from srl.envs.slots import probe_groups
-    from srl.evaluate import load_policies, load_policy
+    from srl.evaluate import best_of, load_policies
 
-    if target.is_dir() and _population(target):  # a population's best member acts for its run
-        cfg, policy, info = load_policy(target)
-        return _loaded(cfg.for_policy(info["member"]), policy, info, None)
     cfg, policies, info = load_policies(target)
+    if cfg.population.enabled and target.is_dir():  # a population's best member acts for its run
+        policy, info = best_of(target, cfg, policies, info)
+        return _loaded(cfg.for_policy(info["member"]), policy, info, None)
     if len(policies) == 1:
         return _loaded(cfg, policies[0], info, None)
     groups = probe_groups(cfg.env, cfg.agents).groups
     by_policy = {g.policy: _loaded(cfg.for_policy(g.policy), p, info, g.agents) for g, p in zip(groups, policies)}
     return LoadedPolicies(by_policy, info)
-
-
-def _population(run_dir: Path) -> bool:
-    """The run directory holds a population's run."""
-    from srl.api.config import load_config
-
-    saved = run_dir / "config.yaml"
-    return saved.is_file() and load_config(saved).population.enabled
 
 
 def _loaded(cfg: ExperimentConfig, policy: Policy, info: dict, only: tuple[str, ...] | None) -> LoadedPolicy:

@@ -129,14 +129,7 @@ def _command(argv: list[str] | None) -> int:
                 match = play_match(cfg, policies[0], args.opponent, args.episodes, seed, not args.stochastic)
                 print(json.dumps({**source, "opponent": args.opponent, **match.as_dict()}))
                 return 0
-            if cfg.population.enabled and len(policies) > 1:  # a population's run directory: each member
-                from srl.evaluate import play_members
-
-                if args.video is not None:
-                    raise ConfigError("--video: films one policy; give one member's checkpoint file")
-                result = play_members(cfg, policies, args.episodes, seed, deterministic=not args.stochastic)
-            else:
-                result = play(cfg, policies, args.episodes, seed, deterministic=not args.stochastic, video=args.video)
+            result = play(cfg, policies, args.episodes, seed, deterministic=not args.stochastic, video=args.video)
             print(json.dumps({**source, **result}))
             return 0
         if args.command == "bench":

@@ -121,6 +121,7 @@ class ActorWorker(Worker):
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
         self._done_policies: list[int] = []
+        self._shares: list[float] = []  # set in setup
         self.episodes = episodes
         self._sent_steps = 0  # env steps already reported on ``episodes``
         self._t_start = time.perf_counter()
@@ -147,6 +148,7 @@ class ActorWorker(Worker):
         assert len(groups) == G, f"{len(groups)} groups of agents, {G} policy pools"
         self.envs = self.slots[0].env_count
         columns = [g.columns(self.envs) for g in groups]
+        self._shares = [c / sum(columns) for c in columns]  # each group's part of every env step (a member's envs)
         make_rt = self._make_reward_transform
         self.reward_transforms = [[make_rt(n) for n in columns] for _ in self.slots] if make_rt else None
         if (
@@ -451,14 +453,12 @@ class ActorWorker(Worker):
         """Each member's share of the env steps since the last report (its columns of every step) and the returns
         of its finished episodes, to the population worker."""
         assert self.episodes is not None
-        columns = [g.columns(self.envs) for g in self.slots[0].groups] if self.slots else [1] * self.G
         steps, self._sent_steps = self.env_steps - self._sent_steps, self.env_steps
         owners = np.asarray(self._done_policies, np.int64)
         returns = np.asarray(self._done_returns, np.float64)
         sums = np.bincount(owners, weights=returns, minlength=self.G) if len(owners) else np.zeros(self.G)
         counts = np.bincount(owners, minlength=self.G) if len(owners) else np.zeros(self.G, np.int64)
-        shares = [steps * c // sum(columns) for c in columns]
-        records = episode_records(shares, sums.tolist(), counts.tolist())
+        records = episode_records([round(steps * share) for share in self._shares], sums.tolist(), counts.tolist())
         if len(records):
             self.episodes.send(records)
 

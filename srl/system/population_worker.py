@@ -130,12 +130,10 @@ class MemberLink:
     def restore(self, trainer: Any, state: Mapping[str, Any]) -> None:
         """A restarted trainer: take the values its checkpoint was written with, and a newer copy addressed to it
         at its first poll."""
-        from srl.system.trainer_worker import reconfigure
-
         values = state.get("hyperparameters")
         if values:
             self.values = {str(k): float(v) for k, v in values.items()}
-            reconfigure(trainer.algorithm, self.settings(self.values))
+            trainer.reconfigure(self.settings(self.values))
         self.copy = int(state.get("population_copy", -1))
         mine = [seq for seq, target in _commands(self.folder) if target == self.member and seq > self.copy]
         self._missed = max(mine) if mine else None

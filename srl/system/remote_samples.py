@@ -124,12 +124,10 @@ class SampleSender(SampleProducer):
 
     def flush(self) -> None:
         """Send what ZeroMQ can take now, oldest first; each sent buffer is free again."""
-        while self._unsent:
-            # EVENTS takes in the credits ZeroMQ's I/O thread returned for sent segments; a non-blocking send
-            # checks for them only about once per millisecond, so without this a segment finished soon after
-            # the previous one would wait in its buffer until the next segment ends.
-            if not self._sock.getsockopt(zmq.EVENTS) & zmq.POLLOUT:
-                return
+        # EVENTS (read by can_send) takes in the credits ZeroMQ's I/O thread returned for sent segments; a
+        # non-blocking send checks for them only about once per millisecond, so without it a segment finished soon
+        # after the previous one would wait in its buffer until the next segment ends.
+        while self.can_send():
             buf = self._unsent[0]
             frames = wire.encode(SEGMENT, self.pool.segment(self.row, buf), {"token": self.token, "actor": self.actor})
             try:

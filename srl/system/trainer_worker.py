@@ -155,7 +155,7 @@ class TrainerWorker(Worker):
         collected, publish the new policy as the next version (versions never go back), and checkpoint it (a
         restart continues from the copy)."""
         self.algorithm.load_state_dict(state)
-        reconfigure(self.algorithm, settings)
+        self.reconfigure(settings)
         self.version += 1
         self.adopted += 1
         self.source.discard_older(self.version)
@@ -163,6 +163,13 @@ class TrainerWorker(Worker):
             self.publisher.publish(self.version, self.algorithm.policy_state())
         if self.leader and self.checkpoint_dir is not None:
             self._checkpoint()
+
+    def reconfigure(self, settings: Any) -> None:
+        """Hand the algorithm new settings through its optional ``reconfigure`` (see ``srl/api/algorithm.py``); one
+        without it has none to change (the plan lets a population search its settings only when it has it)."""
+        hook = getattr(self.algorithm, "reconfigure", None)
+        if hook is not None:
+            hook(settings)
 
     def setup(self) -> None:
         self.source.setup()
@@ -325,14 +332,6 @@ class TrainerWorker(Worker):
     @staticmethod
     def _serialize(state: Mapping[str, Any], f: Any) -> None:
         torch.save(state, f)
-
-
-def reconfigure(algorithm: Algorithm, settings: Any) -> None:
-    """Hand ``algorithm`` new settings through its optional ``reconfigure`` (see ``srl/api/algorithm.py``); one
-    without it has none to change (the plan lets a population search its settings only when it has it)."""
-    hook = getattr(algorithm, "reconfigure", None)
-    if hook is not None:
-        hook(settings)
 
 
 def checkpoints(folder: Path) -> list[Path]:
