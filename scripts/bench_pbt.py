@@ -11,7 +11,7 @@
 
 Each population's policy is picked the same way, by training return (the mean of its last 20 training
 episodes); its deterministic evaluation over ``--eval-episodes`` episodes is the result. The runs of a seed go in
-turn (PBT, random search, shipped), one JSON line each. ``--keep DIR``: the first PBT run's ``config.yaml``,
+turn (PBT, random search, shipped; ``--methods`` picks some of them), one JSON line each. ``--keep DIR``: the first PBT run's ``config.yaml``,
 ``metrics.jsonl`` and ``population.jsonl`` are copied there (``srl plot DIR --population`` draws its lineage).
 """
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 NEVER = "population.interval=1000000000000"
+METHODS = {"pbt": "pbt", "random": "random search", "shipped": "shipped"}
 
 
 def _train(config: str, sets: list[str], keep: Path | None) -> dict[str, Any]:
@@ -64,6 +65,9 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--keep", type=Path, default=None)
+    p.add_argument(
+        "--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="which runs of each seed (all)"
+    )
     args = p.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     keep = args.keep
@@ -74,7 +78,8 @@ def main() -> None:
             ("random search", "configs/halfcheetah_pbt.yaml", [*common, NEVER]),
             ("shipped", "configs/halfcheetah_ppo.yaml", common),
         ]
-        for method, config, sets in runs:
+        chosen = {METHODS[m] for m in args.methods}
+        for method, config, sets in (r for r in runs if r[0] in chosen):
             summary = _train(config, sets, keep if method == "pbt" else None)
             if method == "pbt":
                 keep = None

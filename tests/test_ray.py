@@ -296,6 +296,38 @@ def test_two_policies_train_across_nodes_each_with_its_own_parameter_stream(clus
         assert workers[f"trainer{lead}"]["node_id"] != workers[f"trainer{other}"]["node_id"]
 
 
+def test_a_population_spread_over_two_trainer_nodes_copies_across_them(cluster, tmp_path):
+    """Population-based training under Ray (configs/cartpole_pbt.yaml with 2 members, the second with a learning
+    rate of 1e-6): each member trains whole on its own trainer node, its envs on both actor nodes. The actors'
+    episode records reach the population worker on the first trainer node over a record channel; it tells
+    member 1's trainer on the second node to copy member 0 (a command across nodes, the state through the run
+    directory); member 1 then plays like a learner, and its versions never went back."""
+    c, _ = cluster
+    second = c.add_node(num_cpus=2, resources={"srl_trainer": 1}, node_ip_address="127.0.0.1")
+    lr = "key: ppo.lr, min: 1.0e-6, max: 1.0e-2, log: true, initial: [1.0e-3, 1.0e-6], resample: 0.0"
+    try:
+        c.wait_for_nodes()
+        sets = ["ray.trainer_nodes=2", "population.members=2", f"population.hyperparameters=[{{{lr}}}]"]
+        sets += ["population.interval=3000", "run.total_env_steps=60000", "run.eval_episodes=10"]
+        cfg = load_config(ROOT / "configs" / "cartpole_pbt.yaml", [*_on_cluster(c), *sets])
+        summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    finally:
+        c.remove_node(second)
+    assert summary["stop_reason"] == "env_steps", summary.get("error")
+    workers = json.loads((tmp_path / "run" / "workers.json").read_text())
+    assert workers["trainer1"]["node_id"] == second.node_id != workers["trainer0"]["node_id"]
+    assert workers["param_root1"]["node_id"] == second.node_id
+    assert workers["population0"]["node_id"] == workers["trainer0"]["node_id"]
+    lineage = [json.loads(line) for line in (tmp_path / "run" / "population.jsonl").read_text().splitlines()]
+    assert any(r["event"] == "exploit" and (r["target"], r["source"]) == (1, 0) for r in lineage), lineage
+    assert summary["population"]["copies"] >= 1
+    # random play scores about 22, and a learning rate of 1e-6 keeps it there
+    assert summary["policies"]["member1"]["final_eval_return_mean"] >= 150, summary["policies"]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    versions = [r["member1/version"] for r in records if "member1/version" in r]
+    assert versions and versions == sorted(versions)
+
+
 def test_self_play_against_a_league_runs_across_nodes(cluster, tmp_path):
     """Tic-tac-toe against a league under Ray: the league worker plays its rounds from the parameter service on
     the trainers' node and freezes members; the actors on the other nodes play them."""

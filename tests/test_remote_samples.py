@@ -254,3 +254,39 @@ def test_a_stage_forwards_staged_buffers_across_nodes_and_holds_them_until_sent(
     assert forwarder.flush() and pool.state[1, 2] == FREE
     (record,) = _receive(receiver, 1).tolist()
     assert float(receiver.segment(*record)["rewards"].mean()) == 5.0
+
+
+def test_record_channels_cross_nodes_with_the_token_and_never_block_their_writer():
+    """A bound kind's channel across nodes (the population's episodes and commands): records arrive whole and in
+    order, a read takes only what it asks for and keeps the rest, a message without the run's token or of the
+    wrong width is dropped and counted, and a writer whose reader is away drops and counts instead of blocking."""
+    from srl.system.remote_records import RecordReader, RecordWriter
+
+    ctx = zmq.Context.instance()
+    reader = RecordReader(5, "tcp://127.0.0.1:*", "token", ctx)
+    writer = RecordWriter(5, reader.address, "token", ctx)
+    try:
+        writer.send(np.arange(10).reshape(2, 5))
+        writer.send((10, 11, 12, 13, 14))
+        for bad, record in ((RecordWriter(5, reader.address, "wrong", ctx), (1, 2, 3, 4, 5)),
+                            (RecordWriter(4, reader.address, "token", ctx), (1, 2, 3, 4))):  # fmt: skip
+            bad.send(record)
+            bad.close()
+        got = [reader.recv(1, 5.0)]
+        while sum(len(g) for g in got) < 3:
+            got.append(reader.recv(10, 5.0))
+        assert len(got[0]) == 1 and np.concatenate(got).tolist() == np.arange(15).reshape(3, 5).tolist()
+        deadline = time.monotonic() + 5.0
+        while reader.rejected < 2 and time.monotonic() < deadline:
+            assert not len(reader.recv(10, 0.1))
+        assert reader.rejected == 2 and reader.received == 3
+        with pytest.raises(TypeError):
+            reader.send((0, 0, 0, 0, 0))
+        nobody = RecordWriter(5, "tcp://127.0.0.1:9", "token", ctx, queue=2)  # nothing listens there
+        for _ in range(10):
+            nobody.send((1, 1, 1, 1, 1))
+        assert nobody.dropped >= 6 and nobody.sent + nobody.dropped == 10
+        nobody.close()
+    finally:
+        writer.close()
+        reader.close()

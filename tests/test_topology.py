@@ -153,6 +153,33 @@ def test_ray_flat_parameters_and_actors_that_infer_themselves():
     assert _names(inline.clients_of(Endpoint(Stream.PARAMS))) == [f"actor{a}" for a in range(8)]
 
 
+def test_a_populations_members_are_dealt_over_the_trainer_groups_with_their_roots():
+    """Under Ray, member k trains whole in trainer group k mod trainer_nodes, its parameter root beside its lead's
+    buffer; readers in the first group (eval, the population worker) read the other members from their roots; the
+    population's episodes and member commands are bound record channels (sockets across nodes); no data-parallel
+    store (no policy spans two groups)."""
+    pbt = Path(__file__).resolve().parents[1] / "configs" / "cartpole_pbt.yaml"
+    sets = ["runtime=ray", "ray.actor_nodes=2", "ray.trainer_nodes=2", "workers.actors=2", "params.groups=2"]
+    plan = make_plan(
+        load_config(pbt, [*sets, "params.mode=hierarchical", "run.eval_every_versions=5", "population.score=eval"])
+    )
+    topology = plan.topology
+    group = {w.name: w.group for w in topology.workers}
+    assert [group[f"trainer{k}"] for k in range(4)] == [-1, -2, -1, -2] and plan.policy_nodes == 1
+    assert [group[f"param_root{k}"] for k in range(4)] == [-1, -2, -1, -2]
+    assert group["population0"] == group["eval0"] == TRAINER_NODE
+    reads = (Endpoint(Stream.SNAPSHOTS), Endpoint(Stream.PARAMS, policy=1))
+    reads += (Endpoint(Stream.SNAPSHOTS, policy=2), Endpoint(Stream.PARAMS, policy=3))
+    assert topology.get(EVAL, 0).connects == reads
+    population = topology.get("population", 0)
+    assert population.connects == tuple(Endpoint(Stream.MEMBER, k) for k in range(4)) + reads
+    assert Stream.EPISODES.bound and Stream.MEMBER.bound
+    assert _names(topology.clients_of(Endpoint(Stream.EPISODES, 0))) == ["actor0", "actor1"]
+    assert topology.get(TRAINER, 1).service(Stream.MEMBER) == Endpoint(Stream.MEMBER, 1)
+    with pytest.raises(ConfigError, match=r"^ray.trainer_nodes: 5 trainer node groups for 4 population members"):
+        load_config(pbt, ["runtime=ray", "ray.trainer_nodes=5"])
+
+
 def test_every_builtin_role_names_a_builder_and_a_distinct_seed():
     import importlib
 

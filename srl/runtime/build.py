@@ -350,8 +350,10 @@ def build_trainer(ctx: BuildContext) -> Worker:
 def _member_link(plan: Plan, fabric: Fabric, trainer: WorkerSpec, run_dir: Path | None) -> MemberLink | None:
     """A population member's lead trainer: its end of the population worker's commands."""
     served = trainer.service(Stream.MEMBER)
-    if served is None or run_dir is None:
+    if served is None:
         return None
+    if run_dir is None:  # a Ray node without the run directory: copies travel through it, as checkpoints do
+        raise ConfigError("population: a member's trainer takes its copies from the run directory; none on its node")
     cfg = plan.cfg
     assert served.index is not None
     settings = lambda values: algorithm_settings(cfg.with_values(values))  # noqa: E731

@@ -178,11 +178,28 @@ class Plan:
         """Node groups the trainers are split over (one outside Ray)."""
         return self.cfg.ray.trainer_nodes if self.cfg.runtime == "ray" else 1
 
-    def trainer_node(self, trainer: int) -> int:
-        """The trainer node group (0, 1, ...) trainer ``trainer`` lives in; the first holds each policy's lead
-        trainer."""
+    @property
+    def policy_nodes(self) -> int:
+        """Trainer node groups each policy's trainers are split over: all of them, or one for a population's
+        member (the members are dealt over the groups instead)."""
+        return 1 if self.cfg.population.enabled else self.trainer_nodes
+
+    def policy_trainer_node(self, trainer: int) -> int:
+        """Which of its policy's :attr:`policy_nodes` trainer ``trainer`` lives in (0 holds the policy's lead)."""
         per = self.cfg.workers.trainers
-        return (trainer % per) // (per // self.trainer_nodes)
+        return (trainer % per) // (per // self.policy_nodes)
+
+    def trainer_node(self, trainer: int) -> int:
+        """The trainer node group (0, 1, ...) trainer ``trainer`` lives in: every policy's trainers are split over
+        all the groups, the first holding its lead; a population's member ``k`` trains whole in group
+        ``k mod trainer_nodes``."""
+        if self.cfg.population.enabled:
+            return self.policy_of_trainer(trainer) % self.trainer_nodes
+        return self.policy_trainer_node(trainer)
+
+    def lead_node(self, policy: int) -> int:
+        """The trainer node group of policy ``policy``'s lead trainer (its snapshot buffer and parameter root)."""
+        return self.trainer_node(policy * self.cfg.workers.trainers)
 
     @cached_property
     def topology(self) -> Topology:
@@ -223,7 +240,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
 def _check_population(plan: Plan) -> None:
     """What the population needs of the algorithm and the layout: its searched keys in the algorithm's own section
     and a ``reconfigure`` to take them live; one trainer per member (a copy goes to the lead trainer); an interval
-    of at least one update; one machine (the population worker's channels are node-local)."""
+    of at least one update."""
     cfg = plan.cfg
     pop, cls = cfg.population, algorithm_class(cfg)
     section = getattr(cls, "section", None)
@@ -235,8 +252,6 @@ def _check_population(plan: Plan) -> None:
         raise ConfigError(f"population.hyperparameters: {cfg.algorithm} takes no new settings while it trains")
     if cfg.workers.trainers != 1:
         raise ConfigError("workers.trainers: a population member trains on one trainer (copies go to it)")
-    if cfg.runtime == "ray":
-        raise ConfigError("population: runs under the inline and local runtimes (its channels are on one machine)")
     member = plan.policies[0]
     per_update = _env_steps_per_update(plan, member)
     if pop.interval < per_update:

@@ -25,7 +25,7 @@ from srl.base.shm import sweep_stale
 from srl.runtime.build import build_worker
 from srl.runtime.plan import Plan, plan_from_spec
 from srl.runtime.ray_fabric import Endpoints, NodeFabric
-from srl.runtime.topology import TRAINER_NODE
+from srl.runtime.topology import TRAINER_NODE, Endpoint
 from srl.system.tracebacks import error_report
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def _fabric(spec: dict[str, Any], plan: Plan, host: str) -> NodeFabric:
+def _fabric(spec: dict[str, Any], plan: Plan, host: str, serves: tuple[Endpoint, ...] = ()) -> NodeFabric:
     where = spec.get("fabric")
     return NodeFabric(
         plan,
@@ -57,6 +57,7 @@ def _fabric(spec: dict[str, Any], plan: Plan, host: str) -> NodeFabric:
         host,
         tag=None if where is None else where["tag"],
         directory=None if where is None else Path(where["dir"]),
+        serves=serves,
     )
 
 
@@ -72,7 +73,7 @@ class NodeAgent:
         self.fabric = _fabric(spec, self.plan, ray.util.get_node_ip_address())
         self.fabric.create()
         self.dist: list[str] | None = None
-        if self.fabric.node == TRAINER_NODE and self.plan.trainer_nodes > 1:  # the lead trainers host the stores
+        if self.fabric.node == TRAINER_NODE and self.plan.policy_nodes > 1:  # the lead trainers host the stores
             self.dist = [self._address() for _ in self.plan.policies]
 
     def _address(self) -> str:
@@ -125,7 +126,7 @@ class WorkerActor:
         self.record = self.plan.topology.get(str(self.spec["role"]), int(self.spec["index"]))
         self.name = self.record.name
         self.host = str(self.spec["fabric"]["host"])
-        self.fabric = _fabric(self.spec, self.plan, self.host)
+        self.fabric = _fabric(self.spec, self.plan, self.host, self.record.serves)
         torch.set_num_threads(self.plan.cfg.workers.torch_threads)
 
     def _should_stop(self) -> bool:
@@ -168,10 +169,13 @@ class WorkerActor:
         except Exception as exc:
             return json.dumps({"error": self._fail(exc)})
         bound: dict[str, str] = {}
-        for e in self.record.serves:  # a segment stop's receiver, or a parameter server's socket
-            if e.stream.bound:
-                served = worker.source if e.stream.segments else worker.server  # type: ignore[attr-defined]
-                bound[e.name] = served.address
+        for e in self.record.serves:  # a segment stop's receiver, a record channel's reader, a parameter server
+            if e.stream.segments and e.stream.bound:
+                bound[e.name] = worker.source.address  # type: ignore[attr-defined]
+            elif e.stream.bound and e.stream.channel:
+                bound[e.name] = self.fabric.bound_address(e)
+            elif e.stream.bound:
+                bound[e.name] = worker.server.address  # type: ignore[attr-defined]
         return json.dumps(bound)
 
     def run(self, endpoints: str) -> str:

@@ -6,8 +6,9 @@ workers, and the buffer its parameter relay mirrors into: all node-local
 shared memory, exactly as in the local runtime, opened by name. The
 *trainers' node* holds the lead trainer's parameter buffer. Everything that
 crosses nodes is ZeroMQ TCP with the run's token: segments (actor -> trainer),
-parameter snapshots (root -> relays, or -> every reader in flat mode) and
-reports (every worker -> the controller). Servers bind the node's own address;
+parameter snapshots (root -> relays, or -> every reader in flat mode), the
+records of a bound kind's channel (a population's episodes and member commands,
+:mod:`srl.system.remote_records`) and reports (every worker -> the controller). Servers bind the node's own address;
 their endpoints travel to the other workers inside the JSON specs the runtime
 hands out, so no shared filesystem is needed.
 """
@@ -25,6 +26,7 @@ import numpy as np
 import zmq
 
 from srl.api.worker import Reporter
+from srl.base.channel import Channel
 from srl.base.seqlock import VersionedBuffer
 from srl.runtime.fabric import SharedFabric
 from srl.runtime.plan import Plan
@@ -38,6 +40,7 @@ from srl.runtime.topology import (
     submitted_state,
 )
 from srl.system.control import ZmqReporter
+from srl.system.remote_records import RecordReader, RecordWriter
 from srl.system.remote_samples import RemoteForwarder, SampleReceiver, SampleSender
 from srl.system.streams import SegmentForwarder, SegmentPool, SegmentSink, SegmentSource
 
@@ -92,11 +95,13 @@ class NodeFabric(SharedFabric):
         host: str,
         tag: str | None = None,
         directory: Path | None = None,
+        serves: tuple[Endpoint, ...] = (),
     ) -> None:
         """``node``: an actor node group, or a trainer node group (:func:`trainer_group`); ``host``: this node's
-        address (servers bind it)."""
+        address (servers bind it); ``serves``: what the worker that opens this fabric serves (it reads the
+        channels of those, and writes to the others)."""
         super().__init__(plan, tag, directory)
-        self.node, self.endpoints, self.host = node, endpoints, host
+        self.node, self.endpoints, self.host, self.serves = node, endpoints, host, serves
         self._stop = np.zeros(1, np.int32)  # Ray workers are stopped by a call, not by a shared flag
 
     def create(self) -> None:
@@ -134,6 +139,26 @@ class NodeFabric(SharedFabric):
         channels = [e for e in self._declaring("channel") if e in here and not e.stream.bound]
         pools, stored = ([e for e in self._declaring(what) if e in here] for what in ("pool", "storage"))
         return channels, pools, stored
+
+    def channel(self, endpoint: Endpoint) -> Channel:
+        """A bound kind's channel is a socket: its reader binds (a restarted one its old address), its writers
+        connect to the address the reader bound."""
+        kind = endpoint.stream
+        if not kind.bound or kind.segments:
+            return super().channel(endpoint)
+        token = self.endpoints.token
+        ctx: zmq.Context = zmq.Context.instance()
+        if endpoint in self.serves:
+            address = self.endpoints.servers.get(endpoint.name, f"tcp://{self.host}:*")
+            return self._get(f"ch_{endpoint.name}", lambda: RecordReader(kind.channel, address, token, ctx))
+        address = self.endpoints.servers[endpoint.name]
+        return self._get(f"ch_{endpoint.name}", lambda: RecordWriter(kind.channel, address, token, ctx))
+
+    def bound_address(self, endpoint: Endpoint) -> str:
+        """Where this worker's reader of a bound kind's channel listens (after it opened it)."""
+        reader = self._opened[f"ch_{endpoint.name}"]
+        assert isinstance(reader, RecordReader), f"{endpoint.name} is not a record channel read here"
+        return reader.address
 
     def param_address(self, server: Endpoint) -> str:
         # A server not yet bound picks a free port on this node; a restarted one takes its old address back.

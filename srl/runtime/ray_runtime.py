@@ -52,7 +52,7 @@ from srl.runtime.plan import Plan
 from srl.runtime.ray_actors import NodeAgent, WorkerActor
 from srl.runtime.ray_fabric import Endpoints
 from srl.runtime.supervisor import Launch, StartError, Supervisor
-from srl.runtime.topology import TRAINER, TRAINER_NODE, Endpoint, Stream, WorkerSpec
+from srl.runtime.topology import TRAINER, TRAINER_NODE, Endpoint, Stream, WorkerSpec, trainer_group
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller, stop_on_signals
 from srl.system.run_dir import write_run_file
@@ -307,25 +307,29 @@ class RayPlacement:
 
     def published_version(self, policy: int = 0) -> int:
         try:
-            return int(ray.get(self.groups[TRAINER_NODE].agent.version.remote(policy), timeout=10.0))
+            lead = self.groups[trainer_group(self.plan.lead_node(policy))].agent
+            return int(ray.get(lead.version.remote(policy), timeout=10.0))
         except (RayActorError, GetTimeoutError):
             return -1
 
     # ------------------------------------------------------------------ starting
     def _start_now(self, launches: Sequence[Launch]) -> None:
-        """Create the workers' actors at once (their processes start in parallel); then the sample streams'
-        servers bind together (data-parallel trainers meet in their setup), the parameter servers one at a time
-        in start order (each relay connects to a parent already bound), and then everyone runs."""
+        """Create the workers' actors at once (their processes start in parallel); then the servers of the sample
+        streams and record channels bind together (data-parallel trainers meet in their setup), then one at a
+        time in start order the parameter servers (each relay connects to a parent already bound) and the
+        servers that write to record channels (the population worker, to its members' trainers), and then
+        everyone runs."""
         if not launches:
             return
         for launch in launches:
             self._create(launch)
         workers = [launch.worker for launch in launches]
-        samples = [w for w in workers if any(e.stream.segments and e.stream.bound for e in w.serves)]
-        params = [w for w in workers if w.service(Stream.PARAMS) and w not in samples]
-        self._prepare(samples)
-        for w in params:
-            self._prepare([w])
+        bound = [w for w in workers if any(e.stream.bound for e in w.serves)]
+        together = [w for w in bound if not w.service(Stream.PARAMS) and not self._writes_records(w)]
+        self._prepare(together)
+        for w in bound:
+            if w not in together:
+                self._prepare([w])
         endpoints = json.dumps(self.endpoints.to_json())
         for w in workers:
             self.workers[w.name].ref = self.workers[w.name].handle.run.remote(endpoints)
@@ -335,6 +339,12 @@ class RayPlacement:
             except (RayActorError, GetTimeoutError):
                 pass  # died at once: the supervisor sees it
         self.write_workers()
+
+    @staticmethod
+    def _writes_records(worker: WorkerSpec) -> bool:
+        """It writes to a bound record channel (the population worker to its members' trainers): it connects at
+        setup, so it is prepared after the readers."""
+        return any(e.stream.bound and e.stream.channel and not e.stream.segments for e in worker.connects)
 
     def _create(self, launch: Launch) -> None:
         w = launch.worker
@@ -391,7 +401,8 @@ class RayPlacement:
         snapshots = []
         for k, policy in enumerate(self.plan.policies):
             try:
-                packed = ray.get(self.groups[TRAINER_NODE].agent.snapshot.remote(k), timeout=30.0)
+                lead = self.groups[trainer_group(self.plan.lead_node(k))].agent
+                packed = ray.get(lead.snapshot.remote(k), timeout=30.0)
             except (RayActorError, GetTimeoutError):
                 return None
             if not packed:

@@ -98,10 +98,12 @@ class Stream:
     BATCHES = StreamKind("batches", "batches{}", channel=SAMPLE_WIDTH, pool="srl.runtime.replay:batch_layout")
     """Trainer ``t``'s batches from the replay that feeds it (in shared memory on their node), and their
     priorities back."""
-    EPISODES = StreamKind("episodes", "population{}", channel=EPISODE_WIDTH)
-    """The population worker's stream of the members' env steps and finished episodes (actors -> it)."""
-    MEMBER = StreamKind("member", "member{}", channel=COMMAND_WIDTH)
-    """Population member ``k``'s lead trainer's commands (the population worker -> it): export, import."""
+    EPISODES = StreamKind("episodes", "population{}", bound=True, channel=EPISODE_WIDTH)
+    """The population worker's stream of the members' env steps and finished episodes (actors -> it; across
+    nodes a record channel over ZeroMQ)."""
+    MEMBER = StreamKind("member", "member{}", bound=True, channel=COMMAND_WIDTH)
+    """Population member ``k``'s lead trainer's commands (the population worker -> it): export, import (across
+    trainer node groups a record channel over ZeroMQ)."""
 
 
 @dataclass(frozen=True)
@@ -292,10 +294,13 @@ def _ray(plan: Plan) -> bool:
 def _snapshots(plan: Plan, group: int, index: int, policy: int = 0) -> Endpoint:
     """Where a reader in node group ``group`` loads policy ``policy``'s snapshots: the root server itself in flat
     mode, else a relay's buffer (under Ray its own node's; on one machine readers are spread over the relays by
-    index), or the lead trainer's buffer when there are no relays (or, under Ray, on the trainers' node)."""
+    index), or the lead trainer's buffer when there are no relays (or, under Ray, in the lead's trainer group; a
+    reader in another trainer group subscribes to the policy's root)."""
     if plan.cfg.params.mode == "flat":
         return Endpoint(Stream.PARAMS, policy=policy)
     groups = plan.relay_groups
+    if _ray(plan) and group < 0 and group != trainer_group(plan.lead_node(policy)):
+        return Endpoint(Stream.PARAMS, policy=policy)  # a member trained in another trainer group: its root
     if not groups or (_ray(plan) and group < 0):
         return Endpoint(Stream.SNAPSHOTS, policy=policy)
     return Endpoint(Stream.SNAPSHOTS, group if _ray(plan) else index % groups, policy)
@@ -486,6 +491,7 @@ PARAM_ROOT = Role(
     count=lambda plan: _has_root(plan) * len(plan.policies),
     builder="srl.runtime.build:build_param_root",
     seed_salt=3,
+    group=lambda plan, k: trainer_group(plan.lead_node(k)),  # beside the buffer it serves
     serves=lambda plan, k: (Endpoint(Stream.PARAMS, policy=k),),
     connects=lambda plan, k: (Endpoint(Stream.SNAPSHOTS, policy=k),),
     policy=lambda plan, k: k,
@@ -524,14 +530,14 @@ STAGE = Role(
 
 def replays_per_policy(plan: Plan) -> int:
     """Replays of each policy: one per trainer, or one per trainer node group (``replay.placement``)."""
-    return plan.trainer_nodes if plan.cfg.replay.placement == "node" else plan.cfg.workers.trainers
+    return plan.policy_nodes if plan.cfg.replay.placement == "node" else plan.cfg.workers.trainers
 
 
 def replay_of_trainer(plan: Plan, trainer: int) -> int:
     """The replay that feeds trainer ``trainer`` (replays are numbered policy by policy, as trainers are)."""
     if plan.cfg.replay.placement == "trainer":
         return trainer
-    return plan.policy_of_trainer(trainer) * plan.trainer_nodes + plan.trainer_node(trainer)
+    return plan.policy_of_trainer(trainer) * plan.policy_nodes + plan.policy_trainer_node(trainer)
 
 
 def trainers_of_replay(plan: Plan, replay: int) -> tuple[int, ...]:

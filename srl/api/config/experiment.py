@@ -148,11 +148,19 @@ class ExperimentConfig:
                 "workers.policy_workers",
                 f"{w.policy_workers} policy workers do not split evenly over ray.actor_nodes={nodes}",
             )
-            check(
-                w.trainers % self.ray.trainer_nodes == 0,
-                "workers.trainers",
-                f"{w.trainers} trainers do not split evenly over ray.trainer_nodes={self.ray.trainer_nodes}",
-            )
+            if self.population.enabled:  # members are dealt over the trainer node groups, each whole
+                check(
+                    self.population.members >= self.ray.trainer_nodes,
+                    "ray.trainer_nodes",
+                    f"{self.ray.trainer_nodes} trainer node groups for {self.population.members} population "
+                    "members: each group trains whole members",
+                )
+            else:
+                check(
+                    w.trainers % self.ray.trainer_nodes == 0,
+                    "workers.trainers",
+                    f"{w.trainers} trainers do not split evenly over ray.trainer_nodes={self.ray.trainer_nodes}",
+                )
             check(
                 self.params.mode == "flat" or self.params.groups == nodes,
                 "params.groups",

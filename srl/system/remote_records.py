@@ -1,0 +1,144 @@
+"""Record channels across nodes: a stream kind's small integer records over ZeroMQ TCP, with the run's token.
+
+On one machine a channel is a node-local pipe (a queue inline). Under Ray a bound kind's channel may join workers
+on different nodes: the population's episodes (actors on every actor node -> the population worker) and its
+member commands (the population worker -> each member's lead trainer, wherever its node group is). The reader
+binds a PULL socket and the writers connect PUSH sockets to it; both ends are :class:`~srl.base.channel.Channel`,
+so the workers do not know which one they have. Each message is one wire message (a header and the raw
+``[n, width]`` int32 records, never pickle) with the run's token; the reader drops and counts malformed or
+unauthenticated messages.
+
+A writer never blocks its worker's loop. While its reader is away (a restarting worker binds its old address
+again, and ZeroMQ reconnects) up to ``queue`` messages wait in ZeroMQ; past that a record is dropped and counted
+(``dropped``). Both kinds of records tolerate it: an episodes record only moves a member's counters, and a
+member command that was never carried out is asked for again (an export) or found in the run directory by a
+restarted trainer (an import).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import zmq
+
+from srl.base import wire
+from srl.base.channel import Channel
+
+log = logging.getLogger(__name__)
+
+RECORDS = "records"
+MAX_LOGGED_REJECTS = 20
+"""Rejected messages are always counted, and logged one per line up to this many."""
+QUEUE = 1000
+"""Messages ZeroMQ holds for an absent reader (per writer) before records are dropped."""
+
+
+class RecordReader(Channel):
+    """The reader's end: a bound PULL socket. ``address``: where to bind (``tcp://HOST:*`` picks a port;
+    :attr:`address` is the bound endpoint)."""
+
+    def __init__(self, width: int, address: str, token: str, ctx: zmq.Context, queue: int = QUEUE) -> None:
+        super().__init__(width)
+        self.token = token
+        self._sock = ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.RCVHWM, queue)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(address)
+        self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._held: deque[np.ndarray] = deque()  # records received beyond what a recv asked for
+        self.received = 0
+        self.rejected = 0
+
+    def send(self, record: Sequence[int] | np.ndarray) -> None:
+        raise TypeError("a record reader only reads")
+
+    def recv(self, max_records: int, timeout: float | None) -> np.ndarray:
+        """Up to ``max_records`` records; waits up to ``timeout`` seconds for the first message (None: forever)."""
+        if not self._held and not self._sock.poll(None if timeout is None else int(timeout * 1000)):
+            return self._empty()
+        while sum(len(a) for a in self._held) < max_records:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            records = self._accept(frames)
+            if records is not None and len(records):
+                self._held.append(records)
+        out, n = [], 0
+        while self._held and n < max_records:
+            head = self._held.popleft()
+            take = min(len(head), max_records - n)
+            out.append(head[:take])
+            if take < len(head):
+                self._held.appendleft(head[take:])
+            n += take
+        return np.concatenate(out) if out else self._empty()
+
+    def _accept(self, frames: list[Any]) -> np.ndarray | None:
+        try:
+            msg = wire.decode(
+                [f.buffer for f in frames], expect_schema=RECORDS, fields={RECORDS: ("int32", (None, self.width))}
+            )
+            token = msg.meta.get("token")
+            if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
+                raise wire.WireError("missing or wrong run token")
+        except wire.WireError as exc:
+            self.rejected += 1
+            if self.rejected <= MAX_LOGGED_REJECTS:
+                log.error("record channel %s: rejected message: %s", self.address, exc)
+            return None
+        records = np.array(msg.arrays[RECORDS], np.int32)  # own the words: the frame is freed with the message
+        self.received += len(records)
+        return records
+
+    def fileno(self) -> int | None:
+        """ZeroMQ's descriptor: it polls readable when the socket's state may have changed (see
+        :meth:`has_buffered`)."""
+        return int(self._sock.getsockopt(zmq.FD))
+
+    def has_buffered(self) -> bool:
+        """Records are held here, or a message waits in ZeroMQ (reading the events re-arms the descriptor)."""
+        return bool(self._held) or bool(self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+
+    def close(self) -> None:
+        self._held.clear()
+        self._sock.close()
+
+
+class RecordWriter(Channel):
+    """A writer's end: a PUSH socket connected to the reader's address."""
+
+    def __init__(self, width: int, address: str, token: str, ctx: zmq.Context, queue: int = QUEUE) -> None:
+        super().__init__(width)
+        self.token = token
+        self._sock = ctx.socket(zmq.PUSH)
+        self._sock.setsockopt(zmq.SNDHWM, queue)
+        self._sock.setsockopt(zmq.LINGER, 2000)  # a stopping worker still delivers what it queued
+        self._sock.connect(address)
+        self.address = address
+        self.sent = 0
+        self.dropped = 0
+
+    def send(self, record: Sequence[int] | np.ndarray) -> None:
+        """Send one record, or every row of a 2-D batch, as one message; dropped (and counted) when ZeroMQ's
+        queue to an absent reader is full."""
+        records = self._records(record)
+        if not len(records):
+            return
+        frames = wire.encode(RECORDS, {RECORDS: records}, {"token": self.token})
+        try:
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=True)
+            self.sent += len(records)
+        except zmq.Again:
+            self.dropped += len(records)
+
+    def recv(self, max_records: int, timeout: float | None) -> np.ndarray:
+        raise TypeError("a record writer only writes")
+
+    def close(self) -> None:
+        self._sock.close()
