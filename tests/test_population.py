@@ -4,6 +4,7 @@ its resume, the config's one-line errors, and members sharing every slot's envir
 from __future__ import annotations
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -230,7 +231,7 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     from srl.runtime.build import build_worker
     from srl.runtime.fabric import InlineFabric
     from srl.runtime.topology import TRAINER, Endpoint, Stream
-    from srl.system.population_worker import EXPORT, IMPORT
+    from srl.system.population_worker import EXPORT, IMPORT, MemberLink
     from srl.system.trainer_worker import checkpoints, load_checkpoint
 
     plan = _population_plan()
@@ -266,6 +267,15 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     assert same({k: v for k, v in source.algorithm.state_dict().items() if k != "rng"}, before)  # untouched
     assert target.version == version + 1 and target.adopted == 1
     assert target.algorithm.cfg.lr == 2e-3 and source.algorithm.cfg.lr == 1e-3
+    # a data-parallel peer of the target (no command channel of its own) takes the same copy from the run
+    # directory at their lockstep: the same state bit for bit
+    peer = build_worker(plan, fabric, plan.topology.get(TRAINER, 1), tmp_path, 0.0, 0.0)
+    peer.leader = False  # rank 1: the lead publishes
+    link = MemberLink(None, tmp_path, 1, peer.member.settings)
+    assert link.serve(peer) == 0 and link.asked == -1  # nothing asked of it: it waits for the lockstep
+    link.take(peer, 7)
+    assert same({k: v for k, v in peer.algorithm.state_dict().items() if k in before}, before)
+    assert link.copy == 7 and peer.algorithm.cfg.lr == 2e-3
     saved = load_checkpoint(checkpoints(tmp_path / "checkpoints" / "member1")[-1])
     assert saved["version"] == target.version and saved["hyperparameters"] == {"ppo.lr": 2e-3}
     again = build_worker(plan, fabric, plan.topology.get(TRAINER, 1), tmp_path, 0.0, 0.0)
@@ -277,10 +287,6 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     "more, needle",
     [
         ({"population": {"interval": 100}}, "population.interval: 100 env steps is less than one update of a member"),
-        (
-            {"workers": {"trainers": 2, "actors": 2}, "runtime": "local"},
-            "workers.trainers: a population member trains on one",
-        ),
         (
             {"algorithm": "dqn", "population": {"hyperparameters": [{"key": "ppo.lr", "min": 1e-4, "max": 1e-3}]}},
             "population.hyperparameters[0].key: ppo.lr: dqn reads the dqn section",
@@ -382,7 +388,8 @@ def test_the_worker_asks_again_for_a_lost_export_and_keeps_only_each_targets_new
     assert files == [f"command_{seq2}.json", f"state_{seq2}.pt"]  # the first copy's files are gone
     link = pw.MemberLink(InProcChannel(pw.COMMAND_WIDTH), tmp_path, 1, lambda values: values)
     link.channel.send((pw.IMPORT, seq1, 0, 0))
-    assert link.serve(object()) == 1 and link.copy == -1  # superseded: skipped, nothing adopted
+    alone = types.SimpleNamespace(collective=None)  # a member of one trainer (it has no adopt: none is called)
+    assert link.serve(alone) == 1 and link.copy == seq1  # superseded: skipped, nothing adopted
     assert len(_lineage_lines(tmp_path)) == 4 and reports
 
 

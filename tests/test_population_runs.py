@@ -63,13 +63,16 @@ def test_pbt_brings_every_member_to_475_by_copying_the_one_that_learns(tmp_path)
 
 
 def test_the_population_worker_and_a_members_trainer_killed_mid_run_come_back_where_they_were(tmp_path):
-    """SIGKILL to the population worker: it restarts, reads its state back and goes on with the same lineage.
-    SIGKILL to member 1's trainer after it copied member 0: it restarts from its checkpoint with the copied
-    learning rate, not its first one."""
+    """Members of two data-parallel trainers each (trainers 0-1 and 2-3), which take each copy together at their
+    lockstep. SIGKILL to the population worker: it restarts, reads its state back and goes on with the same
+    lineage. SIGKILL to member 1's lead trainer after it copied member 0: the member's trainers restart from its
+    checkpoint with the copied learning rate, not its first one."""
     run = tmp_path / "run"
     proc = start_endless_training(
         run,
         "runtime=local",
+        "workers.trainers=2",
+        "workers.actors=2",
         "population.members=2",
         "population.interval=3000",
         _lr([1e-3, SLOW]),
@@ -93,8 +96,8 @@ def test_the_population_worker_and_a_members_trainer_killed_mid_run_come_back_wh
         folder = run / "checkpoints" / "member1"
         killed_at = _newest(folder)
         copied = max(r["copy"] for r in _lineage(run) if r["event"] == "exploit" and r["target"] == 1)
-        os.kill(first["trainer1"], signal.SIGKILL)
-        wait_while_running(lambda: worker_pids(run).get("trainer1") not in (None, first["trainer1"]), proc)
+        os.kill(first["trainer2"], signal.SIGKILL)
+        wait_while_running(lambda: worker_pids(run).get("trainer2") not in (None, first["trainer2"]), proc)
         wait_while_running(lambda: _newest(folder) > killed_at, proc)  # the restarted trainer's own checkpoint
         saved = torch.load(folder / f"ckpt_{_newest(folder):08d}.pt", weights_only=True)
         explored = [r["new"]["ppo.lr"] for r in _lineage(run) if r["event"] == "explore" and r["target"] == 1]
@@ -108,5 +111,7 @@ def test_the_population_worker_and_a_members_trainer_killed_mid_run_come_back_wh
             proc.wait()
     assert proc.returncode == 130, err  # interrupted, as asked
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["restarts"] == {"population0": 1, "trainer1": 1}, summary["restarts"]
+    assert summary["restarts"] == {"population0": 1, "trainer2": 1, "trainer3": 1}, summary["restarts"]  # peers too
     assert "error" not in summary
+    adopted = summary["population"]["adopted"]  # each member's two trainers took the same copies, together
+    assert adopted["trainer0"] == adopted["trainer1"] and adopted["trainer2"] == adopted["trainer3"] >= 1, adopted

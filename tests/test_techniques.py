@@ -222,7 +222,7 @@ def _replica(rank: int, store: str, out: str, critic: str) -> None:
         coll.broadcast_(b)
         data = torch.arange(5.0, dtype=torch.float64) * (rank + 1) + 10 * rank
         mean, var, n = coll.merge_moments(data.mean().reshape(1), data.var(unbiased=False).reshape(1), 5)
-        flags = [coll.any(False), coll.any(rank == 1)]
+        flags = [*coll.maximum([0, 5 - rank]), *coll.maximum([int(rank == 1), -1])]
         cfg = PPOConfig(critic=critic, epochs=2, minibatches=2, normalize_values=True)
         algo = _ppo(ModelConfig(hidden=(16,)), cfg, seed=10 + rank, collective=coll)  # different inits
         algo.synchronize()
@@ -258,7 +258,7 @@ def test_data_parallel_replicas_stay_identical_where_synchronized(tmp_path: Path
     np.testing.assert_array_equal(r1["bcast"], np.full(4, 7.0))
     union = np.concatenate([np.arange(5.0), np.arange(5.0) * 2 + 10])
     np.testing.assert_allclose(r0["moments"], [union.mean(), union.var(), 10])
-    assert r0["flags"].tolist() == [False, True] == r1["flags"].tolist()
+    assert r0["flags"].tolist() == [0, 5, 1, -1] == r1["flags"].tolist()  # element-wise maxima, on both
     np.testing.assert_array_equal(r0["actor"], r1["actor"])  # identical reduced gradients, identical Adam
     actor_params = sum(p.numel() for p in PolicyNet(OBS, ACT, hidden=(16,)).parameters())
     critic_params = sum(p.numel() for p in ValueNet(OBS, hidden=(16,)).parameters())

@@ -73,8 +73,9 @@ class Collective(Protocol):
     def merge_moments(self, mean: Tensor, var: Tensor, n: int) -> tuple[Tensor, Tensor, int]:
         """Mean, variance and size of the union of every trainer's batch, from each batch's moments."""
 
-    def any(self, flag: bool) -> bool:
-        """True on every trainer when any trainer passed True (a barrier: all must call it)."""
+    def maximum(self, values: Sequence[int]) -> list[int]:
+        """Every trainer's ``values``, their element-wise maximum over the trainers (a barrier: all must call it,
+        with as many values): whether any trainer stops, the newest population copy any was asked to take."""
 
 
 @dataclass(frozen=True)

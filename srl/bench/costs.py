@@ -323,8 +323,8 @@ class CountingCollective:
     def merge_moments(self, mean: Tensor, var: Tensor, n: int) -> tuple[Tensor, Tensor, int]:
         return mean, var, n
 
-    def any(self, flag: bool) -> bool:
-        return flag
+    def maximum(self, values: Sequence[int]) -> list[int]:
+        return list(values)
 
 
 def gradient_reductions(plan: Plan, batch: Mapping[str, np.ndarray] | None = None) -> dict[str, int]:

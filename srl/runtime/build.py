@@ -348,16 +348,17 @@ def build_trainer(ctx: BuildContext) -> Worker:
 
 
 def _member_link(plan: Plan, fabric: Fabric, trainer: WorkerSpec, run_dir: Path | None) -> MemberLink | None:
-    """A population member's lead trainer: its end of the population worker's commands."""
-    served = trainer.service(Stream.MEMBER)
-    if served is None:
+    """A population member's trainer's end of the population: the lead's with its command channel, the other
+    data-parallel trainers' without (they take each copy with the lead, at their lockstep)."""
+    cfg = plan.cfg
+    if not cfg.population.enabled:
         return None
     if run_dir is None:  # a Ray node without the run directory: copies travel through it, as checkpoints do
         raise ConfigError("population: a member's trainer takes its copies from the run directory; none on its node")
-    cfg = plan.cfg
-    assert served.index is not None
+    served = trainer.service(Stream.MEMBER)
     settings = lambda values: algorithm_settings(cfg.with_values(values))  # noqa: E731
-    return MemberLink(fabric.channel(served), run_dir, served.index, settings)
+    channel = None if served is None else fabric.channel(served)
+    return MemberLink(channel, run_dir, plan.policy_of_trainer(trainer.index), settings)
 
 
 def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> BatchSource:

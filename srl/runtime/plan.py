@@ -239,8 +239,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
 
 def _check_population(plan: Plan) -> None:
     """What the population needs of the algorithm and the layout: its searched keys in the algorithm's own section
-    and a ``reconfigure`` to take them live; one trainer per member (a copy goes to the lead trainer); an interval
-    of at least one update."""
+    and a ``reconfigure`` to take them live; an interval of at least one update."""
     cfg = plan.cfg
     pop, cls = cfg.population, algorithm_class(cfg)
     section = getattr(cls, "section", None)
@@ -250,8 +249,6 @@ def _check_population(plan: Plan) -> None:
             raise ConfigError(f"population.hyperparameters[{i}].key: {h.key}: {cfg.algorithm} reads {reads}")
     if pop.hyperparameters and not callable(getattr(cls, "reconfigure", None)):
         raise ConfigError(f"population.hyperparameters: {cfg.algorithm} takes no new settings while it trains")
-    if cfg.workers.trainers != 1:
-        raise ConfigError("workers.trainers: a population member trains on one trainer (copies go to it)")
     member = plan.policies[0]
     per_update = _env_steps_per_update(plan, member)
     if pop.interval < per_update:
@@ -262,13 +259,13 @@ def _check_population(plan: Plan) -> None:
 
 
 def _env_steps_per_update(plan: Plan, member: PolicyPlan) -> int:
-    """Env steps of one member behind one update of its trainer: its share of ``batch_segments`` segments, or with
-    a replay its batch over ``samples_per_insert``."""
+    """Env steps of one member behind one update of its trainers: its share of ``batch_segments`` segments per
+    trainer, or with a replay its batch over ``samples_per_insert``."""
     w = plan.cfg.workers
     if learns_on_policy(plan.cfg):
-        return w.batch_segments * w.segment_length * member.envs_per_slot
+        return w.trainers * w.batch_segments * w.segment_length * member.envs_per_slot
     batch = int(getattr(algorithm_settings(member.cfg), "batch_size", 1))
-    return max(1, int(batch / plan.cfg.replay.samples_per_insert))
+    return w.trainers * max(1, int(batch / plan.cfg.replay.samples_per_insert))
 
 
 def sample_path(cfg: ExperimentConfig) -> tuple[Role, ...]:

@@ -121,9 +121,9 @@ class TorchCollective:
         g_var = (packed[1 + k :] / total).view(mean.shape) - g_mean.pow(2)
         return g_mean, g_var.clamp_(min=0.0), total
 
-    def any(self, flag: bool) -> bool:
+    def maximum(self, values: Sequence[int]) -> list[int]:
         import torch.distributed as dist
 
-        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        t = torch.tensor(list(values), dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+        return [int(v) for v in t.tolist()]

@@ -54,6 +54,8 @@ class Controller:
         self.wall_offset = 0.0
         """Seconds the run ran in earlier processes (a resumed run's): its wall time counts on from them."""
         self.trainers: dict[int, Mapping[str, Any]] = {}
+        self.adopted: dict[int, tuple[int, int]] = {}
+        """Per trainer: population copies its earlier incarnations took, and its current one's count."""
         self.policy: dict[int, Mapping[str, Any]] = {}
         self.param_service: dict[str, Mapping[str, Any]] = {}
         self.stages: dict[str, dict[str, Any]] = {}
@@ -122,7 +124,11 @@ class Controller:
             if explore:  # an algorithm's exploration (epsilon), averaged over the actors in the metrics
                 self.actor_explore[int(meta["actor"])] = explore
         elif kind == "trainer":
-            self.trainers[int(meta.get("trainer", 0))] = dict(meta)
+            trainer = int(meta.get("trainer", 0))
+            self.trainers[trainer] = dict(meta)
+            earlier, last = self.adopted.get(trainer, (0, 0))
+            now = int(meta.get("adopted", 0))
+            self.adopted[trainer] = (earlier + last, now) if now < last else (earlier, now)  # restarted: from 0
             hist = arrays.get("lag_hist")
             if hist is not None and len(hist):
                 if len(hist) > len(self.lag_hist):
@@ -509,6 +515,8 @@ class Controller:
             out["league"] = dict(self.league)
         if self.population:
             out["population"] = dict(self.population)
+            # the copies each trainer took (each of a member's data-parallel trainers takes every one)
+            out["population"]["adopted"] = {f"trainer{i}": sum(n) for i, n in sorted(self.adopted.items())}
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran
         if final_eval is not None:
             out.update({f"final_eval_{k}": v for k, v in final_eval.items() if k not in ("policies", "best")})

@@ -75,14 +75,20 @@ def _save_state(path: Path, state: Mapping[str, Any]) -> None:
 
 
 class MemberLink:
-    """A member's lead trainer's end: serves the population worker's export and import commands between updates.
+    """A member's trainer's end of the population: the lead trainer serves the population worker's export and
+    import commands between updates; every trainer of the member takes the copies.
 
-    ``member``: its index; ``settings(values)``: the algorithm's settings with those hyperparameter values (its
-    typed section). A trainer killed after it took an import command but before it applied it would lose the
-    copy: a restarted one (:meth:`restore`) applies the newest copy addressed to it that its checkpoint has not."""
+    ``channel``: the lead's command channel (None for the member's other data-parallel trainers); ``member``: its
+    index; ``settings(values)``: the algorithm's settings with those hyperparameter values (its typed section).
+    A member of one trainer takes a copy as soon as it is asked to. Data-parallel trainers take it together: the
+    lead notes it (:attr:`asked`), and at the lockstep before their next update every trainer learns the newest
+    copy any was asked to take and takes it from the run directory (:meth:`take`), so their weights and
+    optimizer states stay equal. A trainer killed after it took an import command but before it applied it would
+    lose the copy: a restarted one (:meth:`restore`) takes the newest copy addressed to its member that its
+    checkpoint has not."""
 
     def __init__(
-        self, channel: Channel, run_dir: Path, member: int, settings: Callable[[Mapping[str, float]], Any]
+        self, channel: Channel | None, run_dir: Path, member: int, settings: Callable[[Mapping[str, float]], Any]
     ) -> None:
         self.channel, self.member, self.settings = channel, member, settings
         self.folder = folders(run_dir)[1]
@@ -90,38 +96,41 @@ class MemberLink:
         """The hyperparameter values it took last (None: its config's)."""
         self.copy = -1
         """The copy (its seq) it took last."""
-        self._missed: int | None = None
+        self.asked = -1
+        """The newest copy it was asked to take (by a command, or found at a restart)."""
         self.pause_max = 0.0
         """The longest a command kept its trainer from training (seconds): an export or an import."""
 
     def serve(self, trainer: Any) -> int:
-        """Carry out what was asked since the last call; how many commands."""
-        done = 0
-        if self._missed is not None:
-            seq, self._missed = self._missed, None
-            self._import(trainer, seq)
-            done += 1
-        records = self.channel.recv(16, 0.0)
+        """Carry out what was asked since the last call (a member of one trainer takes a copy now; data-parallel
+        trainers at their next lockstep); how many commands."""
+        records = self.channel.recv(16, 0.0) if self.channel is not None else np.empty((0, COMMAND_WIDTH), np.int32)
         for op, seq, _source, _ in records.tolist():
-            t0 = time.perf_counter()
             if op == EXPORT:
+                t0 = time.perf_counter()
                 state = {k: v for k, v in trainer.algorithm.state_dict().items() if k != "rng"}
                 self.folder.mkdir(parents=True, exist_ok=True)
                 _save_state(self.folder / f"state_{seq}.pt", state)
-            elif op == IMPORT and seq > self.copy:
-                self._import(trainer, seq)
-            self.pause_max = max(self.pause_max, time.perf_counter() - t0)
-        return done + len(records)
+                self.pause_max = max(self.pause_max, time.perf_counter() - t0)
+            elif op == IMPORT:
+                self.asked = max(self.asked, seq)
+        if trainer.collective is None and self.asked > self.copy:
+            self.take(trainer, self.asked)
+        return len(records)
 
-    def _import(self, trainer: Any, seq: int) -> None:
+    def take(self, trainer: Any, seq: int) -> None:
+        """Take copy ``seq``: its state and its member's new values, from the run directory."""
+        t0 = time.perf_counter()
         try:
             command = json.loads((self.folder / f"command_{seq}.json").read_text())
             state = torch.load(self.folder / f"state_{seq}.pt", map_location="cpu", weights_only=True)
         except FileNotFoundError:  # pruned just now: a newer copy to this member supersedes it
+            self.copy = seq
             return
         self.values = {str(k): float(v) for k, v in command["values"].items()}
         self.copy = seq
         trainer.adopt(state, self.settings(self.values))
+        self.pause_max = max(self.pause_max, time.perf_counter() - t0)
 
     def checkpoint(self) -> dict[str, Any]:
         """What a checkpoint keeps of it: the values it trains with and the copy it took last."""
@@ -136,7 +145,7 @@ class MemberLink:
             trainer.reconfigure(self.settings(self.values))
         self.copy = int(state.get("population_copy", -1))
         mine = [seq for seq, target in _commands(self.folder) if target == self.member and seq > self.copy]
-        self._missed = max(mine) if mine else None
+        self.asked = max(mine, default=-1)
 
 
 def _commands(folder: Path) -> list[tuple[int, int]]:

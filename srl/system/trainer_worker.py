@@ -198,11 +198,16 @@ class TrainerWorker(Worker):
             return self._receive()
         if self._left or (self.hold() and not stop):
             return 0
-        if self.collective is not None:  # lockstep: all trainers update together, or all stop
-            t2 = time.perf_counter()
-            self._left = self.collective.any(stop)
+        if self.collective is not None:  # lockstep: all trainers update together (each first taking the newest
+            t2 = time.perf_counter()  # population copy any of them was asked to take), or all stop
+            asked = -1 if self.member is None else self.member.asked
+            left, copy = self.collective.maximum([int(stop), asked])
+            self._left = bool(left)
             self.t_wait += time.perf_counter() - t2
             stop = stop or self._left
+            if not stop and self.member is not None and copy > self.member.copy:
+                self.member.take(self, copy)  # its batch in progress is dropped: every trainer fills a new one
+                return 1
         if stop:
             return 0
         self._update()
@@ -222,7 +227,7 @@ class TrainerWorker(Worker):
             # Release peers waiting to agree on the next update; after a failure mid-update they are stuck
             # in another collective instead and time out on their own.
             if self._connected and not self._left and not self._in_step:
-                self._left = self.collective.any(True)
+                self._left = bool(self.collective.maximum([1, -1])[0])
             self.collective.close()
         if self.leader and self.checkpoint_dir is not None:
             self.save_checkpoint()
