@@ -65,6 +65,7 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--keep", type=Path, default=None)
+    p.add_argument("--set", action="append", default=[], help="key=value for the population runs (repeatable)")
     p.add_argument(
         "--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="which runs of each seed (all)"
     )
@@ -74,8 +75,8 @@ def main() -> None:
     for seed in args.seeds:
         common = [f"seed={seed}", f"run.eval_episodes={args.eval_episodes}", "run.tensorboard=false"]
         runs = [
-            ("pbt", "configs/halfcheetah_pbt.yaml", common),
-            ("random search", "configs/halfcheetah_pbt.yaml", [*common, NEVER]),
+            ("pbt", "configs/halfcheetah_pbt.yaml", [*common, *args.set]),
+            ("random search", "configs/halfcheetah_pbt.yaml", [*common, *args.set, NEVER]),
             ("shipped", "configs/halfcheetah_ppo.yaml", common),
         ]
         chosen = {METHODS[m] for m in args.methods}

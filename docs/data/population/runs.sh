@@ -9,3 +9,5 @@ python scripts/bench_population.py --config configs/cartpole_pbt.yaml --config c
 # PBT against random search on HalfCheetah-v5, 4 x 1M env steps each, and the shipped PPO config at 1M (~50 minutes)
 python scripts/bench_pbt.py --seeds 1 2 3 --out $out/halfcheetah.jsonl --keep $out/halfcheetah_seed1
 srl plot $out/halfcheetah_seed1 --population --out docs/img/halfcheetah_pbt_lineage.png
+# one more PBT seed with a return gap a copy must clear (~8 minutes alone)
+python scripts/bench_pbt.py --seeds 1 --methods pbt --set population.min_gap=500 --out $out/halfcheetah_min_gap.jsonl
