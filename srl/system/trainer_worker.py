@@ -137,6 +137,7 @@ class TrainerWorker(Worker):
         self._cycle: tuple[float, float] | None = None  # when the last update started, and t_wait then
         self._reports = Every(report_interval)
         self._newest: tuple[Mapping[str, float], float, int] | None = None  # unreported: stats, seconds, threads
+        self._last: tuple[Mapping[str, float], float, int] | None = None  # the newest update's, reported or not
         self._lags: list[np.ndarray] = []  # of the updates since the last report
         self.member = member
         self.adopted = 0  # copies of another member's state taken
@@ -163,6 +164,9 @@ class TrainerWorker(Worker):
             self.publisher.publish(self.version, self.algorithm.policy_state())
         if self.leader and self.checkpoint_dir is not None:
             self._checkpoint()
+        if self._last is not None:  # its new version in the metrics now, with the newest update's statistics
+            self._newest = self._last
+            self._report(force=True)
 
     def reconfigure(self, settings: Any) -> None:
         """Hand the algorithm new settings through its optional ``reconfigure`` (see ``srl/api/algorithm.py``); one
@@ -265,7 +269,7 @@ class TrainerWorker(Worker):
         self.updates += 1
         if self.leader:
             self.publisher.publish(self.version, self.algorithm.policy_state())
-        self._newest = (result.stats, time.perf_counter() - t0, threads)
+        self._newest = self._last = (result.stats, time.perf_counter() - t0, threads)
         if trained.lags is not None:
             self._lags.append(trained.lags)
         self._report()
