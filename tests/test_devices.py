@@ -256,3 +256,54 @@ def test_bfloat16_is_refused_for_an_algorithm_that_does_not_declare_it() -> None
     cfg = build(ExperimentConfig, {"algorithm": "dqn", "workers": {"trainer_dtype": "bfloat16"}})
     with pytest.raises(ConfigError, match="workers.trainer_dtype: bfloat16: algorithm dqn computes its update in"):
         make_plan(cfg)
+
+
+# --------------------------------------------------------------------------- costs measured on a device
+def test_bench_compute_measures_on_the_device_it_is_given_with_the_cap_it_would_take() -> None:
+    from srl.api.config import load_config
+    from srl.bench.throughput import bench_compute
+
+    cfg = load_config("configs/cartpole_ppo.yaml", ["workers.max_inference_batch=4"])
+    result = bench_compute(cfg, 0.1, "cpu")
+    assert result["device"] == "cpu" and result["update_samples_per_second"] > 0
+    curve = {int(n): t for n, t in result["inference_curve_seconds"].items()}
+    assert sorted(curve) == [1, 2, 4] and result["inference_batch_cap"] == batch_cap(curve)
+
+
+def test_costs_measured_on_a_device_price_gpu_trainers_before_any_speed_up(tmp_path, capsys) -> None:
+    """``srl bench costs --device`` adds the update and inference measured there; ``srl plan`` charges trainers on
+    GPUs that update, needs no ``--gpu-speedup`` then, and ignores one given."""
+    import dataclasses
+    import json
+
+    from test_capacity import COSTS
+
+    from srl.api.config import load_config
+    from srl.bench.costs import device_costs
+    from srl.bench.throughput import segment_batch
+    from srl.capacity.model import Cluster, Costs, Layout, predict
+    from srl.cli.main import main
+    from srl.runtime.plan import make_plan
+
+    plan = make_plan(load_config("configs/cartpole_ppo.yaml"))
+    batch = segment_batch(plan.policies[0], plan.cfg, np.random.default_rng(0))
+    measured = device_costs(plan, batch, int(batch["rewards"].size), 0.05, "cpu")
+    assert measured["device"] == "cpu" and measured["device_update_seconds_per_sample"] > 0
+    assert measured["device_inference_seconds_per_sample"] >= 0 and measured["device_inference_seconds_per_batch"] >= 0
+    costs = dataclasses.replace(COSTS, **{**measured, "device_update_seconds_per_sample": 20e-6})
+    layout = Layout(
+        actor_nodes=1, trainer_nodes=1, actors_per_node=4, policy_workers_per_node=1, trainers=1,
+        trainer_device="gpu", envs_per_slot=8,
+    )  # fmt: skip
+    cluster = Cluster(nodes=2, cores_per_node=16, gpus_per_node=1)
+    slow = dataclasses.replace(costs, gpu_update_speedup=1e-3)  # measured beats the speed-up
+    assert predict(slow, cluster, layout).stages["trainer"] == pytest.approx(1 / 20e-6)
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"bench": "costs", **costs.to_dict()}))
+    args = ["plan", "--costs", str(path), "--nodes", "2", "--cores-per-node", "16", "--gpus-per-node", "1"]
+    assert main([*args, "--gpu-speedup", "5"]) == 0
+    out, err = capsys.readouterr()
+    assert "GPU update 20 us/sample measured on cpu" in out and "--gpu-speedup not used" in err
+    partial = {k: v for k, v in costs.to_dict().items() if k != "device_inference_seconds_per_batch"}
+    with pytest.raises(ConfigError, match="device_inference_seconds_per_batch: missing, while device is given"):
+        Costs.from_dict(partial)
