@@ -78,9 +78,9 @@ def test_staging_lays_out_n_rows_of_every_field_as_one_aligned_prefix() -> None:
 
 # --------------------------------------------------------------------------- the policy worker's staged pass
 def _worker(
-    policy: ActingPolicy, actors: int, measure: bool, device: str = "cpu"
+    policy: ActingPolicy, actors: int, measure: bool, device: str = "cpu", obs: gym.spaces.Space = OBS
 ) -> tuple[PolicyWorker, SegmentPool, list, dict]:
-    schema = sample_schema(OBS, ACT, policy.output_fields())
+    schema = sample_schema(obs, ACT, policy.output_fields())
     pool = SegmentPool.in_process(PoolLayout.of(schema, 4, 3, actors, 2, slots=2))
     requests, replies = InProcChannel(5), {a: InProcChannel(2) for a in range(actors)}
     params = VersionedBuffer.in_process(policy.flat_size(), np.float32)
@@ -124,6 +124,19 @@ def test_the_policy_worker_caps_its_batches_from_the_curve_it_measures() -> None
     assert worker.max_batch == batch_cap(worker.curve)
     worker.teardown()
     assert reports[-1][1]["batch_cap"] == worker.max_batch
+
+
+def test_observations_of_several_parts_are_staged_and_timed() -> None:
+    """A Dict observation (a vector and an action mask) lies in the staging as two blocks; the cost curve is timed
+    on the staging's zeros (a mask of zeros leaves every action legal)."""
+    obs = gym.spaces.Dict({"x": OBS, "action_mask": gym.spaces.MultiBinary(4)})
+    policy = acting_policy(obs, ACT, ExperimentConfig(model=ModelConfig(hidden=(8,))))
+    assert isinstance(policy, ActingPolicy)
+    worker, pool, _, ch = _worker(policy, actors=1, measure=True, obs=obs)
+    assert worker.curve and 1 <= worker.max_batch <= 4
+    pool.arrays["obs.action_mask"][0, 0, 1] = [[0, 0, 1, 0]] * 3  # one legal action
+    InferenceClient(0, [pool], ch["requests"], ch["replies"][0]).request(0, slot=0, buffer=0, t=1)
+    assert worker.poll() == 1 and (pool.arrays["actions"][0, 0, 1] == 2).all()
 
 
 # --------------------------------------------------------------------------- the trainer's prefetching source

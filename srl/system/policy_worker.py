@@ -172,7 +172,7 @@ class PolicyWorker(Worker):
         for policy, staged in zip(self.policies, self.staged):
             if staged is None or not getattr(policy, "measure_batches", True):
                 continue
-            curve = measure_curve(staged, cap_sizes(self.max_batch))
+            curve = measure_curve(staged, cap_sizes(self.max_batch))  # on the new staging's zeros
             caps.append(batch_cap(curve))
             if caps[-1] == min(caps):
                 self.curve = curve
