@@ -62,7 +62,7 @@ from srl.bench.throughput import (
     bench_env,
     device_name,
     device_policy,
-    on_device,
+    prefetched,
     random_batch,
     random_obs,
     segment_batch,
@@ -422,7 +422,7 @@ def update_seconds(
     algo = make_algorithm(
         one.obs_space, one.action_space, cfg, cfg.seed, device=str(device), state_space=one.state_space
     )
-    return 1.0 / update_rate(algo, on_device(batch, device), samples, seconds, device)
+    return 1.0 / update_rate(algo, prefetched(batch, device), samples, seconds, device)
 
 
 def bench_costs(cfg: ExperimentConfig, seconds: float, device: str | None = None) -> dict[str, Any]:

@@ -300,7 +300,7 @@ def bench_compute(cfg: ExperimentConfig, seconds: float, device: str = "cpu") ->
     algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, device=device, state_space=one.state_space)
     batch = segment_batch(one, cfg, rng)
     samples = int(batch["rewards"].size)
-    update = update_rate(algo, on_device(batch, dev), samples, seconds / 2, dev)
+    update = update_rate(algo, prefetched(batch, dev), samples, seconds / 2, dev)
     bound = 1.0 / (1.0 / infer + 1.0 / update) / plan.agents_per_env
     return {
         "bench": "compute",
@@ -348,7 +348,7 @@ def inference_curve(policy: Policy, plan: PolicyPlan, rng: np.random.Generator, 
     return measure_curve(lambda n: policy.act(obs[n]), sizes)
 
 
-def on_device(batch: Mapping[str, np.ndarray], device: torch.device) -> Mapping[str, np.ndarray]:
+def prefetched(batch: Mapping[str, np.ndarray], device: torch.device) -> Mapping[str, np.ndarray]:
     """``batch`` with its fields also on ``device``, as the trainer's prefetching hands it to the update."""
     return DeviceBatch(batch, {name: batch_tensor(x, device) for name, x in batch.items()})
 

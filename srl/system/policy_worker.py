@@ -149,7 +149,7 @@ class PolicyWorker(Worker):
 
     def setup(self) -> None:
         self._reports.restart()
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and self.device.index is not None:  # ``cuda`` alone: the current device
             torch.cuda.set_device(self.device)
         self.staged = []
         for policy, pool in zip(self.policies, self.server.pools):
