@@ -191,8 +191,18 @@ def prepare_algorithm(cfg: ExperimentConfig) -> None:
 
 
 def check_algorithm(plan: PlanView) -> None:
-    """The algorithm's checks against the probed env (its ``check(plan)``, when it has one), once per run."""
-    hook = getattr(algorithm_class(plan.cfg), "check", None)
+    """The algorithm's checks against the probed env (its ``check(plan)``, when it has one), once per run; and
+    that it computes its update in ``workers.trainer_dtype`` (its ``trainer_dtypes``, float32 only by default)."""
+    cls = algorithm_class(plan.cfg)
+    dtypes = getattr(cls, "trainer_dtypes", ("float32",))
+    for policy in plan.policies:
+        dtype = policy.cfg.workers.trainer_dtype
+        if dtype not in dtypes:
+            raise ConfigError(
+                f"workers.trainer_dtype: {dtype}: algorithm {plan.cfg.algorithm} computes its update in "
+                f"{' or '.join(dtypes)} only"
+            )
+    hook = getattr(cls, "check", None)
     if hook is not None:
         hook(plan)
 

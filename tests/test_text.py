@@ -451,6 +451,19 @@ def _update(cfg: ExperimentConfig, fuse: bool = True) -> tuple[torch.Tensor, dic
     return torch.from_numpy(algo.policy_state()), stats
 
 
+def test_an_update_under_bfloat16_autocast_trains_float32_weights(digit_model: Path) -> None:
+    """``workers.trainer_dtype: bfloat16``: the passes of an lm_ppo update (policy, reference, critic) run under
+    autocast on the trainer's device (here the CPU; tests/test_gpu.py on CUDA); the weights stay float32."""
+    base = _config(digit_model)
+    text = {"model": str(digit_model), "advantage": "gae", "kl_coef": 0.05, "kl_in": "reward"}
+    cfg = _config(digit_model, workers={**to_dict(base.workers), "trainer_dtype": "bfloat16"}, text=text)
+    algo, batch = _trainer_and_batch(cfg)
+    before = algo.policy_state().copy()
+    stats = algo.train(batch, 0.0).stats
+    assert all(np.isfinite(v) for v in stats.values()) and not np.array_equal(before, algo.policy_state())
+    assert all(p.dtype == torch.float32 for p in algo.policy.parameters())
+
+
 @pytest.mark.parametrize("advantage", ["group", "gae"])
 def test_an_update_is_the_same_wherever_its_log_probs_are_taken(digit_model: Path, advantage: str) -> None:
     """The first minibatch's proximal log-probs taken from its own forward, and the reference's taken by the

@@ -25,7 +25,7 @@ from gymnasium import spaces
 from srl.algorithms.adam import Adam
 from srl.algorithms.dqn_math import double_q_target, epsilon_ladder, linear_epsilon, q_target, td_loss
 from srl.algorithms.grad_clip import GradClipper, clip_all
-from srl.algorithms.ppo import as_tensors
+from srl.algorithms.ppo import on_device
 from srl.algorithms.replay_batch import (
     batch_rows,
     batch_tensor,
@@ -67,19 +67,28 @@ class QPolicy:
     def __init__(self, net: QNet) -> None:
         self.net = net.eval()
         self.memory = net.memory_size
+        self.device = torch.device("cpu")
 
     def output_fields(self) -> tuple[Field, ...]:
         """Besides the actions, a recurrent core's state (what a sequence item starts from); else nothing: a
         transition is all the replay needs."""
         return (memory_field(self.memory),) if self.memory else ()
 
-    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        tensors = dict(as_tensors(obs))
+    def to_device(self, device: torch.device) -> None:
+        """Act on ``device`` (a policy worker's ``workers.policy_device``)."""
+        self.device = device
+        self.net.to(device)
+
+    def act_tensors(self, obs: Obs, deterministic: bool = False) -> dict[str, torch.Tensor]:
+        tensors = dict(obs)
         if self.memory:
             state = tensors.pop(MEMORY)
             actions, after = self.net.greedy_with_memory(tensors, state)
-            return {"actions": actions.numpy(), MEMORY: after.numpy()}
-        return {"actions": self.net.greedy(tensors).numpy()}
+            return {"actions": actions, MEMORY: after}
+        return {"actions": self.net.greedy(tensors)}
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        return on_device(self.act_tensors, obs, self.device, deterministic)
 
     def load_flat(self, flat: np.ndarray) -> None:
         self.net.load_flat_state(flat)
@@ -222,15 +231,15 @@ class DQN:
         ``returns + discounts * Q_target(boot, a*)``; each item's new priority is its largest ``|td|``. The learning
         rate is constant: ``progress`` is not read."""
         length, n = batch["actions"].shape[:2]
-        obs = {name: self._rows(batch[name]) for name in self.parts}
-        boot = {name: self._rows(batch[BOOT + name]) for name in self.parts}
-        actions = self._rows(batch["actions"]).long()
-        weights = self._tensor(batch["weights"]).float().repeat(length)  # rows are time-major: item i is row t*N+i
-        discounts = self._rows(batch["discounts"])
-        alive = self._rows(batch["alive"]).float() if "alive" in batch else None
+        obs = {name: self._rows(batch, name) for name in self.parts}
+        boot = {name: self._rows(batch, BOOT + name) for name in self.parts}
+        actions = self._rows(batch, "actions").long()
+        weights = self._tensor(batch, "weights").float().repeat(length)  # rows are time-major: item i is row t*N+i
+        discounts = self._rows(batch, "discounts")
+        alive = self._rows(batch, "alive").float() if "alive" in batch else None
         if alive is not None:  # a step its agent did not take (it left the env) is no transition: weight 0
             weights, discounts = weights * alive, discounts * alive
-        target = self._targets(boot, self._rows(batch["returns"]), discounts)
+        target = self._targets(boot, self._rows(batch, "returns"), discounts)
         q_all = self.q(obs)
         q_taken = q_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         loss, td = td_loss(q_taken, target, weights, self.cfg.loss)
@@ -309,8 +318,8 @@ class DQN:
         """Fold the batch into the running observation statistics after the step (merged across replicas)."""
         fold_observations(self.q.encoder, obs, self.collective)
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return batch_tensor(array, self.device)
+    def _tensor(self, batch: Mapping[str, np.ndarray], name: str) -> torch.Tensor:
+        return batch_tensor(batch, name, self.device)
 
-    def _rows(self, array: np.ndarray) -> torch.Tensor:
-        return batch_rows(array, self.device)
+    def _rows(self, batch: Mapping[str, np.ndarray], name: str) -> torch.Tensor:
+        return batch_rows(batch, name, self.device)

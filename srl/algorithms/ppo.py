@@ -18,7 +18,7 @@ weighted by its truncated importance weight against the behaviour policy
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -34,6 +34,8 @@ from srl.api.schema import MEMORY, Field, memory_field
 from srl.api.spaces import STATE, obs_parts
 from srl.api.worker import TrainResult
 from srl.nets.memory import After, Sequences, carried_rows, encode
+from srl.system.device import autocast, torch_device
+from srl.system.prefetch import field
 
 
 class RunningMoments(Protocol):
@@ -61,6 +63,18 @@ def as_tensors(obs: Mapping[str, np.ndarray]) -> Obs:
     return {name: torch.from_numpy(np.ascontiguousarray(x)) for name, x in obs.items()}
 
 
+def on_device(
+    act: Callable[[Obs, bool], Mapping[str, torch.Tensor]],
+    obs: Mapping[str, np.ndarray],
+    device: torch.device,
+    deterministic: bool,
+) -> dict[str, np.ndarray]:
+    """A device policy's numpy-in, numpy-out ``act``: the arrays moved to ``device`` (shared, not copied, on the
+    CPU), ``act`` there, and its answers back as arrays."""
+    tensors = {name: x.to(device) for name, x in as_tensors(obs).items()}
+    return {name: x.cpu().numpy() for name, x in act(tensors, deterministic).items()}
+
+
 class ActingPolicy:
     """Numpy-in, numpy-out wrapper of an actor network (``models.policy()``) for actors and policy workers.
 
@@ -73,21 +87,32 @@ class ActingPolicy:
         self.critic = None if critic is None else critic.eval()
         self._actor_size = net.flat_size()
         self.memory = int(getattr(net, "memory_size", 0))
+        self.device = torch.device("cpu")
 
     def output_fields(self) -> tuple[Field, ...]:
         """Besides the actions: the behaviour log-prob of each step (importance weights, the PPO ratio), and
         with a recurrent core its state (:data:`~srl.api.schema.MEMORY`)."""
         return (Field("logp", (), "float32"),) + ((memory_field(self.memory),) if self.memory else ())
 
-    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+    def to_device(self, device: torch.device) -> None:
+        """Act on ``device`` (a policy worker's ``workers.policy_device``)."""
+        self.device = device
+        self.net.to(device)
+        if self.critic is not None:
+            self.critic.to(device)
+
+    def act_tensors(self, obs: Obs, deterministic: bool = False) -> dict[str, torch.Tensor]:
         """With memory, ``obs`` carries each environment's state as ``obs[MEMORY]`` and the answer the next."""
-        tensors = dict(as_tensors(obs))
+        tensors = dict(obs)
         if self.memory:
             state = tensors.pop(MEMORY)
             actions, logp, after = self.net.act_with_memory(tensors, state, deterministic)
-            return {"actions": actions.numpy(), "logp": logp.numpy(), MEMORY: after.numpy()}
+            return {"actions": actions, "logp": logp, MEMORY: after}
         actions, logp = self.net.act(tensors, deterministic)
-        return {"actions": actions.numpy(), "logp": logp.numpy()}
+        return {"actions": actions, "logp": logp}
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        return on_device(self.act_tensors, obs, self.device, deterministic)
 
     def load_flat(self, flat: np.ndarray) -> None:
         if self.critic is None:
@@ -122,6 +147,7 @@ class PPO:
     section: ClassVar[str] = "ppo"
     settings: ClassVar[type] = PPOConfig
     on_policy: ClassVar[bool] = True
+    trainer_dtypes: ClassVar[tuple[str, ...]] = ("float32", "bfloat16")
 
     def __init__(self, ctx: AlgorithmContext) -> None:
         cfg: PPOConfig = ctx.args
@@ -129,9 +155,8 @@ class PPO:
         self.cfg = cfg
         self.collective = ctx.collective
         self.centralized = cfg.critic == "centralized"
-        self.device = torch.device(ctx.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"trainer device {ctx.device!r}: torch sees no CUDA device on this machine")
+        self.device = torch_device(ctx.device, "trainer device")
+        self.dtype = ctx.cfg.workers.trainer_dtype  # bfloat16: forward passes and losses under autocast
         self.parts = obs_parts(ctx.obs_space)
         # the critic's inputs: the observation parts, or (MAPPO) the env's global state carried for the trainer
         self.critic_parts = self.parts if ctx.state_space is None else obs_parts(ctx.state_space, STATE)
@@ -226,17 +251,19 @@ class PPO:
         lr = cfg.lr * (1.0 - progress) if cfg.lr_schedule == "linear" else cfg.lr
         self.optimizer.lr = max(lr, 1e-8)
         T, N = batch["rewards"].shape
-        flat_obs = {p.name: self._rows(batch[p.name]) for p in self.parts}  # [(T+1) N, ...] per part
+        flat_obs = {p.name: self._rows(batch, p.name) for p in self.parts}  # [(T+1) N, ...] per part
         obs = {name: x[: T * N] for name, x in flat_obs.items()}
         if self.critic_parts is self.parts:
             flat_critic, critic_obs = flat_obs, obs
         else:
-            flat_critic = {p.name: self._rows(batch[p.name]) for p in self.critic_parts}
+            flat_critic = {p.name: self._rows(batch, p.name) for p in self.critic_parts}
             critic_obs = {name: x[: T * N] for name, x in flat_critic.items()}
-        actions = self._tensor(batch["actions"]).reshape(T * N, *batch["actions"].shape[2:])
-        behaviour_logp = self._tensor(batch["logp"]).reshape(-1)
+        actions = self._tensor(batch, "actions").reshape(T * N, *batch["actions"].shape[2:])
+        behaviour_logp = self._tensor(batch, "logp").reshape(-1)
         seq = self._sequences(batch) if self.memory else None  # the critic has a core only beside the actor's
-        v_all, prox_logp, after = self._evaluate_rollout(flat_obs, obs, actions, flat_critic, seq)
+        with autocast(self.device, self.dtype):
+            v_all, prox_logp, after = self._evaluate_rollout(flat_obs, obs, actions, flat_critic, seq)
+        v_all, prox_logp = v_all.float(), None if prox_logp is None else prox_logp.float()
         out: dict[str, float] = {}
         weights = rho = c = None
         old_logp = behaviour_logp
@@ -253,22 +280,23 @@ class PPO:
                 is_weight_max=float(ratio.max()),
                 is_weight_truncated=float((ratio > cfg.is_rho_clip).float().mean()),
             )
-        advantages, returns, values = self._advantages(
-            batch,
-            v_all.reshape(T + 1, N),
-            T,
-            N,
-            None if rho is None else rho.reshape(T, N),
-            None if c is None else c.reshape(T, N),
-            after,
-        )
+        with autocast(self.device, self.dtype):  # the bootstrap values of truncated episodes
+            advantages, returns, values = self._advantages(
+                batch,
+                v_all.reshape(T + 1, N),
+                T,
+                N,
+                None if rho is None else rho.reshape(T, N),
+                None if c is None else c.reshape(T, N),
+                after,
+            )
         adv, ret, old_v = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
         # The critic regresses on its own scale (standardized returns with value normalization).
         ret_head, old_v_head = self.value.normalize(ret), self.value.normalize(old_v)
         # Multi-agent segments say which columns acted (``alive``). The critic learns from every step, since a
         # column waiting for its turn or done before the others still has a value (and rewards may reach it
         # while it waits: an opponent's winning move); the policy learns from the steps it acted in only.
-        acted = None if "alive" not in batch else self._tensor(batch["alive"]).reshape(-1)
+        acted = None if "alive" not in batch else self._tensor(batch, "alive").reshape(-1)
         unroll = seq is not None and not seq.stored
         size = N if unroll else T * N  # an unrolled core trains on whole segments (columns), else on steps
         mb = max(1, size // cfg.minibatches)
@@ -372,20 +400,20 @@ class PPO:
         """GAE (V-trace-corrected with ``rho``/``c``) on current values; truncated episodes bootstrap from their
         final obs (a recurrent critic sees it with the state its episode reached, ``after``)."""
         values, next_values = v_all[:T], v_all[1:].clone()
-        truncated = self._tensor(batch["truncated"])
-        terminated = self._tensor(batch["terminated"])
+        truncated = self._tensor(batch, "truncated")
+        terminated = self._tensor(batch, "terminated")
         if bool(truncated.any()):
             if self.critic_parts[0].final_name in batch:
-                final = {p.name: self._tensor(batch[p.final_name])[truncated] for p in self.critic_parts}
+                final = {p.name: self._tensor(batch, p.final_name)[truncated] for p in self.critic_parts}
                 if after is None:
-                    next_values[truncated] = self.value(final)
+                    next_values[truncated] = self.value(final).float()
                 else:
                     t, n = truncated.nonzero(as_tuple=True)
                     features, _ = self.value.encoder.step(final, after.states(t, n))
-                    next_values[truncated] = self.value.denormalize(self.value.head_output(features))
+                    next_values[truncated] = self.value.denormalize(self.value.head_output(features)).float()
             else:  # image observations carry no final obs: V(s_t) stands in for V(s_{t+1}) (time limits are rare there)
                 next_values[truncated] = values[truncated]
-        rewards = self._tensor(batch["rewards"])
+        rewards = self._tensor(batch, "rewards")
         adv, ret = gae(
             rewards,
             values,
@@ -411,18 +439,19 @@ class PPO:
         they were (a column that sat idle), as the actor carried them (``api.env.carried``)."""
         T, N = batch["rewards"].shape
         resets, idle = carried_rows(batch["terminated"], batch["truncated"], batch.get("alive"), self.device)
-        memory = self._tensor(batch[MEMORY])
+        memory = self._tensor(batch, MEMORY)
         if self.cfg.memory == "stored":
             return Sequences(memory.reshape((T + 1) * N, -1), resets, stored=True)
         return Sequences(memory[0], resets, idle=idle)
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        """A batch field as a tensor on the trainer's device (no copy on the CPU)."""
-        return torch.from_numpy(array).to(self.device)
+    def _tensor(self, batch: Mapping[str, np.ndarray], name: str) -> torch.Tensor:
+        """Batch field ``name`` as a tensor on the trainer's device (prefetched there, or no copy on the CPU)."""
+        return field(batch, name, self.device)
 
-    def _rows(self, array: np.ndarray) -> torch.Tensor:
+    def _rows(self, batch: Mapping[str, np.ndarray], name: str) -> torch.Tensor:
         """A ``[rows, N, ...]`` batch field as ``[rows * N, ...]`` on the trainer's device."""
-        return self._tensor(array).reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+        x = self._tensor(batch, name)
+        return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
     def _update_rms(self, rms: RunningMoments | None, x: torch.Tensor, merged: bool) -> None:
         if rms is None:
@@ -431,6 +460,32 @@ class PPO:
         if merged and self.collective is not None:
             mean, var, n = self.collective.merge_moments(mean, var, n)
         rms.update_moments(mean, var, n)
+
+    def _forward(
+        self,
+        obs: Obs,
+        critic_obs: Obs,
+        acted: torch.Tensor | None,
+        actions: torch.Tensor,
+        seq: Sequences | None,
+        crit: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A minibatch's log-probs and entropies of the acted rows, and the critic's head outputs of its rows."""
+        policy_obs = obs if acted is None else {name: x[acted] for name, x in obs.items()}
+        if seq is not None:
+            features, _ = encode(self.policy.encoder, obs, seq, self.burn_in, states=False)
+            policy_features = features if acted is None else features[acted]
+            logp, entropy = self.policy.evaluate_features(policy_features, actions, self.policy.legal(policy_obs))
+            if not self.value.shared:
+                features, _ = encode(self.value.encoder, critic_obs, self._critic_seq(seq), self.burn_in, states=False)
+            return logp, entropy, self.value.head_output(features if crit is None else features[crit])
+        if self.value.shared:  # one encoder pass feeds both heads
+            features = self.policy.encoder(obs)
+            policy_features = features if acted is None else features[acted]
+            logp, entropy = self.policy.evaluate_features(policy_features, actions, self.policy.legal(policy_obs))
+            return logp, entropy, self.value.head_output(features)
+        logp, entropy = self.policy.evaluate(policy_obs, actions)
+        return logp, entropy, self.value.head_output(self.value.encoder(critic_obs))
 
     def _minibatch(
         self,
@@ -453,22 +508,9 @@ class PPO:
         cfg = self.cfg
         if cfg.normalize_advantages:
             adv = normalize_advantages(adv)
-        policy_obs = obs if acted is None else {name: x[acted] for name, x in obs.items()}
-        if seq is not None:
-            features, _ = encode(self.policy.encoder, obs, seq, self.burn_in, states=False)
-            policy_features = features if acted is None else features[acted]
-            logp, entropy = self.policy.evaluate_features(policy_features, actions, self.policy.legal(policy_obs))
-            if not self.value.shared:
-                features, _ = encode(self.value.encoder, critic_obs, self._critic_seq(seq), self.burn_in, states=False)
-            v = self.value.head_output(features if crit is None else features[crit])
-        elif self.value.shared:  # one encoder pass feeds both heads
-            features = self.policy.encoder(obs)
-            policy_features = features if acted is None else features[acted]
-            logp, entropy = self.policy.evaluate_features(policy_features, actions, self.policy.legal(policy_obs))
-            v = self.value.head_output(features)
-        else:
-            logp, entropy = self.policy.evaluate(policy_obs, actions)
-            v = self.value.head_output(self.value.encoder(critic_obs))
+        with autocast(self.device, self.dtype):  # the forward passes (bfloat16: workers.trainer_dtype)
+            logp, entropy, v = self._forward(obs, critic_obs, acted, actions, seq, crit)
+        logp, entropy, v = logp.float(), entropy.float(), v.float()  # the losses in float32
         loss, stats = ppo_loss(
             logp,
             old_logp,

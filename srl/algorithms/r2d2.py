@@ -74,7 +74,7 @@ class R2D2(DQN):
         is constant: ``progress`` is not read."""
         cfg = self.cfg
         length, n = batch["actions"].shape[:2]
-        obs = {name: self._rows(batch[name]) for name in self.parts}  # [(L + 1) * N, ...]
+        obs = {name: self._rows(batch, name) for name in self.parts}  # [(L + 1) * N, ...]
         seq = self._sequences(batch)
         q_all = self.q.unroll(obs, seq, cfg.burn_in).reshape(length + 1, n, -1)
         with torch.no_grad():
@@ -85,12 +85,12 @@ class R2D2(DQN):
                 batch["rewards"], batch["terminated"], batch["truncated"], values, cfg.gamma, cfg.nstep, eps
             )
         trained = slice(cfg.burn_in, length)
-        actions = self._tensor(batch["actions"]).long()
+        actions = self._tensor(batch, "actions").long()
         q_taken = q_all[:length].gather(-1, actions.unsqueeze(-1)).squeeze(-1)[trained]  # [L - burn_in, N]
         weight = torch.ones_like(q_taken)
         if "alive" in batch:  # a step its agent did not take (it left the env) is no transition: weight 0
-            weight = self._tensor(batch["alive"])[trained].float()
-        weights = self._tensor(batch["weights"]).float()[None, :] * weight
+            weight = self._tensor(batch, "alive")[trained].float()
+        weights = self._tensor(batch, "weights").float()[None, :] * weight
         loss, td = td_loss(q_taken.reshape(-1), target[trained].reshape(-1), weights.reshape(-1), cfg.loss)
         td = td.reshape(q_taken.shape) * weight
         stats = self._descend(loss)
@@ -115,12 +115,12 @@ class R2D2(DQN):
         before a row whose previous step ended its episode and kept through a step its column sat idle, as the
         actor carried it."""
         resets, idle = carried_rows(batch["terminated"], batch["truncated"], batch.get("alive"), self.device)
-        state = self._tensor(batch[MEMORY]).float()
+        state = self._tensor(batch, MEMORY).float()
         return Sequences(state if self.cfg.stored_state else torch.zeros_like(state), resets, idle=idle)
 
     def _alive_rows(self, batch: Mapping[str, np.ndarray]) -> Tensor:
         """The flat (time-major) step rows whose agent acted."""
-        return self._tensor(batch["alive"]).reshape(-1)
+        return self._tensor(batch, "alive").reshape(-1)
 
     def _values(self, q_online: Tensor, q_target: Tensor, obs: Obs) -> Tensor:
         """Each row's bootstrap value ``[L + 1, N]``: the target network's value of the best legal action, picked

@@ -12,18 +12,20 @@ import torch
 from srl.algorithms.dqn_math import polyak_
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.worker import Collective
+from srl.system.prefetch import field
 
 __all__ = ["batch_rows", "batch_tensor", "fold_observations", "follow", "frozen_copy", "require_batch_fits"]
 
 
-def batch_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A batch field as a tensor on ``device`` (no copy on the CPU)."""
-    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+def batch_tensor(batch: Mapping[str, np.ndarray], name: str, device: torch.device) -> torch.Tensor:
+    """Batch field ``name`` as a tensor on ``device`` (prefetched there, or no copy on the CPU)."""
+    return field(batch, name, device)
 
 
-def batch_rows(array: np.ndarray, device: torch.device) -> torch.Tensor:
+def batch_rows(batch: Mapping[str, np.ndarray], name: str, device: torch.device) -> torch.Tensor:
     """A ``[L, N, ...]`` batch field as ``[L * N, ...]`` on ``device`` (rows are time-major: item i is row t*N+i)."""
-    return batch_tensor(array, device).reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+    x = field(batch, name, device)
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
 def frozen_copy(target: Any, online: Any) -> Any:

@@ -30,7 +30,7 @@ from gymnasium import spaces
 from srl.algorithms.adam import Adam
 from srl.algorithms.dqn import BOOT
 from srl.algorithms.grad_clip import GradClipper, clip_all
-from srl.algorithms.ppo import as_tensors
+from srl.algorithms.ppo import on_device
 from srl.algorithms.replay_batch import (
     batch_rows,
     batch_tensor,
@@ -107,22 +107,31 @@ class BoxPolicy:
         self.net = net.eval()
         self.low, self.high = _bounds(action_space)
         self.noise = noise
+        self.device = torch.device("cpu")
 
     def output_fields(self) -> tuple[Field, ...]:
         """Nothing besides the actions: a transition is all the replay needs."""
         return ()
 
+    def to_device(self, device: torch.device) -> None:
+        """Act on ``device`` (a policy worker's ``workers.policy_device``)."""
+        self.device = device
+        self.net.to(device)
+        self.low, self.high = self.low.to(device), self.high.to(device)
+
     @torch.no_grad()
-    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        x = as_tensors(obs)
+    def act_tensors(self, obs: Obs, deterministic: bool = False) -> dict[str, torch.Tensor]:
         if isinstance(self.net, SquashedActor):
-            mean, log_std = self.net(x)
+            mean, log_std = self.net(obs)
             unit = torch.tanh(mean) if deterministic else squashed_gaussian(mean, log_std)[0]
         else:
-            unit = self.net(x)
+            unit = self.net(obs)
             if not deterministic and self.noise > 0:
                 unit = (unit + self.noise * torch.randn_like(unit)).clamp(-1.0, 1.0)
-        return {"actions": rescale(unit, self.low, self.high).numpy()}
+        return {"actions": rescale(unit, self.low, self.high)}
+
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
+        return on_device(self.act_tensors, obs, self.device, deterministic)
 
     def load_flat(self, flat: np.ndarray) -> None:
         self.net.load_flat_state(flat)
@@ -292,15 +301,15 @@ class SAC:
         weights) and ``keys [N]``. The critics train every step, the actor (and with it the
         temperature) every ``actor_delay``-th. Learning rates are constant: ``progress`` is not read."""
         length, n = batch["actions"].shape[:2]
-        obs = {name: self._rows(batch[name]) for name in self.parts}
-        boot = {name: self._rows(batch[BOOT + name]) for name in self.parts}
-        actions = unscale(self._rows(batch["actions"]).float().reshape(length * n, self.dims), self.low, self.high)
-        weights = self._tensor(batch["weights"]).float().repeat(length)  # rows are time-major: item i is row t*N+i
-        discounts = self._rows(batch["discounts"])
-        alive = self._rows(batch["alive"]).float() if "alive" in batch else None
+        obs = {name: self._rows(batch, name) for name in self.parts}
+        boot = {name: self._rows(batch, BOOT + name) for name in self.parts}
+        actions = unscale(self._rows(batch, "actions").float().reshape(length * n, self.dims), self.low, self.high)
+        weights = self._tensor(batch, "weights").float().repeat(length)  # rows are time-major: item i is row t*N+i
+        discounts = self._rows(batch, "discounts")
+        alive = self._rows(batch, "alive").float() if "alive" in batch else None
         if alive is not None:  # a step its agent did not take (it left the env) is no transition: weight 0
             weights, discounts = weights * alive, discounts * alive
-        target = self._target(boot, self._rows(batch["returns"]), discounts)
+        target = self._target(boot, self._rows(batch, "returns"), discounts)
         q1, q2 = self.critic(obs, actions)
         td1, td2 = q1 - target, q2 - target
         if alive is not None:
@@ -404,11 +413,11 @@ class SAC:
             for encoder in _encoders(net):
                 fold_observations(encoder, obs, self.collective)
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return batch_tensor(array, self.device)
+    def _tensor(self, batch: Mapping[str, np.ndarray], name: str) -> torch.Tensor:
+        return batch_tensor(batch, name, self.device)
 
-    def _rows(self, array: np.ndarray) -> torch.Tensor:
-        return batch_rows(array, self.device)
+    def _rows(self, batch: Mapping[str, np.ndarray], name: str) -> torch.Tensor:
+        return batch_rows(batch, name, self.device)
 
 
 def _encoders(net: torch.nn.Module) -> list[torch.nn.Module]:

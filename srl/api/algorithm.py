@@ -243,7 +243,10 @@ class AlgorithmClass(Protocol):
     - ``check(plan: PlanView) -> None`` (a static or class method): raise ConfigError naming the setting at
       fault when the probed env does not suit the settings; called once per run by ``make_plan``;
     - ``prepare(cfg: ExperimentConfig) -> None`` (a static or class method): work before the plan is made,
-      called once by ``train`` after every policy's settings are checked.
+      called once by ``train`` after every policy's settings are checked;
+    - ``trainer_dtypes: ClassVar[tuple[str, ...]]``: the ``workers.trainer_dtype`` values its update honours
+      (``("float32", "bfloat16")``: it runs its forward passes under ``srl.system.device.autocast``); without it,
+      float32 only, and a run asking for bfloat16 is refused.
     """
 
     def __call__(self, ctx: AlgorithmContext) -> Algorithm: ...

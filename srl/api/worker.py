@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
+    import torch
     from torch import Tensor
 
     from srl.api.schema import Field
@@ -46,6 +47,22 @@ class Policy(Protocol):
 
     def flat_state(self) -> np.ndarray:
         """The snapshot this policy holds now (what :meth:`load_flat` would load to act the same)."""
+
+
+class DevicePolicy(Policy, Protocol):
+    """A policy that also acts on tensors on a device: what a policy worker runs on ``workers.policy_device``
+    (its :meth:`act` then takes and gives numpy arrays as before, moving them itself)."""
+
+    def to_device(self, device: torch.device) -> None:
+        """Move its networks (and every tensor it acts with) to ``device``."""
+
+    def act_tensors(self, obs: Mapping[str, Tensor], deterministic: bool = False) -> Mapping[str, Tensor]:
+        """:meth:`act` on tensors on its device: ``actions`` and every declared output, ``[N, ...]`` each."""
+
+
+def is_device_policy(policy: Policy) -> bool:
+    """Whether ``policy`` can act on a device (:class:`DevicePolicy`)."""
+    return callable(getattr(policy, "act_tensors", None)) and callable(getattr(policy, "to_device", None))
 
 
 class Collective(Protocol):

@@ -26,7 +26,11 @@ model (``srl/capacity/model.py``) can recombine them for a cluster:
   process) at two snapshot sizes, fitted as a fixed hop time plus a byte rate;
 - gradient all-reduce: the reductions of one real update counted (how many, how
   many bytes) by a collective that only counts, and the ring's hop time and byte
-  rate from two real trainer processes (``srl.bench.allreduce.ring_fit``).
+  rate from two real trainer processes (``srl.bench.allreduce.ring_fit``);
+- with ``--device``: the update and the inference fit again on that device (the
+  update with its batch already there, as the trainer prefetches it; each timing
+  waits for the device), as ``device_update_seconds_per_sample`` and
+  ``device_inference_seconds_per_*``, which ``srl plan`` charges trainers on GPUs.
 """
 
 from __future__ import annotations
@@ -53,13 +57,25 @@ from srl.base.shm import new_tag
 from srl.bench.allreduce import ring_fit
 from srl.bench.params import measure as measure_params
 from srl.bench.replay import NUMBER, REPEATS, batch_buffers, full_store, open_spec, random_segment, store_rates
-from srl.bench.throughput import bench_env, random_batch, random_obs, segment_batch, timed_rate, update_rate
+from srl.bench.throughput import (
+    CPU,
+    bench_env,
+    device_name,
+    device_policy,
+    prefetched,
+    random_batch,
+    random_obs,
+    segment_batch,
+    timed_rate,
+    update_rate,
+)
 from srl.capacity.model import Costs
 from srl.runtime.build import build_worker
 from srl.runtime.fabric import InlineFabric
 from srl.runtime.plan import Plan, make_plan
 from srl.runtime.replay import sampling
 from srl.runtime.topology import ACTOR, stop, submitted_state
+from srl.system.device import torch_device
 from srl.system.remote_samples import SampleReceiver, SampleSender, segment_bytes
 from srl.system.streams import (
     REPLY_WIDTH,
@@ -165,13 +181,14 @@ def _actor_pass(plan: Plan, policy: Policy, seconds: float, warmup: float) -> tu
     return busy / steps, env / steps
 
 
-def inference_fit(plan: Plan, seconds: float, rounds: int = 5) -> dict[str, float]:
+def inference_fit(plan: Plan, seconds: float, rounds: int = 5, device: torch.device = CPU) -> dict[str, float]:
     """Fixed seconds per forward pass and seconds per sample, fitted from one slot's batch and from several
-    slots' batch, timed in alternation (medians of ``rounds``) so that the machine's noise hits both alike."""
+    slots' batch, timed in alternation (medians of ``rounds``) so that the machine's noise hits both alike. On a
+    GPU each pass counts its copies in and out (``act`` waits for its answers)."""
     cfg, one = plan.cfg, plan.only("srl bench costs")
     B = one.columns_per_slot  # samples per slot
     slots = max(2, min(LARGE_BATCH_SLOTS, cfg.workers.max_inference_batch))
-    policy = one.acting_policy()
+    policy = device_policy(one, device)
     rng = np.random.default_rng(cfg.seed)
     small, large = random_obs(one, rng, (B,)), random_obs(one, rng, (slots * B,))
     per_call: dict[int, list[float]] = {B: [], slots * B: []}
@@ -395,26 +412,47 @@ def _timing(measure: str, impl: str, items: int, seconds: float) -> dict[str, An
     return {"measure": measure, "seconds": seconds}
 
 
-def update_seconds(plan: Plan, batch: Mapping[str, np.ndarray], samples: int, seconds: float) -> float:
+def update_seconds(
+    plan: Plan, batch: Mapping[str, np.ndarray], samples: int, seconds: float, device: torch.device = CPU
+) -> float:
     """Seconds per sample of the config's algorithm training on ``batch`` (``samples`` samples: env steps' columns,
-    or replay items), timed for about ``seconds`` after one untimed update."""
+    or replay items), timed for about ``seconds`` after one untimed update, on ``device`` (the batch already
+    there, each update waited for)."""
     cfg, one = plan.cfg, plan.only("srl bench costs")
-    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, state_space=one.state_space)
-    return 1.0 / update_rate(algo, batch, samples, seconds)
+    algo = make_algorithm(
+        one.obs_space, one.action_space, cfg, cfg.seed, device=str(device), state_space=one.state_space
+    )
+    return 1.0 / update_rate(algo, prefetched(batch, device), samples, seconds, device)
 
 
-def bench_costs(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
-    """Measure every cost of ``Costs`` for ``cfg`` (each measurement runs about ``seconds``)."""
-    return {"bench": "costs", **_rounded(measure_costs(cfg, seconds).to_dict())}
+def bench_costs(cfg: ExperimentConfig, seconds: float, device: str | None = None) -> dict[str, Any]:
+    """Measure every cost of ``Costs`` for ``cfg`` (each measurement runs about ``seconds``); with ``device``, the
+    update and the inference there too (:func:`device_costs`)."""
+    return {"bench": "costs", **_rounded(measure_costs(cfg, seconds, device=device).to_dict())}
 
 
-def measure_costs(cfg: ExperimentConfig, seconds: float, one_node: bool = False) -> Costs:
+def device_costs(plan: Plan, batch: Mapping[str, np.ndarray], samples: int, seconds: float, device: str) -> dict:
+    """The ``device_*`` terms of ``Costs``: the update and the inference fit on ``device``."""
+    dev = torch_device(device, "--device")
+    fit = inference_fit(plan, seconds, device=dev)
+    return {
+        "device": device_name(dev),
+        "device_update_seconds_per_sample": update_seconds(plan, batch, samples, seconds / 2, dev),
+        "device_inference_seconds_per_sample": fit["inference_seconds_per_sample"],
+        "device_inference_seconds_per_batch": fit["inference_seconds_per_batch"],
+    }
+
+
+def measure_costs(cfg: ExperimentConfig, seconds: float, one_node: bool = False, device: str | None = None) -> Costs:
     """``cfg``'s costs, each measured for about ``seconds``. ``one_node``: only those that matter with every
     worker on one machine and one trainer (``srl tune``); the cross-node ones (segments over TCP, the parameter
-    service's hops, the all-reduce) are then not measured, since the model never reads them there."""
-    plan = make_plan(
-        dataclasses.replace(cfg, workers=dataclasses.replace(cfg.workers, actors=1, trainers=1, policy_workers=0))
+    service's hops, the all-reduce) are then not measured, since the model never reads them there. ``device``:
+    also the update and the inference on that device (``device_*``). The CPU terms are the CPU's whatever the
+    config's devices say."""
+    workers = dataclasses.replace(
+        cfg.workers, actors=1, trainers=1, policy_workers=0, policy_device="cpu", trainer_device="cpu"
     )
+    plan = make_plan(dataclasses.replace(cfg, workers=workers))
     w, one = cfg.workers, plan.only("srl bench costs")
     env = bench_env(cfg, seconds)
     torch.set_num_threads(w.torch_threads)  # the trainer's threads, for the update and the forward passes
@@ -451,6 +489,7 @@ def measure_costs(cfg: ExperimentConfig, seconds: float, one_node: bool = False)
         param_bytes=one.param_size * transfer.itemsize(cfg.params.transfer_dtype),
         **cross,
         **per_batch,
+        **({} if device is None else device_costs(plan, batch, samples, seconds, device)),
     )
 
 

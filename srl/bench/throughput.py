@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -28,13 +28,16 @@ from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.env import Slot
 from srl.api.schema import MEMORY
 from srl.api.spaces import ACTION_MASK, Observation, ObsPart, action_spec, flatten_obs, obs_parts
-from srl.api.worker import Algorithm
+from srl.api.worker import Algorithm, DevicePolicy, Policy, is_device_policy
 from srl.envs.factory import make_env
 from srl.envs.slots import make_slot
 from srl.nets.memory import Remembering, remembering
 from srl.runtime.local import run_local
 from srl.runtime.plan import Plan, PolicyPlan, make_plan
 from srl.system.controller import Controller
+from srl.system.device import batch_tensor, synchronize, torch_device
+from srl.system.policy_worker import batch_cap, cap_sizes, measure_curve
+from srl.system.prefetch import DeviceBatch
 from srl.wiring import learns_on_policy, make_algorithm
 
 
@@ -121,6 +124,8 @@ def sampling_plain_loop(plan: Plan, seconds: float, warmup: float = 1.0) -> floa
         for slot in slots:
             slot.close()
 
+
+CPU = torch.device("cpu")
 
 VECTOR_ENV_COUNTS = (8, 32, 64)
 """Env counts the single-process vector-env baseline tries; its best one is the reference."""
@@ -266,12 +271,15 @@ def timed_rate(step: Callable[[int], Any], per_call: int, seconds: float, warmup
     return n * per_call / (time.perf_counter() - t0)
 
 
-def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
-    """This machine's compute bound for a config: inference and PPO update cost per sample, measured.
+def bench_compute(cfg: ExperimentConfig, seconds: float, device: str = "cpu") -> dict[str, Any]:
+    """This machine's compute bound for a config on ``device``: inference and PPO update cost per sample, measured.
 
     bound = 1 / (inference seconds per sample + update seconds per sample), where the update cost
     already contains all epochs (one ``train`` call over a full batch divided by its samples). A sample is one
     column step (an agent's); the bound is in env steps (a multi-agent env's step is one sample per agent).
+    Also the forward pass's cost curve over batch sizes (``workers.max_inference_batch`` slots at most) and the
+    cap a policy worker would take from it (:func:`srl.system.policy_worker.batch_cap`). On a GPU the forward
+    pass counts its copies in and out, and the update starts with its batch on the device (as prefetched).
     """
     if not learns_on_policy(cfg):
         raise ConfigError(
@@ -281,23 +289,29 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     plan = make_plan(cfg)
     one = plan.only("srl bench compute")
     w, ppo = cfg.workers, cfg.ppo
+    dev = torch_device(device, "--device")
     torch.set_num_threads(w.torch_threads)
     rng = np.random.default_rng(cfg.seed)
-    policy = one.acting_policy()
+    policy = device_policy(one, dev)
     C = one.columns_per_slot
     batch_obs = random_obs(one, rng, (C,))  # one slot per forward pass, as in the sampling path
     infer = timed_rate(lambda i: policy.act(batch_obs), C, seconds / 2)
-    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, state_space=one.state_space)
+    curve = inference_curve(policy, one, rng, cap_sizes(w.max_inference_batch))
+    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, device=device, state_space=one.state_space)
     batch = segment_batch(one, cfg, rng)
     samples = int(batch["rewards"].size)
-    update = update_rate(algo, batch, samples, seconds / 2)
+    update = update_rate(algo, prefetched(batch, dev), samples, seconds / 2, dev)
     bound = 1.0 / (1.0 / infer + 1.0 / update) / plan.agents_per_env
     return {
         "bench": "compute",
         "env": cfg.env.id,
+        "device": device_name(dev),
+        "trainer_dtype": w.trainer_dtype,
         "torch_threads": w.torch_threads,
         "inference_batch": C,
         "inference_samples_per_second": round(infer, 1),
+        "inference_curve_seconds": {str(n): float(f"{t:.4g}") for n, t in curve.items()},
+        "inference_batch_cap": batch_cap(curve),
         "update_batch": samples,
         "epochs": ppo.epochs,
         "minibatches": ppo.minibatches,
@@ -306,11 +320,56 @@ def bench_compute(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
     }
 
 
-def update_rate(algo: Algorithm, batch: Mapping[str, np.ndarray], samples: int, seconds: float) -> float:
+def device_policy(plan: PolicyPlan, device: torch.device) -> Policy:
+    """The acting policy on ``device`` (one that cannot act there is refused, naming the setting)."""
+    policy = plan.acting_policy()
+    if device.type == "cpu":
+        return policy
+    if not is_device_policy(policy):
+        raise ConfigError(
+            f"--device {device}: the acting policy of algorithm {plan.cfg.algorithm} acts on the CPU only"
+        )
+    cast(DevicePolicy, policy).to_device(device)
+    return policy
+
+
+def device_name(device: torch.device) -> str:
+    """``cpu``, or ``cuda:0 (NVIDIA H200)``: what a measurement ran on."""
+    if device.type != "cuda":
+        return str(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
+def inference_curve(policy: Policy, plan: PolicyPlan, rng: np.random.Generator, sizes: list[int]) -> dict[int, float]:
+    """Seconds per forward pass of ``n`` slots' random observations, for each ``n`` of ``sizes``
+    (:func:`srl.system.policy_worker.measure_curve`; ``policy.act`` waits for its answers)."""
+    obs = {n: random_obs(plan, rng, (n * plan.columns_per_slot,)) for n in sizes}
+    return measure_curve(lambda n: policy.act(obs[n]), sizes)
+
+
+def prefetched(batch: Mapping[str, np.ndarray], device: torch.device) -> Mapping[str, np.ndarray]:
+    """``batch`` with its fields also on ``device``, as the trainer's prefetching hands it to the update."""
+    return DeviceBatch(batch, {name: batch_tensor(x, device) for name, x in batch.items()})
+
+
+def update_rate(
+    algo: Algorithm,
+    batch: Mapping[str, np.ndarray],
+    samples: int,
+    seconds: float,
+    device: torch.device = CPU,
+) -> float:
     """Samples per second of ``algo`` training on ``batch`` (which holds ``samples``), timed for about ``seconds``
-    after one untimed update; a sample is what the algorithm's batch counts (a column step, a replay item)."""
-    algo.train(batch, 0.0)
-    return timed_rate(lambda i: algo.train(batch, 0.0), samples, seconds, warmup=0.0)
+    after one untimed update; a sample is what the algorithm's batch counts (a column step, a replay item). Each
+    update waits for ``device`` to finish it."""
+
+    def update(i: int) -> None:
+        algo.train(batch, 0.0)
+        synchronize(device)
+
+    update(0)
+    return timed_rate(update, samples, seconds, warmup=0.0)
 
 
 def segment_batch(plan: PolicyPlan, cfg: ExperimentConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:

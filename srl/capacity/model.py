@@ -108,8 +108,19 @@ class Costs:
     trainer_threads: int
     """Torch threads (cores) one CPU trainer used in the measurement."""
     gpu_update_speedup: float | None = None
-    """How much faster the update runs on one GPU than on ``trainer_threads`` CPU cores; given by the user
-    (nothing here measures it), needed only for clusters with GPUs."""
+    """How much faster the update runs on one GPU than on ``trainer_threads`` CPU cores, given by the user; read
+    only for trainers on GPUs when the costs hold no measured ``device_update_seconds_per_sample``."""
+    device: str | None = None
+    """The accelerator the ``device_*`` costs were measured on (``srl bench costs --device``), e.g.
+    ``cuda:0 (NVIDIA H200)``; None: none was."""
+    device_update_seconds_per_sample: float | None = None
+    """The update of :attr:`update_seconds_per_sample` on :attr:`device` (its batch already there, as the
+    trainer's prefetching puts it): what a trainer on a GPU costs per sample. None: not measured."""
+    device_inference_seconds_per_sample: float | None = None
+    """The policy forward pass on :attr:`device`, copies in and out included: seconds per sample (the model does
+    not place policy workers on GPUs yet; recorded for that)."""
+    device_inference_seconds_per_batch: float | None = None
+    """The same forward pass's fixed seconds per call on :attr:`device`."""
     segment_send_seconds: float
     """One segment through ZeroMQ TCP on loopback: encode, send, receive, decode (split between the two ends)."""
     bytes_per_sample: float
@@ -149,6 +160,8 @@ class Costs:
             value = getattr(self, f.name)
             if f.name == "env_id":
                 _require(isinstance(value, str), f.name, f"expected a string, got {value!r}")
+            elif f.name == "device":
+                _require(value is None or isinstance(value, str), f.name, f"expected a string or null, got {value!r}")
             elif f.name in _OPTIONAL:
                 fits = _is_int(value) if f.type == "int | None" else _is_number(value)
                 positive = fits and (value > 0 or (value == 0 and f.name in _MAY_BE_ZERO))
@@ -171,6 +184,11 @@ class Costs:
         if given and len(given) < len(ALLREDUCE):
             missing = next(name for name in ALLREDUCE if getattr(self, name) is None)
             _require(False, missing, f"missing, while {given[0]} is given (one all-reduce measurement has all four)")
+        on_device = ("device", *DEVICE_SECONDS)
+        given = [name for name in on_device if getattr(self, name) is not None]
+        if given and len(given) < len(on_device):
+            missing = next(name for name in on_device if getattr(self, name) is None)
+            _require(False, missing, f"missing, while {given[0]} is given (one device measurement has all four)")
         self._check_replay()
 
     def _check_replay(self) -> None:
@@ -223,6 +241,8 @@ class Costs:
 _INFORMATIONAL = {"bench"}
 """Keys ``srl bench costs`` adds that are not costs."""
 _MAY_BE_ZERO = {
+    "device_inference_seconds_per_sample",
+    "device_inference_seconds_per_batch",
     "actor_seconds_per_step",
     "inference_seconds_per_sample",
     "inference_seconds_per_batch",
@@ -237,8 +257,14 @@ _MAY_BE_ZERO = {
     "replay_sample_seconds_per_item",
 }
 _FLOATS = {f.name for f in dataclasses.fields(Costs) if f.type in ("float", "float | None")}
+DEVICE_SECONDS = (
+    "device_update_seconds_per_sample",
+    "device_inference_seconds_per_sample",
+    "device_inference_seconds_per_batch",
+)
+"""The costs measured on an accelerator (``srl bench costs --device``): all present with ``device``, or none."""
 _OPTIONAL = {"gpu_update_speedup", "gradient_bytes", "reductions_per_update", "allreduce_hop_seconds",
-             "allreduce_bytes_per_second", "inline_actor_seconds_per_step"}  # fmt: skip
+             "allreduce_bytes_per_second", "inline_actor_seconds_per_step", "device", *DEVICE_SECONDS}  # fmt: skip
 ALLREDUCE = ("gradient_bytes", "reductions_per_update", "allreduce_hop_seconds", "allreduce_bytes_per_second")
 """The fields of one all-reduce measurement (``srl bench costs``): all present, or all None."""
 REPLAY_SECONDS = ("replay_insert_seconds_per_step", "replay_sample_seconds_per_item")
@@ -441,14 +467,25 @@ def trainer_seconds(costs: Costs, layout: Layout) -> float:
     """Seconds one trainer needs per env step: the update on what the step gives it (:func:`trained_per_step`;
     divided by the GPU speed-up on a GPU) and, across nodes without a replay, its half of receiving segments
     (a replay receives them instead)."""
-    s = trained_per_step(costs) * costs.update_seconds_per_sample
-    if layout.trainer_device == "gpu":
-        if costs.gpu_update_speedup is None:
-            raise ConfigError("gpu_update_speedup: needed for trainers on GPUs (not measurable without a GPU)")
-        s /= costs.gpu_update_speedup
+    s = trained_per_step(costs) * (
+        gpu_update_seconds(costs) if layout.trainer_device == "gpu" else costs.update_seconds_per_sample
+    )
     if layout.trainer_nodes and not costs.samples_per_insert:
         s += segment_end_seconds(costs)
     return s
+
+
+def gpu_update_seconds(costs: Costs) -> float:
+    """Seconds per sample of the update on one GPU: measured there (``device_update_seconds_per_sample``) when the
+    costs hold it, else the CPU's divided by ``gpu_update_speedup``."""
+    if costs.device_update_seconds_per_sample is not None:
+        return costs.device_update_seconds_per_sample
+    if costs.gpu_update_speedup is None:
+        raise ConfigError(
+            "gpu_update_speedup: needed for trainers on GPUs when the costs hold no device_update_seconds_per_sample "
+            "(measure it with srl bench costs --device cuda)"
+        )
+    return costs.update_seconds_per_sample / costs.gpu_update_speedup
 
 
 def replay_seconds(costs: Costs, layout: Layout) -> float:

@@ -150,8 +150,11 @@ def recommend(costs: Costs, cluster: Cluster, limits: Limits = Limits()) -> Reco
     ``batch_segments`` keeping each trainer's PPO batch as measured (a slot larger than that batch grows it to
     one segment). ``limits`` caps trainers and trainer nodes; a costs file measured before the all-reduce was
     (no ``gradient_bytes``) plans one trainer."""
-    if cluster.gpus_per_node and costs.gpu_update_speedup is None:
-        raise ConfigError("gpu_update_speedup: needed with GPUs (give --gpu-speedup; nothing here measures it)")
+    if cluster.gpus_per_node and costs.gpu_update_speedup is None and costs.device_update_seconds_per_sample is None:
+        raise ConfigError(
+            "gpu_update_speedup: needed with GPUs when the costs hold no device_update_seconds_per_sample (give "
+            "--gpu-speedup, or measure it with srl bench costs --device cuda)"
+        )
     if costs.gradient_bytes is None:
         limits = dataclasses.replace(limits, max_trainers=1)
     search = _best_one_node if cluster.nodes == 1 else _best_many_nodes

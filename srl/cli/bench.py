@@ -8,7 +8,7 @@ from typing import Any
 
 from srl.api.config import ConfigError, load_config
 from srl.base.transfer import TRANSFER_DTYPES
-from srl.cli import add_overrides
+from srl.cli import add_overrides, check_device
 
 # The sampling layout used when no config is given: two actors of two slots served by one policy worker.
 DEFAULT_SAMPLING = [
@@ -43,6 +43,12 @@ def add_parser(sub: Any) -> None:
     )
     b.add_argument("--env", default=None, help="environment id (overrides the config's)")
     b.add_argument("--seconds", type=float, default=10.0, help="measurement time")
+    b.add_argument(
+        "--device",
+        default=None,
+        help="compute: where to measure (default cpu); costs: also measure the update and inference there "
+        "(cpu, cuda, cuda:N)",
+    )
     b.add_argument("--runs", type=int, default=3, help="solve: runs (seeds 1..N), each a fresh process")
     add_overrides(b)
     b.add_argument("--json", action="store_true", help="print one JSON object per measurement")
@@ -109,15 +115,16 @@ def run_bench(args: argparse.Namespace) -> int:
     else:
         defaults = DEFAULT_SAMPLING if args.what == "sampling" and not args.config else []
         cfg = load_config(args.config, defaults + overrides)
+        device = check_device("--device", args.device)
         if args.what == "costs":
-            from srl.bench.costs import bench_costs as fn
+            from srl.bench.costs import bench_costs
+
+            result = bench_costs(cfg, args.seconds, device)
+        elif args.what == "compute":
+            result = throughput.bench_compute(cfg, args.seconds, device or "cpu")
         else:
-            fn = {
-                "env": throughput.bench_env,
-                "sampling": throughput.bench_sampling,
-                "compute": throughput.bench_compute,
-            }[args.what]
-        result = fn(cfg, args.seconds)
+            fn = {"env": throughput.bench_env, "sampling": throughput.bench_sampling}[args.what]
+            result = fn(cfg, args.seconds)
     print(json.dumps(result) if args.json else _human(result), flush=True)
     return 0
 

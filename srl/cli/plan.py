@@ -2,7 +2,10 @@
 
     srl plan --costs COSTS.json --nodes N --cores-per-node C [--gpus-per-node G] [--gpu-speedup X]
              [--link-gbps B] [--link-latency-us L] [--max-trainers M] [--json]
-    srl plan --config CONFIG ...      (measures the costs first, as ``srl bench costs`` does)
+    srl plan --config CONFIG [--device cuda] ...   (measures the costs first, as ``srl bench costs`` does)
+
+Trainers on GPUs cost what ``srl bench costs --device`` measured there when the costs hold it
+(``device_update_seconds_per_sample``); only without it does ``--gpu-speedup`` scale the CPU's update.
 
 The model is ``srl/capacity/model.py``; what it assumes is in docs/scaling.md.
 """
@@ -14,6 +17,7 @@ import dataclasses
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +43,7 @@ from srl.capacity.recommend import (
     scale_table,
     trainer_efficiency,
 )
-from srl.cli import add_overrides
+from srl.cli import add_overrides, check_device
 
 
 def add_parser(sub: Any) -> None:
@@ -48,6 +52,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--config", default=None, help="experiment YAML: measure its costs here first")
     add_overrides(p, "with --config: override a config field (repeatable)")
     p.add_argument("--seconds", type=float, default=3.0, help="with --config: seconds per cost measurement")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="with --config: also measure the update and inference on this device (cuda, cuda:N, cpu)",
+    )
     p.add_argument("--nodes", type=int, required=True, help="nodes in the cluster")
     p.add_argument("--cores-per-node", type=int, required=True, help="CPU cores per node")
     p.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (used by trainers only)")
@@ -55,7 +64,8 @@ def add_parser(sub: Any) -> None:
         "--gpu-speedup",
         type=float,
         default=None,
-        help="update speed-up of one GPU over the measured CPU trainer (needed with GPUs)",
+        help="update speed-up of one GPU over the measured CPU trainer (needed with GPUs when the costs hold no "
+        "update measured on a device)",
     )
     p.add_argument("--link-gbps", type=float, default=10.0, help="network link per node, Gbit/s (default 10)")
     p.add_argument(
@@ -201,8 +211,11 @@ def _check_args(args: argparse.Namespace) -> None:
     for flag, value in (("--max-trainers", args.max_trainers), ("--max-trainer-nodes", args.max_trainer_nodes)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag}: must be >= 1, got {value}")
-    if args.gpus_per_node and args.gpu_speedup is None and args.config is not None:
-        raise ConfigError("--gpu-speedup: needed with --gpus-per-node > 0 (no GPU here to measure it)")
+    check_device("--device", args.device)
+    if args.device is not None and args.config is None:
+        raise ConfigError("--device: measures costs, so it goes with --config (srl bench costs --device for a file)")
+    if args.gpus_per_node and args.gpu_speedup is None and args.config is not None and args.device is None:
+        raise ConfigError("--gpu-speedup: needed with --gpus-per-node > 0 (or --device cuda to measure the GPU)")
 
 
 def _costs(args: argparse.Namespace) -> Costs:
@@ -211,11 +224,18 @@ def _costs(args: argparse.Namespace) -> Costs:
     else:
         from srl.bench.costs import bench_costs
 
-        costs = Costs.from_dict(bench_costs(_config(args), args.seconds), "measured")
-    if args.gpu_speedup is not None:
+        costs = Costs.from_dict(bench_costs(_config(args), args.seconds, args.device), "measured")
+    if args.gpu_speedup is not None and costs.device_update_seconds_per_sample is None:
         costs = dataclasses.replace(costs, gpu_update_speedup=args.gpu_speedup)
-    if args.gpus_per_node and costs.gpu_update_speedup is None:
-        raise ConfigError("--gpu-speedup: needed with --gpus-per-node > 0 (the costs file has no gpu_update_speedup)")
+    elif args.gpu_speedup is not None:
+        print(
+            f"srl plan: --gpu-speedup not used: the costs hold the update measured on {costs.device}", file=sys.stderr
+        )
+    if args.gpus_per_node and costs.gpu_update_speedup is None and costs.device_update_seconds_per_sample is None:
+        raise ConfigError(
+            "--gpu-speedup: needed with --gpus-per-node > 0 (the costs file has neither gpu_update_speedup nor an "
+            "update measured on a device: srl bench costs --device cuda)"
+        )
     return costs
 
 
@@ -367,6 +387,8 @@ def _us(s: float) -> str:
 def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[ScaleRow]) -> str:
     pred, lay = rec.prediction, rec.layout
     speed = f", GPU update speed-up {costs.gpu_update_speedup:g}x" if costs.gpu_update_speedup else ""
+    if costs.device_update_seconds_per_sample is not None:
+        speed = f", GPU update {_us(costs.device_update_seconds_per_sample)}/sample measured on {costs.device}"
     lines = [
         f"srl plan: {costs.env_id} on {cluster.nodes} node(s) x {cluster.cores_per_node} cores, "
         f"{cluster.gpus_per_node} GPU(s)/node, {cluster.link_gbps:g} Gbit/s links{speed}"

@@ -23,7 +23,7 @@ from srl.api.env import GroupedSlot, OneGroup
 from srl.api.explore import Explorer, make_explorer
 from srl.api.plugins import resolve
 from srl.api.stage import StageClass, StageContext
-from srl.api.worker import Policy, Worker
+from srl.api.worker import Policy, Worker, is_device_policy
 from srl.base.fileio import atomic_save
 from srl.envs.slots import make_grouped, make_slot
 from srl.envs.turns import TurnSlot
@@ -33,12 +33,14 @@ from srl.runtime.topology import LEAGUE, Endpoint, Role, Stream, WorkerSpec, kee
 from srl.system.actor_worker import ActorWorker
 from srl.system.batches import BatchSource, SegmentBatches
 from srl.system.collective import TorchCollective
+from srl.system.device import torch_device
 from srl.system.eval_worker import EvalWorker
 from srl.system.null_trainer import NullTrainerWorker
 from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
 from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource, Subscribers
 from srl.system.policy_worker import PolicyWorker
 from srl.system.population_worker import MemberLink
+from srl.system.prefetch import DeviceBatches
 from srl.system.rewards import RewardTransform
 from srl.system.run_dir import policy_checkpoints
 from srl.system.stage_worker import StageWorker
@@ -327,7 +329,10 @@ def build_trainer(ctx: BuildContext) -> Worker:
     trainer = TrainerWorker(
         index,
         algo,
-        batch_source(plan, fabric, ctx.worker, fresh=plan.resume is None and incarnation == 0),
+        DeviceBatches(
+            batch_source(plan, fabric, ctx.worker, fresh=plan.resume is None and incarnation == 0),
+            torch_device(cfg.workers.trainer_device, "workers.trainer_device"),
+        ),
         ParamPublisher(fabric.params(policy=k)),
         fabric.reporter(),
         total_env_steps=cfg.run.total_env_steps // max(1, cfg.population.members),  # a member's share: its schedules
@@ -383,15 +388,23 @@ def build_policy(ctx: BuildContext) -> Worker:
     rows = [plan.actor_row(a.index) for a in plan.topology.clients_of(serves)]
     replies = {row: fabric.replies(row) for row in rows}
     pools = [fabric.pool(k) for k in range(len(plan.policies))]
+    w = cfg.workers
+    if w.policy_device != "cpu" and not all(is_device_policy(p) for p in policies):
+        raise ConfigError(
+            f"workers.policy_device: {w.policy_device}: the acting policy of algorithm {cfg.algorithm} acts on the "
+            "CPU only (it has no act_tensors)"
+        )
     return PolicyWorker(
         index,
         policies,
         InferenceServer(pools, fabric.requests(serves.index), replies),
         subscribers,
         fabric.reporter(),
-        max_batch=cfg.workers.max_inference_batch,
-        pull_interval=cfg.workers.param_pull_interval,
+        max_batch=w.max_inference_batch,
+        pull_interval=w.param_pull_interval,
         wait_timeout=ctx.wait_timeout,
+        device=w.policy_device,
+        measure_cap=w.measure_inference_batch and cfg.runtime != "inline",  # inline runs stay reproducible
     )
 
 

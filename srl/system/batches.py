@@ -40,6 +40,10 @@ class BatchSource(Protocol):
 
     fields: Mapping[str, FieldSpec]
     """The batch's fields and shapes."""
+    answers_upstream: bool
+    """:meth:`done` sends the update's result back (a replay's priorities), so the source keeps its batch until
+    the update ends; False lets a prefetcher take the next batch while the update runs (``srl.system.prefetch``).
+    A source without the attribute counts as True."""
 
     @property
     def dropped(self) -> int:
@@ -79,6 +83,9 @@ class SegmentBatches:
     Each segment is copied once and its buffer released at once (the actor refills it while we train); a
     segment whose behaviour policy is more than ``max_policy_lag`` versions old is dropped and counted.
     """
+
+    answers_upstream = False
+    """Segments send nothing back."""
 
     def __init__(self, source: SegmentSource, batch_segments: int, max_policy_lag: int, agents_per_env: int = 1):
         """``agents_per_env``: columns per env step (a multi-agent env's agents): samples count env steps."""

@@ -395,6 +395,8 @@ class Controller:
             batches = max(1, int(stats.get("batches", 0)))
             rec[f"policy{stats['policy']}_mean_batch"] = float(stats.get("samples", 0)) / batches
             rec[f"policy{stats['policy']}_version_lag"] = rec["policy_version"] - int(stats.get("version", -1))
+            if "batch_cap" in stats:  # slots per forward pass at most (measured as the worker started)
+                rec[f"policy{stats['policy']}_batch_cap"] = int(stats["batch_cap"])
         for name, stats in self.param_service.items():
             for key in ("sends", "bytes_sent", "rejected"):
                 if key in stats:

@@ -251,6 +251,9 @@ class ReplayBatches:
     """A trainer's batches from its replay: each batch buffer is one whole batch, read in place (no copy); the
     update's priorities go back in it."""
 
+    answers_upstream = True
+    """:meth:`done` writes the update's priorities back: the batch is kept until the update ends."""
+
     def __init__(
         self, batches: SegmentPool, channel: Channel, bell: Channel, agents_per_env: int = 1, fresh: bool = True
     ) -> None:

@@ -383,7 +383,7 @@ class InlineInference:
         self, actor: int, pools: Sequence[SegmentPool], policies: Sequence[Policy], versions: Sequence[VersionSource]
     ) -> None:
         self.actor, self.pools, self.policies, self.versions = actor, pools, policies, versions
-        self._obs = [_inputs(pool) for pool in pools]
+        self._obs = [acting_inputs(pool) for pool in pools]
         self._ring = pools[0].layout.slots
         self._ready: list[int] = []
 
@@ -432,7 +432,7 @@ class InferenceServer:
         self._served = np.array(sorted(replies), np.int32)  # the actors this server answers
         layout = pools[0].layout
         self._ring, self._buffers, self._T = layout.slots, layout.buffers, layout.fields["actions"].shape[0]
-        self._obs = [_inputs(pool) for pool in pools]
+        self._obs = [acting_inputs(pool) for pool in pools]
         self.superseded = 0  # requests dropped because their slot had asked again since
 
     def gather(self, max_requests: int, timeout: float | None) -> list[tuple[int, np.ndarray]]:
@@ -473,6 +473,16 @@ class InferenceServer:
             out[name] = obs.reshape(-1, *obs.shape[2:])
         return out
 
+    def gather_into(self, policy: int, requests: np.ndarray, out: Mapping[str, np.ndarray]) -> None:
+        """:meth:`observations` gathered straight into ``out`` (``[n, B, ...]`` per part, e.g. a staging buffer's
+        views): one copy, from the pool into ``out``."""
+        arrays = self.pools[policy].arrays
+        for name in self._obs[policy]:
+            source = arrays[name]
+            rows = np.ravel_multi_index((requests[:, 0], requests[:, 2], requests[:, 3]), source.shape[:3])
+            # ``clip`` writes into ``out`` directly (``raise`` would buffer); the requests were checked in gather
+            np.take(source.reshape(-1, *source.shape[3:]), rows, axis=0, out=out[name], mode="clip")
+
     def answer(self, policy: int, requests: np.ndarray, outputs: Mapping[str, np.ndarray], version: int) -> None:
         """Write policy ``policy``'s outputs (``[n * B, ...]`` each) in place and wake each requesting actor."""
         index = (requests[:, 0], requests[:, 2], requests[:, 3])
@@ -483,7 +493,7 @@ class InferenceServer:
             self.replies[actor].send((slot, ticket))
 
 
-def _inputs(pool: SegmentPool) -> tuple[str, ...]:
+def acting_inputs(pool: SegmentPool) -> tuple[str, ...]:
     """What a request hands the policy: the observation parts, and a policy's recurrent state when it has one."""
     return pool.layout.obs_fields + ((MEMORY,) if MEMORY in pool.arrays else ())
 

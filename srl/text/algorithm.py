@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper, clip_all
+from srl.algorithms.ppo import on_device
 from srl.algorithms.ppo_math import ppo_loss, value_loss
 from srl.algorithms.token_math import (
     group_advantages,
@@ -61,6 +62,8 @@ from srl.api.schema import Field
 from srl.api.spaces import OBS
 from srl.api.worker import TrainResult
 from srl.nets.flat import FlatState
+from srl.system.device import autocast, torch_device
+from srl.system.prefetch import field
 from srl.text.generate import (
     StopStrings,
     completion_logits,
@@ -171,6 +174,7 @@ class TextPolicy:
         self.vocab = len(tokenizer)
         self.pad_id, self.eos_id = int(tokenizer.pad_token_id), int(tokenizer.eos_token_id)
         self.stop = StopStrings(tokenizer, stop)
+        self.device = torch.device("cpu")
 
     def output_fields(self) -> tuple[Field, ...]:
         fields: tuple[Field, ...] = (Field("logp", (self.max_new_tokens,), "float32"), Field("length", (), "int32"))
@@ -178,8 +182,23 @@ class TextPolicy:
             fields += (Field("ref_logp", (self.max_new_tokens,), "float32"),)
         return fields
 
+    measure_batches = False
+    """A forward pass is a whole generation, whose length depends on the prompts: a policy worker keeps
+    ``max_inference_batch`` as its cap instead of measuring one (``srl.system.policy_worker``)."""
+
+    def to_device(self, device: torch.device) -> None:
+        """Generate on ``device`` (a policy worker's ``workers.policy_device``), the reference beside the model."""
+        self.device = device
+        self.model.to(device)
+        if self.reference is not None:
+            self.reference.to(device)
+
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        ids = torch.from_numpy(np.ascontiguousarray(obs[OBS])).long()
+        return on_device(self.act_tensors, obs, self.device, deterministic)
+
+    def act_tensors(self, obs: Mapping[str, Tensor], deterministic: bool = False) -> dict[str, Tensor]:
+        """Completions of the prompts ``obs[OBS]`` (token ids, left-padded) on the model's device."""
+        ids = obs[OBS].long()
         pmask = prompt_mask(ids, self.pad_id)
         out = generate(
             self.model,
@@ -194,16 +213,12 @@ class TextPolicy:
             stop=self.stop,
             vocab=self.vocab,
         )
-        result = {
-            "actions": out.tokens.numpy(),
-            "logp": out.logp.numpy(),
-            "length": out.lengths.to(torch.int32).numpy(),
-        }
+        result = {"actions": out.tokens, "logp": out.logp, "length": out.lengths.to(torch.int32)}
         if self.reference is not None and not deterministic:  # greedy play (eval) keeps only the actions
             mask = lengths_mask(out.lengths, out.tokens.shape[1])
             with torch.no_grad():
                 ref = completion_logp(self.reference, ids, pmask, out.tokens, mask, self.cfg.temperature, self.vocab)
-            result["ref_logp"] = ref.numpy()
+            result["ref_logp"] = ref
         return result
 
     def load_flat(self, flat: np.ndarray) -> None:
@@ -239,6 +254,7 @@ class LMPPO:
     section: ClassVar[str] = "ppo"
     settings: ClassVar[type] = PPOConfig
     on_policy: ClassVar[bool] = True
+    trainer_dtypes: ClassVar[tuple[str, ...]] = ("float32", "bfloat16")
 
     fuse_first_minibatch = True
     """Take the first minibatch's proximal log-probs from its own training forward (the weights have not moved
@@ -250,18 +266,22 @@ class LMPPO:
         self.ppo: PPOConfig = ctx.args
         self.text = cfg.text
         self.collective = ctx.collective
+        self.device = torch_device(ctx.device, "trainer device")
+        self.dtype = cfg.workers.trainer_dtype  # bfloat16: the forward passes under autocast
         max_new, _, self.group_size = _task_settings(cfg, ctx.action_space)
         tokenizer = _tokenizer(cfg)
         self.pad_id, self.vocab = int(tokenizer.pad_token_id), len(tokenizer)
         self.policy = _load(self.text.model, "text.model")
         _check_fits(self.policy, tokenizer, ctx.obs_space, ctx.action_space, max_new, "text.model")
-        self.policy.eval()  # no dropout: the ratio of a completion must not depend on a random mask
+        self.policy.eval().to(self.device)  # no dropout: the ratio of a completion must not depend on a random mask
         self.reference = _reference(cfg) if self.text.reference_on == "trainer" else None
+        if self.reference is not None:
+            self.reference.to(self.device)
         self.critic: ValueModel | None = None
         params = {"policy": list(self.policy.parameters())}
         if self.text.advantage == "gae":
             self.critic = ValueModel(_load(self.text.model, "text.model"), self.text.value_head_init)
-            self.critic.eval()
+            self.critic.eval().to(self.device)
             params["critic"] = list(self.critic.parameters())
         self._critic_pool = (
             ThreadPoolExecutor(1, thread_name_prefix="srl-critic")
@@ -334,15 +354,16 @@ class LMPPO:
         self.optimizer.lr = max(lr, 1e-8)
         T, N = batch["rewards"].shape
         rows = T * N
-        prompts = torch.from_numpy(batch[OBS][:T]).reshape(rows, -1).long()
+        device = self.device
+        prompts = field(batch, OBS, device)[:T].reshape(rows, -1).long()
         pmask = prompt_mask(prompts, self.pad_id)  # each pass trims its rows' padding (completion_outputs)
-        tokens = torch.from_numpy(batch["actions"]).reshape(rows, -1)
+        tokens = field(batch, "actions", device).reshape(rows, -1).long()
         C = tokens.shape[1]
-        mask = lengths_mask(torch.from_numpy(batch["length"]).reshape(rows).long(), C)
-        behaviour = torch.from_numpy(batch["logp"]).reshape(rows, C)
-        scores = torch.from_numpy(batch["rewards"]).reshape(rows)
+        mask = lengths_mask(field(batch, "length", device).reshape(rows).long(), C)
+        behaviour = field(batch, "logp", device).reshape(rows, C)
+        scores = field(batch, "rewards", device).reshape(rows)
         mb = max(1, rows // ppo.minibatches)
-        perms = [torch.randperm(rows, generator=self._gen) for _ in range(ppo.epochs)]
+        perms = [torch.randperm(rows, generator=self._gen).to(device) for _ in range(ppo.epochs)]
         # the proximal log-probs are the policy's before this update. A no-grad pass takes them, except for the
         # first minibatch's rows when nothing before the loop needs them: its own forward, at the same weights,
         # gives them then (with one minibatch and one epoch there is no extra pass at all)
@@ -352,8 +373,8 @@ class LMPPO:
         # the critic's values start on its thread (text.critic_thread) while the policy's pass runs here
         critic_values = None if self.critic is None else self._beside(self._values, prompts, pmask, tokens, mask, mb)
         with torch.no_grad():  # the batch as the current policy, the reference and the critic see it
-            prox = torch.zeros(rows, C)
-            todo = torch.ones(rows, dtype=torch.bool)
+            prox = torch.zeros(rows, C, device=device)
+            todo = torch.ones(rows, dtype=torch.bool, device=device)
             if first is not None:
                 todo[first] = False
             rest = todo.nonzero().squeeze(1)
@@ -361,7 +382,7 @@ class LMPPO:
                 prox[rest[s]] = self._logp(self.policy, prompts, pmask, tokens, mask, rest[s])
             ref: Tensor | None = None
             if "ref_logp" in batch:  # taken by the generator (text.reference_on: generator)
-                ref = torch.from_numpy(batch["ref_logp"]).reshape(rows, C)
+                ref = field(batch, "ref_logp", device).reshape(rows, C)
             elif self.reference is not None:
                 ref = torch.cat(
                     [self._logp(self.reference, prompts, pmask, tokens, mask, s) for s in _chunks(rows, mb)]
@@ -423,7 +444,9 @@ class LMPPO:
     def _logp(
         self, model: CausalLM, prompts: Tensor, pmask: Tensor, tokens: Tensor, mask: Tensor, s: slice | Tensor
     ) -> Tensor:
-        return completion_logp(model, prompts[s], pmask[s], tokens[s], mask[s], self.text.temperature, self.vocab)
+        with autocast(self.device, self.dtype):
+            logp = completion_logp(model, prompts[s], pmask[s], tokens[s], mask[s], self.text.temperature, self.vocab)
+        return logp.float()
 
     def _minibatch(self, idx: Tensor, fresh: bool, u: _Update) -> dict[str, float]:
         """One optimizer step on the rows ``idx``. ``fresh``: the weights have not moved since the update began,
@@ -451,8 +474,10 @@ class LMPPO:
         ppo, text = self.ppo, self.text
         m = u.mask[idx]
         valid = m.bool()
-        logits = completion_logits(self.policy, u.prompts[idx], u.pmask[idx], u.tokens[idx], m)
-        logp, entropy = token_logp(logits, u.tokens[idx], text.temperature, self.vocab)
+        with autocast(self.device, self.dtype):
+            logits = completion_logits(self.policy, u.prompts[idx], u.pmask[idx], u.tokens[idx], m)
+            logp, entropy = token_logp(logits, u.tokens[idx], text.temperature, self.vocab)
+        logp, entropy = logp.float(), entropy.float()
         if fresh:
             u.prox[idx] = logp.detach() * m
         weights = old_logp = None
@@ -489,7 +514,8 @@ class LMPPO:
         valid = m.bool()
         critic, values, returns = self.critic, u.values, u.returns
         assert critic is not None and values is not None and returns is not None
-        new_v = critic(u.prompts[idx], u.pmask[idx], u.tokens[idx], m)[valid]
+        with autocast(self.device, self.dtype):  # on the critic's thread: autocast is per thread
+            new_v = critic(u.prompts[idx], u.pmask[idx], u.tokens[idx], m)[valid].float()
         loss = value_loss(new_v, values[idx][valid], returns[idx][valid], self.ppo.value_clip)
         (self.ppo.vf_coef * loss).backward()
         return loss.detach()
@@ -499,8 +525,9 @@ class LMPPO:
         thread: this may run on the critic's)."""
         critic = self.critic
         assert critic is not None
-        with torch.no_grad():
-            return torch.cat([critic(*_rows((prompts, pmask, tokens, mask), s)) for s in _chunks(len(prompts), chunk)])
+        with torch.no_grad(), autocast(self.device, self.dtype):
+            values = [critic(*_rows((prompts, pmask, tokens, mask), s)) for s in _chunks(len(prompts), chunk)]
+        return torch.cat(values).float()
 
     def _beside(self, fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
         """Start ``fn(*args)`` on the critic's thread and return what waits for its result; without the thread

@@ -8,6 +8,11 @@ from typing import Literal
 from srl.api.config.errors import check
 
 
+def is_device(name: str) -> bool:
+    """``cpu``, ``cuda`` or ``cuda:N``: the devices a worker may run on."""
+    return name in ("cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit())
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkersConfig:
     """How many workers of each kind, and how they are shaped. Placement is the runtime's job."""
@@ -24,7 +29,14 @@ class WorkersConfig:
     """Trainer workers for the policy, data-parallel over torch.distributed (gloo on CPU); actor ``a`` feeds
     trainer ``a % trainers``, so ``actors`` must be at least ``trainers``. Several need the local runtime."""
     max_inference_batch: int = 64
-    """Auto-batching cap: a policy worker merges at most this many pending requests (slots) per forward pass."""
+    """Auto-batching cap: a policy worker merges at most this many pending requests (slots) per forward pass (with
+    ``measure_inference_batch``, the most it measures)."""
+    measure_inference_batch: bool = True
+    """A policy worker times its forward pass (copies included) at 1, 2, 4, ... ``max_inference_batch`` slots as it
+    starts and caps its batches at the fewest slots within 5% of the best throughput it saw: larger batches only
+    make the first requests wait longer (``srl.system.policy_worker.batch_cap``; ``policyN_batch_cap`` in the
+    metrics). Never under the inline runtime, whose runs stay reproducible; false: the cap is
+    ``max_inference_batch``."""
     segment_length: int = 32
     """Steps per trajectory segment ``[T, B, ...]`` sent on the sample stream."""
     batch_segments: int = 4
@@ -50,7 +62,16 @@ class WorkersConfig:
     under the inline runtime, whose runs stay reproducible. Off by default: on 2 cores with an actor and a
     policy worker beside the trainer no core is idle, and it gained nothing (docs/benchmarks.md)."""
     trainer_device: str = "cpu"
-    """Where trainers run the update: ``cpu``, ``cuda`` or ``cuda:N`` (policy workers and actors stay on the CPU)."""
+    """Where trainers run the update: ``cpu``, ``cuda`` or ``cuda:N``. On CUDA each batch is copied to the device on
+    a stream of its own while the update before it runs (``srl.system.prefetch``)."""
+    trainer_dtype: Literal["float32", "bfloat16"] = "float32"
+    """What the update computes in: ``bfloat16`` runs the algorithm's forward passes and losses under
+    ``torch.autocast`` on the trainer's device (weights, gradients and the optimizer stay float32). Unlike
+    ``model.cnn_dtype`` it covers the whole network, and only the trainer: acting stays float32."""
+    policy_device: str = "cpu"
+    """Where policy workers run the acting policy: ``cpu``, ``cuda`` or ``cuda:N``. A batch's observations are
+    gathered into a host staging buffer (pinned on CUDA) and copied in once, its answers copied out once. Needs
+    ``policy_workers`` >= 1 (actors that run the policy themselves run it on the CPU)."""
     param_pull_interval: int = 1
     """Policy workers check the parameter service every this many forward passes."""
     param_version_stride: int = 1
@@ -89,12 +110,13 @@ class WorkersConfig:
             "request_timeout_seconds",
             f"must be > 0, got {self.request_timeout_seconds}",
         )
+        for name in ("trainer_device", "policy_device"):
+            device = getattr(self, name)
+            check(is_device(device), name, f"must be cpu, cuda or cuda:N, got {device!r}")
         check(
-            self.trainer_device == "cpu"
-            or self.trainer_device == "cuda"
-            or (self.trainer_device.startswith("cuda:") and self.trainer_device[5:].isdigit()),
-            "trainer_device",
-            f"must be cpu, cuda or cuda:N, got {self.trainer_device!r}",
+            self.policy_device == "cpu" or self.policy_workers >= 1,
+            "policy_device",
+            f"{self.policy_device} needs policy workers (policy_workers: 0 runs the policy in each actor, on the CPU)",
         )
         check(
             self.actors >= self.trainers,
