@@ -6,13 +6,16 @@ up (its export or its import, ``member<i>/copy_pause_max``).
         --seconds 40 --rounds 3 --out docs/data/population/overhead.jsonl
 
 Each setting is ``srl train CONFIG`` for ``--seconds`` of training (``run.max_train_seconds``), in alternation
-within a round so that the machine's noise hits both alike. One JSON line per run.
+within a round so that the machine's noise hits both alike. One JSON line per run, with the population worker's
+own CPU time as a share of the machine's over the run (``worker_cpu_share``): a run of the same members without
+that worker could be faster by at most that share.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -64,6 +67,9 @@ def main() -> None:
                     "env_steps": summary["env_steps"],
                     "copies": members.get("copies", 0),
                     "copy_pause_max": max(pauses) if pauses else None,
+                    # the population worker's own CPU time, a share of the machine's over the run: the most a run
+                    # of the same members without it could gain
+                    "worker_cpu_share": members.get("cpu_seconds", 0.0) / (summary["wall_seconds"] * os.cpu_count()),
                     "restarts": summary["restarts"],
                 }
                 print(json.dumps(record), flush=True)

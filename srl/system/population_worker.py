@@ -201,6 +201,7 @@ class PopulationWorker(Worker):
     def teardown(self) -> None:
         """The counters and windows since the last decision too: a resumed run goes on from them."""
         self._save()
+        self._report()
 
     def poll(self) -> int:
         records = self.episodes.recv(MAX_RECORDS, 0.0 if self.pending else self.wait_timeout)
@@ -276,7 +277,12 @@ class PopulationWorker(Worker):
         atomic_write_text(self.folder / "state.json", json.dumps(data))
 
     def _report(self) -> None:
-        meta: dict[str, Any] = {"copies": self.copies, "decisions": self.state.decisions}
+        # its process's CPU time (under the local and Ray runtimes its own: what the run would save without it)
+        meta: dict[str, Any] = {
+            "copies": self.copies,
+            "decisions": self.state.decisions,
+            "cpu_seconds": time.process_time(),
+        }
         for i, m in enumerate(self.state.members):
             meta.update({f"member{i}/{k}": v for k, v in m.values.items()})
             score = self.state.score(i)
