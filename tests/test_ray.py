@@ -301,29 +301,45 @@ def test_a_population_spread_over_two_trainer_nodes_copies_across_them(cluster, 
     rate of 1e-6): each member trains whole on its own trainer node, its envs on both actor nodes. The actors'
     episode records reach the population worker on the first trainer node over a record channel; it tells
     member 1's trainer on the second node to copy member 0 (a command across nodes, the state through the run
-    directory); member 1 then plays like a learner, and its versions never went back."""
+    directory); member 1 then plays like a learner, and its versions never went back. kill -9 of the population
+    worker after that copy: it restarts at its address, reads its state back and goes on deciding."""
     c, _ = cluster
     second = c.add_node(num_cpus=2, resources={"srl_trainer": 1}, node_ip_address="127.0.0.1")
     lr = "key: ppo.lr, min: 1.0e-6, max: 1.0e-2, log: true, initial: [1.0e-3, 1.0e-6], resample: 0.0"
+    run = tmp_path / "run"
     try:
         c.wait_for_nodes()
         sets = ["ray.trainer_nodes=2", "population.members=2", f"population.hyperparameters=[{{{lr}}}]"]
         sets += ["population.interval=3000", "run.total_env_steps=60000", "run.eval_episodes=10"]
         cfg = load_config(ROOT / "configs" / "cartpole_pbt.yaml", [*_on_cluster(c), *sets])
-        summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+        thread, summary = _train_in_thread(cfg, run)
+        try:
+            state = run / "population" / "state.json"
+            copied = _wait_for(state, lambda d: any(r["target"] == 1 for r in d["lineage"]))
+            workers = json.loads((run / "workers.json").read_text())
+            os.kill(workers["population0"]["pid"], signal.SIGKILL)
+            old = workers["population0"]["pid"]
+            _wait_for(run / "workers.json", lambda d: d.get("population0", {}).get("pid", old) != old)
+        finally:
+            thread.join(SAFETY_NET)
     finally:
         c.remove_node(second)
-    assert summary["stop_reason"] == "env_steps", summary.get("error")
-    workers = json.loads((tmp_path / "run" / "workers.json").read_text())
-    assert workers["trainer1"]["node_id"] == second.node_id != workers["trainer0"]["node_id"]
-    assert workers["param_root1"]["node_id"] == second.node_id
+    assert not thread.is_alive() and summary["stop_reason"] == "env_steps", summary.get("error")
+    assert summary["restarts"] == {"population0": 1}, summary["restarts"]
+    workers = json.loads((run / "workers.json").read_text())
+    trainer_nodes = {c.head_node.node_id, second.node_id}  # either trainer group may land on either node
+    assert {workers["trainer0"]["node_id"], workers["trainer1"]["node_id"]} == trainer_nodes, workers
+    assert workers["param_root1"]["node_id"] == workers["trainer1"]["node_id"]
     assert workers["population0"]["node_id"] == workers["trainer0"]["node_id"]
-    lineage = [json.loads(line) for line in (tmp_path / "run" / "population.jsonl").read_text().splitlines()]
+    after = json.loads((run / "population" / "state.json").read_text())
+    assert after["lineage"][: len(copied["lineage"])] == copied["lineage"]  # it went on, not from scratch
+    assert after["decisions"] > copied["decisions"]
+    lineage = [json.loads(line) for line in (run / "population.jsonl").read_text().splitlines()]
+    assert lineage == after["lineage"] and summary["population"]["copies"] >= 1
     assert any(r["event"] == "exploit" and (r["target"], r["source"]) == (1, 0) for r in lineage), lineage
-    assert summary["population"]["copies"] >= 1
     # random play scores about 22, and a learning rate of 1e-6 keeps it there
     assert summary["policies"]["member1"]["final_eval_return_mean"] >= 150, summary["policies"]
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     versions = [r["member1/version"] for r in records if "member1/version" in r]
     assert versions and versions == sorted(versions)
 
