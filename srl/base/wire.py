@@ -19,6 +19,7 @@ the frames into a single buffer (see ``pack`` for the layout).
 
 from __future__ import annotations
 
+import hmac
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -72,6 +73,13 @@ Frame = bytes | memoryview | bytearray
 
 class WireError(ValueError):
     """A message could not be encoded or failed validation on receipt."""
+
+
+def check_token(token: object, expected: str) -> None:
+    """Raise :class:`WireError` unless ``token`` (what a message's meta carried) is the run's ``expected`` token
+    (compared in constant time)."""
+    if not isinstance(token, str) or not hmac.compare_digest(token, expected):
+        raise WireError("missing or wrong run token")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ runtime workers call the controller directly.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -93,9 +92,7 @@ class ControlReceiver:
                 if msg.schema not in KINDS:
                     raise wire.WireError(f"unknown message kind {msg.schema!r}")
                 if self.token is not None:
-                    token = msg.meta.pop("token", None)
-                    if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
-                        raise wire.WireError("missing or wrong run token")
+                    wire.check_token(msg.meta.pop("token", None), self.token)
             except wire.WireError as exc:
                 self.rejected += 1
                 log.error("control channel: rejected message: %s", exc)

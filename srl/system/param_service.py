@@ -29,7 +29,6 @@ dropped; the server keeps going.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from typing import Any
@@ -134,9 +133,8 @@ class ParamServer:
         identity = frames[0].bytes
         try:
             msg = wire.decode([f.buffer for f in frames[1:]], expect_schema=GET, fields={})
-            token, since = msg.meta.get("token"), msg.meta.get("since")
-            if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
-                raise wire.WireError("missing or wrong run token")
+            wire.check_token(msg.meta.get("token"), self.token)
+            since = msg.meta.get("since")
             if not isinstance(since, int) or isinstance(since, bool):
                 raise wire.WireError(f"'since' must be an int, got {since!r}")
         except wire.WireError as exc:

@@ -17,7 +17,6 @@ restarted trainer (an import).
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -28,12 +27,11 @@ import zmq
 
 from srl.base import wire
 from srl.base.channel import Channel
+from srl.system.remote_samples import MAX_LOGGED_REJECTS
 
 log = logging.getLogger(__name__)
 
 RECORDS = "records"
-MAX_LOGGED_REJECTS = 20
-"""Rejected messages are always counted, and logged one per line up to this many."""
 QUEUE = 1000
 """Messages ZeroMQ holds for an absent reader (per writer) before records are dropped."""
 
@@ -84,9 +82,7 @@ class RecordReader(Channel):
             msg = wire.decode(
                 [f.buffer for f in frames], expect_schema=RECORDS, fields={RECORDS: ("int32", (None, self.width))}
             )
-            token = msg.meta.get("token")
-            if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
-                raise wire.WireError("missing or wrong run token")
+            wire.check_token(msg.meta.get("token"), self.token)
         except wire.WireError as exc:
             self.rejected += 1
             if self.rejected <= MAX_LOGGED_REJECTS:

@@ -18,7 +18,6 @@ exactly as a full pool does.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections import deque
 from collections.abc import Mapping
@@ -187,9 +186,7 @@ class SampleReceiver:
     def _accept(self, frames: list[Any]) -> dict[str, np.ndarray] | None:
         try:
             msg = wire.decode([f.buffer for f in frames], expect_schema=SEGMENT, fields=self._expect)
-            token = msg.meta.get("token")
-            if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
-                raise wire.WireError("missing or wrong run token")
+            wire.check_token(msg.meta.get("token"), self.token)
         except wire.WireError as exc:
             self.rejected += 1
             if self.rejected <= MAX_LOGGED_REJECTS:
