@@ -13,6 +13,7 @@ import torch
 
 from srl.algorithms.ppo import ActingPolicy
 from srl.api.config import ConfigError, ExperimentConfig, ModelConfig, build
+from srl.api.device import DeviceBatch, field
 from srl.api.schema import sample_schema
 from srl.api.worker import TrainResult
 from srl.base.channel import InProcChannel
@@ -22,7 +23,7 @@ from srl.system.control import DirectReporter
 from srl.system.device import ALIGN, Staging
 from srl.system.params import ParamPublisher, ParamSubscriber
 from srl.system.policy_worker import PolicyWorker, batch_cap, cap_sizes, measure_curve
-from srl.system.prefetch import DeviceBatch, DeviceBatches, field
+from srl.system.prefetch import DeviceBatches
 from srl.system.streams import InferenceClient, InferenceServer, PoolLayout, SegmentPool
 from srl.wiring import acting_policy, make_algorithm
 

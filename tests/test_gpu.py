@@ -15,10 +15,11 @@ from test_devices import _batch, _Segments, _worker
 
 from srl.algorithms.ppo import ActingPolicy
 from srl.api.config import ExperimentConfig, build
+from srl.api.device import field
 from srl.api.worker import TrainResult
 from srl.system.device import Staging
 from srl.system.policy_worker import batch_cap
-from srl.system.prefetch import DeviceBatches, field
+from srl.system.prefetch import DeviceBatches
 from srl.system.streams import InferenceClient
 from srl.wiring import acting_policy, make_algorithm
 

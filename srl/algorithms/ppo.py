@@ -30,12 +30,11 @@ from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
 from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs, PlanView
 from srl.api.config import ConfigError, PPOConfig
+from srl.api.device import autocast, field, torch_device
 from srl.api.schema import MEMORY, Field, memory_field
 from srl.api.spaces import STATE, obs_parts
 from srl.api.worker import TrainResult
 from srl.nets.memory import After, Sequences, carried_rows, encode
-from srl.system.device import autocast, torch_device
-from srl.system.prefetch import field
 
 
 class RunningMoments(Protocol):

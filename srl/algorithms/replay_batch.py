@@ -11,8 +11,8 @@ import torch
 
 from srl.algorithms.dqn_math import polyak_
 from srl.api.config import ConfigError, ExperimentConfig
+from srl.api.device import field
 from srl.api.worker import Collective
-from srl.system.prefetch import field
 
 __all__ = ["batch_rows", "batch_tensor", "fold_observations", "follow", "frozen_copy", "require_batch_fits"]
 

@@ -245,7 +245,7 @@ class AlgorithmClass(Protocol):
     - ``prepare(cfg: ExperimentConfig) -> None`` (a static or class method): work before the plan is made,
       called once by ``train`` after every policy's settings are checked;
     - ``trainer_dtypes: ClassVar[tuple[str, ...]]``: the ``workers.trainer_dtype`` values its update honours
-      (``("float32", "bfloat16")``: it runs its forward passes under ``srl.system.device.autocast``); without it,
+      (``("float32", "bfloat16")``: it runs its forward passes under ``srl.api.device.autocast``); without it,
       float32 only, and a run asking for bfloat16 is refused.
     """
 

@@ -49,6 +49,7 @@ import zmq
 from torch import Tensor
 
 from srl.api.config import ExperimentConfig
+from srl.api.device import torch_device
 from srl.api.schema import Field
 from srl.api.worker import Policy
 from srl.base import transfer
@@ -75,7 +76,6 @@ from srl.runtime.fabric import InlineFabric
 from srl.runtime.plan import Plan, make_plan
 from srl.runtime.replay import sampling
 from srl.runtime.topology import ACTOR, stop, submitted_state
-from srl.system.device import torch_device
 from srl.system.remote_samples import SampleReceiver, SampleSender, segment_bytes
 from srl.system.streams import (
     REPLY_WIDTH,

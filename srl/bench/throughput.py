@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from srl.api.config import ConfigError, ExperimentConfig
+from srl.api.device import DeviceBatch, batch_tensor, torch_device
 from srl.api.env import Slot
 from srl.api.schema import MEMORY
 from srl.api.spaces import ACTION_MASK, Observation, ObsPart, action_spec, flatten_obs, obs_parts
@@ -35,9 +36,8 @@ from srl.nets.memory import Remembering, remembering
 from srl.runtime.local import run_local
 from srl.runtime.plan import Plan, PolicyPlan, make_plan
 from srl.system.controller import Controller
-from srl.system.device import batch_tensor, synchronize, torch_device
+from srl.system.device import synchronize
 from srl.system.policy_worker import batch_cap, cap_sizes, measure_curve
-from srl.system.prefetch import DeviceBatch
 from srl.wiring import learns_on_policy, make_algorithm
 
 

@@ -19,6 +19,7 @@ import torch
 import zmq
 
 from srl.api.config import ConfigError, to_dict
+from srl.api.device import torch_device
 from srl.api.env import GroupedSlot, OneGroup
 from srl.api.explore import Explorer, make_explorer
 from srl.api.plugins import resolve
@@ -33,7 +34,6 @@ from srl.runtime.topology import LEAGUE, Endpoint, Role, Stream, WorkerSpec, kee
 from srl.system.actor_worker import ActorWorker
 from srl.system.batches import BatchSource, SegmentBatches
 from srl.system.collective import TorchCollective
-from srl.system.device import torch_device
 from srl.system.eval_worker import EvalWorker
 from srl.system.null_trainer import NullTrainerWorker
 from srl.system.param_service import ParamServiceWorker, RemoteSnapshot

@@ -1,5 +1,5 @@
-"""Devices for policy workers and trainers: checked device names, staging buffers that move a batch in one copy
-each way, waits that make timings true, and the trainer's autocast.
+"""Devices for policy workers and trainers: staging buffers that move a batch in one copy each way, and waits that
+make timings true (what an algorithm sees of devices is ``srl.api.device``).
 
 Why staging buffers: a forward pass on a GPU needs its inputs in device memory. ``tensor.to("cuda")`` from an
 ordinary (pageable) numpy array makes the driver copy the bytes through a pinned buffer of its own and wait for
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 
 import numpy as np
 import torch
@@ -26,32 +25,10 @@ Shapes = Mapping[str, tuple[tuple[int, ...], np.dtype]]
 """Named fields: each one's shape per row and its dtype."""
 
 
-def torch_device(name: str, where: str) -> torch.device:
-    """``name`` as a torch device; a CUDA device on a machine where torch sees none is one clear error."""
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{where} {name!r}: torch sees no CUDA device on this machine")
-    return device
-
-
 def synchronize(device: torch.device) -> None:
     """Wait for the work queued on ``device`` (a CUDA device runs it asynchronously; a timing must wait for it)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def autocast(device: torch.device, dtype: str) -> AbstractContextManager[object]:
-    """Where an algorithm computes its forward passes and losses: under bfloat16 autocast on ``device`` when
-    ``dtype`` (``workers.trainer_dtype``) is ``bfloat16``, else as it is (float32)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
-
-
-def batch_tensor(value: np.ndarray | Tensor, device: torch.device) -> Tensor:
-    """A batch field as a tensor on ``device``: a prefetched tensor as it is, an array shared with numpy on the
-    CPU (no copy) or copied to the device."""
-    if isinstance(value, Tensor):
-        return value.to(device)
-    return torch.from_numpy(np.ascontiguousarray(value)).to(device)
 
 
 def torch_dtype(dtype: np.dtype) -> torch.dtype:

@@ -26,9 +26,10 @@ from typing import cast
 import numpy as np
 import torch
 
+from srl.api.device import torch_device
 from srl.api.worker import DevicePolicy, Policy, Reporter, Worker, is_device_policy
 from srl.base.timing import Every
-from srl.system.device import Staging, torch_device
+from srl.system.device import Staging
 from srl.system.params import ParamSubscriber
 from srl.system.streams import InferenceServer, SegmentPool, acting_inputs
 

@@ -25,28 +25,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from srl.api.device import DeviceBatch, batch_tensor
 from srl.api.schema import FieldSpec
 from srl.api.worker import TrainResult
 from srl.system.batches import BatchSource, Trained
-from srl.system.device import Staging, batch_tensor
-
-
-class DeviceBatch(dict[str, np.ndarray]):
-    """A batch as the algorithm gets it: its fields as host arrays (what every algorithm reads, as before) and, in
-    :attr:`on_device`, as tensors on the trainer's device (what :func:`field` hands an algorithm that asks)."""
-
-    def __init__(self, host: Mapping[str, np.ndarray], on_device: Mapping[str, Tensor]) -> None:
-        super().__init__(host)
-        self.on_device = on_device
-
-
-def field(batch: Mapping[str, np.ndarray], name: str, device: torch.device) -> Tensor:
-    """Batch field ``name`` as a tensor on ``device``: the prefetched one when the batch carries it (no copy),
-    else the host array moved there (shared, not copied, on the CPU)."""
-    on_device = getattr(batch, "on_device", None)
-    if on_device is not None and name in on_device:
-        return on_device[name].to(device)
-    return batch_tensor(batch[name], device)
+from srl.system.device import Staging
 
 
 @dataclass

@@ -58,12 +58,11 @@ from srl.algorithms.token_math import (
 )
 from srl.api.algorithm import AlgorithmContext
 from srl.api.config import ConfigError, ExperimentConfig, PPOConfig
+from srl.api.device import autocast, field, torch_device
 from srl.api.schema import Field
 from srl.api.spaces import OBS
 from srl.api.worker import TrainResult
 from srl.nets.flat import FlatState
-from srl.system.device import autocast, torch_device
-from srl.system.prefetch import field
 from srl.text.generate import (
     StopStrings,
     completion_logits,
