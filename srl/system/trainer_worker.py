@@ -136,8 +136,8 @@ class TrainerWorker(Worker):
         self._handover = ThreadHandover(0, 0)
         self._cycle: tuple[float, float] | None = None  # when the last update started, and t_wait then
         self._reports = Every(report_interval)
-        self._newest: tuple[Mapping[str, float], float, int] | None = None  # unreported: stats, seconds, threads
-        self._last: tuple[Mapping[str, float], float, int] | None = None  # the newest update's, reported or not
+        self._newest: tuple[Mapping[str, float], float, int] | None = None  # last update's stats, seconds, threads
+        self._unreported = False  # something happened since the last report (an update, or a copy taken)
         self._lags: list[np.ndarray] = []  # of the updates since the last report
         self.member = member
         self.adopted = 0  # copies of another member's state taken
@@ -164,9 +164,8 @@ class TrainerWorker(Worker):
             self.publisher.publish(self.version, self.algorithm.policy_state())
         if self.leader and self.checkpoint_dir is not None:
             self._checkpoint()
-        if self._last is not None:  # its new version in the metrics now, with the newest update's statistics
-            self._newest = self._last
-            self._report(force=True)
+        self._unreported = True  # its new version in the metrics now, with the newest update's statistics
+        self._report(force=True)
 
     def reconfigure(self, settings: Any) -> None:
         """Hand the algorithm new settings through its optional ``reconfigure`` (see ``srl/api/algorithm.py``); one
@@ -269,7 +268,8 @@ class TrainerWorker(Worker):
         self.updates += 1
         if self.leader:
             self.publisher.publish(self.version, self.algorithm.policy_state())
-        self._newest = self._last = (result.stats, time.perf_counter() - t0, threads)
+        self._newest = (result.stats, time.perf_counter() - t0, threads)
+        self._unreported = True
         if trained.lags is not None:
             self._lags.append(trained.lags)
         self._report()
@@ -278,10 +278,10 @@ class TrainerWorker(Worker):
         """The newest update's statistics, the counters, and the lags of every update since the last report; at
         most once per ``report_interval``: each report wakes the controller, and a replay's trainer updates many
         times a second."""
-        if self._newest is None or not self._reports.due(force):
+        if self._newest is None or not self._unreported or not self._reports.due(force):
             return
         stats, seconds, threads = self._newest
-        self._newest = None
+        self._unreported = False
         meta: dict[str, Any] = {
             "trainer": self.index,
             "version": self.version,
