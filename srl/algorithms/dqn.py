@@ -36,6 +36,7 @@ from srl.algorithms.replay_batch import (
 )
 from srl.api.algorithm import AlgorithmContext, Obs, PlanView, QNet
 from srl.api.config import ConfigError, DQNConfig, ExperimentConfig
+from srl.api.device import torch_device
 from srl.api.schema import MEMORY, Field, memory_field
 from srl.api.spaces import action_spec, mask_part, obs_parts
 from srl.api.worker import Priorities, TrainResult
@@ -180,9 +181,7 @@ class DQN:
         torch.manual_seed(ctx.seed)
         self.cfg = cfg
         self.collective = ctx.collective
-        self.device = torch.device(ctx.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"trainer device {ctx.device!r}: torch sees no CUDA device on this machine")
+        self.device = torch_device(ctx.device, "trainer device")
         self.parts = tuple(p.name for p in obs_parts(ctx.obs_space))
         self.q: QNet = ctx.models.q(cfg.dueling).to(self.device)
         self.target: QNet = frozen_copy(ctx.models.q(cfg.dueling).to(self.device), self.q)

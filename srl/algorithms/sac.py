@@ -52,6 +52,7 @@ from srl.algorithms.sac_math import (
 )
 from srl.api.algorithm import AlgorithmContext, Obs, PlanView
 from srl.api.config import ConfigError, ExperimentConfig, SACConfig, TD3Config
+from srl.api.device import torch_device
 from srl.api.schema import Field
 from srl.api.spaces import obs_parts
 from srl.api.worker import Priorities, TrainResult
@@ -190,9 +191,7 @@ class SAC:
         torch.manual_seed(ctx.seed)
         self.cfg = cfg
         self.collective = ctx.collective
-        self.device = torch.device(ctx.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"trainer device {ctx.device!r}: torch sees no CUDA device on this machine")
+        self.device = torch_device(ctx.device, "trainer device")
         self.parts = tuple(p.name for p in obs_parts(ctx.obs_space))
         low, high = _bounds(ctx.action_space)
         self.low, self.high = low.to(self.device), high.to(self.device)

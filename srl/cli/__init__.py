@@ -19,8 +19,10 @@ def check_device(flag: str, name: str | None) -> str | None:
         return None
     if not is_device(name):
         raise ConfigError(f"{flag}: must be cpu, cuda or cuda:N, got {name!r}")
-    import torch
+    from srl.api.device import torch_device
 
-    if name != "cpu" and not torch.cuda.is_available():
-        raise ConfigError(f"{flag} {name}: torch sees no CUDA device on this machine")
+    try:
+        torch_device(name, flag)
+    except ValueError as exc:  # no CUDA here
+        raise ConfigError(str(exc)) from None
     return name
