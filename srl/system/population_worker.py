@@ -104,7 +104,9 @@ class MemberLink:
     def serve(self, trainer: Any) -> int:
         """Carry out what was asked since the last call (a member of one trainer takes a copy now; data-parallel
         trainers at their next lockstep); how many commands."""
-        records = self.channel.recv(16, 0.0) if self.channel is not None else np.empty((0, COMMAND_WIDTH), np.int32)
+        if self.channel is None:  # a data-parallel peer: it takes copies at the lockstep only
+            return 0
+        records = self.channel.recv(16, 0.0)
         for op, seq, _source, _ in records.tolist():
             if op == EXPORT:
                 t0 = time.perf_counter()
