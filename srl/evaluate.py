@@ -8,6 +8,7 @@ reads only the spaces and the config of a run's plan (:class:`PlannedRun`), so i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 
 from srl.api.config import ConfigError, ExperimentConfig, build, load_config
 from srl.api.config.policies import DEFAULT_POLICY
+from srl.api.config.population import MEMBER, PopulationConfig
 from srl.api.env import OneGroup
 from srl.api.spaces import action_spec, check_fits, obs_parts
 from srl.api.worker import Policy
@@ -112,15 +114,24 @@ def play_members(
     deterministic: bool = True,
     max_steps: int = 100_000,
 ) -> dict[str, Any]:
-    """A population: each member plays ``episodes`` episodes of its own (the same seeds), and the best member's
-    results are the evaluation's (``best`` names it); each member's are under ``policies``."""
-    results = {
-        name: play(cfg, [policy], episodes, seed, deterministic, max_steps)
-        for name, policy in zip(cfg.population.names, members)
+    """A population: each team (member ``k`` of every policy; a run of one policy's member ``k`` alone) plays
+    ``episodes`` episodes of its own (the same seeds), and the best team's results are the evaluation's
+    (``best`` names it: ``member<k>``); each member's are under ``policies``."""
+    bases, names = cfg.base_policies, cfg.policy_names
+    alone = dataclasses.replace(cfg, population=PopulationConfig())
+    teams = {}
+    per_member = {}
+    for k in range(cfg.population.members):
+        team = range(k * len(bases), (k + 1) * len(bases))
+        played = play(alone, [members[i] for i in team], episodes, seed, deterministic, max_steps)
+        teams[MEMBER.format(k)] = played
+        mine = played.pop("policies", None) or {bases[0]: played}
+        per_member.update({names[i]: mine[bases[i % len(bases)]] for i in team})
+    best = max(teams, key=lambda n: (teams[n]["return_mean"], -list(teams).index(n)))
+    out = {**teams[best], "best": best}
+    out["policies"] = {
+        n: {"return_mean": r["return_mean"], "return_std": r["return_std"]} for n, r in per_member.items()
     }
-    best = max(results, key=lambda n: (results[n]["return_mean"], -cfg.population.names.index(n)))
-    out = {**results[best], "best": best}
-    out["policies"] = {n: {"return_mean": r["return_mean"], "return_std": r["return_std"]} for n, r in results.items()}
     return out
 
 
@@ -135,7 +146,7 @@ def play(
 ) -> dict[str, Any]:
     """Play ``episodes`` episodes at once (one slot), each policy its agents (``cfg.agents``); with ``video``,
     the first one is written there as MP4. The return is the mean over every agent's episode return; each
-    policy's (over its agents) is under ``policies``. A population's members each play alone
+    policy's (over its agents) is under ``policies``. A population's teams each play apart
     (:func:`play_members`)."""
     if cfg.population.enabled and len(policies) > 1:
         if video is not None:
@@ -204,9 +215,10 @@ def play(
 
 
 def best_member(run_dir: Path, cfg: ExperimentConfig) -> str:
-    """A population's best member: the one its final evaluation names (``summary.json``), else the one the
-    population worker scored highest last (``population/state.json``), else the first."""
-    names = cfg.population.names
+    """A population's best member (of several policies, team: ``member<k>``): the one its final evaluation
+    names (``summary.json``), else the one the population worker scored highest last (``population/state.json``;
+    a team by its members' mean score), else the first."""
+    names = cfg.population.names()
     try:
         best = json.loads((run_dir / "summary.json").read_text()).get("population", {}).get("best")
         if best in names:
@@ -216,19 +228,31 @@ def best_member(run_dir: Path, cfg: ExperimentConfig) -> str:
     try:
         members = json.loads((run_dir / "population" / "state.json").read_text())["members"]
         scores = [m.get("last_score") if m.get("last_score") is not None else float("-inf") for m in members]
-        return names[int(np.argmax(scores))] if len(scores) == len(names) else names[0]
+        if len(scores) != len(cfg.policy_names):
+            return names[0]
+        return names[int(np.argmax(np.reshape(scores, (len(names), -1)).mean(axis=1)))]
     except (OSError, ValueError, KeyError, TypeError):
         return names[0]
 
 
 def best_of(
     run_dir: Path, cfg: ExperimentConfig, policies: Sequence[Policy], info: dict[str, Any]
-) -> tuple[Policy, dict[str, Any]]:
-    """Of a population's members loaded by :func:`load_policies`, the best (:func:`best_member`), with its own
-    checkpoint and version in ``info`` (``member`` names it)."""
+) -> tuple[list[Policy], dict[str, Any]]:
+    """Of a population's members loaded by :func:`load_policies`, the best team (:func:`best_member`): its
+    members' policies, one per policy of the run (a run of one policy: the best member alone), with ``member``
+    naming it in ``info``, ``members`` its members, and its first member's checkpoint and version."""
     best = best_member(run_dir, cfg)
-    info = {**info, "member": best, "checkpoint": info["checkpoints"][best], "version": info["versions"][best]}
-    return policies[cfg.population.names.index(best)], info
+    bases = len(cfg.base_policies)
+    k = cfg.population.names().index(best)
+    team = cfg.policy_names[k * bases : (k + 1) * bases]
+    info = {
+        **info,
+        "member": best,
+        "members": list(team),
+        "checkpoint": info["checkpoints"][team[0]],
+        "version": info["versions"][team[0]],
+    }
+    return [policies[cfg.policy_names.index(n)] for n in team], info
 
 
 def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[str, Any]]:
@@ -257,10 +281,12 @@ def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[st
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, states[0]["config"], prefix="checkpoint config: ")
-    if len(cfg.policy_names) != len(files) and not cfg.population.enabled:  # one member of a population plays alone
+    alone = cfg.population.enabled and len(cfg.base_policies) == 1  # one member of a population plays alone
+    if len(cfg.policy_names) != len(files) and not alone:
         raise ConfigError(f"{target}: a checkpoint of one of {len(cfg.policy_names)} policies; give the run directory")
     on_state = ()  # acting policies never read the global state
-    groups = {g.policy: g for g in probe_groups(cfg.env, cfg.agents, on_state, cfg.population.names).groups}
+    members = cfg.policy_names if cfg.population.enabled else ()
+    groups = {g.policy: g for g in probe_groups(cfg.env, cfg.agents, on_state, members).groups}
     policies = []
     for path, state in zip(files, states):
         name = str(state.get("policy", cfg.policy_names[0]))
@@ -287,8 +313,7 @@ def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]
     directory, its best member (:func:`best_member`)."""
     cfg, policies, info = load_policies(target)
     if cfg.population.enabled and Path(target).is_dir():
-        policy, info = best_of(Path(target), cfg, policies, info)
-        return cfg, policy, info
+        policies, info = best_of(Path(target), cfg, policies, info)
     if len(policies) > 1:
         raise ConfigError(f"{target}: a run of {len(policies)} policies ({', '.join(cfg.policy_names)}); one is needed")
     return cfg, policies[0], info

@@ -139,13 +139,14 @@ def load(target: Path) -> LoadedPolicy | LoadedPolicies:
     from srl.evaluate import best_of, load_policies
 
     cfg, policies, info = load_policies(target)
-    if cfg.population.enabled and target.is_dir():  # a population's best member acts for its run
-        policy, info = best_of(target, cfg, policies, info)
-        return _loaded(cfg.for_policy(info["member"]), policy, info, None)
+    names = cfg.policy_names
+    if cfg.population.enabled and target.is_dir():  # a population's best member (its best team) acts for its run
+        policies, info = best_of(target, cfg, policies, info)
+        names = tuple(info["members"])
     if len(policies) == 1:
-        return _loaded(cfg, policies[0], info, None)
-    groups = probe_groups(cfg.env, cfg.agents).groups
-    by_policy = {g.policy: _loaded(cfg.for_policy(g.policy), p, info, g.agents) for g, p in zip(groups, policies)}
+        return _loaded(cfg.for_policy(names[0]) if cfg.population.enabled else cfg, policies[0], info, None)
+    groups = probe_groups(cfg.env, cfg.agents).groups  # the run's policies: a team's members play theirs
+    by_policy = {g.policy: _loaded(cfg.for_policy(n), p, info, g.agents) for g, n, p in zip(groups, names, policies)}
     return LoadedPolicies(by_policy, info)
 
 

@@ -365,6 +365,7 @@ def test_the_worker_asks_again_for_a_lost_export_and_keeps_only_each_targets_new
         members,
         tmp_path,
         type("R", (), {"report": lambda *a: reports.append(a)})(),
+        state.cfg.names(),
     )
     worker.setup()
 
@@ -422,6 +423,7 @@ def test_scored_by_evaluation_a_member_is_judged_by_its_deterministic_episodes_n
         members,
         tmp_path,
         type("R", (), {"report": lambda *a: None})(),
+        cfg.names(),
         evaluate=lambda m: evaluations[m],
     )
     worker.setup()

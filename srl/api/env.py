@@ -14,6 +14,7 @@ return we report.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -164,35 +165,47 @@ class OneGroup:
 
 
 class MemberSlot:
-    """A single-agent slot whose environments a population's members share: member ``i`` plays environments
-    ``[i * B / N, (i + 1) * B / N)`` of every step (contiguous, so each group is one slice, no copies)."""
+    """A grouped slot whose environments a population's members share: member ``k`` of each of ``inner``'s
+    groups plays environments ``[k * B / N, (k + 1) * B / N)`` of every step, so the members of one index play
+    together (contiguous, so each member's columns are one slice of its group's, no copies)."""
 
-    def __init__(self, slot: Slot, members: Sequence[str]) -> None:
-        N, B = len(members), slot.num_envs
-        assert B % N == 0 and slot.agents_per_env == 1, f"{N} members cannot share {B} single-agent envs evenly"
-        self.slot, self.env_count, self._per = slot, B, B // N
-        self.deferred_rewards = bool(getattr(slot, "deferred_rewards", False))
+    def __init__(self, inner: GroupedSlot, names: Sequence[str]) -> None:
+        """``names``: the members' policies, member by member (member ``k`` of inner group ``j`` is
+        ``names[k * G + j]``, ``G`` the inner groups), as ``PopulationConfig.names`` gives them."""
+        G, B = len(inner.groups), inner.env_count
+        N = len(names) // G
+        assert N * G == len(names) and B % N == 0, f"{len(names)} members cannot share {B} envs of {G} groups evenly"
+        self.inner, self.env_count, self._per = inner, B, B // N
+        self.slot = getattr(inner, "slot", inner)
+        """The slot of environments inside (what a probe asks what kind of env it is)."""
+        self.deferred_rewards = bool(getattr(inner, "deferred_rewards", False))
         self.groups: tuple[SlotGroup, ...] = tuple(
-            SlotGroup(m, (), slot.single_observation_space, slot.single_action_space, None, False, B // N)
-            for m in members
+            dataclasses.replace(g, policy=names[k * G + j], envs=B // N)
+            for k in range(N)
+            for j, g in enumerate(inner.groups)
         )
-        self._actions: np.ndarray | None = None
-
-    def _split(self, i: int) -> slice:
-        return slice(i * self._per, (i + 1) * self._per)
+        self._cols = [
+            (j, slice(k * self._per * g.agents_per_env, (k + 1) * self._per * g.agents_per_env))
+            for k in range(N)
+            for j, g in enumerate(inner.groups)
+        ]
+        """Per member: its inner group and its columns there."""
+        self._actions: list[np.ndarray] = []
 
     def reset_groups(self, seed: int) -> list[Observation]:
-        obs = self.slot.reset(seed)
-        return [{k: v[self._split(i)] for k, v in obs.items()} for i in range(len(self.groups))]
+        obs = self.inner.reset_groups(seed)
+        return [{k: v[cols] for k, v in obs[j].items()} for j, cols in self._cols]
 
     def step_groups(self, actions: Sequence[np.ndarray]) -> list[SlotStep]:
-        if self._actions is None:
-            first = np.asarray(actions[0])
-            self._actions = np.zeros((self.env_count, *first.shape[1:]), first.dtype)
-        for i, a in enumerate(actions):
-            self._actions[self._split(i)] = a
-        step = self.slot.step(self._actions)
-        return [step.columns(self._split(i)) for i in range(len(self.groups))]
+        if not self._actions:  # each inner group's whole action batch, filled member by member
+            self._actions = [
+                np.zeros((g.columns(self.env_count), *np.shape(actions[j])[1:]), np.asarray(actions[j]).dtype)
+                for j, g in enumerate(self.inner.groups)
+            ]
+        for (j, cols), a in zip(self._cols, actions):
+            self._actions[j][cols] = a
+        steps = self.inner.step_groups(self._actions)
+        return [steps[j].columns(cols) for j, cols in self._cols]
 
     def close(self) -> None:
-        self.slot.close()
+        self.inner.close()

@@ -168,7 +168,7 @@ def draw_population(run: Path, title: str | None = None) -> Any:
     member's mean episode return, both against the run's env steps."""
     plt = _pyplot()
     cfg = _population_config(run)
-    members, keys = cfg.population.names, [h.key for h in cfg.population.hyperparameters]
+    members, keys = cfg.policy_names, [h.key for h in cfg.population.hyperparameters]
     logs = {h.key for h in cfg.population.hyperparameters if h.log}
     lineage, records = read_lineage(run), read_metrics(run)
     fig, axes = plt.subplots(2 + len(keys), 1, figsize=(10, 3.0 * (2 + len(keys))), squeeze=False)

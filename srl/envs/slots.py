@@ -92,15 +92,16 @@ def make_grouped(
 ) -> GroupedSlot:
     """``num_envs`` environments as one slot whose agents ``rules`` split among policies (see
     :mod:`srl.api.config.policies`); ``state``: the policies whose observations carry the env's global state.
-    ``members``: a population's members, which share a single-agent env's environments evenly (:class:`MemberSlot`).
+    ``members``: a population's members (``PopulationConfig.names``), which share the environments evenly
+    (:class:`MemberSlot`); ``state`` then names members.
     ``watch``: wraps the first environment before the slot is built around it, so it sees that env's own steps
     and resets (the slot resets a finished episode within the step that ended it); evaluation films it so."""
-    if members:
-        slot = _make(cfg, num_envs, False, (), watch)
-        if slot.agents_per_env != 1 or isinstance(slot, (ParallelSlot, TurnSlot)):
-            slot.close()
-            raise ConfigError(f"population: env {cfg.id!r} is a multi-agent env; a population serves single-agent envs")
-        return MemberSlot(slot, members)
+    if members:  # member k of each policy plays the k-th share of the envs (its state: its policy's member 0's)
+        bases = tuple(dict.fromkeys(r.policy for r in rules)) or (DEFAULT_POLICY,)
+        on_state = {b for j, b in enumerate(bases) if members[j] in state}
+        inner = make_grouped(cfg, num_envs, rules, on_state, watch)
+        assert [g.policy for g in inner.groups] == list(bases), f"groups {inner.groups} for policies {bases}"
+        return MemberSlot(inner, members)
     if not rules:
         slot = _make(cfg, num_envs, bool(state), (), watch)
         return slot if isinstance(slot, ParallelSlot) else OneGroup(slot, DEFAULT_POLICY)
@@ -205,12 +206,14 @@ class ProbedGroups:
 def probe_groups(
     cfg: EnvConfig, rules: Sequence[AgentRule] = (), state: Collection[str] = (), members: Sequence[str] = ()
 ) -> ProbedGroups:
-    """Each policy's columns and spaces for ``rules`` (or a population's ``members``), probed through one slot
-    (of one environment, or one per member), which itself validates the env, its options and the rules."""
-    slot = make_grouped(cfg, max(1, len(members)), rules, state, members=members)
+    """Each policy's columns and spaces for ``rules`` (and a population's ``members``), probed through one slot
+    (of one environment, or one per member index), which itself validates the env, its options and the rules."""
+    bases = len(dict.fromkeys(r.policy for r in rules)) or 1
+    slot = make_grouped(cfg, max(1, len(members) // bases), rules, state, members=members)
     try:
         inner = slot.slot if isinstance(slot, (OneGroup, SplitSlot, MemberSlot)) else slot
         turn_based = isinstance(inner, TurnSlot) and not inner.games[0].simultaneous
-        return ProbedGroups(slot.groups, sum(g.agents_per_env for g in slot.groups), turn_based)
+        agents = sum(g.columns(slot.env_count) for g in slot.groups) // slot.env_count
+        return ProbedGroups(slot.groups, agents, turn_based)
     finally:
         slot.close()

@@ -79,14 +79,19 @@ class PopulationState:
     cfg: PopulationConfig
     seed: int
     members: list[Member]
+    """Every member, in the order of ``PopulationConfig.names``: member ``i`` is member ``i // bases`` of policy
+    ``i % bases``."""
+    bases: int = 1
+    """The policies with a population each (a multi-agent env's ``agents`` rules'): a member copies only members
+    of its own policy."""
     decisions: int = 0
     """Checks made so far (each draws from its own generator: ``[seed, decisions]``)."""
     lineage: list[dict[str, Any]] = field(default_factory=list)
     """Every exploit and explore record, in order."""
 
     @classmethod
-    def start(cls, cfg: PopulationConfig, seed: int) -> PopulationState:
-        return cls(cfg, seed, [Member(dict(v)) for v in cfg.initial_values(seed)])
+    def start(cls, cfg: PopulationConfig, seed: int, bases: int = 1) -> PopulationState:
+        return cls(cfg, seed, [Member(dict(v)) for v in cfg.initial_values(seed, bases)], bases)
 
     # ------------------------------------------------------------------ what the actors report
     def add_steps(self, member: int, steps: int) -> None:
@@ -124,18 +129,19 @@ class PopulationState:
             return m.window_sum / m.window_count
         return m.last_score
 
-    def scores(self) -> dict[int, float]:
-        out = {i: self.score(i) for i in range(len(self.members))}
+    def scores(self, policy: int | None = None) -> dict[int, float]:
+        """Every scored member's score; of the members of policy ``policy`` only, when given."""
+        out = {i: self.score(i) for i in range(len(self.members)) if policy is None or i % self.bases == policy}
         return {i: s for i, s in out.items() if s is not None}
 
     def check(self, member: int, rule: ExploitRule, exclude: Collection[int] = ()) -> Decision:
-        """Score ``member`` (it must be :meth:`ready`), ask ``rule`` whom it copies (never one of ``exclude``: a
-        member in the middle of a copy), explore from that member's values, and start its next window. The caller
-        carries the copy out."""
+        """Score ``member`` (it must be :meth:`ready`), ask ``rule`` whom it copies among the members of its policy
+        (never one of ``exclude``: a member in the middle of a copy), explore from that member's values, and start
+        its next window. The caller carries the copy out."""
         assert self.ready(member), f"member {member} is not ready"
         rng = np.random.default_rng([self.seed, 0x5EED, self.decisions])
         self.decisions += 1
-        scores = {m: s for m, s in self.scores().items() if m == member or m not in exclude}
+        scores = {m: s for m, s in self.scores(member % self.bases).items() if m == member or m not in exclude}
         m = self.members[member]
         source = rule.source(member, scores, rng)
         old = dict(m.values)
@@ -164,19 +170,23 @@ class PopulationState:
         return {
             "format": STATE_FORMAT,
             "seed": self.seed,
+            "bases": self.bases,
             "decisions": self.decisions,
             "members": [vars(m) for m in self.members],
             "lineage": self.lineage,
         }
 
     @classmethod
-    def from_json(cls, cfg: PopulationConfig, data: Mapping[str, Any], source: str) -> PopulationState:
-        """Read back what :meth:`to_json` wrote; one ``ValueError`` naming ``source`` if it does not fit ``cfg``."""
+    def from_json(cls, cfg: PopulationConfig, data: Mapping[str, Any], source: str, bases: int = 1) -> PopulationState:
+        """Read back what :meth:`to_json` wrote; one ``ValueError`` naming ``source`` if it does not fit ``cfg``
+        and ``bases`` policies."""
         if not isinstance(data, Mapping) or data.get("format") != STATE_FORMAT:
             raise ValueError(f"{source}: not a population state ({STATE_FORMAT})")
         members = data.get("members")
-        if not isinstance(members, list) or len(members) != cfg.members:
-            raise ValueError(f"{source}: holds {len(members or [])} members, the config {cfg.members}")
+        if data.get("bases", 1) != bases:
+            raise ValueError(f"{source}: holds populations of {data.get('bases', 1)} policies, the config {bases}")
+        if not isinstance(members, list) or len(members) != cfg.members * bases:
+            raise ValueError(f"{source}: holds {len(members or [])} members, the config {cfg.members * bases}")
         keys = {h.key for h in cfg.hyperparameters}
         try:
             built = [Member(**m) for m in members]
@@ -184,4 +194,4 @@ class PopulationState:
             raise ValueError(f"{source}: a member's record does not fit ({exc})") from None
         if any(set(m.values) != keys for m in built):
             raise ValueError(f"{source}: its hyperparameters are not the config's ({', '.join(sorted(keys))})")
-        return cls(cfg, int(data["seed"]), built, int(data["decisions"]), list(data.get("lineage", [])))
+        return cls(cfg, int(data["seed"]), built, bases, int(data["decisions"]), list(data.get("lineage", [])))

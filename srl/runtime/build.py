@@ -9,6 +9,7 @@ topology) and asks the fabric for those endpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from collections.abc import Callable
@@ -224,24 +225,35 @@ def build_population(ctx: BuildContext) -> Worker:
     rule = resolve(cfg.rule, RULES, "population.rule")(cfg)
     served = ctx.worker.service(Stream.EPISODES)
     assert served is not None
+    bases = len(plan.cfg.base_policies)
     evaluate = None
     if cfg.score == "eval":  # each member's newest snapshot, read like the eval worker reads them
         from srl.evaluate import eval_seed, play
 
         policies, subscribers = _subscribers(plan, fabric, ctx.worker)
+        from srl.api.config.population import PopulationConfig
+
+        alone = dataclasses.replace(plan.cfg, population=PopulationConfig())  # plays one team
 
         def evaluate(member: int) -> list[float]:
-            subscribers[member].refresh()
-            played = play(plan.policies[member].cfg, [policies[member]], cfg.eval_episodes, eval_seed(plan.cfg))
-            return [float(r) for r in played["returns"]]
+            """Its team (the members of its index) plays; its own agents' returns."""
+            k, j = divmod(member, bases)
+            team = range(k * bases, (k + 1) * bases)
+            for i in team:
+                subscribers[i].refresh()
+            played = play(alone, [policies[i] for i in team], cfg.eval_episodes, eval_seed(plan.cfg))
+            start = sum(plan.policies[i].agents_per_env for i in team[:j]) * cfg.eval_episodes
+            mine = played["returns"][start : start + plan.policies[member].agents_per_env * cfg.eval_episodes]
+            return [float(r) for r in mine]
 
     return PopulationWorker(
-        PopulationState.start(cfg, plan.cfg.seed),
+        PopulationState.start(cfg, plan.cfg.seed, bases),
         rule,
         fabric.channel(served),
         [fabric.channel(e) for e in ctx.worker.connects if e.stream is Stream.MEMBER],
         run_dir,
         fabric.reporter(),
+        plan.cfg.policy_names,
         wait_timeout=max(ctx.wait_timeout, 0.0),
         evaluate=evaluate,
     )
@@ -361,9 +373,10 @@ def _member_link(plan: Plan, fabric: Fabric, trainer: WorkerSpec, run_dir: Path 
     if run_dir is None:  # a Ray node without the run directory: copies travel through it, as checkpoints do
         raise ConfigError("population: a member's trainer takes its copies from the run directory; none on its node")
     served = trainer.service(Stream.MEMBER)
-    settings = lambda values: algorithm_settings(cfg.with_values(values))  # noqa: E731
+    k = plan.policy_of_trainer(trainer.index)
+    settings = lambda values: algorithm_settings(plan.policies[k].cfg.with_values(values))  # noqa: E731
     channel = None if served is None else fabric.channel(served)
-    return MemberLink(channel, run_dir, plan.policy_of_trainer(trainer.index), settings)
+    return MemberLink(channel, run_dir, k, settings)
 
 
 def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> BatchSource:
@@ -449,10 +462,11 @@ def build_actor(ctx: BuildContext) -> Worker:
     if env.normalize_reward or env.reward_clip is not None:
         rewards = lambda n: RewardTransform(n, discount(cfg), env.normalize_reward, env.reward_clip)  # noqa: E731
     on_state = [p.name for p in plan.policies if p.state_space is not None]
+    members = cfg.policy_names if cfg.population.enabled else ()
 
     def slot_of(i: int) -> GroupedSlot:
         if not cfg.league.pool:
-            return make_grouped(env, w.envs_per_slot, cfg.agents, on_state, members=cfg.population.names)
+            return make_grouped(env, w.envs_per_slot, cfg.agents, on_state, members=members)
         from srl.league.slot import LeagueSlot
 
         turns = make_slot(env, w.envs_per_slot)

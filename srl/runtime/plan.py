@@ -212,9 +212,14 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     algorithm settings, or settings the algorithm's ``check`` finds unfit for the probed env)."""
     names = cfg.policy_names
     on_state = [n for n in names if reads_state(cfg.for_policy(n))]
-    probed = probe_groups(cfg.env, cfg.agents, on_state, cfg.population.names)
+    probed = probe_groups(cfg.env, cfg.agents, on_state, names if cfg.population.enabled else ())
     by_name = {g.policy: g for g in probed.groups}
     agents = probed.agents_per_env
+    if cfg.population.enabled and probed.turn_based:
+        raise ConfigError(
+            f"population: env {cfg.env.id!r} is a turn-based game, whose self-play returns cannot score a member "
+            "(they average 0); a league ranks players of a game"
+        )
     if cfg.league.pool:  # the learner holds one seat of each game; pool members play the others inside the slot
         if not probed.turn_based or agents < 2:
             raise ConfigError(

@@ -148,7 +148,7 @@ class ActorWorker(Worker):
         assert len(groups) == G, f"{len(groups)} groups of agents, {G} policy pools"
         self.envs = self.slots[0].env_count
         columns = [g.columns(self.envs) for g in groups]
-        self._shares = [c / sum(columns) for c in columns]  # each group's part of every env step (a member's envs)
+        self._shares = [(g.envs or self.envs) / self.envs for g in groups]  # of every env step: a member's envs
         make_rt = self._make_reward_transform
         self.reward_transforms = [[make_rt(n) for n in columns] for _ in self.slots] if make_rt else None
         if (

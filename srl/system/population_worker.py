@@ -171,17 +171,18 @@ class PopulationWorker(Worker):
         members: Sequence[Channel],
         run_dir: Path,
         reporter: Reporter,
+        names: Sequence[str],
         wait_timeout: float = 0.05,
         evaluate: Callable[[int], Sequence[float]] | None = None,
     ) -> None:
-        """``evaluate(member)``: with ``score: eval``, the returns of the member's newest policy's deterministic
-        episodes, played when it is due."""
+        """``names``: the members' policy names (their metrics' prefixes). ``evaluate(member)``: with ``score:
+        eval``, the returns of the member's newest policy's deterministic episodes, played when it is due."""
         self.name = "population0"
         self.evaluate = evaluate
         self.state, self.rule, self.episodes, self.members = state, rule, episodes, list(members)
         self.folder, self.transfer = folders(run_dir)
         self.lineage = run_dir / "population.jsonl"
-        self.reporter, self.wait_timeout = reporter, wait_timeout
+        self.reporter, self.wait_timeout, self.names = reporter, wait_timeout, list(names)
         self.pending: dict[int, tuple[int, int, dict[str, float]]] = {}
         """Copies under way: seq -> (target, source, new values)."""
         self._asked: dict[int, float] = {}  # seq -> when its export was last asked for
@@ -192,7 +193,7 @@ class PopulationWorker(Worker):
         saved = self.folder / "state.json"
         if saved.exists():  # a restart, or a resumed run: go on where it was
             data = json.loads(saved.read_text())
-            self.state = PopulationState.from_json(self.state.cfg, data, str(saved))
+            self.state = PopulationState.from_json(self.state.cfg, data, str(saved), self.state.bases)
             self.pending = {int(k): (int(t), int(s), dict(v)) for k, (t, s, v) in data.get("pending", {}).items()}
             # the state's lineage is the record: a worker killed between the two writes left the file a line off
             atomic_write_text(self.lineage, "".join(json.dumps(r) + "\n" for r in self.state.lineage))
@@ -285,9 +286,9 @@ class PopulationWorker(Worker):
             "decisions": self.state.decisions,
             "cpu_seconds": time.process_time(),
         }
-        for i, m in enumerate(self.state.members):
-            meta.update({f"member{i}/{k}": v for k, v in m.values.items()})
+        for name, (i, m) in zip(self.names, enumerate(self.state.members)):
+            meta.update({f"{name}/{k}": v for k, v in m.values.items()})
             score = self.state.score(i)
             if score is not None:
-                meta[f"member{i}/score"] = score
+                meta[f"{name}/score"] = score
         self.reporter.report("population", meta)

@@ -169,8 +169,8 @@ class ExperimentConfig:
             check(self.workers.start_method == "auto", "workers.start_method", "Ray starts the worker processes")
 
     def _check_population(self) -> None:
-        """Each hyperparameter a number field of a typed section; members split every slot's envs evenly; a
-        population of one single-agent policy, without a league or a stage."""
+        """Each hyperparameter a number field of a typed section; members split every slot's envs evenly; no
+        league or stage beside it."""
         pop = self.population
         if not pop.enabled:
             return
@@ -182,7 +182,8 @@ class ExperimentConfig:
             kinds = {f.name: f.type for f in dataclasses.fields(getattr(self, h.section))}
             check(h.field in kinds, where, f"{h.field!r} is not a field of {h.section}{did_you_mean(h.field, kinds)}")
             check(kinds[h.field] in ("float", "int"), where, f"{h.key} is not a number ({kinds[h.field]})")
-        check(not self.agents and not self.policies, "population", "serves runs of one policy (no agents rules)")
+        taken = sorted(set(self.base_policies) & set(self.policy_names))
+        check(not taken, "agents", f"policy {taken[0]!r} is named like a population member" if taken else "")
         check(not self.league.pool, "population", "a league trains one learner; leave league.opponent at latest")
         check(self.stage.worker is None, "population", "a stage serves runs of one policy")
         check(
@@ -208,17 +209,32 @@ class ExperimentConfig:
 
     @property
     def policy_names(self) -> tuple[str, ...]:
-        """The run's policies, in order of first mention in ``agents`` (``("default",)`` without rules); a
-        population's members (``member0``, ...)."""
+        """The run's policies, in order of first mention in ``agents`` (``("default",)`` without rules); with a
+        population, its members (``member0``, ...; ``red-member0``, ``blue-member0``, ... of several policies)."""
         if self.population.enabled:
-            return self.population.names
+            return self.population.names(self.base_policies)
+        return self.base_policies
+
+    @property
+    def base_policies(self) -> tuple[str, ...]:
+        """The policies the ``agents`` rules name (``("default",)`` without rules); a population has members of
+        each of them."""
         return policy_names(self.agents, self.policies)
+
+    def member_of(self, name: str) -> tuple[str, int]:
+        """A population member's policy and index: ``("red", 1)`` for ``red-member1``, ``("default", 1)`` for
+        ``member1`` of a run of one policy."""
+        bases = self.base_policies
+        i = self.population.names(bases).index(name)
+        return bases[i % len(bases)], i // len(bases)
 
     def for_policy(self, name: str) -> ExperimentConfig:
         """This config as policy ``name`` trains: its ``model`` and ``ppo`` overrides applied; a population
-        member's first hyperparameter values (:meth:`with_values` for later ones)."""
-        if self.population.enabled and name in self.population.names:
-            return self.with_values(self.population.initial_values(self.seed)[self.population.names.index(name)])
+        member's those of its policy and its first hyperparameter values (:meth:`with_values` for later ones)."""
+        if self.population.enabled and name in self.policy_names:
+            base, _ = self.member_of(name)
+            values = self.population.initial_values(self.seed, len(self.base_policies))
+            return self.for_policy(base).with_values(values[self.policy_names.index(name)])
         spec = next((s for s in self.policies if s.name == name), None)
         if spec is None or not (spec.model or spec.ppo):
             return self

@@ -1,7 +1,10 @@
 """The ``population`` section: population-based training inside one run.
 
-``members`` policies train the same env side by side, each on its own columns of every actor slot, with its own
-trainers, parameter stream and checkpoints (``checkpoints/member<i>/``). Each starts from its own values of the
+``members`` policies train the same env side by side, each on its own share of every actor slot's environments,
+with its own trainers, parameter stream and checkpoints (``checkpoints/member<i>/``). In a multi-agent env every
+policy of the ``agents`` rules has its own population: member ``k`` of each plays the ``k``-th share of the
+environments (the members of one index are a team: they train together and are evaluated together), named
+``<policy>-member<k>``, and a member copies only members of its own policy. Each starts from its own values of the
 listed hyperparameters (fields of the algorithm's typed section: ``ppo.lr``, ``sac.tau``, ...). Every
 ``interval`` env steps of a member, the population worker scores it on the episodes it finished since then: a
 member in the bottom ``quantile`` copies a member of the top ``quantile`` (weights, optimizer state, normalizers),
@@ -11,15 +14,18 @@ while both keep running, then mutates the copied values (explore). ``srl/populat
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from srl.api.config.errors import check
+from srl.api.config.policies import DEFAULT_POLICY
 
 MEMBER = "member{}"
-"""Member ``i``'s policy name: its checkpoint folder, its metrics' prefix."""
+"""Member ``k``'s name (its checkpoint folder, its metrics' prefix); ``<policy>-member<k>`` in a population of
+each of several policies."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,19 +109,24 @@ class PopulationConfig:
     def enabled(self) -> bool:
         return self.members > 0
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The members' policy names, in order."""
-        return tuple(MEMBER.format(i) for i in range(self.members))
+    def names(self, bases: Sequence[str] = (DEFAULT_POLICY,)) -> tuple[str, ...]:
+        """The members' policy names for the run's policies ``bases`` (the ``agents`` rules' policies), member
+        by member: ``member<k>`` for one policy, else member ``k`` of each policy in turn (``red-member0``,
+        ``blue-member0``, ``red-member1``, ...), the order of a slot's groups. Member ``i`` of that list is member
+        ``i // len(bases)`` of policy ``bases[i % len(bases)]``."""
+        if len(bases) == 1:
+            return tuple(MEMBER.format(k) for k in range(self.members))
+        return tuple(f"{b}-{MEMBER.format(k)}" for k in range(self.members) for b in bases)
 
-    def initial_values(self, seed: int) -> tuple[dict[str, float], ...]:
-        """Each member's first values: listed, or drawn from the ranges by a generator of ``seed`` (hyperparameter
-        by hyperparameter, member by member), so every process of a run computes the same."""
+    def initial_values(self, seed: int, bases: int = 1) -> tuple[dict[str, float], ...]:
+        """The first values of each of the ``members * bases`` members (in the order of :meth:`names`): listed
+        (member ``k`` of every policy takes the ``k``-th), or drawn from the ranges by a generator of ``seed``
+        (hyperparameter by hyperparameter, member by member), so every process of a run computes the same."""
         rng = np.random.default_rng([seed, 0x9B7])
-        values: list[dict[str, float]] = [{} for _ in range(self.members)]
+        values: list[dict[str, float]] = [{} for _ in range(self.members * bases)]
         for h in self.hyperparameters:
-            for i in range(self.members):
-                values[i][h.key] = float(h.initial[i]) if h.initial else h.draw(rng)
+            for i in range(self.members * bases):
+                values[i][h.key] = float(h.initial[i // bases]) if h.initial else h.draw(rng)
         return tuple(values)
 
     def __post_init__(self) -> None:
