@@ -143,6 +143,7 @@ def load(target: Path) -> LoadedPolicy | LoadedPolicies:
     if cfg.population.enabled and target.is_dir():  # a population's best member (its best team) acts for its run
         policies, info = best_of(target, cfg, policies, info)
         names = tuple(info["members"])
+        info["checkpoints"] = {cfg.member_of(n)[0]: info["checkpoints"][n] for n in names}  # the run's policies
     if len(policies) == 1:
         return _loaded(cfg.for_policy(names[0]) if cfg.population.enabled else cfg, policies[0], info, None)
     groups = probe_groups(cfg.env, cfg.agents).groups  # the run's policies: a team's members play theirs

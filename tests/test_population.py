@@ -445,3 +445,90 @@ def test_scored_by_evaluation_a_member_is_judged_by_its_deterministic_episodes_n
 
 def _lineage_lines_json(run) -> list[dict]:
     return [json.loads(line) for line in _lineage_lines(run)]
+
+
+# ---------------------------------------------------------------------------------------------- a multi-agent env
+KINDS = {
+    "env": {"id": "srl.envs.ma_testing:two_kinds"},
+    "agents": [{"match": "red_.*", "policy": "red"}, {"match": "blue_.*", "policy": "blue"}],
+    "policies": [{"name": "blue", "model": {"hidden": [32, 32]}, "ppo": {"clip": 0.1}}],
+}
+"""Reds and blues of :class:`~srl.envs.ma_testing.TwoKinds`, two policies of other spaces, blue with overrides."""
+
+
+def _teams(**population) -> ExperimentConfig:
+    lr = {"key": "ppo.lr", "min": 1e-6, "max": 1e-2, "log": True, "initial": [2e-3, 1e-6]}
+    return build(ExperimentConfig, {**KINDS, "population": {"members": 2, "hyperparameters": [lr], **population}})
+
+
+def test_each_policy_of_a_multi_agent_env_has_its_own_members_with_its_overrides_and_their_values():
+    cfg = _teams()
+    assert cfg.base_policies == ("red", "blue")
+    assert cfg.policy_names == ("red-member0", "blue-member0", "red-member1", "blue-member1")
+    assert [cfg.member_of(n) for n in cfg.policy_names] == [("red", 0), ("blue", 0), ("red", 1), ("blue", 1)]
+    assert [cfg.for_policy(n).ppo.lr for n in cfg.policy_names] == [2e-3, 2e-3, 1e-6, 1e-6]
+    blue = cfg.for_policy("blue-member1")  # its policy's overrides, then its member's values
+    assert blue.model.hidden == (32, 32) and blue.ppo.clip == 0.1 and blue.ppo.lr == 1e-6
+    assert cfg.for_policy("red-member1").model.hidden != (32, 32) and cfg.for_policy("red-member1").ppo.clip == 0.2
+    drawn = _teams(hyperparameters=[{"key": "ppo.lr", "min": 1e-5, "max": 1e-3, "log": True}])
+    values = [drawn.for_policy(n).ppo.lr for n in drawn.policy_names]
+    assert len(set(values)) == 4  # every member of every policy draws its own
+
+
+def test_a_policy_named_like_a_member_and_a_turn_based_game_are_one_line():
+    from srl.runtime.plan import make_plan
+
+    one = {**KINDS, "agents": [{"match": ".*", "policy": "member1"}], "policies": [], "population": {"members": 2}}
+    with pytest.raises(ConfigError, match="^agents: policy 'member1' is named like a population member$"):
+        build(ExperimentConfig, one)
+    game = {"env": {"id": "srl.envs.turns:game", "kwargs": {"name": "tic_tac_toe"}}, "population": {"members": 2}}
+    with pytest.raises(ConfigError) as err:
+        make_plan(build(ExperimentConfig, game))
+    assert str(err.value).startswith("population: env 'srl.envs.turns:game' is a turn-based game") and "\n" not in str(
+        err.value
+    )
+
+
+def test_member_k_of_every_policy_plays_the_kth_share_of_the_envs_with_its_own_columns():
+    """4 envs, 2 members: red-member0 and blue-member0 play envs 0-1, the member-1 policies envs 2-3. Member 0's
+    policies pick every target, member 1's always miss: each member's rewards say it got its own columns."""
+    from srl.api.config.policies import AgentRule
+    from srl.envs.slots import make_grouped
+
+    cfg = _teams()
+    slot = make_grouped(cfg.env, 4, [AgentRule(**r) for r in KINDS["agents"]], members=cfg.policy_names)
+    try:
+        assert [(g.policy, g.agents, g.envs) for g in slot.groups] == [
+            ("red-member0", ("red_0", "red_1"), 2),
+            ("blue-member0", ("blue_0",), 2),
+            ("red-member1", ("red_0", "red_1"), 2),
+            ("blue-member1", ("blue_0",), 2),
+        ]
+        assert [g.columns(slot.env_count) for g in slot.groups] == [4, 2, 4, 2]
+        obs = slot.reset_groups(seed=0)
+        assert [o["obs"].shape for o in obs] == [(4, 4), (2, 5), (4, 4), (2, 5)]
+        for _ in range(3):
+            targets = [o["obs"][:, : 4 if i % 2 == 0 else 3].argmax(axis=1) for i, o in enumerate(obs)]
+            n = [4, 3, 4, 3]
+            actions = [t if i < 2 else (t + 1) % n[i] for i, t in enumerate(targets)]  # member 1 misses
+            steps = slot.step_groups(actions)
+            assert [s.reward.tolist() for s in steps] == [[1.0] * 4, [1.0] * 2, [0.0] * 4, [0.0] * 2]
+            obs = [s.obs for s in steps]
+    finally:
+        slot.close()
+
+
+def test_a_member_copies_only_members_of_its_own_policy():
+    """Blue member 0 scores best of all, but red member 1 (the worse red) copies red member 0; blue member 1
+    copies blue member 0. A state of 2 policies does not fit a config of 1."""
+    s = PopulationState.start(_pop(members=2, quantile=0.5), seed=0, bases=2)
+    for m, ret in enumerate([5.0, 100.0, 1.0, 50.0]):  # red-member0, blue-member0, red-member1, blue-member1
+        _feed(s, m, 100, [ret, ret])
+    assert s.scores(0) == {0: 5.0, 2: 1.0} and s.scores(1) == {1: 100.0, 3: 50.0}
+    assert s.check(2, Truncation(s.cfg)).source == 0
+    assert s.check(3, Truncation(s.cfg)).source == 1
+    assert s.check(0, Truncation(s.cfg)).source is None  # the better red, whatever blue scores
+    data = json.loads(json.dumps(s.to_json()))
+    assert PopulationState.from_json(s.cfg, data, "state.json", bases=2).lineage == s.lineage
+    with pytest.raises(ValueError, match=r"^state\.json: holds populations of 2 policies, the config 1$"):
+        PopulationState.from_json(s.cfg, data, "state.json")

@@ -115,3 +115,47 @@ def test_the_population_worker_and_a_members_trainer_killed_mid_run_come_back_wh
     assert "error" not in summary
     adopted = summary["population"]["adopted"]  # each member's two trainers took the same copies, together
     assert adopted["trainer0"] == adopted["trainer1"] and adopted["trainer2"] == adopted["trainer3"] >= 1, adopted
+
+
+def test_each_policy_of_a_multi_agent_env_has_a_population_whose_teams_are_evaluated_and_loaded(tmp_path):
+    """Reds and blues of :class:`~srl.envs.ma_testing.TwoKinds` (random play: 2 and 2.7 of 8), 2 members of
+    each policy; member 1 of both starts at a learning rate of 1e-6. Red member 1 copies red member 0 and blue
+    member 1 blue member 0 at their first check, and no member ever copies one of the other policy. Every
+    member then plays near perfectly; the run's evaluation names the best team, and ``srl.load_policy`` loads
+    that team as the run's two policies."""
+    import numpy as np
+
+    import srl
+    from srl.loaded import LoadedPolicies
+
+    run = tmp_path / "run"
+    lr = {"key": "ppo.lr", "min": 1e-6, "max": 1e-2, "log": True, "initial": [2e-3, SLOW], "resample": 0.0}
+    cfg = {
+        "runtime": "inline",
+        "env": {"id": "srl.envs.ma_testing:two_kinds"},
+        "agents": [{"match": "red_.*", "policy": "red"}, {"match": "blue_.*", "policy": "blue"}],
+        "policies": [{"name": "blue", "model": {"hidden": [32, 32]}}],
+        "workers": {"actors": 1, "envs_per_slot": 8, "segment_length": 16, "batch_segments": 2, "policy_workers": 0},
+        "ppo": {"epochs": 4, "minibatches": 2},
+        "population": {"members": 2, "interval": 1000, "hyperparameters": [lr]},
+        "run": {"total_env_steps": 40_000, "log_interval_seconds": 1, "eval_episodes": 20},
+    }
+    summary = srl.train(cfg, run_dir=run)
+    assert summary["stop_reason"] == "env_steps", summary.get("error")
+    names = ["red-member0", "blue-member0", "red-member1", "blue-member1"]
+    assert list(summary["policies"]) == names
+    for name, p in summary["policies"].items():
+        assert p["final_eval_return_mean"] >= 7.0 and p["train_return_mean"] >= 7.0, (name, p)
+    exploits = [r for r in _lineage(run) if r["event"] == "exploit"]
+    first = {r["target"]: r["source"] for r in exploits if r["env_steps"] <= 1200}
+    assert first == {2: 0, 3: 1}, exploits[:4]  # each member 1 copies its own policy's member 0
+    assert all(r["source"] % 2 == r["target"] % 2 for r in exploits)  # never across policies
+    assert summary["population"]["best"] in ("member0", "member1")
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("blue-member1/ppo.lr" in r for r in records) and any("red-member1/version" in r for r in records)
+    loaded = srl.load_policy(run)
+    assert isinstance(loaded, LoadedPolicies) and set(loaded.by_policy) == {"red", "blue"}
+    team = summary["population"]["best"]
+    assert [Path(loaded.checkpoints[p]).parent.name for p in ("red", "blue")] == [f"red-{team}", f"blue-{team}"]
+    obs = {"red_1": np.eye(4, dtype=np.float32)[2], "blue_0": np.array([0, 1, 0, 0.5, 0.5], np.float32)}
+    assert loaded.act(obs) == {"red_1": 2, "blue_0": 1}
