@@ -202,7 +202,9 @@ def draw_population(run: Path, title: str | None = None) -> Any:
             ax.set_yscale("log")
         _steps_axis(ax, "env steps (the run's)")
     axes[-1].legend(fontsize=8, ncol=min(4, len(members)))
-    fig.suptitle(title if title is not None else f"population of {len(members)}: {cfg.algorithm} on {cfg.env.id}")
+    bases = cfg.base_policies
+    size = f"{cfg.population.members} for each of {len(bases)} policies" if len(bases) > 1 else len(members)
+    fig.suptitle(title if title is not None else f"population of {size}: {cfg.algorithm} on {cfg.env.id}")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title above the first panel
     return fig
 
