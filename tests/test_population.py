@@ -124,6 +124,19 @@ def test_a_check_copies_explores_and_records_the_lineage():
     assert explore_["event"] == "explore" and explore_["old"] == {"ppo.lr": 1e-3} and explore_["new"] == low.new
 
 
+def test_within_its_warmup_a_check_only_scores_a_member():
+    """warmup 200: the worst member's check at 100 env steps copies nobody (its score is kept for the others),
+    its check at 200 copies the best."""
+    s = _state(warmup=200)
+    for m, ret in enumerate([400.0, 10.0, 20.0, 30.0]):
+        _feed(s, m, 100, [ret, ret])
+    early = s.check(1, Truncation(s.cfg))
+    assert early.source is None and early.records() == [] and s.members[1].last_score == 10.0
+    assert s.members[1].values == {"ppo.lr": 1e-6}
+    _feed(s, 1, 100, [10.0, 10.0])
+    assert s.check(1, Truncation(s.cfg)).source == 0 and s.members[1].env_steps == 200
+
+
 def test_a_restored_state_decides_what_the_first_would_have():
     """Resume: the state written after some decisions and read back goes on with the same draws and lineage."""
     a = _state()
@@ -183,6 +196,7 @@ def test_members_are_policies_with_their_own_values():
         ({"members": 1}, "population.members: a population needs at least 2, got 1"),
         ({"members": 4, "quantile": 0.6}, "population.quantile: must be in (0, 0.5], got 0.6"),
         ({"members": 4, "quantile": 0}, "population.quantile: must be in (0, 0.5], got 0"),
+        ({"members": 4, "warmup": -1}, "population.warmup: must be >= 0, got -1"),
         (
             {"members": 4, "hyperparameters": [{"key": "ppo.lrr", "min": 1, "max": 2}]},
             "population.hyperparameters[0].key: 'lrr' is not a field of ppo; did you mean 'lr'?",

@@ -136,14 +136,14 @@ class PopulationState:
 
     def check(self, member: int, rule: ExploitRule, exclude: Collection[int] = ()) -> Decision:
         """Score ``member`` (it must be :meth:`ready`), ask ``rule`` whom it copies among the members of its policy
-        (never one of ``exclude``: a member in the middle of a copy), explore from that member's values, and start
-        its next window. The caller carries the copy out."""
+        (never one of ``exclude``: a member in the middle of a copy; nobody within its ``warmup``), explore from
+        that member's values, and start its next window. The caller carries the copy out."""
         assert self.ready(member), f"member {member} is not ready"
         rng = np.random.default_rng([self.seed, 0x5EED, self.decisions])
         self.decisions += 1
         scores = {m: s for m, s in self.scores(member % self.bases).items() if m == member or m not in exclude}
         m = self.members[member]
-        source = rule.source(member, scores, rng)
+        source = rule.source(member, scores, rng) if m.env_steps >= self.cfg.warmup else None
         old = dict(m.values)
         copied = dict(self.members[source].values) if source is not None else old
         new = explore(copied, self.cfg.hyperparameters, rng) if source is not None else old

@@ -86,6 +86,9 @@ class PopulationConfig:
     interval: int = 50_000
     """Env steps of a member between its readiness checks: at each, it is scored and, in the bottom quantile, it
     copies a top member. Must cover at least one of its updates."""
+    warmup: int = 0
+    """Env steps of a member before it may copy another: until then its checks only score it (each member's
+    first values get that long to show what they learn before the fastest starters take the population over)."""
     quantile: float = 0.25
     """Share of the population in the bottom (copies) and top (copied) groups, rounded up, and never more than
     half the members: 4 members at 0.25 replace one."""
@@ -132,6 +135,7 @@ class PopulationConfig:
     def __post_init__(self) -> None:
         check(self.members == 0 or self.members >= 2, "members", f"a population needs at least 2, got {self.members}")
         check(self.interval >= 1, "interval", f"must be >= 1, got {self.interval}")
+        check(self.warmup >= 0, "warmup", f"must be >= 0, got {self.warmup}")
         check(0.0 < self.quantile <= 0.5, "quantile", f"must be in (0, 0.5], got {self.quantile:g}")
         check(self.min_gap >= 0, "min_gap", f"must be >= 0, got {self.min_gap:g}")
         check(self.min_episodes >= 1, "min_episodes", f"must be >= 1, got {self.min_episodes}")
