@@ -228,11 +228,10 @@ def build_population(ctx: BuildContext) -> Worker:
     bases = len(plan.cfg.base_policies)
     evaluate = None
     if cfg.score == "eval":  # each member's newest snapshot, read like the eval worker reads them
+        from srl.api.config.population import PopulationConfig
         from srl.evaluate import eval_seed, play
 
         policies, subscribers = _subscribers(plan, fabric, ctx.worker)
-        from srl.api.config.population import PopulationConfig
-
         alone = dataclasses.replace(plan.cfg, population=PopulationConfig())  # plays one team
 
         def evaluate(member: int) -> list[float]:
