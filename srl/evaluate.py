@@ -8,7 +8,6 @@ reads only the spaces and the config of a run's plan (:class:`PlannedRun`), so i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 
 from srl.api.config import ConfigError, ExperimentConfig, build, load_config
 from srl.api.config.policies import DEFAULT_POLICY
-from srl.api.config.population import MEMBER, PopulationConfig
+from srl.api.config.population import MEMBER
 from srl.api.env import OneGroup
 from srl.api.spaces import action_spec, check_fits, obs_parts
 from srl.api.worker import Policy
@@ -118,12 +117,11 @@ def play_members(
     ``episodes`` episodes of its own (the same seeds), and the best team's results are the evaluation's
     (``best`` names it: ``member<k>``); each member's are under ``policies``."""
     bases, names = cfg.base_policies, cfg.policy_names
-    alone = dataclasses.replace(cfg, population=PopulationConfig())
     teams = {}
     per_member = {}
     for k in range(cfg.population.members):
         team = range(k * len(bases), (k + 1) * len(bases))
-        played = play(alone, [members[i] for i in team], episodes, seed, deterministic, max_steps)
+        played = play_team(cfg, [members[i] for i in team], episodes, seed, deterministic, max_steps)
         teams[MEMBER.format(k)] = played
         mine = played.pop("policies", None) or {bases[0]: played}
         per_member.update({names[i]: mine[bases[i % len(bases)]] for i in team})
@@ -144,14 +142,27 @@ def play(
     max_steps: int = 100_000,
     video: Path | None = None,
 ) -> dict[str, Any]:
-    """Play ``episodes`` episodes at once (one slot), each policy its agents (``cfg.agents``); with ``video``,
-    the first one is written there as MP4. The return is the mean over every agent's episode return; each
-    policy's (over its agents) is under ``policies``. A population's teams each play apart
-    (:func:`play_members`)."""
+    """Play ``episodes`` episodes at once (one slot), each policy its agents (:func:`play_team`); a population's
+    teams each play apart (:func:`play_members`)."""
     if cfg.population.enabled and len(policies) > 1:
         if video is not None:
             raise ConfigError("--video: films one policy; give one member's checkpoint file")
         return play_members(cfg, policies, episodes, seed, deterministic, max_steps)
+    return play_team(cfg, policies, episodes, seed, deterministic, max_steps, video)
+
+
+def play_team(
+    cfg: ExperimentConfig,
+    policies: Sequence[Policy],
+    episodes: int,
+    seed: int,
+    deterministic: bool = True,
+    max_steps: int = 100_000,
+    video: Path | None = None,
+) -> dict[str, Any]:
+    """Play ``episodes`` episodes at once (one slot), each of ``policies`` the agents of one policy of the
+    ``agents`` rules, in their order; with ``video``, the first one is written there as MP4. The return is the
+    mean over every agent's episode return; each policy's (over its agents) is under ``policies``."""
     env_cfg = evaluation_env(cfg.env)
     film = None
     if video is not None:

@@ -9,7 +9,6 @@ topology) and asks the fabric for those endpoints.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 from collections.abc import Callable
@@ -228,11 +227,9 @@ def build_population(ctx: BuildContext) -> Worker:
     bases = len(plan.cfg.base_policies)
     evaluate = None
     if cfg.score == "eval":  # each member's newest snapshot, read like the eval worker reads them
-        from srl.api.config.population import PopulationConfig
-        from srl.evaluate import eval_seed, play
+        from srl.evaluate import eval_seed, play_team
 
         policies, subscribers = _subscribers(plan, fabric, ctx.worker)
-        alone = dataclasses.replace(plan.cfg, population=PopulationConfig())  # plays one team
 
         def evaluate(member: int) -> list[float]:
             """Its team (the members of its index) plays; its own agents' returns."""
@@ -240,7 +237,7 @@ def build_population(ctx: BuildContext) -> Worker:
             team = range(k * bases, (k + 1) * bases)
             for i in team:
                 subscribers[i].refresh()
-            played = play(alone, [policies[i] for i in team], cfg.eval_episodes, eval_seed(plan.cfg))
+            played = play_team(plan.cfg, [policies[i] for i in team], cfg.eval_episodes, eval_seed(plan.cfg))
             start = sum(plan.policies[i].agents_per_env for i in team[:j]) * cfg.eval_episodes
             mine = played["returns"][start : start + plan.policies[member].agents_per_env * cfg.eval_episodes]
             return [float(r) for r in mine]
