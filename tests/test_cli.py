@@ -130,20 +130,20 @@ def test_a_signal_while_a_run_starts_is_kept_for_it_and_one_no_run_takes_ends_th
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     stops: list[str] = []
     with held():  # a run is starting
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
         with held(lambda: stops.append("run")):  # it begins: the signal is its stop
             assert stops == ["run"]
     assert {s: signal.getsignal(s) for s in before} == before
     with pytest.raises(KeyboardInterrupt), held():  # no run began to take it: it ends the block
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt), listening():  # outside a run: raised where it lands
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
         pytest.fail("the signal did not raise")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with held(lambda: stops.append("ignored")):
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
         assert stops == ["run"]
     finally:
         signal.signal(signal.SIGINT, before[signal.SIGINT])

@@ -383,17 +383,17 @@ def test_the_first_signal_asks_for_a_stop_the_second_raises_and_the_handlers_are
     for first, second in ((signal.SIGTERM, signal.SIGINT), (signal.SIGINT, signal.SIGTERM)):
         controller = Controller(cfg, None, time.time(), progress=None)
         with pytest.raises(KeyboardInterrupt), stop_on_signals(controller):
-            os.kill(os.getpid(), first)
+            signal.raise_signal(first)
             assert controller.stop_reason == "interrupted"
-            os.kill(os.getpid(), second)
+            signal.raise_signal(second)
             pytest.fail("the second signal did not raise")
         assert {s: signal.getsignal(s) for s in before} == before
     solved = Controller(cfg, None, time.time(), progress=None)
     solved.stop_reason = "solved"  # a run already stopping for its own reason keeps it, and still hears a second
     with pytest.raises(KeyboardInterrupt), stop_on_signals(solved):
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
         assert solved.stop_reason == "solved"
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
     entered = []
 
     def off_the_main_thread() -> None:  # Python refuses handlers there (ValueError): the block installs none

@@ -49,8 +49,8 @@ class SignalAt(gym.Wrapper):
         signalled = not SignalAt.sent and self.steps >= self.at
         if signalled:
             SignalAt.sent = True
-            os.kill(os.getpid(), signal.SIGTERM)
-        out = self.env.step(action)  # Python has run the signal's handler by now (between two bytecodes)
+            signal.raise_signal(signal.SIGTERM)  # to this thread: its handler runs before the next bytecode
+        out = self.env.step(action)  # the handler has run
         if signalled:
             SignalAt.finished_after_signal += 1
         return out
