@@ -11,3 +11,9 @@ python scripts/bench_pbt.py --seeds 1 2 3 --out $out/halfcheetah.jsonl --keep $o
 srl plot $out/halfcheetah_seed1 --population --out docs/img/halfcheetah_pbt_lineage.png
 # one more PBT seed with a return gap a copy must clear (~8 minutes alone)
 python scripts/bench_pbt.py --seeds 1 --methods pbt --set population.min_gap=500 --out $out/halfcheetah_min_gap.jsonl
+# two more seeds (2026-12-05; PBT seed 5 and the shipped config's seeds 4-5 were not run), appended to the same file
+python scripts/bench_pbt.py --seeds 4 --methods pbt random --out $out/halfcheetah.jsonl
+python scripts/bench_pbt.py --seeds 5 --methods random --out $out/halfcheetah.jsonl
+# PBT with a warmup: no copy before 250k of a member's env steps (~45 minutes)
+python scripts/bench_pbt.py --seeds 1 2 3 --methods pbt --set population.warmup=250000 \
+    --out $out/halfcheetah_warmup.jsonl
