@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -68,6 +69,14 @@ def _children() -> set[int]:
 
 def _ours() -> set[str]:
     return {name for name in list_segments() if name.startswith(f"srl_{os.getpid()}_")}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite tests how runs take Ctrl-C, so it runs as a foreground command does: a shell starts a background
+    job (``.ci/run &``) with SIGINT ignored, every process below it inherits that, and a run keeps an inherited
+    ignored SIGINT ignored (tests/test_cli.py tests that on purpose)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
