@@ -125,7 +125,7 @@ def play_members(
         teams[MEMBER.format(k)] = played
         mine = played.pop("policies", None) or {bases[0]: played}
         per_member.update({names[i]: mine[bases[i % len(bases)]] for i in team})
-    best = max(teams, key=lambda n: (teams[n]["return_mean"], -list(teams).index(n)))
+    best = max(teams, key=lambda n: teams[n]["return_mean"])  # the first of equals
     out = {**teams[best], "best": best}
     out["policies"] = {
         n: {"return_mean": r["return_mean"], "return_std": r["return_std"]} for n, r in per_member.items()

@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from srl.api.config import ConfigError, EnvConfig
-from srl.api.config.policies import DEFAULT_POLICY, AgentRule, map_agents
+from srl.api.config.policies import DEFAULT_POLICY, AgentRule, map_agents, policy_names
 from srl.api.env import LIFE_LOSS, GroupedSlot, MemberSlot, OneGroup, Slot, SlotGroup, SlotStep
 from srl.api.spaces import Observation, flatten_obs, obs_parts
 from srl.envs.factory import create_env, make_env, wrap_env
@@ -97,7 +97,7 @@ def make_grouped(
     ``watch``: wraps the first environment before the slot is built around it, so it sees that env's own steps
     and resets (the slot resets a finished episode within the step that ended it); evaluation films it so."""
     if members:  # member k of each policy plays the k-th share of the envs (its state: its policy's member 0's)
-        bases = tuple(dict.fromkeys(r.policy for r in rules)) or (DEFAULT_POLICY,)
+        bases = policy_names(rules, ())
         on_state = {b for j, b in enumerate(bases) if members[j] in state}
         inner = make_grouped(cfg, num_envs, rules, on_state, watch)
         assert [g.policy for g in inner.groups] == list(bases), f"groups {inner.groups} for policies {bases}"
@@ -208,8 +208,7 @@ def probe_groups(
 ) -> ProbedGroups:
     """Each policy's columns and spaces for ``rules`` (and a population's ``members``), probed through one slot
     (of one environment, or one per member index), which itself validates the env, its options and the rules."""
-    bases = len(dict.fromkeys(r.policy for r in rules)) or 1
-    slot = make_grouped(cfg, max(1, len(members) // bases), rules, state, members=members)
+    slot = make_grouped(cfg, max(1, len(members) // len(policy_names(rules, ()))), rules, state, members=members)
     try:
         inner = slot.slot if isinstance(slot, (OneGroup, SplitSlot, MemberSlot)) else slot
         turn_based = isinstance(inner, TurnSlot) and not inner.games[0].simultaneous
