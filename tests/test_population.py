@@ -54,6 +54,16 @@ def test_the_gap_guard_and_ties_copy_nobody():
     assert Truncation(_pop()).source(0, level, rng) is None
 
 
+def test_a_barred_member_is_ranked_but_never_copied():
+    """8 members at 0.25: bottom {0, 1}, top {6, 7}. With 7 in the middle of a copy, member 1 is still in the
+    bottom group (7 counts in the ranking) and copies 6; with both top members barred it copies nobody."""
+    scores = {m: float(10 * m) for m in range(8)}
+    rule, rng = Truncation(_pop(members=8)), np.random.default_rng(0)
+    assert {rule.source(1, scores, rng, barred={7}) for _ in range(50)} == {6}
+    assert rule.source(1, scores, rng, barred={6, 7}) is None
+    assert rule.source(2, scores, rng, barred={0, 1}) is None  # the barred bottom ones still rank below it
+
+
 # ---------------------------------------------------------------------------------------------- explore
 def test_perturbations_multiply_then_clamp():
     rng = np.random.default_rng(0)
@@ -109,7 +119,8 @@ def test_a_check_copies_explores_and_records_the_lineage():
     low = s.check(1, Truncation(s.cfg))  # the worst of 4 copies the best, then perturbs its lr by 0.5 or 2
     assert low.source == 0 and low.copied == {"ppo.lr": 1e-3}
     assert low.new["ppo.lr"] in (5e-4, 2e-3) and s.members[1].values == low.new
-    assert s.members[1].last_score is None and s.members[1].env_steps == 100  # its step count is kept
+    assert s.members[1].env_steps == 100  # its step count is kept
+    assert s.members[1].last_score == 10.0  # the score it copied with, until its next window is scored
     exploit, explore_ = s.lineage
     assert exploit == {
         "event": "exploit",
@@ -122,6 +133,26 @@ def test_a_check_copies_explores_and_records_the_lineage():
         "old": {"ppo.lr": 1e-6},
     }
     assert explore_["event"] == "explore" and explore_["old"] == {"ppo.lr": 1e-3} and explore_["new"] == low.new
+
+
+def test_one_round_replaces_only_the_bottom_group():
+    """4 members at 0.25, all ready at the same env steps (as members sharing a slot are): the worst copies the
+    best, and the second worst, checked after it in the same round, still ranks above the member that copied
+    (whose score stays the one it copied with), so it keeps its own weights. Even with the copy under way (its
+    source and target barred), the ranking is the round's: one copy per round."""
+    for busy in (False, True):
+        s = _state()
+        for m, ret in enumerate([400.0, 10.0, 20.0, 30.0]):
+            _feed(s, m, 100, [ret, ret])
+        decisions = []
+        for m in (1, 2, 3, 0):
+            decisions.append(s.check(m, Truncation(s.cfg), exclude={1, 0} if busy and m != 1 else ()))
+        assert [d.source for d in decisions] == [0, None, None, None]
+        assert s.scores() == {0: 400.0, 1: 10.0, 2: 20.0, 3: 30.0}
+        # the next round: member 1 now plays member 0's policy (scored 390): member 2 is the worst and copies
+        for m, ret in enumerate([400.0, 390.0, 20.0, 30.0]):
+            _feed(s, m, 100, [ret, ret])
+        assert [s.check(m, Truncation(s.cfg)).source for m in (1, 2, 3, 0)] == [None, 0, None, None]
 
 
 def test_within_its_warmup_a_check_only_scores_a_member():

@@ -2,18 +2,19 @@
 
 A member is *ready* every ``population.interval`` of its env steps. Then the exploit rule is asked which member,
 if any, it copies, given every scored member's score (:class:`Truncation` by default: a member in the bottom group
-copies one of the top group). A copied member then explores: each hyperparameter is perturbed by a factor, or
-drawn afresh from its range with probability ``resample``, and clamped to its range (:func:`explore`).
+copies one of the top group; the groups are of every scored member, so one round replaces only the bottom group).
+A copied member then explores: each hyperparameter is perturbed by a factor, or drawn afresh from its range with
+probability ``resample``, and clamped to its range (:func:`explore`).
 
 The rule is a plugin (``population.rule: package.module:Rule``): a class built from the
-:class:`~srl.api.config.population.PopulationConfig` whose ``source(member, scores, rng)`` returns the member to
-copy or None. The league's PFSP/Elo manager is a sibling of this one.
+:class:`~srl.api.config.population.PopulationConfig` whose ``source(member, scores, rng, barred)`` returns the
+member to copy or None. The league's PFSP/Elo manager is a sibling of this one.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -24,9 +25,13 @@ from srl.api.config.population import Hyperparameter, PopulationConfig
 class ExploitRule(Protocol):
     """Which member a ready member copies."""
 
-    def source(self, member: int, scores: Mapping[int, float], rng: np.random.Generator) -> int | None:
+    def source(
+        self, member: int, scores: Mapping[int, float], rng: np.random.Generator, barred: Collection[int] = ()
+    ) -> int | None:
         """The member ``member`` copies, or None (it keeps its own weights). ``scores``: every scored member's
-        score (higher is better), ``member`` included when it is scored."""
+        score (higher is better), ``member`` included when it is scored: the whole ranking, whatever is under
+        way. ``barred``: members it may not copy now, being in the middle of a copy (a target whose weights are
+        about to be replaced, or a source still writing its state)."""
 
 
 def group_size(members: int, quantile: float) -> int:
@@ -42,12 +47,16 @@ def ranked(scores: Mapping[int, float]) -> list[int]:
 
 class Truncation:
     """Truncation selection: a ready member in the bottom ``quantile`` copies a member drawn uniformly from the top
-    ``quantile``, among those whose score is above its own by at least ``min_gap`` (and above it at all)."""
+    ``quantile``, among those whose score is above its own by at least ``min_gap`` (and above it at all) and not
+    ``barred``. The groups are of the whole ranking, so the members of one round (ready at the same env steps, as
+    members sharing a slot are) replace only the bottom group: 4 members at 0.25 replace one."""
 
     def __init__(self, cfg: PopulationConfig) -> None:
         self.quantile, self.min_gap = cfg.quantile, cfg.min_gap
 
-    def source(self, member: int, scores: Mapping[int, float], rng: np.random.Generator) -> int | None:
+    def source(
+        self, member: int, scores: Mapping[int, float], rng: np.random.Generator, barred: Collection[int] = ()
+    ) -> int | None:
         if member not in scores:
             return None
         order = ranked(scores)
@@ -55,7 +64,8 @@ class Truncation:
         if member not in order[:k]:
             return None
         mine = scores[member]
-        candidates = [m for m in order[len(order) - k :] if scores[m] > mine and scores[m] - mine >= self.min_gap]
+        top = order[len(order) - k :]
+        candidates = [m for m in top if m not in barred and scores[m] > mine and scores[m] - mine >= self.min_gap]
         if not candidates:
             return None
         return candidates[int(rng.integers(len(candidates)))]

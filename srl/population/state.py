@@ -35,7 +35,9 @@ class Member:
     window_count: int = 0
     """Returns of the episodes it finished since its last check: sum and count."""
     last_score: float | None = None
-    """Its score at its last check (None before one, and right after it copied: it is another policy now)."""
+    """Its score at its last check (None before one). A member that copied keeps the score that made it copy
+    until its next window is scored: the others checked in the same round rank against the same scores, so a
+    round replaces only the bottom group (were it unranked, the next worst would be the bottom in its turn)."""
     source: int | None = None
     """Whom it copied last, if anyone."""
 
@@ -136,14 +138,16 @@ class PopulationState:
 
     def check(self, member: int, rule: ExploitRule, exclude: Collection[int] = ()) -> Decision:
         """Score ``member`` (it must be :meth:`ready`), ask ``rule`` whom it copies among the members of its policy
-        (never one of ``exclude``: a member in the middle of a copy; nobody within its ``warmup``), explore from
-        that member's values, and start its next window. The caller carries the copy out."""
+        (ranked with all of them, but never copying one of ``exclude``: a member in the middle of a copy; nobody
+        within its ``warmup``), explore from that member's values, and start its next window. The caller carries
+        the copy out."""
         assert self.ready(member), f"member {member} is not ready"
         rng = np.random.default_rng([self.seed, 0x5EED, self.decisions])
         self.decisions += 1
-        scores = {m: s for m, s in self.scores(member % self.bases).items() if m == member or m not in exclude}
+        scores = self.scores(member % self.bases)
         m = self.members[member]
-        source = rule.source(member, scores, rng) if m.env_steps >= self.cfg.warmup else None
+        barred = set(exclude) - {member}
+        source = rule.source(member, scores, rng, barred) if m.env_steps >= self.cfg.warmup else None
         old = dict(m.values)
         copied = dict(self.members[source].values) if source is not None else old
         new = explore(copied, self.cfg.hyperparameters, rng) if source is not None else old
@@ -159,7 +163,7 @@ class PopulationState:
             new,
         )
         m.checked_at, m.window_sum, m.window_count = m.env_steps, 0.0, 0
-        m.last_score = None if source is not None else scores[member]
+        m.last_score = scores[member]
         if source is not None:
             m.values, m.source = dict(new), source
         self.lineage.extend(decision.records())

@@ -104,7 +104,7 @@ class PopulationConfig:
     """Episodes of each evaluation with ``score: eval`` (played at once, one env each)."""
     rule: str = "truncation"
     """The exploit rule: ``truncation`` (bottom copies top, as above) or ``package.module:Rule``, a class built
-    from this config with ``source(member, scores, rng)`` (see ``srl/population/rules.py``)."""
+    from this config with ``source(member, scores, rng, barred)`` (see ``srl/population/rules.py``)."""
     hyperparameters: tuple[Hyperparameter, ...] = ()
     """What each member may change. Empty: members differ only by seed, and exploits copy without mutating."""
 
