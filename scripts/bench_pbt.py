@@ -1,7 +1,6 @@
 """PBT against random search on HalfCheetah-v5, both counting all 4M env steps, and the shipped PPO config at 1M.
 
-    python scripts/bench_pbt.py --seeds 1 2 3 --out docs/data/population/halfcheetah.jsonl \\
-        --keep docs/data/population/halfcheetah_seed1
+    python scripts/bench_pbt.py --seeds 1 2 3 --out /tmp/halfcheetah.jsonl --keep /tmp/halfcheetah_seed1
 
 - PBT: ``configs/halfcheetah_pbt.yaml`` (4 members x 1M env steps; every 50k of a member's env steps the worst
   copies the best and perturbs the learning rate, the clip range, the entropy coefficient and GAE's lambda);
