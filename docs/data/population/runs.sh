@@ -14,6 +14,9 @@ python scripts/bench_pbt.py --seeds 4 5 --methods random --out $out/halfcheetah.
 python scripts/bench_pbt.py --seeds 1 2 3 4 5 --methods pbt --out $out/halfcheetah_rounds.jsonl \
     --keep $out/halfcheetah_rounds_seed1
 srl plot $out/halfcheetah_rounds_seed1 --population --out docs/img/halfcheetah_pbt_lineage.png
+# the same with a warmup: no copy before 250k of a member's env steps (seed 4 first, then seeds 1-3)
+python scripts/bench_pbt.py --seeds 4 1 2 3 --methods pbt --set population.warmup=250000 \
+    --out $out/halfcheetah_rounds_warmup.jsonl --keep $out/halfcheetah_rounds_warmup_seed4
 # Before the fix (the commit before 96779a2: up to two copies per round): PBT's rows of halfcheetah.jsonl (seeds
 # 1-3 ran with random search and the shipped config, `--seeds 1 2 3`; seed 4 with `--seeds 4 --methods pbt
 # random`), a return gap a copy must clear, and a warmup (no copy before 250k of a member's env steps)

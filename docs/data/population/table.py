@@ -1,7 +1,8 @@
 """The tables of docs/benchmarks.md "Population-based training", from the files runs.sh writes:
 ``python docs/data/population/table.py``.
 
-``halfcheetah_rounds.jsonl`` holds PBT as it is (one copy per round of 4 members); ``halfcheetah.jsonl`` random
+``halfcheetah_rounds.jsonl`` holds PBT as it is (one copy per round of 4 members), ``halfcheetah_rounds_warmup.jsonl``
+the same with a 250k warmup; ``halfcheetah.jsonl`` random
 search, the shipped config and PBT before the fix of 2026-12-05 (up to two copies per round), which
 ``halfcheetah_warmup.jsonl`` and ``halfcheetah_min_gap.jsonl`` also predate."""
 
@@ -41,6 +42,7 @@ def main() -> None:
     # env steps, so its result does not depend on them)
     groups = {
         "PBT": pbt,
+        "PBT, warmup 250k": _records("halfcheetah_rounds_warmup.jsonl"),
         "random search": [r for r in runs if r["method"] == "random search"],
         "shipped PPO, 1M": [r for r in runs if r["method"] == "shipped"],
         "PBT before the fix": [r for r in runs if r["method"] == "pbt"],
@@ -51,7 +53,7 @@ def main() -> None:
     for name, mine in groups.items():
         if mine:
             evals = [r["picked_eval_return"] for r in sorted(mine, key=lambda r: r["seed"])]
-            first = [r["picked_eval_return"] for r in mine if r["seed"] <= 3]
+            first = [r["picked_eval_return"] for r in mine if r["seed"] <= 3] or [float("nan")]
             steps = statistics.median(r["env_steps"] for r in mine)
             shown = " / ".join(f"{e:,.0f}" for e in evals)
             print(
