@@ -146,7 +146,7 @@ def test_one_round_replaces_only_the_bottom_group():
             _feed(s, m, 100, [ret, ret])
         decisions = []
         for m in (1, 2, 3, 0):
-            decisions.append(s.check(m, Truncation(s.cfg), exclude={1, 0} if busy and m != 1 else ()))
+            decisions.append(s.check(m, Truncation(s.cfg), barred={1, 0} if busy and m != 1 else ()))
         assert [d.source for d in decisions] == [0, None, None, None]
         assert s.scores() == {0: 400.0, 1: 10.0, 2: 20.0, 3: 30.0}
         # the next round: member 1 now plays member 0's policy (scored 390): member 2 is the worst and copies

@@ -136,9 +136,9 @@ class PopulationState:
         out = {i: self.score(i) for i in range(len(self.members)) if policy is None or i % self.bases == policy}
         return {i: s for i, s in out.items() if s is not None}
 
-    def check(self, member: int, rule: ExploitRule, exclude: Collection[int] = ()) -> Decision:
+    def check(self, member: int, rule: ExploitRule, barred: Collection[int] = ()) -> Decision:
         """Score ``member`` (it must be :meth:`ready`), ask ``rule`` whom it copies among the members of its policy
-        (ranked with all of them, but never copying one of ``exclude``: a member in the middle of a copy; nobody
+        (ranked with all of them, but never copying one of ``barred``: a member in the middle of a copy; nobody
         within its ``warmup``), explore from that member's values, and start its next window. The caller carries
         the copy out."""
         assert self.ready(member), f"member {member} is not ready"
@@ -146,7 +146,6 @@ class PopulationState:
         self.decisions += 1
         scores = self.scores(member % self.bases)
         m = self.members[member]
-        barred = set(exclude) - {member}
         source = rule.source(member, scores, rng, barred) if m.env_steps >= self.cfg.warmup else None
         old = dict(m.values)
         copied = dict(self.members[source].values) if source is not None else old

@@ -220,7 +220,7 @@ class PopulationWorker(Worker):
             if self.evaluate is not None and member not in busy and self.state.due(member):
                 self.state.evaluated(member, self.evaluate(member))
             if member not in busy and self.state.ready(member):
-                decision = self.state.check(member, self.rule, exclude=busy)
+                decision = self.state.check(member, self.rule, barred=busy)
                 decided += 1
                 if decision.source is not None:
                     seq = decision.copy
