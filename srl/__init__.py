@@ -29,19 +29,27 @@ def train(
 
     ``config``: an experiment file, a mapping shaped like one, or an ``ExperimentConfig``; ``overrides``:
     ``key=value`` strings as for ``--set``. Bad input raises ``srl.api.config.ConfigError`` naming the field.
+    Ctrl-C (or SIGTERM) stops the run as it stops ``srl train``, with a final checkpoint and ``summary.json``, and
+    then raises ``KeyboardInterrupt``, so the calling script stops too.
     """
     import sys
 
-    from srl.api.config import ExperimentConfig, config_from, load_config, to_dict
+    from srl.api.config import ExperimentConfig, config_from, load_config, notices, to_dict
     from srl.runtime.train import train as run
 
-    if isinstance(config, ExperimentConfig):
-        cfg = config_from(to_dict(config), list(overrides))
-    elif isinstance(config, Mapping):
-        cfg = config_from(config, list(overrides))
-    else:
-        cfg = load_config(config, list(overrides))
-    return run(cfg, None if run_dir is None else Path(run_dir), progress=sys.stderr if progress else None)
+    with notices() as notes:
+        if isinstance(config, ExperimentConfig):
+            cfg = config_from(to_dict(config), list(overrides))
+        elif isinstance(config, Mapping):
+            cfg = config_from(config, list(overrides))
+        else:
+            cfg = load_config(config, list(overrides))
+    summary = run(
+        cfg, None if run_dir is None else Path(run_dir), progress=sys.stderr if progress else None, notes=notes
+    )
+    if summary["stop_reason"] == "interrupted":  # stopped cleanly and summarized; the caller's code stops too
+        raise KeyboardInterrupt
+    return summary
 
 
 def load_policy(path: str | Path) -> LoadedPolicy | LoadedPolicies:

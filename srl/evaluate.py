@@ -20,6 +20,7 @@ from srl.api.config import ConfigError, ExperimentConfig, build, load_config
 from srl.api.config.policies import DEFAULT_POLICY
 from srl.api.config.population import MEMBER
 from srl.api.env import OneGroup
+from srl.api.plugins import missing_from_main
 from srl.api.spaces import action_spec, check_fits, obs_parts
 from srl.api.worker import Policy
 from srl.envs.slots import make_grouped, probe_groups
@@ -292,6 +293,7 @@ def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[st
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     cfg = build(ExperimentConfig, states[0]["config"], prefix="checkpoint config: ")
+    require_env_reachable(cfg)
     alone = cfg.population.enabled and len(cfg.base_policies) == 1  # one member of a population plays alone
     if len(cfg.policy_names) != len(files) and not alone:
         raise ConfigError(f"{target}: a checkpoint of one of {len(cfg.policy_names)} policies; give the run directory")
@@ -317,6 +319,17 @@ def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[st
         info["checkpoints"] = {n: str(p) for n, p in zip(cfg.policy_names, files)}
         info["versions"] = {n: int(state["version"]) for n, state in zip(cfg.policy_names, states)}
     return cfg, policies, info
+
+
+def require_env_reachable(cfg: ExperimentConfig) -> None:
+    """One line when the run's env was defined in the ``__main__`` of the script that trained it and this program
+    has no such thing: the generic "not in __main__" would leave the user guessing why training found it."""
+    attr = missing_from_main(cfg.env.id)
+    if attr is not None:
+        raise ConfigError(
+            f"env.id: {cfg.env.id!r} was defined in the __main__ of the script that trained this run, which only "
+            f"that script has: move {attr!r} to an importable module and train with env.id 'module:{attr}'"
+        )
 
 
 def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]:

@@ -65,15 +65,12 @@ class LoadedPolicy:
             ids = list(obs)
             seat = self._seat_key
             own = [obs[a] if seat is None else _seated(obs[a], seat, self._seats[a]) for a in ids]
-            rows = [flatten_obs(self._parts, o) for o in own]
-            batch = {p.name: np.stack([np.asarray(r[p.name], p.dtype) for r in rows]) for p in self._parts}
+            rows = [_one(self._parts, o, f"agent {a!r}: ") for a, o in zip(ids, own)]
+            batch = {p.name: np.stack([r[p.name] for r in rows]) for p in self._parts}
             return dict(zip(ids, self._act(batch, deterministic, ids)))
-        parts = flatten_obs(self._parts, obs)
-        first = self._parts[0]
-        single = np.ndim(parts[first.name]) == len(first.shape)
-        batch = {p.name: np.asarray(parts[p.name], dtype=p.dtype).reshape((-1, *p.shape)) for p in self._parts}
+        batch, size = _batched(self._parts, obs)
         actions = self._act(batch, deterministic)
-        return actions[0] if single else actions
+        return actions[0] if size is None else actions
 
     def reset(self, ended: Any = None) -> None:
         """Forget what a policy with memory remembers of the rows where ``ended`` is set (every row when None):
@@ -99,6 +96,65 @@ class LoadedPolicy:
         if isinstance(self.action_space, spaces.Box):
             actions = actions.reshape((-1, *self.action_space.shape))
         return np.asarray(self._to_env(actions))
+
+
+def _batched(parts: tuple[ObsPart, ...], obs: Any) -> tuple[dict[str, np.ndarray], int | None]:
+    """``obs`` (one observation, or a batch of N) as part name -> ``(N, *shape)`` array, and N (None for one).
+
+    Why checked here: a reshape would turn an observation of twice the size into a batch of two without a word,
+    and name neither the part nor the shape expected when it fails."""
+    arrays = {p.name: _part(p, parts, obs, "", batch=True) for p in parts}
+    leads = [(p, arrays[p.name].shape[: arrays[p.name].ndim - len(p.shape)]) for p in parts]
+    first, lead = leads[0]
+    for other, theirs in leads[1:]:
+        if theirs != lead:
+            raise ValueError(f"act: {_label(first)} is {_count(lead)} and its {_path(other)!r} {_count(theirs)}")
+    batch = {name: a.reshape((-1, *a.shape[len(lead) :])) for name, a in arrays.items()}
+    return batch, (lead[0] if lead else None)
+
+
+def _one(parts: tuple[ObsPart, ...], obs: Any, where: str) -> dict[str, np.ndarray]:
+    """``obs``, exactly one observation, as part name -> array; ValueError naming ``where`` and the part."""
+    return {p.name: _part(p, parts, obs, where, batch=False) for p in parts}
+
+
+def _part(part: ObsPart, parts: tuple[ObsPart, ...], obs: Any, where: str, batch: bool) -> np.ndarray:
+    """One part of ``obs`` as an array of its dtype: its own shape, or with ``batch`` that shape under one
+    leading dimension; one ValueError line naming the part, its shape and the one expected otherwise."""
+    try:
+        value = flatten_obs((part,), obs)[part.name]
+    except (KeyError, IndexError, TypeError):
+        reads = ", ".join(repr(_path(p)) for p in parts)
+        raise ValueError(f"act: {where}the observation has no {_path(part)!r} (the policy reads {reads})") from None
+    try:
+        array = np.asarray(value, dtype=part.dtype)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"act: {where}{_label(part)} is not an array of {part.dtype} ({exc})") from None
+    extra = array.ndim - len(part.shape)
+    if extra not in ((0, 1) if batch else (0,)) or array.shape[extra:] != part.shape:
+        expected = f"{part.shape}, or {_batch_shape(part.shape)} for a batch of N" if batch else f"{part.shape}"
+        raise ValueError(f"act: {where}{_label(part)} has shape {array.shape}; expected {expected}")
+    return array
+
+
+def _path(part: ObsPart) -> str:
+    """Where a part sits in a Dict / Tuple observation (``position``, ``0.goal``); empty for a plain one."""
+    return part.name.partition(".")[2]
+
+
+def _label(part: ObsPart) -> str:
+    """A part as an error line names it: the observation, or the observation's ``'position'``."""
+    return f"the observation's {_path(part)!r}" if _path(part) else "the observation"
+
+
+def _count(lead: tuple[int, ...]) -> str:
+    """A part's leading dimensions in words: one observation or a batch of N."""
+    return f"a batch of {lead[0]}" if lead else "one observation"
+
+
+def _batch_shape(shape: tuple[int, ...]) -> str:
+    """``shape`` under a batch dimension N, as a tuple is written: ``(N,)``, ``(N, 4)``."""
+    return f"(N, {', '.join(map(str, shape))})" if shape else "(N,)"
 
 
 def _seated(obs: Any, key: str, index: int) -> dict[str, Any]:

@@ -162,6 +162,29 @@ def algorithm_settings(cfg: ExperimentConfig) -> Any:
     return build(settings, cfg.algorithm_args, prefix="algorithm_args.")
 
 
+ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "sac", "td3", "text")
+"""The experiment's sections that hold one algorithm's settings: set for another algorithm, they change nothing."""
+
+
+def unread_sections(cfg: ExperimentConfig) -> list[str]:
+    """One line for each algorithm section set in ``cfg`` (it differs from its defaults) that the algorithm does
+    not read (its ``section`` and ``reads``): settings a user wrote that the run would drop without a word, such
+    as a ``sac`` section under ``--set algorithm=td3``."""
+    cls = algorithm_class(cfg)
+    own: str | None = getattr(cls, "section", None)
+    read = {own, *getattr(cls, "reads", ())}
+    takes = f"it reads {own}" if own is not None else "it takes algorithm_args"
+    out = []
+    for name in ALGORITHM_SECTIONS:
+        given = getattr(cfg, name)
+        default = type(given)()
+        changed = [f.name for f in dataclasses.fields(given) if getattr(given, f.name) != getattr(default, f.name)]
+        if name not in read and changed:
+            ignored = ", ".join(f"{name}.{n}" for n in changed)
+            out.append(f"{name}: not read by algorithm {cfg.algorithm} ({takes}); ignored: {ignored}")
+    return out
+
+
 def learns_on_policy(cfg: ExperimentConfig) -> bool:
     """Whether the algorithm of ``cfg`` learns from on-policy segments (its ``on_policy``, True when it does not
     say), rather than from a replay."""

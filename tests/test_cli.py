@@ -19,7 +19,7 @@ from conftest import ROOT, last_record, start_endless_training, wait_while_runni
 
 from srl.api.config import load_config
 from srl.base.shm import list_segments
-from srl.base.stop_signals import held, listening
+from srl.base.stop_signals import held, listening, shielded
 from srl.system.controller import Controller
 
 CARTPOLE = str(ROOT / "configs" / "cartpole_ppo.yaml")
@@ -212,3 +212,74 @@ def test_progress_to_a_file_is_one_plain_line_per_record():
     assert all(line == line.rstrip() for line in lines)
     controller.line.end()
     assert stream.getvalue() == out  # no empty line at the end
+
+
+def test_a_second_signal_ends_the_wait_for_slow_workers_and_still_leaves_the_summary_and_nothing_else(tmp_path):
+    """The actor's envs take a minute to close, so the first SIGINT leaves the run waiting for it; a second one,
+    sent once the closing has begun, ends the wait: the workers are killed, shared memory and pipes removed, the
+    summary written, exit 130."""
+    run, closing = tmp_path / "run", tmp_path / "closing"
+    sets = ["env.id=srl.envs.testing:slow_closing_cartpole", f"env.kwargs={{closing: {closing}}}"]
+    proc = start_endless_training(run, "runtime=local", "run.eval_episodes=0", *sets)
+    with _reaped(proc):
+        wait_while_running(lambda: last_record(run).get("policy_version", 0) >= 2, proc)
+        proc.send_signal(signal.SIGINT)
+        wait_while_running(closing.exists, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)  # well before the envs would have closed
+    assert proc.returncode == 130, err
+    assert json.loads((run / "summary.json").read_text())["stop_reason"] == "interrupted"
+    assert not _left_behind(proc.pid, run)
+
+
+def test_a_signal_during_a_shielded_cleanup_raises_only_once_the_cleanup_is_done():
+    steps: list[str] = []
+    with pytest.raises(KeyboardInterrupt), held(lambda: steps.append("stop")):
+        signal.raise_signal(signal.SIGINT)  # the first: the run's stop
+        with shielded():
+            signal.raise_signal(signal.SIGINT)  # the second lands in the cleanup
+            steps.append("cleaned up")
+        pytest.fail("the kept signal did not raise as the cleanup ended")
+    assert steps == ["stop", "cleaned up"]
+
+
+def test_ctrl_c_stops_a_script_that_trains_in_a_loop_through_the_python_api(tmp_path):
+    """``srl.train`` stops the run cleanly, writes its summary, and then raises KeyboardInterrupt: the script's
+    loop does not go on to its next run."""
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import srl\n"
+        "for seed in (1, 2):\n"
+        f"    srl.train({CARTPOLE!r}, [f'seed={{seed}}', 'run.total_env_steps=100000000', 'run.target_return=null',\n"
+        "               'run.log_interval_seconds=0.2'], run_dir=f'run{seed}')\n"
+        "print('the loop went on')\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    with _reaped(proc):
+        wait_while_running(lambda: last_record(tmp_path / "run1").get("policy_version", 0) >= 2, proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (130, -signal.SIGINT), err  # an uncaught KeyboardInterrupt ends Python as SIGINT does
+    assert "KeyboardInterrupt" in err and "the loop went on" not in out
+    assert json.loads((tmp_path / "run1" / "summary.json").read_text())["stop_reason"] == "interrupted"
+    assert not (tmp_path / "run2").exists()
+
+
+def test_the_progress_line_shows_a_dash_for_the_return_before_any_episode_ended():
+    stream, _ = _progress(tty=False)
+    assert "return        -  episodes      0" in stream.getvalue() and "nan" not in stream.getvalue()
+
+
+def test_metrics_records_come_often_while_training_is_young(tmp_path):
+    """An eighth of the training time so far between records (at least 0.1 s), up to ``log_interval_seconds``:
+    a run of a few seconds draws its curves from a dozen points."""
+    cfg = load_config(CARTPOLE, [*TINY, "run.log_interval_seconds=2.0"])
+    controller = Controller(cfg, None, time.time(), progress=None)
+    now = time.time()
+    assert controller.record_interval(now) == 2.0  # nothing trains yet
+    controller.handle("actor", {"actor": 0, "env_steps": 64}, {})  # the first env steps: training starts
+    assert controller.record_interval(time.time()) == pytest.approx(0.1)
+    start = controller._train_start
+    assert controller.record_interval(start + 4.0) == pytest.approx(0.5)
+    assert controller.record_interval(start + 60.0) == 2.0

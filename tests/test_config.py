@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
+from srl.api.config import ConfigError, ExperimentConfig, load_config, notices, to_dict
 from srl.api.config.errors import did_you_mean
 from srl.api.config.load import overlay_overrides
 
@@ -153,6 +153,8 @@ def test_configs_are_frozen():
         (["--set", "env.id=NoSuchEnv-v9"], "env.id: unknown environment 'NoSuchEnv-v9'"),
         (["--set", "env.id=CartPol-v1"], "env.id: unknown environment 'CartPol-v1'; did you mean 'CartPole-v1'?"),
         (["--set", "env.id=no_such_module:make"], "env.id: cannot import module 'no_such_module'"),
+        (["--set", "workers.trainer_device=cuda:99"], "workers.trainer_device: cuda:99: torch sees"),
+        (["--set", "workers.policy_workers=1", "--set", "workers.policy_device=cuda:99"], "policy_device: cuda:99"),
     ],
 )
 def test_cli_prints_one_line_and_exits_non_zero(tmp_path, args, needle):
@@ -210,3 +212,33 @@ def test_instance_of_asks_without_importing():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[:2] == ["[]", "True True"]
+
+
+def test_a_target_written_for_the_file_s_env_is_dropped_when_an_override_changes_the_env():
+    """``pendulum_sac.yaml``'s -250 would call MountainCarContinuous solved at a return of 0 (a policy that does
+    nothing), and ``cartpole_dqn.yaml``'s 475 could never stop Acrobot: the target goes, said as a notice."""
+    with notices() as said:
+        moved = load_config("configs/pendulum_sac.yaml", ["env.id=MountainCarContinuous-v0"])
+    assert moved.run.target_return is None
+    assert said == [
+        "run.target_return: dropped: -250 was set for Pendulum-v1, and env.id is now MountainCarContinuous-v0; "
+        "set run.target_return too to stop at a return"
+    ]
+    with notices() as said:
+        kept = load_config("configs/cartpole_dqn.yaml", ["env.id=Acrobot-v1", "run.target_return=-100"])
+        same = load_config("configs/cartpole_dqn.yaml", ["env.id=CartPole-v1"])
+    assert kept.run.target_return == -100 and same.run.target_return == 475 and said == []
+
+
+def test_settings_of_an_algorithm_the_run_does_not_use_are_named_as_the_run_starts(tmp_path):
+    from srl.runtime.train import train
+    from srl.wiring import unread_sections
+
+    td3 = load_config("configs/pendulum_sac.yaml", ["algorithm=td3"])
+    assert unread_sections(td3) == [
+        "sac: not read by algorithm td3 (it reads td3); ignored: sac.actor_lr, sac.batch_size, sac.tau"
+    ]
+    cfg = load_config(CARTPOLE, ["runtime=inline", "run.total_env_steps=256", "run.eval_episodes=0", "dqn.lr=0.01"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["warnings"] == ["dqn: not read by algorithm ppo (it reads ppo); ignored: dqn.lr"]
+    assert all(unread_sections(load_config(path)) == [] for path in sorted(Path("configs").glob("*.yaml")))

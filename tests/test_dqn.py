@@ -12,7 +12,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from srl.algorithms.dqn import DQN, EpsilonGreedy, QPolicy
+from srl.algorithms.dqn import DQN, EpsilonGreedy, QPolicy, require_discrete
 from srl.algorithms.dqn_math import epsilon_ladder, linear_epsilon
 from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.api.explore import make_explorer
@@ -382,13 +382,19 @@ def test_an_algorithm_without_an_explorer_gets_none() -> None:
 # --------------------------------------------------------------------------- checks
 
 
-def test_a_box_action_space_is_one_line_naming_it_and_the_algorithm_that_fits() -> None:
+def test_a_box_action_space_is_one_line_naming_it_and_the_algorithms_that_fit() -> None:
     cfg = build(ExperimentConfig, {"algorithm": "dqn", "env": {"id": "Pendulum-v1"}})
     with pytest.raises(ConfigError, match=r"^algorithm: dqn needs a Discrete action space; env 'Pendulum-v1' has Box"):
         make_plan(cfg)
     plan = make_plan(build(ExperimentConfig, {"algorithm": "ppo", "env": {"id": "Pendulum-v1"}}))
-    with pytest.raises(ConfigError, match=r"Box\(.*\): use ppo$"):
+    with pytest.raises(ConfigError, match=r"Box\(.*\): use ppo, sac or td3$"):
         DQN.check(plan)
+
+
+def test_an_action_space_neither_discrete_nor_box_names_ppo_alone() -> None:
+    """sac and td3 act on a Box only, so naming them for a MultiDiscrete would send the user to a second error."""
+    with pytest.raises(ConfigError, match=r"has MultiDiscrete\(\[2 3\]\): use ppo$"):
+        require_discrete(spaces.MultiDiscrete([2, 3]), _cfg())
 
 
 @pytest.mark.parametrize(

@@ -167,6 +167,19 @@ def test_eval_refuses_missing_or_foreign_targets(tmp_path) -> None:
     assert none.returncode == 2 and "no checkpoint" in none.stderr
 
 
+def test_eval_of_a_run_whose_env_was_in_the_training_scripts_main_says_to_move_it(tmp_path, monkeypatch) -> None:
+    """A script that defines its env and trains it names it ``__main__:attr``; ``srl eval`` has a __main__ of its
+    own, so it must say where the env was and what to do, not that ``'__main__'`` lacks an attribute."""
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    monkeypatch.setattr(sys.modules["__main__"], "ScriptCartPole", CartPoleEnv, raising=False)
+    _tiny_run(tmp_path / "run", {"id": "__main__:ScriptCartPole", "max_episode_steps": 50}, steps=64)
+    proc = _srl_eval(str(tmp_path / "run"), "--episodes", "1")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "env.id: '__main__:ScriptCartPole' was defined in the __main__ of the script that trained" in proc.stderr
+    assert "to an importable module" in proc.stderr
+
+
 @pytest.mark.parametrize("runtime", ["inline", "local"])
 def test_eval_worker_reports_during_training_and_keeps_the_best_policy(tmp_path, runtime) -> None:
     run = tmp_path / "run"

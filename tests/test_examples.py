@@ -17,8 +17,10 @@ import yaml
 from conftest import last_record, wait_while_running, worker_pids
 
 import srl
-from srl.api.config import ConfigError
+from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.envs.testing import goal_grid
+from srl.loaded import LoadedPolicy
+from srl.wiring import acting_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = "configs/cartpole_ppo.yaml"
@@ -188,6 +190,61 @@ def test_load_policy_acts_for_one_observation_and_for_a_batch(tmp_path):
     assert policy.version > 0 and policy.checkpoint.endswith(".pt")
 
 
+def _loaded(obs_space: gym.spaces.Space, agents: list[str] | None = None) -> LoadedPolicy:
+    """A loaded policy of untrained weights for ``obs_space`` (shape checks need no training)."""
+    action_space = gym.spaces.Discrete(3)
+    cfg = build(ExperimentConfig, {})
+    info = {"version": 0, "checkpoint": "none.pt"}
+    return LoadedPolicy(acting_policy(obs_space, action_space, cfg), cfg, obs_space, action_space, np.asarray, info,
+                        agents)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "obs,message",
+    [
+        (np.zeros(3), r"^act: the observation has shape \(3,\); expected \(4,\), or \(N, 4\) for a batch of N$"),
+        (np.zeros(8), r"has shape \(8,\); expected \(4,\)"),  # not two observations of 4
+        (np.zeros((2, 2, 4)), r"has shape \(2, 2, 4\); expected \(4,\), or \(N, 4\)"),
+    ],
+)
+def test_load_policy_names_the_expected_shape_of_a_wrong_observation(obs, message):
+    policy = _loaded(gym.spaces.Box(-1.0, 1.0, (4,), np.float32))
+    assert policy.act(np.zeros(4)) in range(3) and policy.act(np.zeros((5, 4))).shape == (5,)
+    with pytest.raises(ValueError, match=message):
+        policy.act(obs)
+
+
+@pytest.mark.parametrize(
+    "obs,message",
+    [
+        (
+            {"position": np.zeros(3), "goal": 1},
+            r"^act: the observation's 'position' has shape \(3,\); expected \(2,\), or \(N, 2\) for a batch of N$",
+        ),
+        ({"position": np.zeros(2)}, r"^act: the observation has no 'goal' \(the policy reads 'goal', 'position'\)$"),
+        (
+            {"position": np.zeros((3, 2)), "goal": np.zeros(2, int)},
+            r"^act: the observation's 'goal' is a batch of 2 and its 'position' a batch of 3$",
+        ),
+        (
+            {"position": np.zeros((3, 2)), "goal": 1},
+            r"^act: the observation's 'goal' is one observation and its 'position' a batch of 3$",
+        ),
+    ],
+)
+def test_load_policy_names_the_part_of_a_dict_observation_at_fault(obs, message):
+    policy = _loaded(goal_grid().observation_space)
+    with pytest.raises(ValueError, match=message):
+        policy.act(obs)
+
+
+def test_load_policy_names_the_agent_whose_observation_has_a_wrong_shape():
+    policy = _loaded(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), agents=["a", "b"])
+    assert set(policy.act({"a": np.zeros(4), "b": np.zeros(4)})) == {"a", "b"}
+    with pytest.raises(ValueError, match=r"^act: agent 'b': the observation has shape \(5,\); expected \(4,\)$"):
+        policy.act({"a": np.zeros(4), "b": np.zeros(5)})
+
+
 def test_load_policy_refuses_what_is_not_a_policy(tmp_path):
     with pytest.raises(ConfigError, match="no such run directory or checkpoint"):
         srl.load_policy(tmp_path / "missing")
@@ -207,6 +264,7 @@ def test_load_policy_refuses_what_is_not_a_policy(tmp_path):
         ("algorithm=no_such_pkg.mod:Algo", "algorithm: cannot import module 'no_such_pkg.mod'"),
         ("model.encoder=examples.custom_network:Missing", "model.encoder: 'examples.custom_network' has no attribute"),
         ("stage.worker=examples.fresh_segments", "stage.worker: 'examples.fresh_segments' is neither a built-in"),
+        ("env.id=__main__:MyEnv", "env.id: '__main__:MyEnv' is not in this program's __main__; what a script defines"),
     ],
 )
 def test_a_bad_plugin_name_is_one_line_and_exit_2(override, message):

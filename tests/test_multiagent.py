@@ -357,8 +357,8 @@ def test_a_multi_agent_run_resumes_counting_env_steps_not_agent_steps(tmp_path):
     ckpt = load_checkpoint(checkpoints(run / "checkpoints")[-1])
     per_update = 4 * 25 * 8  # batch_segments x segment_length x envs_per_slot env steps (x 3 agents = samples)
     assert ckpt["trained_samples"] == int(ckpt["version"]) * per_update
-    cfg2, paths, state = resume_config(run, ["run.total_env_steps=6000"])
-    second = train(cfg2, run, progress=None, resume=(paths, state))
+    cfg2, resume = resume_config(run, ["run.total_env_steps=6000"])
+    second = train(cfg2, run, progress=None, resume=resume)
     assert first["env_steps"] >= 3000 and second["env_steps"] >= 6000
     assert second["env_steps"] < 6000 + 3 * per_update  # counted on from env steps, not from 3x as many samples
     assert second["policy_version"] > first["policy_version"]

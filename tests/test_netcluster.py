@@ -324,6 +324,29 @@ def test_the_command_sweeps_what_a_killed_harness_left_and_names_what_is_wrong(c
             bad()
 
 
+def test_a_node_with_its_own_tmp_still_runs_an_interpreter_from_a_virtualenv_under_tmp(tmp_path):
+    """A virtualenv under ``/tmp`` (as a CI job makes one): a node whose ``/tmp`` is its own still finds the
+    interpreter there, and srl with it."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    script = (
+        "import sys\n"
+        "from srl.testing.netcluster import NetCluster, sweep\n"
+        "c = NetCluster(2, 'venv')\n"
+        "try:\n"
+        "    c._make()\n"
+        "    out = c.exec(1, [sys.executable, '-c', 'import srl, sys; print(sys.prefix)'], timeout=60)\n"
+        "    print(out.returncode, out.stdout.strip(), out.stderr.strip()[-300:])\n"
+        "finally:\n"
+        "    sweep('venv')\n"
+    )
+    python = venv / "bin" / "python"
+    out = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:2] == ["0", str(venv)], out.stdout
+    assert not _netns_left("venv") and not _mounts_left("venv")
+
+
 def test_without_root_it_says_so_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["--name", "noroot", "up", "--nodes", "2"]) == 2

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from srl.api.config import load_config
+from srl.api.config import ConfigError, load_config
 from srl.cli.plot import draw, short_number
 from srl.runtime.train import train
 
@@ -47,6 +48,19 @@ def test_plot_writes_a_png_for_several_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert proc.stdout == f"srl plot: wrote {out}\n"
+
+
+def test_plot_says_where_it_wrote_the_default_file(tmp_path):
+    """Without ``--out`` the PNG lands in the current folder: the one line says so, by its full path."""
+    run = _fake_run(tmp_path / "run", "CartPole-v1")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "plot", str(run)], capture_output=True, text=True, timeout=120, cwd=work
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"srl plot: wrote {work / 'curves.png'}\n" and (work / "curves.png").is_file()
 
 
 def test_plot_refuses_a_directory_without_metrics(tmp_path):
@@ -155,3 +169,53 @@ def test_plot_population_draws_the_lineage_the_schedules_and_the_returns(tmp_pat
         timeout=120,
     )
     assert proc.returncode == 2 and proc.stderr.strip().endswith("not a population's run (population.members is 0)")
+
+
+def _fake_population(path: Path, end: int = 12_000) -> Path:
+    """A population run of 2 members as the run directory holds it: a copy at 4,000 of the run's env steps (2,000
+    of the member's), metrics to ``end``."""
+    from srl.api.config import ExperimentConfig, build, to_dict
+
+    lr = {"key": "ppo.lr", "min": 1e-6, "max": 1e-2, "log": True, "initial": [1e-3, 1e-6]}
+    cfg = build(ExperimentConfig, {"population": {"members": 2, "interval": 2000, "hyperparameters": [lr]}})
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+    records = [
+        {"env_steps": s, "member0/ppo.lr": 1e-3, "member1/ppo.lr": 1e-6 if s < 4000 else 8e-4,
+         "member0/return_mean": s / 100, "member1/return_mean": 20.0}
+        for s in range(0, end + 1, 1000)
+    ]  # fmt: skip
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    common = {"target": 1, "source": 0, "run_env_steps": 4000, "member_env_steps": 2000, "decision": 2}
+    lineage = [
+        {"event": "exploit", **common, "score": 20.0, "source_score": 40.0, "old": {"ppo.lr": 1e-6}},
+        {"event": "explore", **common, "old": {"ppo.lr": 1e-3}, "new": {"ppo.lr": 8e-4}},
+    ]
+    (path / "population.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lineage))
+    return path
+
+
+def test_every_population_panel_shares_the_runs_env_steps_and_each_member_runs_to_its_end(tmp_path):
+    """The lineage panel's copies sit at the run's env steps, as the panels under it count them, and each
+    member's row runs to the run's last env step, not its last copy."""
+    from srl.cli.plot import draw_population
+
+    fig = draw_population(_fake_population(tmp_path / "run"))
+    lineage, schedule, returns = fig.axes
+    (arrow,) = lineage.texts
+    assert arrow.xy == (4000, 1) and arrow.xyann == (4000, 0)  # from member 0 to member 1, at the run's 4,000
+    rows = [seg for c in lineage.collections for seg in c.get_segments()]
+    assert len(rows) == 2 and all(seg[0][0] == 0 and seg[-1][0] == 12_000 for seg in rows)
+    assert lineage.get_xlim() == schedule.get_xlim() == returns.get_xlim() == (0, 12_000)
+    assert {ax.get_xlabel() for ax in fig.axes} == {"env steps (the run's)"}
+
+
+def test_a_lineage_without_the_runs_env_steps_is_one_line(tmp_path):
+    """A population.jsonl written before its records carried ``run_env_steps`` cannot share the x axis."""
+    from srl.cli.plot import draw_population
+
+    run = _fake_population(tmp_path / "run")
+    old = {"event": "exploit", "target": 1, "source": 0, "env_steps": 2000, "copy": 2}
+    (run / "population.jsonl").write_text(json.dumps(old) + "\n")
+    with pytest.raises(ConfigError, match=r"population\.jsonl:1: no run_env_steps \(written by an older srl\)"):
+        draw_population(run)

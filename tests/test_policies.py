@@ -223,10 +223,10 @@ def test_a_run_of_two_policies_resumes_each_from_its_own_checkpoint(tmp_path):
 
     run = tmp_path / "run"
     first = srl.train(_cfg(run={"total_env_steps": 4_000, "eval_episodes": 0}), run_dir=run)
-    cfg, paths, state = resume_config(run, ["run.total_env_steps=8000"])
-    assert [p.parent.name for p in paths] == ["red", "blue"] and state["policy"] == "red"
-    second = train(cfg, run, progress=None, resume=(paths, state))
-    assert second["env_steps"] >= 8000 and second["resumed_from"] == [str(p) for p in paths]
+    cfg, resume = resume_config(run, ["run.total_env_steps=8000"])
+    assert [p.parent.name for p in resume.checkpoints] == ["red", "blue"]
+    second = train(cfg, run, progress=None, resume=resume)
+    assert second["env_steps"] >= 8000 and second["resumed_from"] == [str(p) for p in resume.checkpoints]
     for name in ("red", "blue"):
         assert second["policies"][name]["policy_version"] > first["policies"][name]["policy_version"]
     (run / "checkpoints" / "blue").rename(tmp_path / "gone")

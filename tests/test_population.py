@@ -125,8 +125,9 @@ def test_a_check_copies_explores_and_records_the_lineage():
     assert exploit == {
         "event": "exploit",
         "target": 1,
-        "env_steps": 100,
-        "copy": 2,
+        "run_env_steps": 400,  # the 4 members' steps: the run's, as metrics.jsonl counts them
+        "member_env_steps": 100,
+        "decision": 2,  # the second check (the first copied nobody): one of summary.population.decisions
         "source": 0,
         "score": 10.0,
         "source_score": 400.0,
@@ -361,13 +362,16 @@ def test_a_resumed_run_continues_the_lineage_and_its_members_are_evaluated_and_l
     settings = ["runtime=inline", "population.members=2", "population.interval=2000"]
     settings += [f"population.hyperparameters=[{lr}]", "run.target_return=null", "run.eval_episodes=0"]
     run = tmp_path / "run"
-    train(load_config("configs/cartpole_ppo.yaml", [*settings, "run.total_env_steps=16000"]), run, progress=None)
+    done = train(load_config("configs/cartpole_ppo.yaml", [*settings, "run.total_env_steps=16000"]), run, progress=None)
     first = json.loads((run / "population" / "state.json").read_text())
     lines = (run / "population.jsonl").read_text().splitlines()
     assert first["lineage"] and len(lines) == len(first["lineage"])  # at least one copy, in both places
-    cfg, paths, state = resume_config(run, ["run.total_env_steps=32000", "run.eval_episodes=4"])
-    second = train(cfg, run, progress=None, resume=(paths, state))
+    cfg, resume = resume_config(run, ["run.total_env_steps=32000", "run.eval_episodes=4"])
+    assert resume.env_steps == done["env_steps"]  # the run's steps, not one member's share of them
+    second = train(cfg, run, progress=None, resume=resume)
     assert "error" not in second
+    steps = [json.loads(line)["env_steps"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and 32000 <= second["env_steps"] < 32000 + 2048  # counted on, budget kept
     after = json.loads((run / "population" / "state.json").read_text())
     assert after["decisions"] > first["decisions"] and after["lineage"][: len(first["lineage"])] == first["lineage"]
     assert all(a["env_steps"] > b["env_steps"] for a, b in zip(after["members"], first["members"]))
@@ -437,6 +441,49 @@ def test_the_worker_asks_again_for_a_lost_export_and_keeps_only_each_targets_new
     alone = types.SimpleNamespace(collective=None)  # a member of one trainer (it has no adopt: none is called)
     assert link.serve(alone) == 1 and link.copy == seq1  # superseded: skipped, nothing adopted
     assert len(_lineage_lines(tmp_path)) == 4 and reports
+
+
+def test_the_reported_copies_are_the_lineages_and_a_restarted_worker_counts_them_too(tmp_path):
+    """``summary.population.copies`` counts the copies decided, one exploit line of population.jsonl each, with
+    ``copies_under_way`` those whose state had not reached their target yet; each line's ``decision`` is the number
+    of the check that decided it, of ``decisions`` checks in all. A restarted worker reads its count back."""
+    from srl.base.channel import InProcChannel
+    from srl.system import population_worker as pw
+
+    lr = Hyperparameter(key="ppo.lr", min=1e-6, max=1e-2, initial=(1e-3, 1e-6), resample=0.0)
+    cfg = PopulationConfig(members=2, interval=100, min_episodes=1, hyperparameters=(lr,))
+
+    def worker(reports: list[dict]) -> pw.PopulationWorker:
+        episodes = InProcChannel(pw.EPISODE_WIDTH)
+        members = [InProcChannel(pw.COMMAND_WIDTH) for _ in range(2)]
+        reporter = type("R", (), {"report": lambda _self, kind, meta: reports.append(meta)})()
+        built = pw.PopulationWorker(PopulationState.start(cfg, 0), Truncation(cfg), episodes, members, tmp_path,
+                                    reporter, cfg.names())  # fmt: skip
+        built.setup()
+        return built
+
+    reports: list[dict] = []
+    first = worker(reports)
+    first.episodes.send(pw.episode_records([100, 100], [500.0, 10.0], [1, 1]))
+    first.poll()  # member 1 copies member 0; no export yet
+    (seq,) = first.pending
+    pw._save_state(tmp_path / "population" / "transfer" / f"state_{seq}.pt", {"x": torch_zeros()})
+    first.poll()
+    first.episodes.send(pw.episode_records([100, 100], [500.0, 10.0], [1, 1]))
+    first.poll()  # a second copy, under way
+    lines = _lineage_lines_json(tmp_path)
+    exploits = [r for r in lines if r["event"] == "exploit"]
+    assert reports[-1]["copies"] == len(exploits) == 2 and reports[-1]["copies_under_way"] == 1
+    assert [r["decision"] for r in exploits] == sorted({seq, *first.pending})
+    assert all(1 <= r["decision"] <= reports[-1]["decisions"] for r in lines)
+    assert [r["run_env_steps"] for r in exploits] == [200, 400] and [r["member_env_steps"] for r in exploits] == [
+        100,
+        200,
+    ]
+    first.teardown()
+    again: list[dict] = []
+    worker(again)  # a restart reads the state back
+    assert again[-1]["copies"] == 2 and again[-1]["copies_under_way"] == 1
 
 
 def torch_zeros():
@@ -524,7 +571,7 @@ def test_a_policy_named_like_a_member_and_a_turn_based_game_are_one_line():
     from srl.runtime.plan import make_plan
 
     one = {**KINDS, "agents": [{"match": ".*", "policy": "member1"}], "policies": [], "population": {"members": 2}}
-    with pytest.raises(ConfigError, match="^agents: policy 'member1' is named like a population member$"):
+    with pytest.raises(ConfigError, match=r"^agents: policy 'member1' is named like a population member$"):
         build(ExperimentConfig, one)
     game = {"env": {"id": "srl.envs.turns:game", "kwargs": {"name": "tic_tac_toe"}}, "population": {"members": 2}}
     with pytest.raises(ConfigError) as err:
@@ -571,6 +618,7 @@ def test_a_member_copies_only_members_of_its_own_policy():
         _feed(s, m, 100, [ret, ret])
     assert s.scores(0) == {0: 5.0, 2: 1.0} and s.scores(1) == {1: 100.0, 3: 50.0}
     assert s.check(2, Truncation(s.cfg)).source == 0
+    assert s.lineage[-1]["run_env_steps"] == 200 and s.lineage[-1]["member_env_steps"] == 100  # teams of 2
     assert s.check(3, Truncation(s.cfg)).source == 1
     assert s.check(0, Truncation(s.cfg)).source is None  # the better red, whatever blue scores
     data = json.loads(json.dumps(s.to_json()))

@@ -95,7 +95,7 @@ def test_the_population_worker_and_a_members_trainer_killed_mid_run_come_back_wh
         assert after["members"][1]["values"]["ppo.lr"] != SLOW
         folder = run / "checkpoints" / "member1"
         killed_at = _newest(folder)
-        copied = max(r["copy"] for r in _lineage(run) if r["event"] == "exploit" and r["target"] == 1)
+        copied = max(r["decision"] for r in _lineage(run) if r["event"] == "exploit" and r["target"] == 1)
         os.kill(first["trainer2"], signal.SIGKILL)
         wait_while_running(lambda: worker_pids(run).get("trainer2") not in (None, first["trainer2"]), proc)
         wait_while_running(lambda: _newest(folder) > killed_at, proc)  # the restarted trainer's own checkpoint

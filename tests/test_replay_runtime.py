@@ -139,8 +139,8 @@ def test_a_resumed_run_reloads_its_saved_replay_or_says_it_refills(tmp_path: Pat
     first = train(cfg, run, progress=None)
     stored = first["replays"]["replay0"]["size"]
     assert stored >= 2_000 and (run / "checkpoints" / "replay0.npz").exists() == save
-    cfg2, paths, state = resume_config(run, ["run.total_env_steps=4000"])
-    second = train(cfg2, run, progress=None, resume=(paths, state))
+    cfg2, resume = resume_config(run, ["run.total_env_steps=5000"])  # 3,072 taken: the new steps reach the replay
+    second = train(cfg2, run, progress=None, resume=resume)
     refilled = [w for w in second["warnings"] if "refills 1 replay(s) from empty" in w]
     size = second["replays"]["replay0"]["size"]
     if save:
@@ -155,13 +155,13 @@ def test_a_saved_replay_that_does_not_fit_the_resumed_run_is_one_line(tmp_path: 
     run = tmp_path / "run"
     cfg = load_config(DQN, _short("runtime=inline", "run.total_env_steps=1500", "replay.save=true"))
     train(cfg, run, progress=None)
-    cfg2, paths, state = resume_config(run, ["workers.segment_length=16", "run.total_env_steps=2000"])
+    cfg2, resume = resume_config(run, ["workers.segment_length=16", "run.total_env_steps=2000"])
     with pytest.raises(ConfigError, match=r"^replay.save: .*replay0.npz does not fit this run: its field"):
-        train(cfg2, run, progress=None, resume=(paths, state))
+        train(cfg2, run, progress=None, resume=resume)
     (run / "checkpoints" / "replay0.npz").write_bytes(b"not a zip")
-    cfg3, paths, state = resume_config(run, ["run.total_env_steps=2000"])
+    cfg3, resume = resume_config(run, ["run.total_env_steps=2000"])
     with pytest.raises(ConfigError, match=r"^replay.save: replay file .*: not a saved replay"):
-        train(cfg3, run, progress=None, resume=(paths, state))
+        train(cfg3, run, progress=None, resume=resume)
 
 
 def test_messages_a_replay_refused_stay_counted_across_its_restarts() -> None:
@@ -209,8 +209,8 @@ def test_a_resumed_run_explores_at_the_rate_its_env_steps_reached(tmp_path: Path
     decay = ["dqn.epsilon_decay_env_steps=8000", "dqn.epsilon_start=1.0", "dqn.epsilon_end=0.0"]
     train(load_config(DQN, _short("runtime=inline", "run.total_env_steps=4000", *decay)), run, progress=None)
     before = len((run / "metrics.jsonl").read_text().splitlines())
-    cfg, paths, state = resume_config(run, ["run.total_env_steps=4600"])
-    train(cfg, run, progress=None, resume=(paths, state))
+    cfg, resume = resume_config(run, ["run.total_env_steps=4600"])
+    train(cfg, run, progress=None, resume=resume)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()[before:]]
     resumed = [(r["env_steps"], r["explore_epsilon"]) for r in records if "explore_epsilon" in r]
     # the resumed run counts on from its checkpoint's env steps, and so does its epsilon
@@ -246,8 +246,8 @@ def test_r2d2_and_sac_resume_with_the_replay_they_saved(tmp_path: Path, config: 
     cfg = load_config(config, [*settings, f"replay.min_size={min_size}", "run.total_env_steps=3000"])
     first = train(cfg, run, progress=None)
     stored = first["replays"]["replay0"]["size"]
-    cfg2, paths, state = resume_config(run, ["run.total_env_steps=4000"])
-    second = train(cfg2, run, progress=None, resume=(paths, state))
+    cfg2, resume = resume_config(run, ["run.total_env_steps=5000"])
+    second = train(cfg2, run, progress=None, resume=resume)
     assert not [w for w in second["warnings"] if "refills" in w], second["warnings"]
     assert second["replays"]["replay0"]["size"] > stored >= min_size
     assert second["policy_version"] > first["policy_version"] > 0

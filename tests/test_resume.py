@@ -25,15 +25,16 @@ def test_resume_continues_counters_statistics_and_metrics(tmp_path, runtime, sta
     ckpt = load_checkpoint(checkpoints(run / "checkpoints")[-1])
     lines_before = (run / "metrics.jsonl").read_text().splitlines()
 
-    cfg2, paths, state = resume_config(run, ["run.total_env_steps=12000"])
-    assert int(state["version"]) == first["policy_version"] == int(ckpt["version"])
-    second = train(cfg2, run, progress=None, resume=(paths, state))
-    assert second["resumed_from"] == str(paths[0])
+    cfg2, resume = resume_config(run, ["run.total_env_steps=12000"])
+    assert resume.versions == (first["policy_version"],) == (int(ckpt["version"]),)
+    assert resume.env_steps == first["env_steps"]  # the controller's count, beyond the checkpoint's trained samples
+    second = train(cfg2, run, progress=None, resume=resume)
+    assert second["resumed_from"] == str(resume.checkpoints[0])
     assert second["env_steps"] >= 12000 and second["policy_version"] > first["policy_version"]
     lines_after = (run / "metrics.jsonl").read_text().splitlines()
     assert lines_after[: len(lines_before)] == lines_before  # appended, not rewritten
-    resumed_steps = [json.loads(line)["env_steps"] for line in lines_after[len(lines_before) :]]
-    assert min(resumed_steps) >= int(state["trained_samples"])  # counts on from the checkpoint
+    steps = [json.loads(line)["env_steps"] for line in lines_after]
+    assert steps == sorted(steps) and steps[len(lines_before)] >= first["env_steps"]  # counts on, never back
     # per-version rates divide this process's bytes by this process's snapshots: one snapshot's size either way
     assert second["bytes_published_per_version"] == first["bytes_published_per_version"] > 0
 
@@ -44,7 +45,9 @@ def test_resume_continues_counters_statistics_and_metrics(tmp_path, runtime, sta
     grown = float(end["algorithm"]["policy"][count] - ckpt["algorithm"]["policy"][count])
     assert grown == pytest.approx(updates * 512) and updates > 0  # statistics kept growing: 512 samples per update
     assert end["trained_samples"] == int(end["version"]) * 512
-    assert torch.equal(load_checkpoint(paths[0])["algorithm"]["policy"][count], ckpt["algorithm"]["policy"][count])
+    assert torch.equal(
+        load_checkpoint(resume.checkpoints[0])["algorithm"]["policy"][count], ckpt["algorithm"]["policy"][count]
+    )
 
 
 def test_resume_refuses_what_it_cannot_honour(tmp_path) -> None:
@@ -180,8 +183,8 @@ def test_weights_and_biases_mirrors_the_metrics_when_asked(tmp_path, monkeypatch
     run = tmp_path / "run"
     cfg = load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT, "run.wandb_project=srl-tests"])
     train(cfg, run, progress=None)
-    cfg2, paths, state = resume_config(run, ["run.total_env_steps=9000"])
-    train(cfg2, run, progress=None, resume=(paths, state))
+    cfg2, resume = resume_config(run, ["run.total_env_steps=9000"])
+    train(cfg2, run, progress=None, resume=resume)
     inits = [c[1] for c in calls if c[0] == "init"]
     assert len(inits) == 2 and inits[0]["project"] == "srl-tests" and inits[0]["id"] == inits[1]["id"]
     logged = [c for c in calls if c[0] == "log"]
@@ -206,8 +209,8 @@ def test_resume_keeps_the_actors_reward_scaling_statistics(tmp_path) -> None:
     saved = run / "checkpoints" / "rewards_actor0.npy"
     first = np.load(saved, allow_pickle=False)
     assert first.shape == (2, 3) and (first[:, 2] >= 2048).all()  # [mean, var, count] per slot
-    cfg2, paths, state = resume_config(run, ["run.total_env_steps=8192"])
-    train(cfg2, run, progress=None, resume=(paths, state))
+    cfg2, resume = resume_config(run, ["run.total_env_steps=8192"])
+    train(cfg2, run, progress=None, resume=resume)
     second = np.load(saved, allow_pickle=False)
     assert (second[:, 2] >= first[:, 2] + 1024).all()  # counted on from the saved statistics, not from zero
 
@@ -219,8 +222,8 @@ def test_resume_continues_wall_time_episodes_and_the_return_window(tmp_path) -> 
     first = train(load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT]), run, progress=None)
     before = len((run / "metrics.jsonl").read_text().splitlines())
     # a record after every round of polls: the first comes before any episode of the resumed run can end
-    cfg2, paths, state = resume_config(run, ["run.total_env_steps=12000", "run.log_interval_seconds=0.000001"])
-    second = train(cfg2, run, progress=None, resume=(paths, state))
+    cfg2, resume = resume_config(run, ["run.total_env_steps=12000", "run.log_interval_seconds=0.000001"])
+    second = train(cfg2, run, progress=None, resume=resume)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for key in ("wall_seconds", "episodes"):
         values = [r[key] for r in records]
@@ -228,8 +231,8 @@ def test_resume_continues_wall_time_episodes_and_the_return_window(tmp_path) -> 
         assert second[key] > first[key], key
     assert math.isfinite(records[before]["return_mean"])
     (run / "checkpoints" / "controller.json").unlink()  # a run saved without the counters still resumes
-    cfg3, paths, state = resume_config(run, ["run.total_env_steps=12500"])
-    third = train(cfg3, run, progress=None, resume=(paths, state))
+    cfg3, resume = resume_config(run, ["run.total_env_steps=12500"])
+    third = train(cfg3, run, progress=None, resume=resume)
     assert third["stop_reason"] == "env_steps" and third["episodes"] < second["episodes"]
 
 
@@ -261,3 +264,26 @@ def test_the_controller_counters_reach_the_next_process_per_policy_and_a_damaged
     (tmp_path / "run" / "checkpoints" / "controller.json").write_text('{"wall_seconds": 1.0, "episodes": -1}')
     with pytest.raises(ConfigError, match=r"controller.json: not readable \(episodes: an integer >= 0 expected\)"):
         read_counters(tmp_path / "run")
+
+
+def test_a_finished_run_resumed_says_there_is_nothing_to_do(tmp_path) -> None:
+    """Its budget spent, or its return window at its target already: one line naming the setting, before anything
+    starts; with the setting raised it trains on."""
+    run = tmp_path / "run"
+    done = train(load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT]), run, progress=None)
+    with pytest.raises(ConfigError, match=rf"run.total_env_steps: {run} has taken {done['env_steps']:,} of its 6,000"):
+        resume_config(run, [])
+    window = json.loads((run / "checkpoints" / "controller.json").read_text())["returns"]
+    met = sum(window) / len(window) - 1.0
+    with pytest.raises(ConfigError, match="run.target_return: the run's last 20 episodes already average"):
+        resume_config(run, ["run.total_env_steps=12000", f"run.target_return={met}"])
+    cfg, resume = resume_config(run, ["run.total_env_steps=12000", f"run.target_return={met + 100}"])
+    assert resume.env_steps == done["env_steps"] and cfg.run.total_env_steps == 12000
+
+
+def test_srl_train_help_lists_every_setting_fixed_on_resume() -> None:
+    from srl.api.config import FIXED_ON_RESUME
+
+    out = subprocess.run([sys.executable, "-m", "srl.cli.main", "train", "--help"], capture_output=True, text=True)
+    text = " ".join(out.stdout.split())
+    assert all(key in text for key in FIXED_ON_RESUME) and "replay.placement" in text

@@ -10,6 +10,7 @@ import numpy as np
 from srl.api.config import load_config
 from srl.runtime.train import train
 from srl.system.controller import Controller
+from srl.system.run_dir import Resume
 
 CARTPOLE = "configs/cartpole_ppo.yaml"
 
@@ -30,7 +31,9 @@ def test_a_target_counts_after_a_full_window_and_the_first_update_and_an_earlier
     controller.handle("trainer", {"trainer": 0, "version": 1}, {})
     _episodes(controller, 10.0)
     assert controller.should_stop() == "solved" and len(controller.warnings) == 1
-    resumed = Controller(cfg, None, time.time(), progress=None, env_steps_offset=512)  # its policy was trained
+    trained = Resume(checkpoints=(), versions=(4,), env_steps=512, counters=None)  # its policy was trained
+    resumed = Controller(cfg, None, time.time(), progress=None, resume=trained)
+    assert resumed.record()["policy_version"] == 4  # before its trainer reports
     _episodes(resumed, 10.0, 10.0)
     assert resumed.solved_at is None and "after 2 of run.return_window=3 episodes" in resumed.warnings[0]
     _episodes(resumed, 10.0)
@@ -69,3 +72,12 @@ def test_a_population_is_solved_when_its_best_member_is() -> None:
     episodes(1, 10.0, 10.0, 10.0)  # the run's window: member 1's 10s
     assert controller.should_stop() == "solved" and controller.solved_return_mean == 150.0
     assert controller.return_mean == 10.0
+
+
+def test_a_run_is_solved_at_the_env_steps_of_the_report_whose_episodes_met_the_target() -> None:
+    cfg = load_config(CARTPOLE, ["run.target_return=10", "run.return_window=2"])
+    controller = Controller(cfg, None, time.time(), progress=None)
+    controller.handle("trainer", {"trainer": 0, "version": 1}, {})
+    controller.handle("actor", {"actor": 0, "env_steps": 256}, {"episode_returns": np.array([5.0])})
+    controller.handle("actor", {"actor": 0, "env_steps": 512}, {"episode_returns": np.array([20.0])})
+    assert controller.should_stop() == "solved" and controller.solved_env_steps == 512

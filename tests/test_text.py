@@ -641,10 +641,10 @@ def test_a_text_run_resumes_from_its_checkpoint(digit_model: Path, tmp_path: Pat
     # inline, the first update comes once the batch and the 3 sample buffers are full: after 4 x 64 completions
     run = {**to_dict(_config(digit_model).run), "total_env_steps": 64 * 6, "target_return": None}
     first = train(_config(digit_model, run=run), tmp_path / "run", progress=None)
-    cfg, paths, state = resume_config(tmp_path / "run", ["run.total_env_steps=768"])
-    assert 1 <= int(state["version"]) <= first["policy_version"]
-    again = train(cfg, tmp_path / "run", progress=None, resume=(paths, state))
-    assert again["policy_version"] > int(state["version"]) and again["resumed_from"] == str(paths[0])
+    cfg, resume = resume_config(tmp_path / "run", ["run.total_env_steps=768"])
+    assert 1 <= resume.versions[0] <= first["policy_version"]
+    again = train(cfg, tmp_path / "run", progress=None, resume=resume)
+    assert again["policy_version"] > resume.versions[0] and again["resumed_from"] == str(resume.checkpoints[0])
     assert again["env_steps"] >= 768
     with pytest.raises(ConfigError, match="text.advantage: cannot change when resuming"):
         resume_config(tmp_path / "run", ["text.advantage=gae"])

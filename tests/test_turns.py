@@ -389,8 +389,8 @@ def test_a_league_runs_under_the_local_runtime_and_resumes_with_its_pool(tmp_pat
     assert "error" not in first, first["error"]
     index = read_index(run / "league")
     assert index.rounds >= 2 and index.frozen and first["league"]["rounds"] <= index.rounds
-    cfg2, paths, state = resume_config(run, [endless])
-    second = _train_until(cfg2, run, lambda i: i.rounds > index.rounds, resume=(paths, state))
+    cfg2, resume = resume_config(run, [endless])
+    second = _train_until(cfg2, run, lambda i: i.rounds > index.rounds, resume=resume)
     assert "error" not in second, second["error"]
     after = read_index(run / "league")
     assert after.rounds > index.rounds  # counted on from the pool index it found

@@ -46,10 +46,13 @@ BOOT = "boot_"
 
 
 def require_discrete(action_space: spaces.Space, cfg: ExperimentConfig) -> None:
-    """One line naming the space, and the algorithm that fits it, unless the actions are Discrete."""
+    """One line naming the space, and the algorithms that fit it, unless the actions are Discrete: sac and td3
+    are named only for a Box, the one space they act on, so the hint never leads to a second refusal."""
     if not isinstance(action_space, spaces.Discrete):
+        fits = "ppo, sac or td3" if isinstance(action_space, spaces.Box) else "ppo"
         raise ConfigError(
-            f"algorithm: {cfg.algorithm} needs a Discrete action space; env {cfg.env.id!r} has {action_space}: use ppo"
+            f"algorithm: {cfg.algorithm} needs a Discrete action space; env {cfg.env.id!r} has {action_space}: "
+            f"use {fits}"
         )
 
 

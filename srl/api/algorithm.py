@@ -21,6 +21,8 @@ name:
   starts, so a wrong key or type is one line naming ``algorithm_args.<field>``;
 - ``section``: the field of the experiment that holds those settings instead
   (the built-in PPO's ``ppo``), with a policy's ``policies[].ppo`` overrides applied;
+- ``reads``: the other algorithm sections it reads (``lm_ppo``: ``text``), so that
+  a section set for another algorithm is named as ignored;
 - ``on_policy``: whether it learns from on-policy segments or from a replay;
 - ``check(plan)``: checks that need the probed env (spaces, columns), once per run
   on the whole :class:`PlanView`, so one line names the setting at fault before any
@@ -238,6 +240,9 @@ class AlgorithmClass(Protocol):
       one), and ``critic_input`` (``"state"``: segments carry the env's global state for the trainer);
     - ``section: ClassVar[str]``: the ``ExperimentConfig`` field its settings are read from (``"ppo"``); without
       it they come from ``algorithm_args``;
+    - ``reads: ClassVar[tuple[str, ...]]``: the other algorithm sections of the experiment its code reads
+      (``lm_ppo``: ``("text",)``); a section set in the config that it neither takes nor reads is named in a
+      warning as the run starts, since its settings change nothing;
     - ``on_policy: ClassVar[bool]``: True (the default) when it learns from on-policy segments, False when it
       learns from a replay;
     - ``check(plan: PlanView) -> None`` (a static or class method): raise ConfigError naming the setting at

@@ -15,10 +15,17 @@ from torch import Tensor
 
 
 def torch_device(name: str, where: str) -> torch.device:
-    """``name`` as a torch device; a CUDA device on a machine where torch sees none is one clear error."""
+    """``name`` as a torch device; a CUDA device torch does not see here is one clear error, ``where`` naming the
+    setting it came from."""
     device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{where} {name!r}: torch sees no CUDA device on this machine")
+    if device.type != "cuda":
+        return device
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        build = f" (torch {torch.__version__} is built without CUDA)" if torch.version.cuda is None else ""
+        raise ValueError(f"{where}: {name}: torch sees no CUDA device on this machine{build}")
+    if device.index is not None and device.index >= count:
+        raise ValueError(f"{where}: {name}: torch sees {count} CUDA device(s) here (cuda:0 to cuda:{count - 1})")
     return device
 
 

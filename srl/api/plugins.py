@@ -15,6 +15,9 @@ from typing import Any
 
 from srl.api.config import ConfigError
 
+MAIN = "__main__"
+"""The module of the program that runs now: a training script, ``srl``, a test runner."""
+
 
 def resolve(spec: str, builtins: Mapping[str, str], field: str, callable_: bool = True) -> Any:
     """The object ``spec`` names: a built-in name (``ppo``) or ``package.module:attr`` (``attr`` may be dotted);
@@ -30,11 +33,36 @@ def resolve(spec: str, builtins: Mapping[str, str], field: str, callable_: bool 
         raise ConfigError(f"{field}: cannot import module {module_name!r} ({exc})") from None
     for name in attr.split("."):
         if not hasattr(obj, name):
-            raise ConfigError(f"{field}: {module_name!r} has no attribute {attr!r}")
+            raise ConfigError(_missing(field, module_name, attr))
         obj = getattr(obj, name)
     if callable_ and not callable(obj):
         raise ConfigError(f"{field}: {target!r} is not callable")
     return obj
+
+
+def _missing(field: str, module_name: str, attr: str) -> str:
+    """The line for a module without ``attr``; for ``__main__``, why: it is whichever program runs now, so a
+    plugin a script defined for itself is not there when another program (``srl train``, ``srl eval``) looks."""
+    if module_name != MAIN:
+        return f"{field}: {module_name!r} has no attribute {attr!r}"
+    return (
+        f"{field}: '{MAIN}:{attr}' is not in this program's {MAIN}; what a script defines in its {MAIN} exists only "
+        f"while that script runs: move {attr!r} to an importable module and name it 'module:{attr}'"
+    )
+
+
+def missing_from_main(spec: str) -> str | None:
+    """The attribute ``spec`` names in ``__main__`` when this program's ``__main__`` lacks it (a plugin the
+    script that trained a run defined for itself, looked up by another program), else None."""
+    module_name, _, attr = spec.partition(":")
+    if module_name != MAIN or not attr:
+        return None
+    obj: Any = sys.modules.get(MAIN)
+    for name in attr.split("."):
+        if not hasattr(obj, name):
+            return attr
+        obj = getattr(obj, name)
+    return None
 
 
 def instance_of(obj: Any, module: str, name: str) -> bool:

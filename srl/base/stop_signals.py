@@ -8,6 +8,11 @@ half done; held, it sets the run's stop reason, the runtime's loop ends where it
 final checkpoint and the summary run as on any other stop. A second signal raises: it is for a user who will
 not wait.
 
+What a second signal must not cut short: the cleanup after it (killing the workers, removing shared memory and
+pipes) and the summary. Those run :func:`shielded`: a signal that comes meanwhile is kept, and raised as the
+shielded block ends, so a user who presses Ctrl-C twice still finds ``summary.json`` and nothing left behind.
+Everything shielded is bounded in time, so a shield never makes ``srl`` hang.
+
 A signal the process inherited as ignored stays ignored: whoever started the process chose that (a shell
 script starts ``srl train ... &`` with SIGINT ignored, so that a Ctrl-C meant for the script spares its
 background jobs).
@@ -33,14 +38,21 @@ class StopSignals:
         self.received = 0
         self.holds = 0
         """Open :func:`held` blocks."""
+        self.shields = 0
+        """Open :func:`shielded` blocks."""
         self.on_stop: Callable[[], None] | None = None
         self.pending = False
         """A held signal that no ``on_stop`` has taken yet."""
+        self.deferred = False
+        """A signal that would have raised inside a shielded block: it raises as the block ends."""
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.received += 1
         # counted, not read from a run's stop reason: a run already stopping as solved still hears a second
         if self.holds == 0 or self.received > 1:
+            if self.shields:
+                self.deferred = True
+                return
             raise KeyboardInterrupt
         self.pending = True
         self.deliver()
@@ -105,3 +117,22 @@ def held(on_stop: Callable[[], None] | None = None) -> Iterator[None]:
         if handler.pending and handler.holds == 0:
             handler.pending = False
             raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Inside, no signal raises: what must run whole (a run's cleanup, its summary) does; a signal that would have
+    raised meanwhile raises KeyboardInterrupt as the outermost shielded block ends. What runs inside must be
+    bounded in time (kills, unlinks, bounded waits), or a shield would make the command deaf to Ctrl-C."""
+    with listening() as handler:
+        if handler is None:
+            yield
+            return
+        handler.shields += 1
+        try:
+            yield
+        finally:
+            handler.shields -= 1
+            if handler.deferred and handler.shields == 0:
+                handler.deferred = False
+                raise KeyboardInterrupt

@@ -22,6 +22,7 @@ from srl.base.stop_signals import listening  # noqa: E402
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl", description="SRL: scalable distributed reinforcement learning.")
     sub = p.add_subparsers(dest="command", required=True)
+    from srl.api.config import FIXED_ON_RESUME
     from srl.cli import add_overrides
 
     t = sub.add_parser("train", help="train an experiment")
@@ -31,8 +32,8 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="RUN_DIR",
-        help="continue RUN_DIR from its newest checkpoint (with its config; --set overrides allowed "
-        "except env, model, ppo.critic, ppo.normalize_values, text.model, text.advantage)",
+        help="continue RUN_DIR from its newest checkpoint (with its config; --set overrides allowed except "
+        f"{', '.join(FIXED_ON_RESUME)})",
     )
     add_overrides(t, "override a config field, e.g. --set ppo.lr=0.001 (repeatable)")
     t.add_argument(
@@ -85,7 +86,7 @@ def _command(argv: list[str] | None) -> int:
     # Plugins named ``package.module:attr`` import from the current folder too, as under ``python -m``.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
-    from srl.api.config import ConfigError, load_config
+    from srl.api.config import ConfigError, load_config, notices
 
     try:
         if args.command == "train":
@@ -95,18 +96,20 @@ def _command(argv: list[str] | None) -> int:
                 raise ConfigError("srl train: give a CONFIG file or --resume RUN_DIR (one of them)")
             args.overrides = [o for f in args.overlay for o in overlay_overrides(f)] + args.overrides
             resume = None
-            if args.resume is not None:
-                if args.run_dir is not None:
-                    raise ConfigError("--run-dir: a resumed run continues in its own directory")
-                from srl.runtime.train import resume_config
+            with notices() as notes:
+                if args.resume is not None:
+                    if args.run_dir is not None:
+                        raise ConfigError("--run-dir: a resumed run continues in its own directory")
+                    from srl.runtime.train import resume_config
 
-                cfg, ckpts, state = resume_config(args.resume, args.overrides)
-                resume, args.run_dir = (ckpts, state), args.resume
-            else:
-                cfg = load_config(args.config, args.overrides)
+                    cfg, resume = resume_config(args.resume, args.overrides)
+                    args.run_dir = args.resume
+                else:
+                    cfg = load_config(args.config, args.overrides)
             from srl.runtime.train import train  # torch and the envs load after the config passed: errors come fast
 
-            summary = train(cfg, args.run_dir, START, progress=None if args.quiet else sys.stderr, resume=resume)
+            progress = None if args.quiet else sys.stderr
+            summary = train(cfg, args.run_dir, START, progress=progress, resume=resume, notes=notes)
             print(json.dumps(summary))
             if summary.get("error"):
                 print(f"srl: error: {summary['error']}", file=sys.stderr)

@@ -3,7 +3,8 @@
 Four panels: mean episode return vs env steps and vs wall time, env steps per
 second, and mean policy lag. With ``--population`` (one run of a population):
 its lineage (who copied whom, when, from ``population.jsonl``), each member's
-schedule of every searched hyperparameter, and each member's return. Needs
+schedule of every searched hyperparameter, and each member's return, all on the
+run's env steps. Needs
 matplotlib (``pip install 'srl[plot]'``).
 Each run's ``config.yaml`` names what it trained: the legend shows its env id and
 the default title its env ids and algorithms, so a run directory's name (which
@@ -148,44 +149,42 @@ def _steps_axis(ax: Any, xlabel: str) -> None:
     ax.grid(alpha=0.3)
 
 
+RUN_STEPS = "env steps (the run's)"
+"""The x axis of every panel of a population's figure: the run's env steps, as ``metrics.jsonl`` counts them."""
+
+
 def read_lineage(run: Path) -> list[dict[str, Any]]:
-    """A population's ``population.jsonl`` records (a torn last line of a killed run is left out)."""
+    """A population's ``population.jsonl`` records (a torn last line of a killed run is left out); one line
+    naming a record without ``run_env_steps`` (an older srl wrote the member's steps only: no shared x axis)."""
     path = run / "population.jsonl"
     if not path.exists():
         raise ConfigError(f"{run}: no population.jsonl (not a population's run?)")
     out = []
-    for line in path.read_text().splitlines():
+    for n, line in enumerate(path.read_text().splitlines(), 1):
         try:
-            out.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             break
+        if not isinstance(record, dict) or "run_env_steps" not in record:
+            raise ConfigError(f"{path}:{n}: no run_env_steps (written by an older srl)")
+        out.append(record)
     return out
 
 
 def draw_population(run: Path, title: str | None = None) -> Any:
     """One population's figure: the lineage (each member a row, each copy an arrow from its source's row to its
-    target's, at the target's env steps), then per searched hyperparameter each member's value, then each
-    member's mean episode return, both against the run's env steps."""
+    target's), then per searched hyperparameter each member's value, then each member's mean episode return, all
+    against one x axis: the run's env steps, from 0 to the run's last (every member trains to the end)."""
     plt = _pyplot()
     cfg = _population_config(run)
     members, keys = cfg.policy_names, [h.key for h in cfg.population.hyperparameters]
     logs = {h.key for h in cfg.population.hyperparameters if h.log}
     lineage, records = read_lineage(run), read_metrics(run)
-    fig, axes = plt.subplots(2 + len(keys), 1, figsize=(10, 3.0 * (2 + len(keys))), squeeze=False)
+    fig, axes = plt.subplots(2 + len(keys), 1, figsize=(10, 3.0 * (2 + len(keys))), squeeze=False, sharex=True)
     axes = axes[:, 0]
     colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(members))]
-    ax = axes[0]
-    last = max([r.get("env_steps", 0) for r in lineage] + [1]) * 1.05
-    for i in range(len(members)):
-        ax.hlines(i, 0, last, color=colors[i], lw=2)
-    for r in lineage:
-        if r.get("event") == "exploit":
-            x, src, dst = r["env_steps"], r["source"], r["target"]
-            ax.annotate("", (x, dst), (x, src), arrowprops={"arrowstyle": "->", "color": colors[src], "lw": 1.2})
-    ax.set_yticks(range(len(members)), members)
-    ax.set_ylim(-0.5, len(members) - 0.5)
-    ax.set_title("lineage: arrows from the copied member to the one that copied it")
-    _steps_axis(ax, "the member's env steps")
+    end = max([r.get("env_steps") or 0 for r in records] + [r["run_env_steps"] for r in lineage] + [1])
+    _draw_lineage(axes[0], lineage, members, colors, end)
     panels = [(f"/{k}", k, k in logs) for k in keys] + [("/return_mean", "mean episode return", False)]
     for ax, (suffix, ylabel, log) in zip(axes[1:], panels):
         for i, name in enumerate(members):
@@ -200,13 +199,30 @@ def draw_population(run: Path, title: str | None = None) -> Any:
         ax.set_ylabel(ylabel)
         if log:
             ax.set_yscale("log")
-        _steps_axis(ax, "env steps (the run's)")
+    for ax in axes:
+        _steps_axis(ax, RUN_STEPS)
+        ax.tick_params(labelbottom=True)  # shared, but each panel keeps its labels: they are read apart
+    axes[0].set_xlim(0, end)
     axes[-1].legend(fontsize=8, ncol=min(4, len(members)))
     bases = cfg.base_policies
     size = f"{cfg.population.members} for each of {len(bases)} policies" if len(bases) > 1 else len(members)
     fig.suptitle(title if title is not None else f"population of {size}: {cfg.algorithm} on {cfg.env.id}")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title above the first panel
     return fig
+
+
+def _draw_lineage(ax: Any, lineage: list[dict[str, Any]], members: list[str], colors: list[Any], end: int) -> None:
+    """Each member a row from 0 to ``end``, each copy an arrow from its source's row to its target's at the run's
+    env steps when it was decided."""
+    for i in range(len(members)):
+        ax.hlines(i, 0, end, color=colors[i], lw=2)
+    for r in lineage:
+        if r.get("event") == "exploit":
+            x, src, dst = r["run_env_steps"], r["source"], r["target"]
+            ax.annotate("", (x, dst), (x, src), arrowprops={"arrowstyle": "->", "color": colors[src], "lw": 1.2})
+    ax.set_yticks(range(len(members)), members)
+    ax.set_ylim(-0.5, len(members) - 0.5)
+    ax.set_title("lineage: arrows from the copied member to the one that copied it")
 
 
 def _population_config(run: Path) -> Any:
@@ -263,5 +279,8 @@ def plot_runs(runs: list[Path], out: Path, title: str | None = None, population:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    print(plot_runs(args.runs, args.out, args.title, args.population))
+    """Draw, then say where the PNG went by its full path: without ``--out`` it lands in the current folder,
+    which a user running ``srl plot`` from a script or another folder would not guess."""
+    out = plot_runs(args.runs, args.out, args.title, args.population)
+    print(f"srl plot: wrote {out.absolute()}")
     return 0

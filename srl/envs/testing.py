@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -68,6 +69,30 @@ def cartpole_signalling_when_made() -> gym.Env:
         SignalAt.sent = True
         os.kill(os.getpid(), signal.SIGTERM)
     return gym.make("CartPole-v1")
+
+
+class SlowToClose(gym.Wrapper):
+    """A copy that has stepped takes up to ``seconds`` to close (the processes that stepped it stop slowly), and
+    first touches the file ``closing``: a test then knows the run is stopping, and how long it would wait."""
+
+    def __init__(self, env: gym.Env, closing: str, seconds: float) -> None:
+        super().__init__(env)
+        self.closing, self.seconds, self.stepped = closing, seconds, False
+
+    def step(self, action: Any) -> Any:
+        self.stepped = True
+        return self.env.step(action)
+
+    def close(self) -> None:
+        if self.stepped:
+            open(self.closing, "a").close()
+            time.sleep(self.seconds)
+        self.env.close()
+
+
+def slow_closing_cartpole(closing: str, seconds: float = 60.0) -> gym.Env:
+    """CartPole-v1 whose stepped copies take ``seconds`` to close, touching ``closing`` first (:class:`SlowToClose`)."""
+    return SlowToClose(gym.make("CartPole-v1"), closing, seconds)
 
 
 class NonFiniteEvery(gym.Wrapper):

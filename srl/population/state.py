@@ -49,9 +49,13 @@ class Decision:
 
     target: int
     source: int | None
-    copy: int
-    """The decision's number (``seq`` of the copy: its files in the transfer folder)."""
-    env_steps: int
+    seq: int
+    """The decision's number, 1 for the first check of the run (of any member, copying or not): ``decision`` in
+    ``population.jsonl``, and the number of a copy's files in the transfer folder."""
+    run_env_steps: int
+    """The run's env steps when it was decided (what ``metrics.jsonl`` counts): one x axis for every record."""
+    member_env_steps: int
+    """The target's own env steps then (what ``population.interval`` counts)."""
     score: float
     source_score: float | None
     old: dict[str, float]
@@ -59,10 +63,17 @@ class Decision:
     new: dict[str, float]
 
     def records(self) -> list[dict[str, Any]]:
-        """Its lines of ``population.jsonl``: an exploit and an explore record, or none when nothing was copied."""
+        """Its lines of ``population.jsonl``: an exploit and an explore record, or none when nothing was copied.
+        The fields are named apart from ``summary.json``'s counts: ``decision`` is a check's number (of
+        ``population.decisions``), where ``population.copies`` counts the exploit records."""
         if self.source is None:
             return []
-        common = {"target": self.target, "env_steps": self.env_steps, "copy": self.copy}
+        common = {
+            "target": self.target,
+            "run_env_steps": self.run_env_steps,
+            "member_env_steps": self.member_env_steps,
+            "decision": self.seq,
+        }
         exploit = {
             "event": "exploit",
             **common,
@@ -114,6 +125,15 @@ class PopulationState:
         m = self.members[member]
         m.window_sum, m.window_count = float(np.sum(returns, dtype=np.float64)), len(returns)
 
+    def run_env_steps(self) -> int:
+        """The run's env steps: its members' summed over the teams (each member of a team, one per policy with a
+        population, counts every step of the team's envs)."""
+        return sum(m.env_steps for m in self.members) // self.bases
+
+    def copies(self) -> int:
+        """Copies decided so far: the exploit records of the lineage, restarts and resumes included."""
+        return sum(1 for r in self.lineage if r.get("event") == "exploit")
+
     # ------------------------------------------------------------------ decisions
     def due(self, member: int) -> bool:
         """Its interval has passed since its last check."""
@@ -154,6 +174,7 @@ class PopulationState:
             member,
             source,
             self.decisions,
+            self.run_env_steps(),
             m.env_steps,
             scores[member],
             None if source is None else scores[source],

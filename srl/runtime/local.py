@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from srl.api.config import to_dict
+from srl.base.stop_signals import shielded
 from srl.runtime.build import build_worker
 from srl.runtime.fabric import SharedFabric, newest_snapshots
 from srl.runtime.plan import Plan
@@ -128,10 +129,11 @@ def run_local(plan: Plan, controller: Controller, run_dir: Path | None) -> list[
             supervisor.run()
             return _stop_workers(fabric, list(placement.procs.values()), receiver)
         finally:
-            placement.kill_all()
-            if receiver is not None:
-                receiver.close()
-            fabric.destroy()
+            with shielded():  # a second signal stops the wait above, never this: kills and unlinks, all bounded
+                placement.kill_all()
+                if receiver is not None:
+                    receiver.close()
+                fabric.destroy()
 
 
 class LocalPlacement:

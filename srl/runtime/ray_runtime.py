@@ -13,6 +13,10 @@ Everything handed to a Ray actor is a JSON string (config, endpoints, names),
 and everything it returns is a JSON string or wire-format bytes: no object of
 ours is pickled across the boundary.
 
+Without ``ray.address`` the run starts a Ray instance of its own, on loopback and out of srl's process group
+(:mod:`srl.runtime.ray_head`), and shuts it down at the end. Every wait on Ray is bounded, and those of the start
+give up as soon as the run is told to stop: a signal during start-up ends the run like one during training.
+
 Supervision is the runtime-independent :class:`~srl.runtime.supervisor.Supervisor`
 over :class:`RayPlacement`: when a worker's actor dies (its process, or its
 whole node), it is started again in the same placement group (Ray re-places a
@@ -27,13 +31,14 @@ trainers ends the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,9 +53,11 @@ from srl.api.config import ConfigError, to_dict
 from srl.base import wire
 from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
+from srl.base.stop_signals import shielded
 from srl.runtime.plan import Plan
 from srl.runtime.ray_actors import NodeAgent, WorkerActor
 from srl.runtime.ray_fabric import Endpoints
+from srl.runtime.ray_head import HeadError, RayHead, loopback_driver
 from srl.runtime.supervisor import Launch, StartError, Supervisor
 from srl.runtime.topology import TRAINER, TRAINER_NODE, Endpoint, Stream, WorkerSpec, trainer_group
 from srl.system.control import ControlReceiver
@@ -63,6 +70,26 @@ STOP_TIMEOUT = 120.0
 """How long stopping workers may take (a trainer finishes its update and writes its final checkpoint)."""
 SERVER_READY_TIMEOUT = 120.0
 """How long a server (trainer, parameter root or relay) may take to bind once its node is placed."""
+CALL_TIMEOUT = 30.0
+"""How long a short call to a worker or a node agent (where it runs, a snapshot, closing) may take."""
+POLL = 0.1
+"""Seconds between looks at the run's stop flag while the start waits on Ray."""
+
+
+class Stopped(Exception):
+    """The run was told to stop while its start waited on Ray: what already runs stops as on any other stop."""
+
+
+def _get(ref: Any, timeout: float, stopped: Callable[[], bool]) -> Any:
+    """``ray.get`` bounded by ``timeout`` (GetTimeoutError) that gives up as soon as ``stopped()`` (Stopped): a
+    signal while Ray places or starts workers ends the wait, whatever the cluster does meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not ray.wait([ref], timeout=max(0.0, min(POLL, deadline - time.monotonic())))[0]:
+        if stopped():
+            raise Stopped
+        if time.monotonic() >= deadline:
+            raise GetTimeoutError(f"not ready within {timeout:.0f} s")
+    return ray.get(ref, timeout=CALL_TIMEOUT)  # ready: at once
 
 
 @dataclass
@@ -104,27 +131,52 @@ def _bundle(plan: Plan, node: int) -> dict[str, float]:
     return bundle
 
 
-def _connect(plan: Plan) -> bool:
-    """Join (or start) Ray; True when this call started it (and so must shut it down)."""
+@contextlib.contextmanager
+def _session(plan: Plan, stopped: Callable[[], bool]) -> Iterator[bool]:
+    """Connected to Ray inside (False: told to stop before it was). Without ``ray.address`` a private instance is
+    started for the run (on loopback, out of srl's process group: :mod:`srl.runtime.ray_head`) and shut down after
+    it; a joined cluster is left running; a connection the caller made before is the caller's."""
     if ray.is_initialized():
-        return False
+        yield True
+        return
+    address = plan.cfg.ray.address
+    head = RayHead(_cpus(plan)) if address is None else None
+    try:
+        yield _connect(plan, head, stopped)
+    finally:
+        with shielded():  # bounded: Ray's shutdown, then its processes killed if they take too long
+            if ray.is_initialized():
+                ray.shutdown()
+            if head is not None:
+                head.close()
+
+
+def _cpus(plan: Plan) -> int:
+    """A private instance's CPUs: the machine's, or enough to hold the whole layout."""
+    need = sum(_bundle(plan, n)["CPU"] for n in plan.topology.groups)
+    return max(os.cpu_count() or 1, int(np.ceil(need)))
+
+
+def _connect(plan: Plan, head: RayHead | None, stopped: Callable[[], bool]) -> bool:
+    """Join the run's private instance (``head``) or the cluster at ``ray.address``; False when told to stop
+    before the private instance was up. Raises StartError, or ConfigError for an address that does not answer."""
     r = plan.cfg.ray
-    if r.address is None:  # a private instance on this machine, on loopback, sized to hold the whole layout
-        os.environ.setdefault("RAY_worker_niceness", "0")  # our workers are the hot path, not background work
-        need = sum(_bundle(plan, n)["CPU"] for n in plan.topology.groups)
-        ray.init(
-            num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))),
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            logging_level=logging.WARNING,
-            log_to_driver=True,
-        )
-    else:
-        _probe(r.address)
+    if head is not None:
         try:
-            ray.init(address=r.address, logging_level=logging.WARNING)
-        except ConnectionError as exc:
-            raise ConfigError(f"ray.address: cannot connect to {r.address!r}: {exc}") from None
+            address = head.address(r.start_timeout_seconds, stopped)
+        except HeadError as exc:
+            raise StartError(f"ray: {exc}") from None
+        if address is None:
+            return False
+        with loopback_driver():
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        return True
+    assert r.address is not None
+    _probe(r.address)
+    try:
+        ray.init(address=r.address, logging_level=logging.WARNING)
+    except ConnectionError as exc:
+        raise ConfigError(f"ray.address: cannot connect to {r.address!r}: {exc}") from None
     return True
 
 
@@ -143,8 +195,11 @@ class RayPlacement:
     """Workers as Ray actors, one placement group per node group (the :class:`~srl.runtime.supervisor.Placement`
     of the Ray runtime)."""
 
-    def __init__(self, plan: Plan, run_dir: Path | None, endpoints: Endpoints) -> None:
-        self.plan, self.run_dir, self.endpoints = plan, run_dir, endpoints
+    def __init__(
+        self, plan: Plan, run_dir: Path | None, endpoints: Endpoints, stopped: Callable[[], bool] = lambda: False
+    ) -> None:
+        """``stopped``: whether the run was told to stop (the start's waits on Ray give up then: :class:`Stopped`)."""
+        self.plan, self.run_dir, self.endpoints, self.stopped = plan, run_dir, endpoints, stopped
         self.groups: dict[int, Group] = {}
         self.workers: dict[str, Running] = {}
         self.waiting: dict[int, list[Launch]] = {}  # node group -> workers to start once it is placed again
@@ -162,7 +217,7 @@ class RayPlacement:
         timeout = self.plan.cfg.ray.start_timeout_seconds
         for node, group in self.groups.items():
             try:
-                ray.get(group.pg.ready(), timeout=timeout)
+                _get(group.pg.ready(), timeout, self.stopped)
             except GetTimeoutError:
                 raise StartError(
                     f"ray: node group {node} needs {_bundle(self.plan, node)}, which the cluster did "
@@ -172,7 +227,7 @@ class RayPlacement:
             self._start_agent(group)
         for node, group in self.groups.items():
             try:
-                group.where = json.loads(ray.get(group.pending, timeout=timeout))
+                group.where = json.loads(_get(group.pending, timeout, self.stopped))
             except (GetTimeoutError, RayActorError) as exc:
                 raise StartError(f"ray: the agent of node group {node} did not start ({type(exc).__name__})") from None
             group.pending = None
@@ -240,7 +295,7 @@ class RayPlacement:
         if dist is not None:  # trainers on several nodes meet again at a new TCP store of their policy
             agent = self.groups[TRAINER_NODE].agent
             for k in sorted({launch.worker.policy or 0 for launch in trainers if launch.incarnation > 0}):
-                dist[k] = str(ray.get(agent.fresh_dist.remote(k), timeout=30.0))
+                dist[k] = str(_get(agent.fresh_dist.remote(k), CALL_TIMEOUT, self.stopped))
         now = [launch for launch in launches if ready[launch.worker.group]]
         for launch in launches:
             if not ready[launch.worker.group]:
@@ -335,7 +390,9 @@ class RayPlacement:
             self.workers[w.name].ref = self.workers[w.name].handle.run.remote(endpoints)
         for w in workers:
             try:
-                self.workers[w.name].info = json.loads(ray.get(self.workers[w.name].handle.info.remote(), timeout=30.0))
+                self.workers[w.name].info = json.loads(
+                    _get(self.workers[w.name].handle.info.remote(), CALL_TIMEOUT, self.stopped)
+                )
             except (RayActorError, GetTimeoutError):
                 pass  # died at once: the supervisor sees it
         self.write_workers()
@@ -369,7 +426,7 @@ class RayPlacement:
         refs = {w.name: self.workers[w.name].handle.prepare.remote(endpoints) for w in servers}
         for name, ref in refs.items():
             try:
-                bound = json.loads(ray.get(ref, timeout=SERVER_READY_TIMEOUT))
+                bound = json.loads(_get(ref, SERVER_READY_TIMEOUT, self.stopped))
             except GetTimeoutError:
                 raise StartError(f"{name}: not ready within {SERVER_READY_TIMEOUT:.0f} s") from None
             except RayActorError as exc:
@@ -400,9 +457,11 @@ class RayPlacement:
         receiver.drain(0.1)
         snapshots = []
         for k, policy in enumerate(self.plan.policies):
+            lead = self.groups[trainer_group(self.plan.lead_node(k))].agent if self.groups else None
+            if lead is None:  # stopped before it was placed
+                return None
             try:
-                lead = self.groups[trainer_group(self.plan.lead_node(k))].agent
-                packed = ray.get(lead.snapshot.remote(k), timeout=30.0)
+                packed = ray.get(lead.snapshot.remote(k), timeout=CALL_TIMEOUT)
             except (RayActorError, GetTimeoutError):
                 return None
             if not packed:
@@ -414,42 +473,59 @@ class RayPlacement:
         return snapshots
 
     def release(self) -> None:
-        """Kill every actor, destroy every node's shared memory, free the placement groups (every exit path)."""
+        """Kill every actor, destroy every node's shared memory, free the placement groups (every exit path; bounded:
+        the agents close together, within one :data:`CALL_TIMEOUT`)."""
         for w in self.workers.values():
             ray.kill(w.handle, no_restart=True)
+        agents = [group.agent for group in self.groups.values() if group.agent is not None]
+        closing = [agent.close.remote() for agent in agents]
+        if closing:
+            ray.wait(closing, num_returns=len(closing), timeout=CALL_TIMEOUT)
+        for agent in agents:
+            ray.kill(agent, no_restart=True)
         for group in self.groups.values():
-            if group.agent is not None:
-                try:
-                    ray.get(group.agent.close.remote(), timeout=10.0)
-                except (RayActorError, GetTimeoutError):
-                    pass
-                ray.kill(group.agent, no_restart=True)
             remove_placement_group(group.pg)
 
 
 def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np.ndarray] | None:
     """Run until the controller says stop; return the newest policy snapshot."""
-    owns_ray = _connect(plan)
+
+    def stopped() -> bool:
+        return controller.should_stop() is not None
+
+    with stop_on_signals(controller):  # from the start of Ray on, and around the cleanup too
+        try:
+            with _session(plan, stopped) as connected:
+                return _run(plan, controller, run_dir, stopped) if connected else None
+        except StartError as exc:  # the private instance did not start
+            controller.fail(str(exc))
+            return None
+        finally:
+            sweep_stale()  # segments of node agents that died with their node (same machine only)
+            sweep_stale_pipe_dirs()  # and their pipe folders
+
+
+def _run(
+    plan: Plan, controller: Controller, run_dir: Path | None, stopped: Callable[[], bool]
+) -> list[np.ndarray] | None:
     token = secrets.token_hex(16)
     receiver = ControlReceiver(f"tcp://{ray.util.get_node_ip_address()}:*", controller.handle, token=token)
-    placement = RayPlacement(plan, run_dir, Endpoints(receiver.address, token))
-    with stop_on_signals(controller):  # around the cleanup too: a first signal there does not cut it short
+    placement = RayPlacement(plan, run_dir, Endpoints(receiver.address, token), stopped)
+    try:
+        supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
         try:
-            supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
-            try:
-                placement.place()
-                supervisor.start()
-            except StartError as exc:
-                controller.fail(str(exc))
-                return None
+            placement.place()
+            supervisor.start()
             supervisor.run()
-            return placement.stop(receiver)
-        finally:
+        except Stopped:
+            pass  # told to stop while the start (or a restart) waited on Ray
+        except StartError as exc:
+            controller.fail(str(exc))
+            return None
+        return placement.stop(receiver)
+    finally:
+        with shielded():  # a second signal stops the wait above, never this: kills and frees, all bounded
             try:
                 placement.release()
             finally:
                 receiver.close()
-                if owns_ray:
-                    ray.shutdown()
-                sweep_stale()  # segments of node agents that died with their node (same machine only)
-                sweep_stale_pipe_dirs()  # and their pipe folders

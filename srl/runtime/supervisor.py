@@ -181,7 +181,7 @@ class Supervisor:
                 continue
             epoch = max(self.incarnations.get(w.name, 0) for w in batch) + 1
             k = batch[0].policy or 0  # peers restarted together train one policy
-            reported = int(self.controller.lead_trainer(k).get("version", 0))  # what readers may hold, as we know
+            reported = self.controller.version_of(k)  # what readers may hold, as we know
             floor = max(reported, self.placement.published_version(k)) + 1
             resume = list(self.plan.resume or [""] * len(self.plan.policies))
             resume[k] = self._newest_checkpoint(batch[0], k)

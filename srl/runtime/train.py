@@ -6,36 +6,24 @@ import dataclasses
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from srl.api.config import ConfigError, ExperimentConfig, load_config, to_dict
+import numpy as np
+
+from srl.api.config import FIXED_ON_RESUME, ConfigError, ExperimentConfig, load_config, to_dict
 from srl.api.spaces import obs_parts
 from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
-from srl.base.stop_signals import held
+from srl.base.stop_signals import held, shielded
 from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import Plan, make_plan
 from srl.runtime.topology import keeper
 from srl.system.controller import Controller
-from srl.system.run_dir import RunDir, RunDirError, default_run_dir, policy_checkpoints, read_counters
+from srl.system.run_dir import Resume, RunDir, RunDirError, default_run_dir, policy_checkpoints, read_counters
 from srl.system.trainer_worker import checkpoints, load_checkpoint
-from srl.wiring import prepare_algorithm
-
-FIXED_ON_RESUME = (
-    "env",
-    "model",
-    "ppo.critic",
-    "ppo.normalize_values",
-    "text.model",
-    "text.advantage",
-    "replay.placement",  # the saved replays are one file per replay
-    "population.members",  # one checkpoint folder per member
-    "population.hyperparameters",  # the population's state holds each member's values of these
-)
-"""Settings the checkpoints were made under (the networks were built with them, the saved replays are one file
-per replay): a resumed run may not change them."""
+from srl.wiring import prepare_algorithm, unread_sections
 
 
 def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
@@ -44,12 +32,13 @@ def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
     return data
 
 
-def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig, tuple[Path, ...], dict[str, Any]]:
-    """The config of ``run_dir`` with ``overrides``, its newest checkpoint of each policy and the first policy's
-    checkpoint's content.
+def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig, Resume]:
+    """The config of ``run_dir`` with ``overrides``, and what the run continues from: each policy's newest
+    checkpoint and the controller's counters.
 
-    Raises ConfigError (one line) when the directory holds no run or no readable checkpoint, or when an
-    override touches a setting in :data:`FIXED_ON_RESUME`.
+    Raises ConfigError (one line) when the directory holds no run or no readable checkpoint, when an override
+    touches a setting in :data:`~srl.api.config.FIXED_ON_RESUME`, or when the run has nothing left to do (its
+    budget spent, or its target met).
     """
     saved = Path(run_dir) / "config.yaml"
     if not saved.is_file():
@@ -70,7 +59,54 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
         states = [load_checkpoint(path) for path in newest]
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return cfg, tuple(newest), states[0]
+    counters = read_counters(Path(run_dir))
+    steps = counters.env_steps if counters is not None else _trained_env_steps(cfg, states)
+    resume = Resume(tuple(newest), tuple(int(s["version"]) for s in states), steps, counters)
+    _check_work_left(cfg, resume, Path(run_dir))
+    return cfg, resume
+
+
+def _trained_env_steps(cfg: ExperimentConfig, states: Sequence[Mapping[str, Any]]) -> int:
+    """The env steps a run saved without the controller's counters had taken, as its checkpoints count them: a
+    population's members each trained on their share of the envs, so theirs add up (one base policy's members:
+    the members of the others played the same steps); every other policy saw every step."""
+    trained = [int(s.get("trained_samples", s["samples"])) for s in states]
+    return sum(trained[:: len(cfg.base_policies)]) if cfg.population.enabled else trained[0]
+
+
+def _check_work_left(cfg: ExperimentConfig, resume: Resume, run_dir: Path) -> None:
+    """One line when resuming would stop at once: the env-step budget is spent, or the return window the run
+    saved already meets its target."""
+    run = cfg.run
+    if resume.env_steps >= run.total_env_steps:
+        raise ConfigError(
+            f"run.total_env_steps: {run_dir} has taken {resume.env_steps:,} of its {run.total_env_steps:,} env "
+            "steps; nothing to do (raise it with --set run.total_env_steps=N to train on)"
+        )
+    if run.target_return is None or resume.counters is None:
+        return
+    counters = resume.counters
+    windows = list(counters.policy_returns.values()) if cfg.population.enabled else [counters.returns]
+    means = [float(np.mean(w[-run.return_window :])) for w in windows if len(w) >= run.return_window]
+    if means and max(means) >= run.target_return:
+        raise ConfigError(
+            f"run.target_return: the run's last {run.return_window} episodes already average {max(means):g} >= "
+            f"{run.target_return:g}; nothing to do (raise it, or set it to null, to train on)"
+        )
+
+
+def check_devices(cfg: ExperimentConfig) -> None:
+    """A CUDA device named for trainers or policy workers exists here (one line naming the field, before anything
+    starts). A Ray cluster's devices are its nodes', which Ray checks as it places the run."""
+    if cfg.runtime == "ray" and cfg.ray.address is not None:
+        return
+    from srl.api.device import torch_device
+
+    for name in ("trainer_device", "policy_device"):
+        try:
+            torch_device(getattr(cfg.workers, name), f"workers.{name}")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _say_refilled(plan: Plan, controller: Controller, run_dir: Path) -> None:
@@ -85,6 +121,19 @@ def _say_refilled(plan: Plan, controller: Controller, run_dir: Path) -> None:
         controller.warn(f"replay: the resumed run refills {len(missing)} replay(s) from empty ({said})")
 
 
+def _warn_emulated_bfloat16(plan: Plan, controller: Controller) -> None:
+    """A Nature CNN asked to run in bfloat16 on a CPU without bfloat16 kernels says what that costs."""
+    if not any(p.cfg.model.cnn_dtype == "bfloat16" and _has_image(p.obs_space) for p in plan.policies):
+        return
+    from srl.nets.cnn import bfloat16_is_native
+
+    if bfloat16_is_native() is False:
+        controller.warn(
+            "model.cnn_dtype=bfloat16: this CPU has no bfloat16 kernels (oneDNN needs AVX-512 or newer), so the "
+            "Nature CNN runs emulated bfloat16 (10x slower than float32 on an AVX2 EPYC; set model.cnn_dtype=float32)"
+        )
+
+
 def _has_image(space: Any) -> bool:
     """Whether an observation space has a uint8 image part (what the Nature CNN encodes)."""
     return any(p.kind == "image" for p in obs_parts(space))
@@ -96,50 +145,43 @@ def train(
     run_dir: Path | None = None,
     start_time: float | None = None,
     progress: TextIO | None = sys.stderr,
-    resume: tuple[tuple[Path, ...], Mapping[str, Any]] | None = None,
+    resume: Resume | None = None,
     stop: threading.Event | None = None,
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Train, evaluate the final policy, write ``summary.json``; return the summary.
 
-    ``resume`` (each policy's checkpoint and the first one's content, from :func:`resume_config`) continues the run in
-    ``run_dir``: trainers restore networks, optimizer, RNG state, version and step counters, the step count
-    and metrics carry on from the checkpoint, and wall time, episodes and the return window from the
-    controller's counters (:func:`~srl.system.run_dir.read_counters`). Setting ``stop`` (from another thread)
+    ``resume`` (from :func:`resume_config`) continues the run in ``run_dir``: trainers restore networks,
+    optimizer, RNG state, version and step counters from each policy's checkpoint, and the env steps, wall time,
+    episodes and return windows go on from the controller's counters. Setting ``stop`` (from another thread)
     ends the run as requested (``stop_reason: requested``), evaluated and summarized like any other end.
+    ``notes``: what reading the config had to say (``ConfigNotice``), given as the run's first warnings.
     """
     start_time = time.time() if start_time is None else start_time
     sweep_stale()  # segments left by runs that were killed with SIGKILL
     sweep_stale_pipe_dirs()  # and their named pipes' folders
+    check_devices(cfg)
     prepare_algorithm(cfg)  # its settings checked, then its own work before the plan (lm_ppo: missing models)
     plan = make_plan(cfg)
-    offset = 0
     if resume is not None:
-        paths, state = resume
-        offset = int(state.get("trained_samples", state["samples"]))
         plan = dataclasses.replace(
-            plan, resume=tuple(map(str, paths)), start_version=int(state["version"]), start_env_steps=offset
+            plan,
+            resume=tuple(map(str, resume.checkpoints)),
+            start_version=resume.versions[0],
+            start_env_steps=resume.env_steps,
         )
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
     if resume is not None and keeper(plan) is not None and cfg.replay.save:
         from srl.runtime.replay import check_saved_replays
 
         check_saved_replays(plan, path)  # before the run directory is touched: a misfit is one line, nothing lost
-    counters = None if resume is None else read_counters(path)
     rd = RunDir(path, cfg, resume=resume is not None)
-    controller = Controller(cfg, rd, start_time, progress, env_steps_offset=offset, stop_request=stop)
-    if counters is not None:  # wall time, episodes and the return window go on
-        controller.restore(counters)
+    controller = Controller(cfg, rd, start_time, progress, resume=resume, stop_request=stop)
+    for note in (*notes, *unread_sections(cfg)):
+        controller.warn(note)
     if resume is not None and keeper(plan) is not None:
         _say_refilled(plan, controller, path)
-    if any(p.cfg.model.cnn_dtype == "bfloat16" and _has_image(p.obs_space) for p in plan.policies):
-        from srl.nets.cnn import bfloat16_is_native
-
-        if bfloat16_is_native() is False:
-            controller.warn(
-                "model.cnn_dtype=bfloat16: this CPU has no bfloat16 kernels (oneDNN needs AVX-512 or newer), so the "
-                "Nature CNN runs emulated bfloat16 (10x slower than float32 on an AVX2 EPYC; "
-                "set model.cnn_dtype=float32)"
-            )
+    _warn_emulated_bfloat16(plan, controller)
     try:
         if cfg.runtime == "inline":
             from srl.runtime.inline import run_inline as runner
@@ -147,33 +189,47 @@ def train(
             from srl.runtime.ray_runtime import run_ray as runner
         else:
             from srl.runtime.local import run_local as runner
+        interrupted = False  # a second signal: the runtime stopped waiting for its workers, killed them, cleaned up
         try:
             snapshots = runner(plan, controller, rd.path)
         except RunDirError as exc:  # e.g. workers.json at a restart: the runner stopped and cleaned up on its way out
             controller.fail(str(exc))
             snapshots = None
-        controller.tick(force=True)
-        controller.line.end()
-        final_eval = None
-        if (
-            snapshots is not None
-            and cfg.run.eval_episodes > 0
-            and controller.stop_reason not in ("error", "interrupted")
-        ):
-            final_eval = evaluate(plan, snapshots, cfg.run.eval_episodes, seed=eval_seed(cfg))
-        summary = controller.summary(final_eval)
-        if final_eval is not None and cfg.run.eval_initial and resume is None:
-            initial = [p.acting_policy().flat_state() for p in plan.policies]
-            before = evaluate(plan, initial, cfg.run.eval_episodes, seed=eval_seed(cfg))
-            summary["initial_eval_return_mean"] = before["return_mean"]
-        summary["run_dir"] = str(rd.path)
-        if resume is not None:
-            summary["resumed_from"] = str(resume[0][0]) if len(resume[0]) == 1 else [str(p) for p in resume[0]]
+        except KeyboardInterrupt:
+            controller.stop_reason, snapshots, interrupted = controller.stop_reason or "interrupted", None, True
         try:
-            rd.write_counters(controller.counters())  # the final evaluation's time included
-            rd.write_summary(summary)
-        except RunDirError as exc:  # the summary still goes to the caller (``srl train`` prints it)
-            summary["error"] = summary.get("error") or str(exc)
+            summary = _final(plan, controller, snapshots, resume)
+        except KeyboardInterrupt:  # during the final evaluation: the summary goes without it
+            controller.warn("the final evaluation was interrupted")
+            summary, interrupted = _final(plan, controller, None, resume), True
+        summary["run_dir"] = str(rd.path)
+        with shielded():  # a signal now waits until the summary is whole
+            try:
+                rd.write_counters(controller.counters())  # the final evaluation's time included
+                rd.write_summary(summary)
+            except RunDirError as exc:  # the summary still goes to the caller (``srl train`` prints it)
+                summary["error"] = summary.get("error") or str(exc)
+        if interrupted:  # the summary is written: now the command (or the caller's script) stops
+            raise KeyboardInterrupt
         return summary
     finally:
         rd.close()
+
+
+def _final(plan: Plan, controller: Controller, snapshots: list[Any] | None, resume: Resume | None) -> dict[str, Any]:
+    """The run's summary, with the final evaluation of ``snapshots`` (none after an error or an interruption)."""
+    cfg = plan.cfg
+    controller.tick(force=True)
+    controller.line.end()
+    final_eval = None
+    if snapshots is not None and cfg.run.eval_episodes > 0 and controller.stop_reason not in ("error", "interrupted"):
+        final_eval = evaluate(plan, snapshots, cfg.run.eval_episodes, seed=eval_seed(cfg))
+    summary = controller.summary(final_eval)
+    if final_eval is not None and cfg.run.eval_initial and resume is None:
+        initial = [p.acting_policy().flat_state() for p in plan.policies]
+        before = evaluate(plan, initial, cfg.run.eval_episodes, seed=eval_seed(cfg))
+        summary["initial_eval_return_mean"] = before["return_mean"]
+    if resume is not None:
+        paths = [str(p) for p in resume.checkpoints]
+        summary["resumed_from"] = paths[0] if len(paths) == 1 else paths
+    return summary

@@ -21,7 +21,10 @@ import numpy as np
 from srl.api.config import ExperimentConfig
 from srl.base.stop_signals import held
 from srl.system.progress import ProgressLine
-from srl.system.run_dir import RunCounters, RunDir, RunDirError
+from srl.system.run_dir import Resume, RunCounters, RunDir, RunDirError
+
+MIN_RECORD_SECONDS = 0.1
+"""The shortest interval between metrics records (at the start of training; see ``Controller.record_interval``)."""
 
 
 class Controller:
@@ -33,13 +36,17 @@ class Controller:
         run_dir: RunDir | None,
         start_time: float,
         progress: TextIO | None = sys.stderr,
-        env_steps_offset: int = 0,
+        resume: Resume | None = None,
         stop_request: threading.Event | None = None,
     ) -> None:
-        """``env_steps_offset``: steps already trained before this process (a resumed run counts on from them).
-        ``stop_request``: once set (from any thread), the run stops with ``stop_reason == "requested"``."""
+        """``resume``: what a resumed run continues from (its env steps, its policies' versions, the counters of
+        the processes before this one). ``stop_request``: once set (from any thread), the run stops with
+        ``stop_reason == "requested"``."""
         self.cfg = cfg
-        self.env_steps_offset = env_steps_offset
+        self.env_steps_offset = 0 if resume is None else resume.env_steps
+        """Env steps taken before this process: the run counts on from them."""
+        self.start_versions = (0,) * len(cfg.policy_names) if resume is None else resume.versions
+        """Each policy's version as this process starts (what the progress line shows before its trainer reports)."""
         self.run_dir = run_dir
         self.start_time = start_time
         self.progress = progress
@@ -92,16 +99,20 @@ class Controller:
         self._warned_early = False  # a target met too early to count is said once
         self.stop_reason: str | None = None
         self.stop_request = stop_request
-        self._last_tick = time.time()
-        self._last_steps = env_steps_offset
+        self._last_tick = self._last_shown = time.time()
+        self._last_steps = self.env_steps_offset
         self._fps = 0.0
         self._train_start: float | None = None
+        if resume is not None and resume.counters is not None:  # wall time, episodes and the windows go on
+            self.restore(resume.counters)
 
     # ------------------------------------------------------------------ reports
     def handle(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """Take one worker report (dispatched by the control channel or called directly)."""
         if "t_total" in meta and kind in ("actor", "policy", "trainer", "stage", "replay"):
             self.timing[f"{kind}{meta[kind]}"] = {k[2:]: float(v) for k, v in meta.items() if k.startswith("t_")}
+        if kind == "actor":  # its steps first: episodes that end in this report count at the steps that ended them
+            self.actor_steps[int(meta["actor"])] = int(meta["env_steps"])
         if kind in ("actor", "stage"):  # a stage that writes the rewards reports the returns (the actors then don't)
             returns = arrays.get("episode_returns")
             if returns is not None and len(returns):
@@ -116,7 +127,6 @@ class Controller:
                             self.policy_windows[k].append(float(r))
                 self._check_solved()
         if kind == "actor":
-            self.actor_steps[int(meta["actor"])] = int(meta["env_steps"])
             if self._train_start is None and self.env_steps > self.env_steps_offset:
                 self._train_start = time.time()  # the first env step reported: training rates count from here
             self.actor_nonfinite[int(meta["actor"])] = int(meta.get("nonfinite_steps", 0))
@@ -214,8 +224,12 @@ class Controller:
     def policy_version(self) -> int:
         """The version every policy has reached (the one policy's version in a run of one)."""
         if len(self.names) == 1:
-            return int(self.trainer.get("version", 0))
-        return min(int(self.lead_trainer(k).get("version", 0)) for k in range(len(self.names)))
+            return int(self.trainer.get("version", self.start_versions[0]))
+        return min(self.version_of(k) for k in range(len(self.names)))
+
+    def version_of(self, policy: int) -> int:
+        """Policy ``policy``'s newest version: its lead trainer's report, or the one this process started at."""
+        return int(self.lead_trainer(policy).get("version", self.start_versions[policy]))
 
     @property
     def dropped_segments(self) -> int:
@@ -260,7 +274,7 @@ class Controller:
     def counters(self) -> RunCounters:
         """What a resumed run continues from (:meth:`restore`)."""
         returns = {name: list(window) for name, window in zip(self.names, self.policy_windows)}
-        return RunCounters(self.wall_seconds, self.episodes, list(self.window), returns)
+        return RunCounters(self.wall_seconds, self.env_steps, self.episodes, list(self.window), returns)
 
     def restore(self, counters: RunCounters) -> None:
         """Continue the wall time, the episode count and the return windows of the run's earlier processes."""
@@ -330,9 +344,10 @@ class Controller:
         return self.stop_reason
 
     def tick(self, force: bool = False) -> None:
-        """Progress line and metrics record, every ``log_interval_seconds``."""
+        """A metrics record when one is due (:meth:`record_interval`), and the progress line every
+        ``log_interval_seconds``."""
         now = time.time()
-        if not force and now - self._last_tick < self.cfg.run.log_interval_seconds:
+        if not force and now - self._last_tick < self.record_interval(now):
             return
         steps = self.env_steps
         dt = now - self._last_tick
@@ -341,13 +356,24 @@ class Controller:
         record = self.record()
         self._write(lambda rd: rd.log(record, steps))
         self._write(lambda rd: rd.write_counters(self.counters()))  # after the record: never older than it
-        if self.progress is not None:
+        if self.progress is not None and (force or now - self._last_shown >= self.cfg.run.log_interval_seconds):
+            self._last_shown = now
             self.line.show(
                 f"[{record['wall_seconds']:7.1f}s] steps {steps:>10,d}  fps {self._fps:>9,.0f}  "
-                f"return {record['return_mean']:8.2f}  {vs_random_text(record)}episodes {self.episodes:>6d}  "
+                f"return {_mean_text(record['return_mean']):>8s}  {vs_random_text(record)}"
+                f"episodes {self.episodes:>6d}  "
                 f"version {record['policy_version']:>5d}  lag {record.get('lag_mean', 0.0):5.2f}  "
                 f"waits on {record.get('bottleneck', '-'):<7s}  "
             )
+
+    def record_interval(self, now: float) -> float:
+        """Seconds between metrics records: ``log_interval_seconds``, but while training is young an eighth of its
+        time so far (at least :data:`MIN_RECORD_SECONDS`), so that a run of a few seconds (the quick start's)
+        draws its curves from a dozen records, not two."""
+        interval = self.cfg.run.log_interval_seconds
+        if self._train_start is None:
+            return interval
+        return min(interval, max(MIN_RECORD_SECONDS, (now - self._train_start) / 8))
 
     def record(self) -> dict[str, Any]:
         """The current metrics record."""
@@ -438,7 +464,7 @@ class Controller:
                 version = self.policy_version
                 final = None if final_eval is None else final_eval.get("return_mean")
             else:
-                version = int(self.lead_trainer(k).get("version", 0))
+                version = self.version_of(k)
                 final = per_policy.get(name, {}).get("return_mean")
             out[name] = {
                 "policy_version": version,
@@ -548,6 +574,11 @@ def stop_on_signals(controller: Controller) -> Iterator[None]:
 
     with held(interrupted):
         yield
+
+
+def _mean_text(mean: float) -> str:
+    """A mean return for the progress line: ``-`` before any episode has ended (not ``nan``)."""
+    return f"{mean:.2f}" if np.isfinite(mean) else "-"
 
 
 def vs_random_text(record: Mapping[str, Any]) -> str:

@@ -95,7 +95,8 @@ class MemberLink:
         self.values: dict[str, float] | None = None
         """The hyperparameter values it took last (None: its config's)."""
         self.copy = -1
-        """The copy (its seq) it took last."""
+        """The copy it took last, by its seq: the number of the decision that made it (``decision`` in
+        ``population.jsonl``; ``population_copy`` in a checkpoint)."""
         self.asked = -1
         """The newest copy it was asked to take (by a command, or found at a restart)."""
         self.pause_max = 0.0
@@ -186,7 +187,6 @@ class PopulationWorker(Worker):
         self.pending: dict[int, tuple[int, int, dict[str, float]]] = {}
         """Copies under way: seq -> (target, source, new values)."""
         self._asked: dict[int, float] = {}  # seq -> when its export was last asked for
-        self.copies = 0
 
     def setup(self) -> None:
         self.transfer.mkdir(parents=True, exist_ok=True)
@@ -223,7 +223,7 @@ class PopulationWorker(Worker):
                 decision = self.state.check(member, self.rule, barred=busy)
                 decided += 1
                 if decision.source is not None:
-                    seq = decision.copy
+                    seq = decision.seq
                     self.pending[seq] = (member, decision.source, decision.new)
                     busy |= {member, decision.source}
                     self._append(decision.records())
@@ -249,7 +249,6 @@ class PopulationWorker(Worker):
             del self.pending[seq]
             self._asked.pop(seq, None)
             self._prune(target, seq)
-            self.copies += 1
             done += 1
         return done
 
@@ -281,8 +280,11 @@ class PopulationWorker(Worker):
 
     def _report(self) -> None:
         # its process's CPU time (under the local and Ray runtimes its own: what the run would save without it)
+        # copies: the exploit lines of population.jsonl (from the state, so a restart keeps counting), of which
+        # copies_under_way had not reached their target yet (their source's state not yet written)
         meta: dict[str, Any] = {
-            "copies": self.copies,
+            "copies": self.state.copies(),
+            "copies_under_way": len(self.pending),
             "decisions": self.state.decisions,
             "cpu_seconds": time.process_time(),
         }

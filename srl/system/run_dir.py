@@ -64,6 +64,8 @@ class RunCounters:
 
     wall_seconds: float
     """Seconds the run's processes have run, from each one's start."""
+    env_steps: int
+    """Env steps the run's processes have taken (what ``run.total_env_steps`` counts)."""
     episodes: int
     """Episodes finished."""
     returns: list[float]
@@ -76,15 +78,21 @@ class RunCounters:
         """The counters in ``data`` (a decoded JSON object); ValueError naming the first field at fault."""
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        wall, episodes, policies = data.get("wall_seconds"), data.get("episodes"), data.get("policy_returns")
+        wall, policies = data.get("wall_seconds"), data.get("policy_returns")
         if not _is_number(wall) or wall < 0:
             raise ValueError("wall_seconds: a number >= 0 expected")
-        if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
-            raise ValueError("episodes: an integer >= 0 expected")
+        episodes, steps = _count(data, "episodes"), _count(data, "env_steps")
         if not isinstance(policies, dict):
             raise ValueError("policy_returns: an object expected")
         by_policy = {str(k): _numbers(v, f"policy_returns.{k}") for k, v in policies.items()}
-        return RunCounters(float(wall), episodes, _numbers(data.get("returns"), "returns"), by_policy)
+        return RunCounters(float(wall), steps, episodes, _numbers(data.get("returns"), "returns"), by_policy)
+
+
+def _count(data: dict[str, Any], field: str) -> int:
+    value = data.get(field)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{field}: an integer >= 0 expected")
+    return value
 
 
 def _is_number(value: Any) -> TypeGuard[float]:
@@ -95,6 +103,23 @@ def _numbers(values: Any, field: str) -> list[float]:
     if not isinstance(values, list) or not all(_is_number(v) for v in values):
         raise ValueError(f"{field}: a list of numbers expected")
     return [float(v) for v in values]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What a resumed run continues from (``srl train --resume``; read by
+    :func:`srl.runtime.train.resume_config`)."""
+
+    checkpoints: tuple[Path, ...]
+    """Each policy's newest checkpoint, in the order of ``cfg.policy_names``."""
+    versions: tuple[int, ...]
+    """Each policy's version in it: the trainers publish on from there, and the progress line shows it until they
+    report."""
+    env_steps: int
+    """Env steps the run took before: the controller's count (it saved it with every metrics record), so the
+    budget and the records count on from the last record; for a run saved without it, its checkpoints' count."""
+    counters: RunCounters | None
+    """The controller's counters (None: the run saved none, and wall time, episodes and windows start at 0)."""
 
 
 COUNTERS = "checkpoints/controller.json"

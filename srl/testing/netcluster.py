@@ -189,10 +189,11 @@ class NetCluster:
 
     def prefix(self, i: int) -> list[str]:
         """The command prefix that runs a program inside node ``i`` (its network and mount namespaces), in this
-        process's folder (but for a folder under ``/tmp``, other than this package's checkout, on a node with its
-        own ``/tmp``: ``/`` there)."""
-        here, code = Path.cwd(), Path(__file__).resolve().parents[2]
-        wd = here if i == 0 or not here.is_relative_to("/tmp") or here.is_relative_to(code) else Path("/")
+        process's folder (but for a folder under ``/tmp`` that the node does not keep (:func:`kept_in_tmp`), on a
+        node with its own ``/tmp``: ``/`` there)."""
+        here = Path.cwd()
+        kept = i == 0 or not here.is_relative_to("/tmp") or any(here.is_relative_to(k) for k in kept_in_tmp())
+        wd = here if kept else Path("/")
         return ["nsenter", f"--net=/run/netns/{self.netns(i)}", f"--mount={self._mnt(i)}", f"--wd={wd}", "--"]
 
     def env(self, i: int) -> dict[str, str]:
@@ -269,18 +270,17 @@ class NetCluster:
         )
         if i == 0:
             return
-        # The code is installed on every node, the rest of /tmp is not: a checkout under /tmp (this package's,
-        # as a CI clone may be) is held aside, /tmp replaced, and the checkout moved back in at its path.
-        code = Path(__file__).resolve().parents[2]
-        keep = code if code.is_relative_to("/tmp") else None
-        hold = self.state / f"n{i}-code"
-        if keep is not None:
+        # The code and the interpreter are installed on every node, the rest of /tmp is not: what lives under /tmp
+        # of those is held aside, /tmp replaced, and each moved back in at its path.
+        keep = kept_in_tmp()
+        holds = [self.state / f"n{i}-keep{k}" for k in range(len(keep))]
+        for path, hold in zip(keep, holds, strict=True):
             hold.mkdir(exist_ok=True)
-            _run([*enter, "mount", "--bind", str(keep), str(hold)])
+            _run([*enter, "mount", "--bind", str(path), str(hold)])
         _run([*enter, "mount", "-t", "tmpfs", "-o", "size=4g,mode=1777", f"{self.netns(i)}-tmp", "/tmp"])
-        if keep is not None:
-            _run([*enter, "mkdir", "-p", str(keep)])
-            _run([*enter, "mount", "--move", str(hold), str(keep)])
+        for path, hold in zip(keep, holds, strict=True):
+            _run([*enter, "mkdir", "-p", str(path)])
+            _run([*enter, "mount", "--move", str(hold), str(path)])
 
     def _save(self) -> None:
         data = {"name": self.name, "nodes": [asdict(n) for n in self.nodes], "address": self.address}
@@ -494,6 +494,16 @@ _NO_NETEM = (
     "netcluster: this kernel has no netem qdisc (sch_netem), so links cannot be given delay, jitter or loss; "
     "rate limits (tbf) and cuts still work"
 )
+
+
+def kept_in_tmp() -> list[Path]:
+    """What a node with a ``/tmp`` of its own must still find there: this package's checkout and the interpreter's
+    environment (a virtualenv's prefix, or the Python build under it), where they live under ``/tmp``. Without
+    them a node could not start ``sys.executable`` ("nsenter: failed to execute .../bin/python"), nor import srl.
+    The outermost paths only: one holds the others."""
+    found = {Path(__file__).resolve().parents[2], *(Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix))}
+    under = [p for p in found if p.is_relative_to("/tmp") and p != Path("/tmp")]
+    return sorted(p for p in under if not any(p != q and p.is_relative_to(q) for q in under))
 
 
 def _burst_bytes(rate_mbit: float) -> int:

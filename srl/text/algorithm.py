@@ -251,6 +251,7 @@ class LMPPO:
     """PPO (with a critic) or GRPO (group-relative, no critic) over tokens; see the module docstring."""
 
     section: ClassVar[str] = "ppo"
+    reads: ClassVar[tuple[str, ...]] = ("text",)
     settings: ClassVar[type] = PPOConfig
     on_policy: ClassVar[bool] = True
     trainer_dtypes: ClassVar[tuple[str, ...]] = ("float32", "bfloat16")

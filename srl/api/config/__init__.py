@@ -17,9 +17,17 @@ from __future__ import annotations
 from srl.api.config.dqn import DQNConfig, R2D2Config
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import ConfigError
-from srl.api.config.experiment import ExperimentConfig
+from srl.api.config.experiment import FIXED_ON_RESUME, ExperimentConfig
 from srl.api.config.league import Bot, LeagueConfig
-from srl.api.config.load import apply_overrides, config_from, load_config, parse_override, resolve_per_node
+from srl.api.config.load import (
+    ConfigNotice,
+    apply_overrides,
+    config_from,
+    load_config,
+    notices,
+    parse_override,
+    resolve_per_node,
+)
 from srl.api.config.model import ModelConfig
 from srl.api.config.params import ParamsConfig
 from srl.api.config.parse import build, to_dict
@@ -33,8 +41,10 @@ from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
 
 __all__ = [
+    "FIXED_ON_RESUME",
     "Bot",
     "ConfigError",
+    "ConfigNotice",
     "DQNConfig",
     "EnvConfig",
     "ExperimentConfig",
@@ -55,6 +65,7 @@ __all__ = [
     "build",
     "config_from",
     "load_config",
+    "notices",
     "parse_override",
     "resolve_per_node",
     "to_dict",

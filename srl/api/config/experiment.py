@@ -28,6 +28,20 @@ from srl.api.config.workers import WorkersConfig
 _ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "sac", "td3")
 """The typed sections an algorithm reads its settings from, whose number fields a population may search."""
 
+FIXED_ON_RESUME = (
+    "env",
+    "model",
+    "ppo.critic",
+    "ppo.normalize_values",
+    "text.model",
+    "text.advantage",
+    "replay.placement",  # the saved replays are one file per replay
+    "population.members",  # one checkpoint folder per member
+    "population.hyperparameters",  # the population's state holds each member's values of these
+)
+"""Settings the checkpoints were made under (the networks were built with them, the saved replays are one file
+per replay): a resumed run may not change them."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +106,59 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{where}invalid YAML: {detail}"
 
 
+class ConfigNotice(UserWarning):
+    """What reading a config changed on its own and the user should hear of (``srl train`` and ``srl.train``
+    print each one as a warning of the run, and keep it in ``summary.json``)."""
+
+
 def config_from(data: Mapping[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
     """An experiment from a mapping shaped like an experiment file, with overrides applied."""
-    return build(ExperimentConfig, resolve_per_node(apply_overrides(dict(data), overrides or [])))
+    merged = apply_overrides(dict(data), overrides or [])
+    return build(ExperimentConfig, resolve_per_node(_target_for_env(data, merged, overrides or [])))
+
+
+def _target_for_env(data: Mapping[str, Any], merged: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Drop a ``run.target_return`` written for another env: an override that changes ``env.id`` without setting
+    the target would keep one that the new env's untrained policy may meet (a "solved" run that learned nothing)
+    or never reach (a run that cannot stop). Said as a :class:`ConfigNotice`."""
+    before, after = _dig(data, "env", "id"), _dig(merged, "env", "id")
+    target = _dig(merged, "run", "target_return")
+    touched = any(parse_override(o)[0] in (["run"], ["run", "target_return"]) for o in overrides)
+    if before == after or target is None or touched:
+        return merged
+    merged["run"] = {**merged["run"], "target_return": None}
+    warnings.warn(
+        ConfigNotice(
+            f"run.target_return: dropped: {target} was set for {before or 'the default env'}, and env.id is now "
+            f"{after}; set run.target_return too to stop at a return"
+        ),
+        stacklevel=3,
+    )
+    return merged
+
+
+@contextlib.contextmanager
+def notices() -> Iterator[list[str]]:
+    """Inside, each :class:`ConfigNotice` raised while reading a config is kept in the yielded list instead of
+    printed (other warnings show as usual), for the run to give as its own warnings."""
+    kept: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigNotice)
+        yield kept
+    for w in caught:
+        if issubclass(w.category, ConfigNotice):
+            kept.append(str(w.message))
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+
+
+def _dig(data: Mapping[str, Any], *keys: str) -> Any:
+    """``data[k1][k2]...``, or None where a level is missing or not a mapping."""
+    for key in keys:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(key)  # type: ignore[assignment]
+    return data
 
 
 def resolve_per_node(data: dict[str, Any]) -> dict[str, Any]:
