@@ -144,6 +144,41 @@ def test_dict_observations_through_a_policy_worker(tmp_path):
     assert actions.shape == (5, 2) and (actions == action).all()  # greedy: the same observation, the same action
 
 
+def _readme_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+def test_readme_shell_blocks_run_as_written_one_after_the_other(tmp_path):
+    """Every ``bash`` block of the README, run as written by bash in one folder, in order: the quick start trains
+    and solves, and the next block plays, plots and resumes its run. The test command is the one ``.ci/run``
+    runs (it is not run again from inside the suite). ``pip`` is the one thing not run: this checkout is installed
+    already, and a test must not reinstall it; a stand-in records what the README asks of it instead."""
+    blocks = _readme_blocks("bash")
+    quick, tests, *rest = blocks
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests.strip() == "pip install -e '.[test]' && " + ci.strip().splitlines()[-1]
+    assert " ".join(quick.split()) == "pip install -e . && srl train configs/cartpole_ppo.yaml"
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "pip").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "pip_calls"}\n')
+    (shims / "pip").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "configs").symlink_to(ROOT / "configs")
+    env = dict(os.environ, PATH=f"{shims}{os.pathsep}{os.environ['PATH']}")
+    for block in (quick, *rest):
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, (block, proc.stderr[-3000:])
+    runs = sorted((work / "runs").glob("cartpole_ppo-*"))
+    assert len(runs) == 1 and (work / "curves.png").stat().st_size > 0
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    assert summary["stop_reason"] == "env_steps" and summary["env_steps"] >= 60000  # trained on after the resume
+    extras = {"", "[test]", "[plot]"}  # what the test extra installs, and so CI before this test
+    calls = (tmp_path / "pip_calls").read_text().splitlines()
+    assert calls and all(c.startswith("install -e .") and c.removeprefix("install -e .") in extras for c in calls)
+
+
 def test_readme_python_api_block_runs_and_runs_again(tmp_path):
     """The README's Python API block, as written, run twice from one folder: the first run solves; the second,
     with the config's budget cut (it only has to start and finish), trains into a run directory of its own."""
