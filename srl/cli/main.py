@@ -15,6 +15,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 from srl.base.stop_signals import listening  # noqa: E402
 
@@ -81,8 +82,27 @@ def main(argv: list[str] | None = None) -> int:
             return 130
 
 
+def _say_notices() -> None:
+    """What reading a config changed on its own (a ``ConfigNotice``) is one line on stderr, ``srl: warning: ...``,
+    where a command does not keep it for its run (``srl train`` does: it goes into the run's warnings)."""
+    import warnings
+
+    from srl.api.config import ConfigNotice
+
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, ConfigNotice):
+            print(f"srl: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *args, **kwargs)
+
+    warnings.showwarning = show
+
+
 def _command(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    _say_notices()
     # Plugins named ``package.module:attr`` import from the current folder too, as under ``python -m``.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
