@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import json
 import os
 import shutil
@@ -487,6 +488,86 @@ def test_a_signal_stops_a_ray_run_cleanly_and_gives_its_resources_back(cluster, 
     assert summary["stop_reason"] == "interrupted" and "error" not in summary
     assert list((run / "checkpoints").glob("ckpt_*.pt"))
     deadline = time.monotonic() + SAFETY_NET
+    while ray.available_resources().get("CPU") != ray.cluster_resources().get("CPU"):
+        assert time.monotonic() < deadline, "the run's placement groups outlived it"
+        time.sleep(0.2)
+
+
+def _listening(pids: set[int]) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses the TCP sockets of these processes listen on (their socket inodes, found in /proc/net)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:  # gone meanwhile
+            continue
+        inodes |= {link[8:-1] for link in links if link.startswith("socket:[")}
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                raw = bytes.fromhex(fields[1].split(":")[0])  # 32-bit words in host (little-endian) order
+                found.append(ipaddress.ip_address(b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))))
+    return found
+
+
+def _loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def test_a_private_instance_listens_on_loopback_and_a_signal_to_the_group_stops_it_cleanly(tmp_path, monkeypatch):
+    """``runtime: ray`` without ``ray.address``, started the way a shell starts a job (its own process group).
+    Ray's servers, our ZeroMQ servers and ``workers.json`` are on loopback only. SIGTERM to the whole group stops
+    the run as interrupted (exit 130, a final checkpoint: Ray is not in the group, so the workers stop as under any
+    runtime) and nothing of it is left: no process, no shared memory (the autouse check), no pipe folder."""
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")  # this module's switch: the run must find its own
+    run, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start_endless_training(run, "runtime=ray", tmp=tmp, new_session=True)
+    try:
+        _wait_for_record(run, lambda r: r.get("policy_version", 0) >= 2)
+        tree = {proc.pid} | _descendants(proc.pid)
+        listening = _listening(tree)
+        hosts = {w["host"] for w in json.loads((run / "workers.json").read_text()).values()}
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=SAFETY_NET)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted" and "error" not in summary, summary
+    assert list((run / "checkpoints").glob("ckpt_*.pt"))
+    deadline = time.monotonic() + SAFETY_NET
+    while left := [pid for pid in tree if _alive(pid) and pid not in children_of(os.getpid())]:
+        assert time.monotonic() < deadline, f"processes of the run outlived it: {left}"
+        time.sleep(0.2)
+    assert not list(tmp.iterdir()), "pipe folders outlived the run"
+    assert len(tree) > 5 and listening, (tree, listening)  # Ray's processes and the workers were seen
+    assert all(_loopback(a) for a in listening), sorted(map(str, listening))
+    assert hosts == {"127.0.0.1"}, hosts
+
+
+def test_a_stop_while_ray_places_the_run_ends_it_at_once(cluster, tmp_path):
+    """A node group whose resource no node offers waits for its placement; a stop request meanwhile ends the run
+    there (stopped, not failed), long before ``ray.start_timeout_seconds``, and gives the cluster its CPUs back."""
+    c, _ = cluster
+    cfg = _cfg(c, "ray.node_resource=absent", "ray.start_timeout_seconds=3600")
+    stop = threading.Event()
+    thread, summary = _train_in_thread(cfg, tmp_path / "run", stop)
+    try:
+        deadline = time.monotonic() + SAFETY_NET
+        while not any(pg["state"] == "PENDING" for pg in ray.util.placement_group_table().values()):
+            assert time.monotonic() < deadline and thread.is_alive(), "the run never waited for its placement"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join(SAFETY_NET)
+    assert not thread.is_alive(), "the stop did not end the wait for the placement"
+    assert summary["stop_reason"] == "requested" and "error" not in summary, summary
     while ray.available_resources().get("CPU") != ray.cluster_resources().get("CPU"):
         assert time.monotonic() < deadline, "the run's placement groups outlived it"
         time.sleep(0.2)

@@ -13,7 +13,7 @@ from srl.api.schema import Field, sample_schema
 from srl.base import wire
 from srl.system.control import ControlReceiver, ZmqReporter
 from srl.system.remote_samples import SEGMENT, SampleReceiver, SampleSender
-from srl.system.streams import FREE, READY, PoolLayout, SegmentPool
+from srl.system.streams import FREE, PoolLayout, SegmentPool
 
 TOKEN = "a" * 32
 
@@ -41,123 +41,127 @@ def _receive(receiver: SampleReceiver, n: int, timeout: float = 5.0) -> np.ndarr
     return np.concatenate(got) if got else np.zeros((0, 2), np.int32)
 
 
-def test_segments_arrive_intact_and_free_the_senders_buffer(ends):
+def _until(cond, what: str, timeout: float = 5.0) -> None:
+    """Until ``cond()`` holds (the network's background threads move things along); fails after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def _acquire(sender: SampleSender, what: str = "no buffer came back", timeout: float = 5.0) -> int:
+    """A buffer from ``sender``, waiting for one to come back (a credit) at most ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while (buf := sender.acquire()) is None:
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+    return buf
+
+
+def _fill(pool: SegmentPool, sender: SampleSender, row: int, value: float) -> int:
+    buf = _acquire(sender)
+    for arr in pool.segment(row, buf).values():
+        arr[...] = value
+    sender.submit(buf)
+    return buf
+
+
+def test_segments_arrive_intact_and_their_buffers_come_back_with_the_trainers_credit(ends):
     pool, sender, receiver, _ = ends
-    time.sleep(0.3)  # the TCP connection comes up in the background; before that a send would wait its turn
     for value in (1.0, 2.0):
-        buf = sender.acquire()
-        assert buf is not None
-        for name, arr in pool.segment(1, buf).items():
-            arr[...] = value
-        sender.submit(buf)
-    deadline = time.monotonic() + 5.0
-    while not (pool.state[1] == FREE).all() and time.monotonic() < deadline:
-        sender.flush()  # the actor's next acquire does this
-        time.sleep(0.01)
-    assert (pool.state[1] == FREE).all()  # handed to ZeroMQ (a copy), so the actor may refill them
+        _fill(pool, sender, 1, value)
     records = _receive(receiver, 2)
     assert len(records) == 2
+    assert not (pool.state[1] == FREE).all()  # received, not yet taken: the buffers are still the sender's
     seen = sorted(float(receiver.segment(*r)["obs"].mean()) for r in records.tolist())
     assert seen == [1.0, 2.0]
     assert set(receiver.segment(*records[0].tolist())) == set(pool.layout.fields)
     for r in records.tolist():
         receiver.release(*r)
-    assert receiver.received == 2 and receiver.rejected == 0
+    _until(lambda: sender.flush() or (pool.state[1] == FREE).all(), "the credits did not come back")
+    assert receiver.received == 2 and receiver.rejected == 0 and sender.rejected == 0
     assert (pool.state[0] == FREE).all()  # another actor's row was never touched
 
 
-def test_a_segment_goes_out_as_soon_as_the_trainer_has_taken_the_previous_one(ends):
-    """Once the trainer has received a segment, the sender's queue has room again: the next submit sends at
-    once instead of leaving the segment in its buffer until the actor's next acquire (a whole segment later)."""
+def test_a_sender_has_no_more_segments_out_than_its_pool_row_holds(ends):
+    """The trainer reads nothing (busy with its update): after as many segments as the row has buffers the actor
+    gets no buffer, however much room the network has; each segment the trainer takes gives one back, at once
+    (the next one goes out on its submit, not a segment later). So the policy lag is bounded as inside a node."""
     pool, sender, receiver, _ = ends
-    time.sleep(0.3)  # the TCP connection comes up in the background
-    for i in range(20):
-        buf = sender.acquire()
-        assert buf is not None
-        sender.submit(buf)
-        assert sender.sent == i + 1 and pool.state[1, buf] == FREE, f"segment {i} was held back"
-        records = _receive(receiver, 1)
-        assert len(records) == 1
-        receiver.release(*records[0].tolist())
+    buffers = pool.layout.buffers
+    for _ in range(buffers):
+        _fill(pool, sender, 1, 0.0)
+    _until(lambda: sender.flush() or sender.unsent == 0, "the segments did not go out")
+    for _ in range(20):  # as long as one cares to look: nothing comes back
+        assert sender.acquire() is None
+    assert sender.awaiting == buffers
+    for i in range(20):  # the trainer takes one; its buffer comes back and the next segment goes out on submit
+        (record,) = _receive(receiver, 1).tolist()
+        receiver.release(*record)
+        sender.submit(_acquire(sender, f"no buffer back after segment {i}"))
+        assert sender.sent == buffers + i + 1 and sender.awaiting == buffers, f"segment {i} was held back"
 
 
-def test_a_trainer_that_falls_behind_parks_the_sender(tmp_path):
-    ctx = zmq.Context()
-    pool = SegmentPool.in_process(PoolLayout.of(_schema(64), 32, 8, actors=1, buffers=3, slots=2))
-    sock = ctx.socket(zmq.PULL)  # bound but never read: a trainer busy with its update
-    sock.setsockopt(zmq.RCVHWM, 1)
-    sock.setsockopt(zmq.RCVBUF, 4096)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    sender = SampleSender(pool, 0, 0, f"tcp://127.0.0.1:{port}", TOKEN, ctx)
-    try:
-        submitted = 0
-        for _ in range(50):
-            buf = sender.acquire()
-            if buf is None:
-                break
-            sender.submit(buf)
-            submitted += 1
-            time.sleep(0.02)
-        assert sender.acquire() is None  # every buffer is waiting to be sent: back-pressure, nothing dropped
-        assert (pool.state[0] == READY).any()
-        assert submitted < 50
-    finally:
-        sender.close()
-        sock.close()
-        ctx.destroy(linger=0)
-
-
-def test_a_parked_sender_sleeps_on_its_bell_until_the_trainer_takes_a_segment(tmp_path):
-    """Every buffer waits to be sent: the actor blocks on the sender's bell (the socket's descriptor) for as long
-    as it is told to, instead of looking every millisecond; when the trainer reads a segment, the bell wakes it
-    and the next acquire sends one and hands out a free buffer."""
+def test_a_parked_sender_sleeps_on_its_bell_until_the_trainer_takes_a_segment(ends):
+    """Every buffer is out: the actor blocks on the sender's bell (the socket's descriptor) for as long as it is
+    told to, instead of looking every millisecond; the trainer's credit wakes it and the next acquire hands out
+    the buffer that came back."""
     from srl.base.channel import wait_any
 
-    ctx = zmq.Context()
-    pool = SegmentPool.in_process(PoolLayout.of(_schema(64), 32, 8, actors=1, buffers=3, slots=2))
-    sock = ctx.socket(zmq.PULL)  # a trainer busy with its update: reads nothing until told
-    sock.setsockopt(zmq.RCVHWM, 1)
-    sock.setsockopt(zmq.RCVBUF, 4096)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    sender = SampleSender(pool, 0, 0, f"tcp://127.0.0.1:{port}", TOKEN, ctx)
+    pool, sender, receiver, _ = ends
+    for _ in range(pool.layout.buffers):
+        _fill(pool, sender, 1, 0.0)
+    records = _receive(receiver, pool.layout.buffers)
+    assert sender.acquire() is None and sender.bell is not None and sender.bell.fileno() is not None
+    t0 = time.monotonic()
+    assert wait_any([sender.bell], 0.3) == []  # nothing moved: it sleeps the whole timeout
+    assert time.monotonic() - t0 >= 0.25
+    receiver.release(*records[0].tolist())
+    woke = None
+    deadline = time.monotonic() + 5.0
+    while woke is None and time.monotonic() < deadline:
+        if wait_any([sender.bell], 2.0):
+            woke = sender.acquire()
+    assert woke is not None
+
+
+def test_a_trainer_that_dies_gives_the_segments_it_held_back_to_their_sender(ends):
+    """The trainer received segments and died before taking them: their credits will never come, so when the
+    connection drops the sender frees those buffers (counted as lost); a trainer that binds the address again
+    gets the next segments, and its credits free them as before."""
+    pool, sender, receiver, ctx = ends
+    for _ in range(pool.layout.buffers):
+        _fill(pool, sender, 1, 0.0)
+    assert len(_receive(receiver, pool.layout.buffers)) == pool.layout.buffers
+    assert sender.acquire() is None
+    address = receiver.address
+    receiver.close()  # its process died: the connection drops
+    buf = _acquire(sender, "the lost segments' buffers did not come back")
+    assert sender.lost == pool.layout.buffers and sender.awaiting == 0
+    again = SampleReceiver(pool.layout.fields, address, TOKEN, ctx, queue=8)
     try:
-        for _ in range(50):
-            buf = sender.acquire()
-            if buf is None:
-                break
-            sender.submit(buf)
-            time.sleep(0.02)
-        assert sender.acquire() is None and sender.unsent > 0
-        assert sender.bell is not None and sender.bell.fileno() is not None
-        t0 = time.monotonic()
-        assert wait_any([sender.bell], 0.3) == []  # nothing moved: it sleeps the whole timeout
-        assert time.monotonic() - t0 >= 0.25
-        woke = None
-        for _ in range(20):  # the trainer reads; each read makes room further up the socket's queues
-            sock.recv_multipart()
-            if wait_any([sender.bell], 2.0):
-                woke = sender.acquire()
-                if woke is not None:
-                    break
-        assert woke is not None and sender.sent > 0
+        sender.submit(buf)
+        (record,) = _receive(again, 1).tolist()
+        again.release(*record)
+        _until(lambda: sender.flush() or sender.awaiting == 0, "the new trainer's credit did not come back")
     finally:
-        sender.close()
-        sock.close()
-        ctx.destroy(linger=0)
+        again.close()
 
 
 def test_sample_messages_without_the_token_or_malformed_are_rejected_and_the_receiver_keeps_going(ends):
     pool, sender, receiver, ctx = ends
-    intruder = ctx.socket(zmq.PUSH)
+    intruder = ctx.socket(zmq.DEALER)
     intruder.setsockopt(zmq.LINGER, 0)
     intruder.connect(receiver.address)
     segment = {name: np.zeros(spec.shape, spec.dtype) for name, spec in pool.layout.fields.items()}
+    ok = {"token": TOKEN, "actor": 0, "buffer": 0, "seq": 1}
     bad = [
-        wire.encode(SEGMENT, segment, {"actor": 0}),  # no token
-        wire.encode(SEGMENT, segment, {"token": "b" * 32, "actor": 0}),  # another run's token
+        wire.encode(SEGMENT, segment, {**ok, "token": None}),  # no token
+        wire.encode(SEGMENT, segment, {**ok, "token": "b" * 32}),  # another run's token
         [b"\x00garbage"],  # not a message at all
-        wire.encode(SEGMENT, {**segment, "obs": np.zeros((3, 3), np.float32)}, {"token": TOKEN}),  # wrong shape
+        wire.encode(SEGMENT, {**segment, "obs": np.zeros((3, 3), np.float32)}, ok),  # wrong shape
         wire.encode("param_get", {}, {"token": TOKEN}),  # wrong kind
+        wire.encode(SEGMENT, segment, {**ok, "seq": "1"}),  # no credit could name it
     ]
     for frames in bad:
         intruder.send_multipart(frames)
@@ -236,24 +240,23 @@ def test_a_dict_observation_schema_crosses_intact_field_by_field():
         ctx.destroy(linger=0)
 
 
-def test_a_stage_forwards_staged_buffers_across_nodes_and_holds_them_until_sent(ends):
-    """A stage's forwarder sends a kept buffer of its row from where it is (STAGED in the pool) and frees it once
-    ZeroMQ has the copy; until then ``flush`` says something still waits."""
+def test_a_stage_forwards_staged_buffers_across_nodes_and_holds_them_until_the_trainer_takes_them(ends):
+    """A stage's forwarder sends a kept buffer of its row from where it is (STAGED in the pool) and frees it once the
+    trainer's credit for it is back; until the segment is out ``flush`` says something still waits."""
     from srl.system.remote_samples import RemoteForwarder
     from srl.system.streams import STAGED
 
     pool, sender, receiver, _ = ends
     forwarder = RemoteForwarder({1: sender})
-    time.sleep(0.3)  # the TCP connection comes up in the background
     pool.state[1, 2] = STAGED
     pool.segment(1, 2)["rewards"][...] = 5.0
     forwarder.forward(1, 2)
-    deadline = time.monotonic() + 5.0
-    while not forwarder.flush() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert forwarder.flush() and pool.state[1, 2] == FREE
+    _until(forwarder.flush, "the kept segment did not go out")
     (record,) = _receive(receiver, 1).tolist()
     assert float(receiver.segment(*record)["rewards"].mean()) == 5.0
+    assert pool.state[1, 2] != FREE  # out, not yet taken
+    receiver.release(*record)
+    _until(lambda: forwarder.flush() and pool.state[1, 2] == FREE, "the credit did not free the buffer")
 
 
 def test_record_channels_cross_nodes_with_the_token_and_never_block_their_writer():

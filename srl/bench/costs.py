@@ -273,8 +273,8 @@ def segment_send(plan: Plan, seconds: float) -> dict[str, float]:
     try:
 
         def one(i: int) -> None:
-            buffer = sender.acquire()
-            assert buffer is not None, "the previous segment was received, so its buffer is free"
+            while (buffer := sender.acquire()) is None:  # until the previous segment's credit is back
+                pass
             sender.submit(buffer)
             while not len(records := receiver.receive(1, 0.01)):  # returns as soon as the segment arrives
                 sender.flush()  # the first send may find the connection not yet up

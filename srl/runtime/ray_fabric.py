@@ -5,7 +5,8 @@ actors' segment pool, the request/reply pipes between them and their policy
 workers, and the buffer its parameter relay mirrors into: all node-local
 shared memory, exactly as in the local runtime, opened by name. The
 *trainers' node* holds the lead trainer's parameter buffer. Everything that
-crosses nodes is ZeroMQ TCP with the run's token: segments (actor -> trainer),
+crosses nodes is ZeroMQ TCP with the run's token: segments (actor -> trainer, and a credit back for each, which
+frees its buffer: :mod:`srl.system.remote_samples`),
 parameter snapshots (root -> relays, or -> every reader in flat mode), the
 records of a bound kind's channel (a population's episodes and member commands,
 :mod:`srl.system.remote_records`) and reports (every worker -> the controller). Servers bind the node's own address;
@@ -221,5 +222,5 @@ class NodeFabric(SharedFabric):
             self.endpoints.servers.get(endpoint.name, f"tcp://{self.host}:*"),
             self.endpoints.token,
             zmq.Context.instance(),
-            queue=self.plan.cfg.workers.batch_segments,
+            queue=self.plan.cfg.workers.buffers_per_actor,  # what one sender may have out (its credits)
         )

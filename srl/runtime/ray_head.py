@@ -12,7 +12,7 @@ Why loopback needs a setting: Ray's servers (GCS, raylet, every worker's) bind t
 node's address is literally 127.0.0.1, and ``ray.init`` turns 127.0.0.1 into the machine's own address unless
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (its single-machine mode, the default on macOS and Windows). This
 process sets it before Ray is imported, and its children inherit it; the driver that connects reads the same
-switch (:func:`loopback_driver`).
+switch (:func:`connect`).
 
 The process prints one JSON line when Ray is up (``{"address": GCS}``, or ``{"error": ...}``), then waits for its
 stdin to close. As a command: ``python -m srl.runtime.ray_head CPUS``.
@@ -28,7 +28,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch: "0" keeps a node's 127.0.0.1 as its address (so its servers bind loopback only)."""
@@ -76,8 +76,10 @@ class RayHead:
             raise HeadError(f"the private Ray instance did not start: {said['error']}")
         return str(said["address"])
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+    def gone(self) -> str | None:
+        """How the instance ended under the run (its processes die with this one), or None while it runs."""
+        code = self.proc.poll()
+        return None if code is None else f"the private Ray instance ended under the run (exit {code})"
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Shut Ray down (bounded: killed after ``timeout``; Ray's processes die with this one)."""
@@ -93,19 +95,35 @@ class RayHead:
             self.proc.stdout.close()
 
 
-@contextlib.contextmanager
-def loopback_driver() -> Iterator[None]:
-    """Inside, this process connects to a loopback Ray instance as one: Ray keeps 127.0.0.1 as the address to
-    reach it and to bind this driver's own server, instead of the machine's address (:data:`SINGLE_MACHINE`, which
-    Ray read once as it was imported, so it is its value that changes here)."""
+def connect(address: str) -> None:
+    """Connect this process to the private instance at ``address`` as its driver.
+
+    Two things Ray does only for a cluster it finds on its own are done here for this one, named by its address:
+    it keeps 127.0.0.1 as the address to reach it and to bind this driver's server (instead of the machine's), by
+    its single-machine switch (:data:`SINGLE_MACHINE`: read once, as Ray was imported, so its value changes here
+    while Ray connects); and it takes up the token the instance keeps (:func:`_take_up_token`)."""
+    import ray
     from ray._private import ray_constants
 
     before = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        yield
+        _take_up_token()
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = before
+
+
+def _take_up_token() -> None:
+    """Ray asks for a token on a cluster it starts (keeping it where every process of the user finds it), and a
+    driver takes it up for a cluster of this machine found without an address, not for one named by it."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def main(argv: list[str]) -> int:
@@ -114,7 +132,8 @@ def main(argv: list[str]) -> int:
     import ray
 
     try:
-        ctx = ray.init(
+        ray.init(
+            address="local",  # a new instance, even where `ray start` left one for ray.init() to find
             num_cpus=int(argv[0]),
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
@@ -124,7 +143,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}), flush=True)
         return 1
-    print(json.dumps({"address": ctx.address_info["gcs_address"]}), flush=True)
+    print(json.dumps({"address": ray.get_runtime_context().gcs_address}), flush=True)
     sys.stdin.read()  # until srl closes it, or dies
     ray.shutdown()
     return 0

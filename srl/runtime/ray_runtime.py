@@ -36,7 +36,9 @@ import json
 import logging
 import os
 import secrets
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -53,11 +55,11 @@ from srl.api.config import ConfigError, to_dict
 from srl.base import wire
 from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
-from srl.base.stop_signals import shielded
+from srl.base.stop_signals import SIGNALS, shielded
 from srl.runtime.plan import Plan
 from srl.runtime.ray_actors import NodeAgent, WorkerActor
 from srl.runtime.ray_fabric import Endpoints
-from srl.runtime.ray_head import HeadError, RayHead, loopback_driver
+from srl.runtime.ray_head import HeadError, RayHead, connect
 from srl.runtime.supervisor import Launch, StartError, Supervisor
 from srl.runtime.topology import TRAINER, TRAINER_NODE, Endpoint, Stream, WorkerSpec, trainer_group
 from srl.system.control import ControlReceiver
@@ -131,18 +133,24 @@ def _bundle(plan: Plan, node: int) -> dict[str, float]:
     return bundle
 
 
+def _present() -> str | None:
+    """A cluster srl did not start: nothing to say about how it went."""
+    return None
+
+
 @contextlib.contextmanager
-def _session(plan: Plan, stopped: Callable[[], bool]) -> Iterator[bool]:
-    """Connected to Ray inside (False: told to stop before it was). Without ``ray.address`` a private instance is
-    started for the run (on loopback, out of srl's process group: :mod:`srl.runtime.ray_head`) and shut down after
-    it; a joined cluster is left running; a connection the caller made before is the caller's."""
+def _session(plan: Plan, stopped: Callable[[], bool]) -> Iterator[Callable[[], str | None] | None]:
+    """Connected to Ray inside, with a function that says how Ray ended under the run (None while it runs); None
+    instead when told to stop before it was connected. Without ``ray.address`` a private instance is started for
+    the run (on loopback, out of srl's process group: :mod:`srl.runtime.ray_head`) and shut down after it; a
+    joined cluster is left running; a connection the caller made before is the caller's."""
     if ray.is_initialized():
-        yield True
+        yield _present
         return
-    address = plan.cfg.ray.address
-    head = RayHead(_cpus(plan)) if address is None else None
+    head = RayHead(_cpus(plan)) if plan.cfg.ray.address is None else None
     try:
-        yield _connect(plan, head, stopped)
+        connected = _connect(plan, head, stopped)
+        yield (_present if head is None else head.gone) if connected else None
     finally:
         with shielded():  # bounded: Ray's shutdown, then its processes killed if they take too long
             if ray.is_initialized():
@@ -168,16 +176,37 @@ def _connect(plan: Plan, head: RayHead | None, stopped: Callable[[], bool]) -> b
             raise StartError(f"ray: {exc}") from None
         if address is None:
             return False
-        with loopback_driver():
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        with _signals_kept():
+            connect(address)
         return True
     assert r.address is not None
     _probe(r.address)
     try:
-        ray.init(address=r.address, logging_level=logging.WARNING)
+        with _signals_kept():
+            ray.init(address=r.address, logging_level=logging.WARNING)
     except ConnectionError as exc:
         raise ConfigError(f"ray.address: cannot connect to {r.address!r}: {exc}") from None
     return True
+
+
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    """Around ``ray.init``: it installs handlers of its own for SIGTERM (and more) that end the process at once, no
+    summary, no cleanup. Here SIGINT and SIGTERM are held back while Ray connects (its threads start with them
+    blocked, so they never take one), the run's handlers (:mod:`srl.base.stop_signals`) are put back, and a signal
+    that came meanwhile is delivered to them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, nothing to put back
+                signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _probe(address: str) -> None:
@@ -196,10 +225,16 @@ class RayPlacement:
     of the Ray runtime)."""
 
     def __init__(
-        self, plan: Plan, run_dir: Path | None, endpoints: Endpoints, stopped: Callable[[], bool] = lambda: False
+        self,
+        plan: Plan,
+        run_dir: Path | None,
+        endpoints: Endpoints,
+        stopped: Callable[[], bool] = lambda: False,
+        gone: Callable[[], str | None] = _present,
     ) -> None:
-        """``stopped``: whether the run was told to stop (the start's waits on Ray give up then: :class:`Stopped`)."""
-        self.plan, self.run_dir, self.endpoints, self.stopped = plan, run_dir, endpoints, stopped
+        """``stopped``: whether the run was told to stop (the start's waits on Ray give up then: :class:`Stopped`);
+        ``gone``: how Ray ended under the run, if it did (then nothing is asked of it any more)."""
+        self.plan, self.run_dir, self.endpoints, self.stopped, self.gone = plan, run_dir, endpoints, stopped, gone
         self.groups: dict[int, Group] = {}
         self.workers: dict[str, Running] = {}
         self.waiting: dict[int, list[Launch]] = {}  # node group -> workers to start once it is placed again
@@ -304,7 +339,10 @@ class RayPlacement:
         return [launch.worker for launch in now]
 
     def started(self) -> list[WorkerSpec]:
-        """Start the workers of groups placed again since the last call (in start order)."""
+        """Start the workers of groups placed again since the last call (in start order). Raises StartError when
+        Ray itself ended (its workers with it)."""
+        if (gone := self.gone()) is not None:
+            raise StartError(f"ray: {gone}")
         out: list[WorkerSpec] = []
         for node in list(self.waiting):
             group = self.groups[node]
@@ -446,6 +484,8 @@ class RayPlacement:
     # ------------------------------------------------------------------ stop
     def stop(self, receiver: ControlReceiver) -> list[np.ndarray] | None:
         """Ask every worker to finish (final checkpoint, last reports), then read each policy's newest snapshot."""
+        if self.gone() is not None:
+            return None
         live = [w for w in self.workers.values() if w.ref is not None]
         for w in live:
             w.handle.stop.remote()
@@ -474,7 +514,10 @@ class RayPlacement:
 
     def release(self) -> None:
         """Kill every actor, destroy every node's shared memory, free the placement groups (every exit path; bounded:
-        the agents close together, within one :data:`CALL_TIMEOUT`)."""
+        the agents close together, within one :data:`CALL_TIMEOUT`). Nothing to do when Ray itself ended: all of
+        it went with Ray, and what the agents made in shared memory is swept after."""
+        if self.gone() is not None:
+            return
         for w in self.workers.values():
             ray.kill(w.handle, no_restart=True)
         agents = [group.agent for group in self.groups.values() if group.agent is not None]
@@ -495,8 +538,8 @@ def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np
 
     with stop_on_signals(controller):  # from the start of Ray on, and around the cleanup too
         try:
-            with _session(plan, stopped) as connected:
-                return _run(plan, controller, run_dir, stopped) if connected else None
+            with _session(plan, stopped) as gone:
+                return None if gone is None else _run(plan, controller, run_dir, stopped, gone)
         except StartError as exc:  # the private instance did not start
             controller.fail(str(exc))
             return None
@@ -506,11 +549,15 @@ def run_ray(plan: Plan, controller: Controller, run_dir: Path | None) -> list[np
 
 
 def _run(
-    plan: Plan, controller: Controller, run_dir: Path | None, stopped: Callable[[], bool]
+    plan: Plan,
+    controller: Controller,
+    run_dir: Path | None,
+    stopped: Callable[[], bool],
+    gone: Callable[[], str | None],
 ) -> list[np.ndarray] | None:
     token = secrets.token_hex(16)
     receiver = ControlReceiver(f"tcp://{ray.util.get_node_ip_address()}:*", controller.handle, token=token)
-    placement = RayPlacement(plan, run_dir, Endpoints(receiver.address, token), stopped)
+    placement = RayPlacement(plan, run_dir, Endpoints(receiver.address, token), stopped, gone)
     try:
         supervisor = Supervisor(plan, placement, controller, receiver, run_dir)
         try:

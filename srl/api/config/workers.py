@@ -52,7 +52,8 @@ class WorkersConfig:
     before the algorithm sees them."""
     sample_buffers: int = 0
     """Segment buffers per actor (in flight + queued for the trainer); 0 picks ``ring_size + 2``.
-    Fewer buffers bound policy lag by back-pressure; more let actors run ahead of the trainer."""
+    Fewer buffers bound policy lag by back-pressure; more let actors run ahead of the trainer. The bound holds
+    across nodes too (Ray): a sent segment's buffer is free again only when the trainer has taken the segment."""
     torch_threads: int = 1
     """Torch intra-op threads in each worker process."""
     autotune: bool = False
