@@ -177,3 +177,9 @@ def test_dqn_solves_cartpole_from_its_replay_within_100k_env_steps(tmp_path, run
     }
     assert summary["final_eval_return_mean"] >= 475
     assert abs(summary["replays"]["replay0"]["samples_per_insert"] / 32 - 1) < 0.05
+
+
+def test_bench_solve_reports_the_mean_policy_lag_of_the_samples_trained_on():
+    from srl.bench.throughput import _mean_lag
+
+    assert _mean_lag([1, 1, 2]) == 1.25 and _mean_lag([]) is None and _mean_lag([0, 0]) is None

@@ -203,10 +203,12 @@ def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
                 "solved_wall_seconds": summary.get("solved_wall_seconds"),
                 "solved_env_steps": summary.get("solved_env_steps"),
                 "wall_seconds": summary["wall_seconds"],
+                "lag_mean": _mean_lag(summary.get("lag_histogram") or []),
             }
         )
     times = [r["solved_wall_seconds"] if r["solved"] else float("inf") for r in results]
-    median = float(np.median(times))
+    steps = [r["solved_env_steps"] if r["solved"] else float("inf") for r in results]
+    median, median_steps = float(np.median(times)), float(np.median(steps))
     return {
         "bench": "solve",
         "config": config,
@@ -214,8 +216,15 @@ def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
         "runs": runs,
         "solved": sum(r["solved"] for r in results),
         "median_solved_wall_seconds": round(median, 2) if np.isfinite(median) else None,
+        "median_solved_env_steps": int(median_steps) if np.isfinite(median_steps) else None,
         "per_run": results,
     }
+
+
+def _mean_lag(histogram: list[int]) -> float | None:
+    """The mean policy lag of the samples a run trained on, from its ``lag_histogram`` (None: it trained none)."""
+    total = sum(histogram)
+    return round(sum(lag * n for lag, n in enumerate(histogram)) / total, 3) if total else None
 
 
 def bench_env(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
