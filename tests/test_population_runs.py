@@ -147,7 +147,7 @@ def test_each_policy_of_a_multi_agent_env_has_a_population_whose_teams_are_evalu
     for name, p in summary["policies"].items():
         assert p["final_eval_return_mean"] >= 7.0 and p["train_return_mean"] >= 7.0, (name, p)
     exploits = [r for r in _lineage(run) if r["event"] == "exploit"]
-    first = {r["target"]: r["source"] for r in exploits if r["env_steps"] <= 1200}
+    first = {r["target"]: r["source"] for r in exploits if r["member_env_steps"] <= 1200}
     assert first == {2: 0, 3: 1}, exploits[:4]  # each member 1 copies its own policy's member 0
     assert all(r["source"] % 2 == r["target"] % 2 for r in exploits)  # never across policies
     assert summary["population"]["best"] in ("member0", "member1")
