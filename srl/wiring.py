@@ -22,6 +22,7 @@ from srl.algorithms.dqn_math import dueling as dueling_rule
 from srl.api.algorithm import AlgorithmClass, AlgorithmContext, PlanView
 from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.api.config.errors import check
+from srl.api.config.experiment import ALGORITHM_SECTIONS
 from srl.api.plugins import resolve
 from srl.api.spaces import OBS, STATE
 from srl.api.worker import Algorithm, Collective, Policy
@@ -162,7 +163,7 @@ def algorithm_settings(cfg: ExperimentConfig) -> Any:
     return build(settings, cfg.algorithm_args, prefix="algorithm_args.")
 
 
-ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "sac", "td3", "text")
+PER_ALGORITHM_SECTIONS = (*ALGORITHM_SECTIONS, "text")
 """The experiment's sections that hold one algorithm's settings: set for another algorithm, they change nothing."""
 
 
@@ -175,7 +176,7 @@ def unread_sections(cfg: ExperimentConfig) -> list[str]:
     read = {own, *getattr(cls, "reads", ())}
     takes = f"it reads {own}" if own is not None else "it takes algorithm_args"
     out = []
-    for name in ALGORITHM_SECTIONS:
+    for name in PER_ALGORITHM_SECTIONS:
         given = getattr(cfg, name)
         default = type(given)()
         changed = [f.name for f in dataclasses.fields(given) if getattr(given, f.name) != getattr(default, f.name)]

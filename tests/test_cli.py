@@ -214,13 +214,15 @@ def test_progress_to_a_file_is_one_plain_line_per_record():
     assert stream.getvalue() == out  # no empty line at the end
 
 
-def test_a_second_signal_ends_the_wait_for_slow_workers_and_still_leaves_the_summary_and_nothing_else(tmp_path):
+@pytest.mark.parametrize("config", ["cartpole_ppo.yaml", "cartpole_dqn.yaml"])
+def test_a_second_signal_ends_the_wait_for_slow_workers_and_still_leaves_the_summary_and_nothing_else(tmp_path, config):
     """The actor's envs take a minute to close, so the first SIGINT leaves the run waiting for it; a second one,
-    sent once the closing has begun, ends the wait: the workers are killed, shared memory and pipes removed, the
-    summary written, exit 130."""
+    sent once the closing has begun, ends the wait: the workers are killed, shared memory (a replay's storage
+    too) and pipes removed, the summary written, exit 130."""
     run, closing = tmp_path / "run", tmp_path / "closing"
     sets = ["env.id=srl.envs.testing:slow_closing_cartpole", f"env.kwargs={{closing: {closing}}}"]
-    proc = start_endless_training(run, "runtime=local", "run.eval_episodes=0", *sets)
+    endless = ["run.total_env_steps=100000000", "run.log_interval_seconds=0.2", "run.eval_episodes=0"]
+    proc = _start(_train_command(ROOT / "configs" / config, run, "runtime=local", *endless, *sets))
     with _reaped(proc):
         wait_while_running(lambda: last_record(run).get("policy_version", 0) >= 2, proc)
         proc.send_signal(signal.SIGINT)
@@ -241,6 +243,14 @@ def test_a_signal_during_a_shielded_cleanup_raises_only_once_the_cleanup_is_done
             steps.append("cleaned up")
         pytest.fail("the kept signal did not raise as the cleanup ended")
     assert steps == ["stop", "cleaned up"]
+    with pytest.raises(KeyboardInterrupt), held(lambda: None):  # a third signal is not kept waiting
+        signal.raise_signal(signal.SIGINT)
+        with shielded():
+            signal.raise_signal(signal.SIGINT)  # kept
+            steps.append("cleaning up")
+            signal.raise_signal(signal.SIGINT)  # raises
+            pytest.fail("the third signal was kept")
+    assert steps[-1] == "cleaning up"
 
 
 def test_ctrl_c_stops_a_script_that_trains_in_a_loop_through_the_python_api(tmp_path):

@@ -293,3 +293,18 @@ def test_record_channels_cross_nodes_with_the_token_and_never_block_their_writer
     finally:
         writer.close()
         reader.close()
+
+
+def test_segments_lost_across_nodes_are_counted_as_dropped_across_an_actors_restarts() -> None:
+    """What an actor's senders lost (the trainer's connection dropped before it took them) is in the run's
+    ``dropped_segments``, and stays there when the actor starts again and counts from 0."""
+    import time
+
+    from srl.api.config import load_config
+    from srl.system.controller import Controller
+
+    controller = Controller(load_config("configs/cartpole_ppo.yaml"), None, time.time(), progress=None)
+    controller.handle("actor", {"actor": 0, "env_steps": 64, "lost_segments": 3}, {})
+    controller.note_restart("actor0", "killed", dropped_segments=1, actor=0)
+    controller.handle("actor", {"actor": 0, "env_steps": 32, "lost_segments": 2}, {})
+    assert controller.summary(None)["dropped_segments"] == 3 + 1 + 2

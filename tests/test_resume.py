@@ -230,6 +230,10 @@ def test_resume_continues_wall_time_episodes_and_the_return_window(tmp_path) -> 
         assert values == sorted(values), key  # non-decreasing, across the boundary too
         assert second[key] > first[key], key
     assert math.isfinite(records[before]["return_mean"])
+    counters = json.loads((run / "checkpoints" / "controller.json").read_text())
+    del counters["env_steps"]  # as a run saved them before they counted env steps: the checkpoints' count stands in
+    (run / "checkpoints" / "controller.json").write_text(json.dumps(counters))
+    assert resume_config(run, ["run.total_env_steps=12500"])[1].env_steps < second["env_steps"]
     (run / "checkpoints" / "controller.json").unlink()  # a run saved without the counters still resumes
     cfg3, resume = resume_config(run, ["run.total_env_steps=12500"])
     third = train(cfg3, run, progress=None, resume=resume)

@@ -11,7 +11,8 @@ not wait.
 What a second signal must not cut short: the cleanup after it (killing the workers, removing shared memory and
 pipes) and the summary. Those run :func:`shielded`: a signal that comes meanwhile is kept, and raised as the
 shielded block ends, so a user who presses Ctrl-C twice still finds ``summary.json`` and nothing left behind.
-Everything shielded is bounded in time, so a shield never makes ``srl`` hang.
+Everything shielded is bounded in time; a third signal raises at once all the same, so a shield never makes
+``srl`` deaf (what it then leaves, the next run's sweep removes).
 
 A signal the process inherited as ignored stays ignored: whoever started the process chose that (a shell
 script starts ``srl train ... &`` with SIGINT ignored, so that a Ctrl-C meant for the script spares its
@@ -50,9 +51,10 @@ class StopSignals:
         self.received += 1
         # counted, not read from a run's stop reason: a run already stopping as solved still hears a second
         if self.holds == 0 or self.received > 1:
-            if self.shields:
+            if self.shields and not self.deferred:  # one is kept; one more breaks through (see shielded)
                 self.deferred = True
                 return
+            self.deferred = False
             raise KeyboardInterrupt
         self.pending = True
         self.deliver()
@@ -121,9 +123,10 @@ def held(on_stop: Callable[[], None] | None = None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def shielded() -> Iterator[None]:
-    """Inside, no signal raises: what must run whole (a run's cleanup, its summary) does; a signal that would have
-    raised meanwhile raises KeyboardInterrupt as the outermost shielded block ends. What runs inside must be
-    bounded in time (kills, unlinks, bounded waits), or a shield would make the command deaf to Ctrl-C."""
+    """Inside, a signal that would raise is kept: what must run whole (a run's cleanup, its summary) does, and the
+    signal raises KeyboardInterrupt as the outermost shielded block ends. One more signal while one is kept
+    raises at once: what runs inside is bounded in time (kills, unlinks, bounded waits), but a user who presses
+    Ctrl-C a third time is never kept waiting on something that went wrong."""
     with listening() as handler:
         if handler is None:
             yield

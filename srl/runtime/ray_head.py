@@ -27,6 +27,7 @@ import os
 import select
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -47,11 +48,12 @@ class RayHead:
         env = dict(os.environ, **{SINGLE_MACHINE: "0"})
         env.setdefault("RAY_worker_niceness", "0")  # our workers are the hot path, not background work
         env.pop("RAY_ADDRESS", None)  # a fresh instance, whatever cluster the caller's shell points at
+        self._said = tempfile.TemporaryFile()  # its stderr (Ray's notices): the last line explains a failed start
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "srl.runtime.ray_head", str(cpus)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,  # Ray's notices; its logs are in its session folder
+            stderr=self._said,
             env=env,
             start_new_session=True,  # out of srl's process group (see the module doc)
         )
@@ -64,17 +66,29 @@ class RayHead:
             if stopped():
                 return None
             if self.proc.poll() is not None:
-                raise HeadError(f"the private Ray instance ended as it started (exit {self.proc.returncode})")
+                raise HeadError(
+                    f"the private Ray instance ended as it started (exit {self.proc.returncode}){self._why()}"
+                )
             if time.monotonic() > deadline:
-                raise HeadError(f"the private Ray instance did not start within {timeout:.0f} s")
+                raise HeadError(
+                    f"the private Ray instance did not start within {timeout:.0f} s (ray.start_timeout_seconds)"
+                )
         line = self.proc.stdout.readline()
         try:
             said = json.loads(line)
         except ValueError:
-            raise HeadError(f"the private Ray instance ended as it started (exit {self.proc.wait(5.0)})") from None
+            code = self.proc.poll()
+            how = f"ended as it started (exit {code})" if code is not None else f"said {line[:200]!r}"
+            raise HeadError(f"the private Ray instance {how}{self._why()}") from None
         if "error" in said:
             raise HeadError(f"the private Ray instance did not start: {said['error']}")
         return str(said["address"])
+
+    def _why(self) -> str:
+        """The last line the process wrote to stderr, as a clause (empty when it wrote none)."""
+        self._said.seek(0)
+        lines = self._said.read()[-4096:].decode(errors="replace").strip().splitlines()
+        return f": {lines[-1].strip()}" if lines else ""
 
     def gone(self) -> str | None:
         """How the instance ended under the run (its processes die with this one), or None while it runs."""
@@ -93,6 +107,7 @@ class RayHead:
             self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        self._said.close()
 
 
 def connect(address: str) -> None:

@@ -60,14 +60,15 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     counters = read_counters(Path(run_dir))
-    steps = counters.env_steps if counters is not None else _trained_env_steps(cfg, states)
+    counted = None if counters is None else counters.env_steps
+    steps = counted if counted is not None else _trained_env_steps(cfg, states)
     resume = Resume(tuple(newest), tuple(int(s["version"]) for s in states), steps, counters)
     _check_work_left(cfg, resume, Path(run_dir))
     return cfg, resume
 
 
 def _trained_env_steps(cfg: ExperimentConfig, states: Sequence[Mapping[str, Any]]) -> int:
-    """The env steps a run saved without the controller's counters had taken, as its checkpoints count them: a
+    """The env steps a run whose controller saved no count had taken, as its checkpoints count them: a
     population's members each trained on their share of the envs, so theirs add up (one base policy's members:
     the members of the others played the same steps); every other policy saw every step."""
     trained = [int(s.get("trained_samples", s["samples"])) for s in states]
@@ -197,18 +198,17 @@ def train(
             snapshots = None
         except KeyboardInterrupt:
             controller.stop_reason, snapshots, interrupted = controller.stop_reason or "interrupted", None, True
+        final_eval: dict[str, Any] = {}
         try:
-            summary = _final(plan, controller, snapshots, resume)
-        except KeyboardInterrupt:  # during the final evaluation: the summary goes without it
-            controller.warn("the final evaluation was interrupted")
-            summary, interrupted = _final(plan, controller, None, resume), True
-        summary["run_dir"] = str(rd.path)
+            with shielded():  # the last record: a signal now waits until it is written
+                controller.tick(force=True)
+                controller.line.end()
+            final_eval = _evaluations(plan, controller, snapshots, resume is None)
+        except KeyboardInterrupt:  # the summary goes without the evaluations
+            controller.warn("interrupted: the summary has no final evaluation")
+            interrupted = True
         with shielded():  # a signal now waits until the summary is whole
-            try:
-                rd.write_counters(controller.counters())  # the final evaluation's time included
-                rd.write_summary(summary)
-            except RunDirError as exc:  # the summary still goes to the caller (``srl train`` prints it)
-                summary["error"] = summary.get("error") or str(exc)
+            summary = _summary(controller, final_eval, resume, rd)
         if interrupted:  # the summary is written: now the command (or the caller's script) stops
             raise KeyboardInterrupt
         return summary
@@ -216,20 +216,32 @@ def train(
         rd.close()
 
 
-def _final(plan: Plan, controller: Controller, snapshots: list[Any] | None, resume: Resume | None) -> dict[str, Any]:
-    """The run's summary, with the final evaluation of ``snapshots`` (none after an error or an interruption)."""
+def _evaluations(plan: Plan, controller: Controller, snapshots: list[Any] | None, fresh: bool) -> dict[str, Any]:
+    """The final evaluation of ``snapshots`` (none after an error or an interruption) and, with
+    ``run.eval_initial`` on a fresh run, the starting policy's on the same episodes (``initial``)."""
     cfg = plan.cfg
-    controller.tick(force=True)
-    controller.line.end()
-    final_eval = None
-    if snapshots is not None and cfg.run.eval_episodes > 0 and controller.stop_reason not in ("error", "interrupted"):
-        final_eval = evaluate(plan, snapshots, cfg.run.eval_episodes, seed=eval_seed(cfg))
-    summary = controller.summary(final_eval)
-    if final_eval is not None and cfg.run.eval_initial and resume is None:
-        initial = [p.acting_policy().flat_state() for p in plan.policies]
-        before = evaluate(plan, initial, cfg.run.eval_episodes, seed=eval_seed(cfg))
-        summary["initial_eval_return_mean"] = before["return_mean"]
+    if snapshots is None or cfg.run.eval_episodes == 0 or controller.stop_reason in ("error", "interrupted"):
+        return {}
+    final = evaluate(plan, snapshots, cfg.run.eval_episodes, seed=eval_seed(cfg))
+    if not (cfg.run.eval_initial and fresh):
+        return {"final": final}
+    initial = [p.acting_policy().flat_state() for p in plan.policies]
+    return {"final": final, "initial": evaluate(plan, initial, cfg.run.eval_episodes, seed=eval_seed(cfg))}
+
+
+def _summary(controller: Controller, evals: Mapping[str, Any], resume: Resume | None, rd: RunDir) -> dict[str, Any]:
+    """The run's summary, written to ``summary.json`` (with the counters a resume continues from) and returned;
+    a run directory that cannot take it is the summary's ``error``, and the caller still gets it."""
+    summary = controller.summary(evals.get("final"))
+    if "initial" in evals:
+        summary["initial_eval_return_mean"] = evals["initial"]["return_mean"]
+    summary["run_dir"] = str(rd.path)
     if resume is not None:
         paths = [str(p) for p in resume.checkpoints]
         summary["resumed_from"] = paths[0] if len(paths) == 1 else paths
+    try:
+        rd.write_counters(controller.counters())  # the final evaluation's time included
+        rd.write_summary(summary)
+    except RunDirError as exc:  # the summary still goes to the caller (``srl train`` prints it)
+        summary["error"] = summary.get("error") or str(exc)
     return summary

@@ -432,6 +432,7 @@ class ActorWorker(Worker):
                 "env_steps": self.env_steps,
                 "segments": self.segments,
                 "nonfinite_steps": self.nonfinite_steps,
+                "lost_segments": sum(p.lost for p in self.producers),
                 "reposts": self.reposts,
                 "t_total": time.perf_counter() - self._t_start,
                 "t_env": self.t_env,

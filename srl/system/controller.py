@@ -57,6 +57,8 @@ class Controller:
         """Each policy's recent episode returns (its agents')."""
         self.actor_steps: dict[int, int] = {}
         self.actor_nonfinite: dict[int, int] = {}
+        self.actor_lost: dict[int, int] = {}
+        """Each actor's segments sent across nodes that no trainer took (the connection dropped), this start's."""
         self.episodes = 0
         self.wall_offset = 0.0
         """Seconds the run ran in earlier processes (a resumed run's): its wall time counts on from them."""
@@ -130,6 +132,7 @@ class Controller:
             if self._train_start is None and self.env_steps > self.env_steps_offset:
                 self._train_start = time.time()  # the first env step reported: training rates count from here
             self.actor_nonfinite[int(meta["actor"])] = int(meta.get("nonfinite_steps", 0))
+            self.actor_lost[int(meta["actor"])] = int(meta.get("lost_segments", 0))
             explore = {k: float(v) for k, v in meta.items() if k.startswith("explore_")}
             if explore:  # an algorithm's exploration (epsilon), averaged over the actors in the metrics
                 self.actor_explore[int(meta["actor"])] = explore
@@ -233,8 +236,10 @@ class Controller:
 
     @property
     def dropped_segments(self) -> int:
-        """Segments dropped as too stale by trainers, plus unfinished ones of actors that died."""
-        return sum(int(t.get("dropped_segments", 0)) for t in self.trainers.values()) + self.restart_dropped_segments
+        """Segments dropped as too stale by trainers, unfinished ones of actors that died, and those sent across
+        nodes that no trainer took."""
+        stale = sum(int(t.get("dropped_segments", 0)) for t in self.trainers.values())
+        return stale + self.restart_dropped_segments + sum(self.actor_lost.values())
 
     def actor_env_steps(self, actor: int) -> int:
         """Env steps actor ``actor`` took in this process, over all its starts (as reported)."""
@@ -249,7 +254,8 @@ class Controller:
         steps from 0 again: the steps of the one before are kept."""
         self.restarts[worker] = self.restarts.get(worker, 0) + 1
         self.restart_dropped_segments += dropped_segments
-        if actor is not None:
+        if actor is not None:  # its new process counts its lost segments from 0 again too
+            self.restart_dropped_segments += self.actor_lost.pop(actor, 0)
             self._actor_steps_before[actor] = self._actor_steps_before.get(actor, 0) + self.actor_steps.pop(actor, 0)
         if worker in self.stages:  # its new process counts from 0 again
             self._stage_before[worker] = {key: int(self.stages[worker][key]) for key in ("kept", "dropped")}

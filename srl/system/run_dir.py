@@ -64,8 +64,9 @@ class RunCounters:
 
     wall_seconds: float
     """Seconds the run's processes have run, from each one's start."""
-    env_steps: int
-    """Env steps the run's processes have taken (what ``run.total_env_steps`` counts)."""
+    env_steps: int | None
+    """Env steps the run's processes have taken (what ``run.total_env_steps`` counts); None in a file written
+    before the count was kept there (the checkpoints' count stands in)."""
     episodes: int
     """Episodes finished."""
     returns: list[float]
@@ -81,7 +82,7 @@ class RunCounters:
         wall, policies = data.get("wall_seconds"), data.get("policy_returns")
         if not _is_number(wall) or wall < 0:
             raise ValueError("wall_seconds: a number >= 0 expected")
-        episodes, steps = _count(data, "episodes"), _count(data, "env_steps")
+        episodes, steps = _count(data, "episodes"), _count(data, "env_steps") if "env_steps" in data else None
         if not isinstance(policies, dict):
             raise ValueError("policy_returns: an object expected")
         by_policy = {str(k): _numbers(v, f"policy_returns.{k}") for k, v in policies.items()}

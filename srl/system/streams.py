@@ -152,6 +152,11 @@ class SegmentPool:
 class SegmentSink(Protocol):
     """Actor side of the sample stream, within a node (:class:`SampleProducer`) or across nodes."""
 
+    lost: int
+    """Segments handed on that never reached a trainer (across nodes: the connection dropped before the trainer
+    took them, and their buffers came back); 0 within a node, where a trainer's death is the supervisor's to
+    count."""
+
     @property
     def bell(self) -> Channel | None:
         """Readable when a buffer of this sink's row may have come back, to wait on beside other channels; None
@@ -205,6 +210,8 @@ class SegmentSource(Protocol):
 
 class SampleProducer:
     """Actor side of the sample stream: takes free buffers, hands full ones to a trainer."""
+
+    lost = 0  # within a node: see SegmentSink.lost
 
     def __init__(
         self, pool: SegmentPool, actor: int, channel: Channel, submitted: int = READY, bell: Channel | None = None

@@ -25,7 +25,7 @@ from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
 
-_ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "sac", "td3")
+ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "sac", "td3")
 """The typed sections an algorithm reads its settings from, whose number fields a population may search."""
 
 FIXED_ON_RESUME = (
@@ -188,7 +188,7 @@ class ExperimentConfig:
         pop = self.population
         if not pop.enabled:
             return
-        sections = {f.name for f in dataclasses.fields(self) if f.name in _ALGORITHM_SECTIONS}
+        sections = {f.name for f in dataclasses.fields(self) if f.name in ALGORITHM_SECTIONS}
         for i, h in enumerate(pop.hyperparameters):
             where = f"population.hyperparameters[{i}].key"
             known = ", ".join(sorted(sections))

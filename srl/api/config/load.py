@@ -144,12 +144,13 @@ def notices() -> Iterator[list[str]]:
     kept: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConfigNotice)
-        yield kept
-    for w in caught:
-        if issubclass(w.category, ConfigNotice):
-            kept.append(str(w.message))
-        else:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+        try:
+            yield kept
+        finally:  # also when reading failed: the other warnings are shown all the same
+            others = [w for w in caught if not issubclass(w.category, ConfigNotice)]
+            kept.extend(str(w.message) for w in caught if issubclass(w.category, ConfigNotice))
+    for w in others:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
 
 
 def _dig(data: Mapping[str, Any], *keys: str) -> Any:
