@@ -13,7 +13,7 @@ What it runs is what the runtime runs, in one process and in turn: one actor's v
 takes as many batches as ``--samples-per-insert`` allows past ``--min-size`` items (the rate limiter's
 contract, without its error buffer), and the actor acts on the new weights for the next segment. The replay
 keeps the last ``--max-size`` transitions and samples uniformly; each item's n-step return, discount and
-bootstrap observation come from :func:`srl.system.nstep.nstep` when it is sampled, truncations bootstrapping
+bootstrap observation come from :func:`srl.algorithms.nstep.nstep` when it is sampled, truncations bootstrapping
 from the env's final observation.
 
 The settings it reaches the target with, on 6 seeds of 6, are configs/cartpole_dqn.yaml's; the numbers are in
@@ -33,9 +33,9 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from srl.algorithms.dqn import BOOT, DQN
+from srl.algorithms.nstep import nstep
 from srl.api.config import ExperimentConfig, load_config
 from srl.api.explore import make_explorer
-from srl.system.nstep import nstep
 from srl.wiring import acting_policy, context, make_algorithm
 
 

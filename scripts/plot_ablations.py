@@ -19,7 +19,7 @@ import matplotlib
 import numpy as np
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def _curve(run: dict, grid: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from srl.api.plugins import resolve
 from srl.envs.slots import make_slot
 from srl.evaluate import eval_seed
 from srl.runtime.plan import make_plan
-from srl.system.trainer_worker import checkpoints, load_checkpoint
+from srl.system.checkpoint import checkpoints, load_checkpoint
 from srl.text.algorithm import prompt_mask
 from srl.text.generate import completion_logp
 from srl.text.hf import load_lm

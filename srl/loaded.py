@@ -10,11 +10,15 @@ env accepts (Box actions clipped to the bounds, ``start`` offsets added). For
 a multi-agent env (a PettingZoo ``ParallelEnv``) it takes the env's dict of
 per-agent observations and returns a dict of per-agent actions; in a run of
 several policies (``agents`` rules) each agent is answered by its own policy.
+
+:func:`load_policies` is the one reader of a run's trained policies: ``srl eval``, league opponents and
+``srl.load_policy`` all load through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +26,16 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from srl.api.config import ExperimentConfig
-from srl.api.spaces import ObsPart, flatten_obs, obs_parts
+from srl.api.config import ConfigError, ExperimentConfig, build, load_config
+from srl.api.config.policies import DEFAULT_POLICY
+from srl.api.plugins import missing_from_main
+from srl.api.spaces import ObsPart, action_spec, check_fits, flatten_obs, obs_parts
 from srl.api.worker import Policy
+from srl.envs.slots import probe_groups
 from srl.nets.memory import Remembering, act_keyed, remembering
+from srl.system.checkpoint import ACTING_ENTRIES, checkpoints, load_checkpoint
+from srl.system.run_dir import policy_checkpoints
+from srl.wiring import acting_policy
 
 
 class LoadedPolicy:
@@ -191,9 +201,6 @@ class LoadedPolicies:
 
 def load(target: Path) -> LoadedPolicy | LoadedPolicies:
     """See :func:`srl.load_policy`."""
-    from srl.envs.slots import probe_groups
-    from srl.evaluate import best_of, load_policies
-
     cfg, policies, info = load_policies(target)
     names = cfg.policy_names
     if cfg.population.enabled and target.is_dir():  # a population's best member (its best team) acts for its run
@@ -246,3 +253,120 @@ def _loaded(cfg: ExperimentConfig, policy: Policy, info: dict, only: tuple[str, 
     finally:
         env.close()
     return LoadedPolicy(policy, cfg, obs_space, action_space, to_env, info)
+
+
+def best_member(run_dir: Path, cfg: ExperimentConfig) -> str:
+    """A population's best member (of several policies, team: ``member<k>``): the one its final evaluation
+    names (``summary.json``), else the one the population worker scored highest last (``population/state.json``;
+    a team by its members' mean score), else the first."""
+    names = cfg.population.names()
+    try:
+        best = json.loads((run_dir / "summary.json").read_text()).get("population", {}).get("best")
+        if best in names:
+            return str(best)
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        members = json.loads((run_dir / "population" / "state.json").read_text())["members"]
+        scores = [m.get("last_score") if m.get("last_score") is not None else float("-inf") for m in members]
+        if len(scores) != len(cfg.policy_names):
+            return names[0]
+        return names[int(np.argmax(np.reshape(scores, (len(names), -1)).mean(axis=1)))]
+    except (OSError, ValueError, KeyError, TypeError):
+        return names[0]
+
+
+def best_of(
+    run_dir: Path, cfg: ExperimentConfig, policies: Sequence[Policy], info: dict[str, Any]
+) -> tuple[list[Policy], dict[str, Any]]:
+    """Of a population's members loaded by :func:`load_policies`, the best team (:func:`best_member`): its
+    members' policies, one per policy of the run (a run of one policy: the best member alone), with ``member``
+    naming it in ``info``, ``members`` its members, and its first member's checkpoint and version."""
+    best = best_member(run_dir, cfg)
+    bases = len(cfg.base_policies)
+    k = cfg.population.names().index(best)
+    team = cfg.policy_names[k * bases : (k + 1) * bases]
+    info = {
+        **info,
+        "member": best,
+        "members": list(team),
+        "checkpoint": info["checkpoints"][team[0]],
+        "version": info["versions"][team[0]],
+    }
+    return [policies[cfg.policy_names.index(n)] for n in team], info
+
+
+def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[str, Any]]:
+    """The config and the acting policy of each policy of a run directory (each one's newest checkpoint), or of
+    one checkpoint file (a run of one policy)."""
+    target = Path(target)
+    if target.is_dir():
+        saved = target / "config.yaml"
+        cfg = load_config(saved) if saved.is_file() else None
+        names = cfg.policy_names if cfg is not None else (DEFAULT_POLICY,)
+        files = []
+        for name in names:
+            folder = policy_checkpoints(target, cfg, name) if cfg is not None else target / "checkpoints"
+            found = checkpoints(folder)
+            if not found:
+                raise ConfigError(f"{target}: no checkpoint (expected {folder}/ckpt_*.pt)")
+            files.append(found[-1])
+    elif target.is_file():
+        files = [target]
+    else:
+        raise ConfigError(f"{target}: no such run directory or checkpoint")
+    states = []
+    for path in files:
+        try:
+            states.append(load_checkpoint(path, ACTING_ENTRIES))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    cfg = build(ExperimentConfig, states[0]["config"], prefix="checkpoint config: ")
+    require_env_reachable(cfg)
+    alone = cfg.population.enabled and len(cfg.base_policies) == 1  # one member of a population plays alone
+    if len(cfg.policy_names) != len(files) and not alone:
+        raise ConfigError(f"{target}: a checkpoint of one of {len(cfg.policy_names)} policies; give the run directory")
+    on_state = ()  # acting policies never read the global state
+    members = cfg.policy_names if cfg.population.enabled else ()
+    groups = {g.policy: g for g in probe_groups(cfg.env, cfg.agents, on_state, members).groups}
+    policies = []
+    for path, state in zip(files, states):
+        name = str(state.get("policy", cfg.policy_names[0]))
+        group = groups.get(name)
+        if group is None:
+            raise ConfigError(f"{path}: policy {name!r} is not one of its config's ({', '.join(groups)})")
+        obs_space, action_space = group.observation_space, group.action_space
+        policy = acting_policy(obs_space, action_space, cfg.for_policy(name))
+        try:
+            check_fits(state["spaces"], obs_parts(obs_space), action_spec(action_space), str(path))
+            policy.load_flat(state["policy_state"].numpy())
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise ConfigError(f"{path}: does not fit its own config ({type(exc).__name__}: {exc})") from None
+        policies.append(policy)
+    info: dict[str, Any] = {"checkpoint": str(files[0]), "version": int(states[0]["version"])}
+    if len(files) > 1:
+        info["checkpoints"] = {n: str(p) for n, p in zip(cfg.policy_names, files)}
+        info["versions"] = {n: int(state["version"]) for n, state in zip(cfg.policy_names, states)}
+    return cfg, policies, info
+
+
+def require_env_reachable(cfg: ExperimentConfig) -> None:
+    """One line when the run's env was defined in the ``__main__`` of the script that trained it and this program
+    has no such thing: the generic "not in __main__" would leave the user guessing why training found it."""
+    attr = missing_from_main(cfg.env.id)
+    if attr is not None:
+        raise ConfigError(
+            f"env.id: {cfg.env.id!r} was defined in the __main__ of the script that trained this run, which only "
+            f"that script has: move {attr!r} to an importable module and train with env.id 'module:{attr}'"
+        )
+
+
+def load_policy(target: Path) -> tuple[ExperimentConfig, Policy, dict[str, Any]]:
+    """The config and acting policy of a run of one policy (see :func:`load_policies`); of a population's run
+    directory, its best member (:func:`best_member`)."""
+    cfg, policies, info = load_policies(target)
+    if cfg.population.enabled and Path(target).is_dir():
+        policies, info = best_of(Path(target), cfg, policies, info)
+    if len(policies) > 1:
+        raise ConfigError(f"{target}: a run of {len(policies)} policies ({', '.join(cfg.policy_names)}); one is needed")
+    return cfg, policies[0], info

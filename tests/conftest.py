@@ -133,3 +133,16 @@ def start_endless_training(
         start_new_session=new_session,
         preexec_fn=preexec_fn,
     )
+
+
+def reporting(controller, *roles):
+    """``controller`` with its run's report table (what a runtime attaches as it starts), for tests that hand it
+    reports themselves; with ``roles``, only theirs (for a config whose env is not made)."""
+    from srl.runtime.plan import make_plan
+    from srl.runtime.topology import attach_reports
+
+    if not roles:
+        attach_reports(make_plan(controller.cfg).topology, controller)
+    else:
+        controller.attach({r.report.kind: r.report.make(controller) for r in roles}, {})
+    return controller

@@ -502,7 +502,7 @@ def test_cost_measurements_run_the_real_paths():
     assert predict(costs, Cluster(nodes=1, cores_per_node=2), one_node(1)).steps_per_second > 0
     # the all-reduce: one real update's reductions counted, and two real trainer processes timed
     from srl.bench.allreduce import measure
-    from srl.bench.costs import gradient_reductions
+    from srl.bench.allreduce import gradient_reductions
 
     counted = gradient_reductions(plan)
     assert counted["reductions_per_update"] == plan.cfg.ppo.epochs * plan.cfg.ppo.minibatches

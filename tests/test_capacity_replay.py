@@ -195,7 +195,8 @@ def test_a_dqn_update_is_counted_on_its_sampled_batch():
     Q network's gradients per ``train`` call."""
     import numpy as np
 
-    from srl.bench.costs import gradient_reductions, replay_costs
+    from srl.bench.allreduce import gradient_reductions
+    from srl.bench.costs import replay_costs
     from srl.runtime.plan import make_plan
 
     plan = make_plan(load_config("configs/cartpole_dqn.yaml"))

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, last_record, start_endless_training, wait_while_running
+from conftest import ROOT, last_record, reporting, start_endless_training, wait_while_running
 
 from srl.api.config import load_config
 from srl.base.shm import list_segments
@@ -285,11 +285,11 @@ def test_metrics_records_come_often_while_training_is_young(tmp_path):
     """An eighth of the training time so far between records (at least 0.1 s), up to ``log_interval_seconds``:
     a run of a few seconds draws its curves from a dozen points."""
     cfg = load_config(CARTPOLE, [*TINY, "run.log_interval_seconds=2.0"])
-    controller = Controller(cfg, None, time.time(), progress=None)
+    controller = reporting(Controller(cfg, None, time.time(), progress=None))
     now = time.time()
     assert controller.record_interval(now) == 2.0  # nothing trains yet
-    controller.handle("actor", {"actor": 0, "env_steps": 64}, {})  # the first env steps: training starts
+    controller.handle("actor", {"worker": "actor0", "env_steps": 64}, {})  # the first env steps: training starts
     assert controller.record_interval(time.time()) == pytest.approx(0.1)
-    start = controller._train_start
+    start = controller.tally.first_step_at
     assert controller.record_interval(start + 4.0) == pytest.approx(0.5)
     assert controller.record_interval(start + 60.0) == 2.0

@@ -72,7 +72,7 @@ def test_custom_network_trains_cartpole(tmp_path):
     summary = _train("examples/custom_network.yaml", tmp_path, *INLINE)
     assert summary["solved"] and summary["solved_return_mean"] >= 475, summary
     ckpt = next((tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))
-    from srl.system.trainer_worker import load_checkpoint
+    from srl.system.checkpoint import load_checkpoint
 
     keys = load_checkpoint(ckpt)["algorithm"]["policy"]
     assert any(k.startswith("encoder.blocks.") for k in keys)  # the plugin's own layers were trained
@@ -120,6 +120,86 @@ def test_custom_dataflow_under_local_a_killed_stage_restarts_alone(tmp_path):
     assert summary["solved"] and summary["solved_return_mean"] >= 475, summary
     assert summary["restarts"] == {"stage0": 1}, summary
     assert summary["stages"]["stage0"]["kept"] > 0
+
+
+# examples/policy_churn.py: a role that is not on the sample path, with a report kind of its own, added by one line
+# of config (workers.roles). No file of srl/ names it. The Ray runtime's run of it is in test_ray.py.
+ENDLESS = ("run.total_env_steps=100000000", "run.target_return=null")
+
+
+def test_a_role_added_by_config_reports_under_the_inline_runtime():
+    summary = srl.train("examples/policy_churn.yaml", ["runtime=inline", "run.total_env_steps=4096"], run_dir=None)
+    churn = summary["churn"]
+    assert churn["versions"] >= 2 and 0.0 <= churn["mean"] <= 1.0, churn
+    assert summary["restarts"] == {}
+
+
+def test_a_role_added_by_config_under_local_is_its_own_process_and_restarts_alone(tmp_path):
+    """kill -9 of the role's worker: it is restarted alone, counted, and reports again (a version after the one
+    it measured before it died), into the records and the summary."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", "examples/policy_churn.yaml", "--quiet"]
+    cmd += ["--run-dir", str(run), "--set", "run.log_interval_seconds=0.1"]
+    cmd += [a for s in ENDLESS for a in ("--set", s)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        wait_while_running(lambda: "churn" in last_record(run), proc)
+        first = worker_pids(run)
+        assert set(first) == {"trainer0", "actor0", "churn0"}
+        os.kill(first["churn0"], signal.SIGKILL)
+        wait_while_running(lambda: worker_pids(run).get("churn0") not in (None, first["churn0"]), proc)
+        measured = last_record(run)["churn_version"]
+        wait_while_running(lambda: last_record(run).get("churn_version", -1) > measured + 1, proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["restarts"] == {"churn0": 1}, summary
+    assert summary["churn"]["versions"] >= 3 and last_record(run)["restarts"] == 1
+    assert any(w.startswith("churn0") and "restarted (1)" in w for w in summary["warnings"]), summary["warnings"]
+
+
+def test_the_how_to_add_a_role_example_is_the_examples_code_and_runs_as_written(tmp_path):
+    """docs/architecture.md, "How to add a role": its code is the example's (line for line), and its command,
+    run as written from a folder holding ``examples/``, trains a run whose summary has the role's part."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    section = doc.split("### How to add a role", 1)[1].split("\n## ", 1)[0]
+    code = (ROOT / "examples" / "policy_churn.py").read_text().splitlines()
+    source = {line.split("  # ")[0].strip() for line in code}  # the doc leaves the comments out
+    shown = [line.strip() for block in re.findall(r"```python\n(.*?)```", section, re.S) for line in block.splitlines()]
+    assert shown and [line for line in shown if line not in source] == []
+    (command,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = (tmp_path / "runs").glob("cartpole_policy_churn-*")
+    churn = json.loads((run / "summary.json").read_text())["churn"]
+    assert churn["versions"] >= 2 and 0.0 <= churn["last"] <= 1.0, churn
+
+
+@pytest.mark.parametrize(
+    ("role", "says"),
+    [
+        ("examples.policy_churn:PROBES", "is not a Role declaration (got int)"),
+        ("examples.fresh_segments:FreshSegments", "is not a Role declaration (got type)"),
+        ("examples.policy_churn:NOPE", "NOPE"),
+        ("srl.runtime.topology:REPLAY", "stands on the sample path: list it in workers.path"),
+        ("srl.runtime.topology:EVAL", "is named 'eval', as a role of the run already is"),
+    ],
+)
+def test_a_role_config_cannot_take_is_one_line_before_anything_starts(tmp_path, role, says):
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "train", "examples/policy_churn.yaml", "--run-dir", str(tmp_path / "r"),
+         "--set", f"workers.roles=[{role}]"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("runtime", ["inline", "local"])

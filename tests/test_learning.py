@@ -86,14 +86,15 @@ def test_the_sampling_window_opens_once_every_actor_has_reported():
     c = _RateController(cfg, warmup=0.0, seconds=100.0)
     c.start_time -= 100.0  # the process started long ago: no actor has stepped yet
     assert c.should_stop() is None
-    c.handle("actor", {"actor": 0, "env_steps": 0}, {})
+    reporting(c)
+    c.handle("actor", {"worker": "actor0", "env_steps": 0}, {})
     assert c.started is None and c.should_stop() is None  # one of two actors
-    c.handle("actor", {"actor": 1, "env_steps": 0}, {})
+    c.handle("actor", {"worker": "actor1", "env_steps": 0}, {})
     assert c.started is not None and c.should_stop() is None
     with pytest.raises(RuntimeError, match="fewer than two actor reports"):
         c.rate()
     time.sleep(0.01)  # a later report has a later time stamp
-    c.handle("actor", {"actor": 0, "env_steps": 1000}, {})
+    c.handle("actor", {"worker": "actor0", "env_steps": 1000}, {})
     assert c.rate() > 0
     c.started -= 100.0  # the window has passed
     assert c.should_stop() == "bench_done"

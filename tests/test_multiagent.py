@@ -349,7 +349,7 @@ def test_a_vmas_run_trains_end_to_end(tmp_path):
 def test_a_multi_agent_run_resumes_counting_env_steps_not_agent_steps(tmp_path):
     from srl.api.config import load_config
     from srl.runtime.train import resume_config, train
-    from srl.system.trainer_worker import checkpoints, load_checkpoint
+    from srl.system.checkpoint import checkpoints, load_checkpoint
 
     run = tmp_path / "run"
     cfg = load_config("configs/mpe_simple_spread_ippo.yaml", ["runtime=inline", "run.total_env_steps=3000"])

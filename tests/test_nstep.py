@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srl.system.nstep import nstep
+from srl.algorithms.nstep import nstep
 
 Arr = np.ndarray
 

@@ -18,7 +18,7 @@ from srl.api.config.policies import AgentRule, map_agents
 from srl.envs.slots import make_grouped, probe_groups
 from srl.loaded import LoadedPolicies
 from srl.runtime.plan import make_plan
-from srl.system.trainer_worker import checkpoints, load_checkpoint
+from srl.system.checkpoint import checkpoints, load_checkpoint
 
 KINDS = "srl.envs.ma_testing:two_kinds"
 RULES = [{"match": "red_.*", "policy": "red"}, {"match": "blue_.*", "policy": "blue"}]

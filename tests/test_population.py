@@ -278,7 +278,7 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     from srl.runtime.fabric import InlineFabric
     from srl.runtime.topology import TRAINER, Endpoint, Stream
     from srl.system.population_worker import EXPORT, IMPORT, MemberLink
-    from srl.system.trainer_worker import checkpoints, load_checkpoint
+    from srl.system.checkpoint import checkpoints, load_checkpoint
 
     plan = _population_plan()
     (tmp_path / "checkpoints").mkdir()  # the run directory's, as the runtime makes it
@@ -376,7 +376,7 @@ def test_a_resumed_run_continues_the_lineage_and_its_members_are_evaluated_and_l
     assert after["decisions"] > first["decisions"] and after["lineage"][: len(first["lineage"])] == first["lineage"]
     assert all(a["env_steps"] > b["env_steps"] for a, b in zip(after["members"], first["members"]))
     assert (run / "population.jsonl").read_text().splitlines()[: len(lines)] == lines
-    from srl.system.trainer_worker import checkpoints, load_checkpoint
+    from srl.system.checkpoint import checkpoints, load_checkpoint
 
     newest = load_checkpoint(checkpoints(run / "checkpoints" / "member1")[-1])
     explored = [r["new"] for r in after["lineage"] if r["event"] == "explore" and r["target"] == 1]

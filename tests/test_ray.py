@@ -384,6 +384,30 @@ def _train_in_thread(
     return thread, out
 
 
+def test_a_role_added_by_config_is_placed_reports_and_restarts_alone(cluster, tmp_path):
+    """examples/policy_churn.yaml under Ray: the role's worker is placed with the lead trainer, its reports reach
+    the records and the summary, and after kill -9 it is restarted alone, counted, and reports again."""
+    c, _ = cluster
+    run_dir, stop = tmp_path / "run", threading.Event()
+    cfg = _cfg(c, "run.total_env_steps=100000000", "run.target_return=null", config="examples/policy_churn.yaml")
+    thread, summary = _train_in_thread(cfg, run_dir, stop)
+    try:
+        _wait_for_record(run_dir, lambda r: "churn" in r)
+        workers = json.loads((run_dir / "workers.json").read_text())
+        assert workers["churn0"]["node_id"] == workers["trainer0"]["node_id"] == c.head_node.node_id
+        os.kill(workers["churn0"]["pid"], signal.SIGKILL)
+        old = workers["churn0"]["pid"]
+        _wait_for(run_dir / "workers.json", lambda d: d.get("churn0", {}).get("pid", old) != old)
+        measured = _wait_for_record(run_dir, lambda r: "churn_version" in r)["churn_version"]
+        _wait_for_record(run_dir, lambda r: r.get("churn_version", -1) > measured + 1)
+    finally:
+        stop.set()
+        thread.join(300)
+    assert not thread.is_alive() and "error" not in summary, summary.get("error")
+    assert summary["restarts"] == {"churn0": 1}, summary
+    assert summary["churn"]["versions"] >= 3 and 0.0 <= summary["churn"]["mean"] <= 1.0, summary["churn"]
+
+
 def test_killed_actor_policy_worker_and_trainer_processes_are_restarted(cluster, tmp_path):
     """kill -9 of an actor, of a policy worker, then of the lead of two data-parallel trainers: the actor and the
     policy worker restart alone, both trainers restart together from the newest checkpoint, and the run solves.

@@ -303,8 +303,10 @@ def test_segments_lost_across_nodes_are_counted_as_dropped_across_an_actors_rest
     from srl.api.config import load_config
     from srl.system.controller import Controller
 
-    controller = Controller(load_config("configs/cartpole_ppo.yaml"), None, time.time(), progress=None)
-    controller.handle("actor", {"actor": 0, "env_steps": 64, "lost_segments": 3}, {})
-    controller.note_restart("actor0", "killed", dropped_segments=1, actor=0)
-    controller.handle("actor", {"actor": 0, "env_steps": 32, "lost_segments": 2}, {})
+    from conftest import reporting
+
+    controller = reporting(Controller(load_config("configs/cartpole_ppo.yaml"), None, time.time(), progress=None))
+    controller.handle("actor", {"worker": "actor0", "env_steps": 64, "lost_segments": 3}, {})
+    controller.note_restart("actor0", "killed", dropped_segments=1)
+    controller.handle("actor", {"worker": "actor0", "env_steps": 32, "lost_segments": 2}, {})
     assert controller.summary(None)["dropped_segments"] == 3 + 1 + 2

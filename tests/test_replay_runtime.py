@@ -170,11 +170,13 @@ def test_messages_a_replay_refused_stay_counted_across_its_restarts() -> None:
 
     from srl.system.controller import Controller
 
-    controller = Controller(load_config(DQN), None, time.time(), progress=None)
-    controller.handle("replay", {"replay": 0, "size": 5.0, "rejected_segments": 3}, {})
+    from conftest import reporting
+
+    controller = reporting(Controller(load_config(DQN), None, time.time(), progress=None))
+    controller.handle("replay", {"worker": "replay0", "size": 5.0, "rejected_segments": 3}, {})
     controller.note_restart("replay0", "killed", 0)
-    controller.handle("replay", {"replay": 0, "size": 6.0, "rejected_segments": 1}, {})
-    assert controller.replays["replay0"]["rejected_segments"] == 4
+    controller.handle("replay", {"worker": "replay0", "size": 6.0, "rejected_segments": 1}, {})
+    assert controller.record()["replay0_rejected_segments"] == 4
     assert controller.summary(None)["rejected_segment_messages"] == 4
 
 

@@ -12,7 +12,7 @@ import torch
 
 from srl.api.config import ConfigError, load_config
 from srl.runtime.train import resume_config, train
-from srl.system.trainer_worker import checkpoints, load_checkpoint
+from srl.system.checkpoint import checkpoints, load_checkpoint
 
 SHORT = ["run.target_return=null", "run.eval_episodes=0", "run.total_env_steps=6000"]
 
@@ -247,20 +247,25 @@ def test_the_controller_counters_reach_the_next_process_per_policy_and_a_damaged
 
     from srl.api.config import ExperimentConfig, build
     from srl.system.controller import Controller
-    from srl.system.run_dir import RunDir, read_counters
+    from conftest import reporting
+
+    from srl.runtime.topology import ACTOR
+    from srl.system.run_dir import Resume, RunDir, read_counters
 
     rules = [{"match": "red_.*", "policy": "red"}, {"match": "blue_.*", "policy": "blue"}]
     cfg = build(ExperimentConfig, {"agents": rules, "run": {"return_window": 3}})
     rd = RunDir(tmp_path / "run", cfg)
-    before = Controller(cfg, rd, time.time() - 50.0, progress=None)  # ran 50 s
+    before = reporting(Controller(cfg, rd, time.time() - 50.0, progress=None), ACTOR)  # ran 50 s
     owners = np.array([0, 1, 0, 1, 0])
     before.handle(
-        "actor", {"actor": 0, "env_steps": 64}, {"episode_returns": np.arange(1.0, 6.0), "episode_policies": owners}
+        "actor",
+        {"worker": "actor0", "env_steps": 64},
+        {"episode_returns": np.arange(1.0, 6.0), "episode_policies": owners},
     )
     before.tick(force=True)
     rd.close()
-    after = Controller(cfg, None, time.time(), progress=None)
-    after.restore(read_counters(tmp_path / "run"))
+    resume = Resume(checkpoints=(), versions=(0, 0), env_steps=64, counters=read_counters(tmp_path / "run"))
+    after = Controller(cfg, None, time.time(), progress=None, resume=resume)
     record = after.record()
     assert record["episodes"] == 5 and record["wall_seconds"] >= 50.0 and record["return_mean"] == 4.0
     first, second = cfg.policy_names

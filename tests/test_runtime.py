@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import children_of, start_endless_training
+from conftest import children_of, reporting, start_endless_training
 
 from srl.api.config import ConfigError, load_config
 from srl.api.worker import TrainResult
@@ -24,7 +24,7 @@ from srl.runtime.inline import run_inline
 from srl.runtime.plan import make_plan
 from srl.runtime.train import train
 from srl.system.controller import Controller, stop_on_signals
-from srl.system.trainer_worker import ACTING_ENTRIES, CHECKPOINT_FORMAT, checkpoints, load_checkpoint
+from srl.system.checkpoint import ACTING_ENTRIES, CHECKPOINT_FORMAT, checkpoints, load_checkpoint
 
 CARTPOLE = "configs/cartpole_ppo.yaml"
 SMALL = ["run.total_env_steps=3000", "run.target_return=null", "run.eval_episodes=2"]
@@ -37,9 +37,9 @@ def test_inline_runtime_is_deterministic_given_the_seed():
         plan = make_plan(cfg)
         controller = Controller(cfg, None, time.time(), progress=None)
         snapshots.append(run_inline(plan, controller, None))
-        assert controller.trainer["version"] >= 2
+        assert controller.policy_version >= 2
     assert np.array_equal(snapshots[0], snapshots[1])
-    assert controller.trainer["update_threads"] == cfg.workers.torch_threads  # no hand-over inline
+    assert controller.record()["update_threads"] == cfg.workers.torch_threads  # no hand-over inline
     off = load_config(CARTPOLE, ["runtime=inline", "workers.autotune=false", *SMALL])  # the switch changes nothing
     assert np.array_equal(run_inline(make_plan(off), Controller(off, None, time.time(), progress=None), None),
                           snapshots[0])  # fmt: skip
@@ -55,8 +55,8 @@ def test_inline_trains_each_batch_on_the_policy_two_versions_back_as_a_trainer_b
     cfg = load_config(CARTPOLE, ["runtime=inline", "run.total_env_steps=10240", "run.target_return=null"])
     controller = Controller(cfg, None, time.time(), progress=None)
     run_inline(make_plan(cfg), controller, None)
-    lags = controller.lag_hist
-    assert controller.trainer["version"] >= 15
+    lags = np.array(controller.record()["lag_histogram"])
+    assert controller.policy_version >= 15
     assert lags[2] >= 0.85 * lags.sum() and lags[3:].sum() == 0, lags  # the first batches come before the lag
 
 
@@ -360,16 +360,16 @@ def test_max_train_seconds_counts_from_the_first_env_step_and_max_wall_seconds_f
     reports; ``run.max_wall_seconds`` counts from the process's start. Time moves by shifting the clock marks."""
     # margins of minutes between the marks and the limit, so no pause of a loaded machine can change an answer
     cfg = load_config(CARTPOLE, [*SMALL, "run.total_env_steps=1000000", "run.max_train_seconds=600"])
-    controller = Controller(cfg, None, time.time() - 3600.0, progress=None)  # an hour of start-up
+    controller = reporting(Controller(cfg, None, time.time() - 3600.0, progress=None))  # an hour of start-up
     assert controller.should_stop() is None
-    controller.handle("actor", {"actor": 0, "env_steps": 0}, {})
+    controller.handle("actor", {"worker": "actor0", "env_steps": 0}, {})
     assert controller.should_stop() is None  # no env step yet: the clock has not started
-    controller.handle("actor", {"actor": 0, "env_steps": 64}, {})
+    controller.handle("actor", {"worker": "actor0", "env_steps": 64}, {})
     assert controller.should_stop() is None
-    assert controller._train_start is not None
-    controller._train_start -= 300.0
+    assert controller.tally.first_step_at is not None
+    controller.tally.first_step_at -= 300.0
     assert controller.should_stop() is None
-    controller._train_start -= 400.0
+    controller.tally.first_step_at -= 400.0
     assert controller.should_stop() == "train_time"
     walled = Controller(load_config(CARTPOLE, [*SMALL, "run.max_wall_seconds=5"]), None, time.time() - 6.0, None)
     assert walled.should_stop() == "wall_time"  # from the start, with no env step at all
@@ -489,10 +489,11 @@ def test_local_runtime_with_several_policy_workers_serves_every_actor(tmp_path):
 
     snapshot = run_local(plan, controller, None)
     assert controller.error is None and snapshot is not None
-    assert controller.env_steps >= 6000 and set(controller.actor_steps) == {0, 1, 2}
-    assert sorted(controller.policy) == [0, 1]
-    assert all(p["batches"] > 0 for p in controller.policy.values())
-    assert int(controller.trainer["version"]) >= 3
+    assert controller.env_steps >= 6000 and all(controller.worker_env_steps(f"actor{a}") > 0 for a in range(3))
+    record = controller.record()
+    assert sorted(k for k in record if k.endswith("_mean_batch")) == ["policy0_mean_batch", "policy1_mean_batch"]
+    assert record["policy0_mean_batch"] > 0 and record["policy1_mean_batch"] > 0
+    assert controller.policy_version >= 3
 
 
 def test_continuous_actions_run_end_to_end(tmp_path):
@@ -626,16 +627,18 @@ def test_each_record_names_the_stage_the_run_waits_on_now() -> None:
     assert busy_fraction({"total": 10.0, "wait": 3.0}, {"total": 6.0, "wait": 2.0}) == 0.75  # 3 of 4 s busy
     assert busy_fraction({"total": 4.0, "decide": 1.0}) == 0.25  # a stage: busy in the phases it names
     assert busy_fraction({"total": 1.0, "wait": 0.5}, {"total": 5.0, "wait": 1.0}) is None  # restarted
-    assert bottleneck({"actor0": 0.2, "actor1": 0.4, "trainer0": 0.35, "policy0": None}) == "trainer"
-    assert bottleneck({}) is None
+    roles = {"actor0": "actor", "actor1": "actor", "trainer0": "trainer", "policy0": "policy"}
+    assert bottleneck({"actor0": 0.2, "actor1": 0.4, "trainer0": 0.35, "policy0": None}, roles) == "trainer"
+    assert bottleneck({}, roles) is None
 
-    cfg = load_config(CARTPOLE, ["runtime=inline"])
-    controller = Controller(cfg, None, time.time(), progress=None)
+    cfg = load_config(CARTPOLE, ["runtime=inline", "workers.actors=2"])
+    controller = reporting(Controller(cfg, None, time.time(), progress=None))
 
     def report(t: float, actor_wait: float, trainer_wait: float) -> None:
-        for a in (0, 1):
-            controller.handle("actor", {"actor": a, "env_steps": 0, "t_total": t, "t_wait": actor_wait}, {})
-        controller.handle("trainer", {"trainer": 0, "t_total": t, "t_wait": trainer_wait, "t_train": 0.0}, {})
+        for a in ("actor0", "actor1"):
+            controller.handle("actor", {"worker": a, "env_steps": 0, "t_total": t, "t_wait": actor_wait}, {})
+        meta = {"worker": "trainer0", "trainer": 0, "version": 0, "t_total": t, "t_wait": trainer_wait, "t_train": 0.0}
+        controller.handle("trainer", meta, {})
 
     report(10.0, actor_wait=8.0, trainer_wait=0.5)  # the actors wait for the trainer
     first = controller.record()

@@ -226,7 +226,9 @@ def test_param_subscriber_only_moves_forward():
 
 def test_control_channel_rejects_malformed_messages_and_keeps_running(tmp_path):
     got: list = []
-    controller = Controller(ExperimentConfig(), None, time.time(), progress=None)
+    from conftest import reporting
+
+    controller = reporting(Controller(ExperimentConfig(), None, time.time(), progress=None))
 
     def handler(kind, meta, arrays):
         controller.handle(kind, meta, arrays)  # the real consumer: raises on well-framed but wrong content
@@ -253,7 +255,7 @@ def test_control_channel_rejects_malformed_messages_and_keeps_running(tmp_path):
         kind, meta, arrays = got[0]
         assert kind == "actor" and meta == {"actor": 1, "env_steps": 10}
         assert arrays["episode_returns"].tolist() == [1.5]
-        assert controller.env_steps == 10 and list(controller.window) == [1.5]
+        assert controller.env_steps == 10 and list(controller.tally.window) == [1.5]
     finally:
         sender.close()
         receiver.close()

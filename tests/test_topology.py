@@ -277,7 +277,7 @@ def test_a_plugin_role_joins_the_sample_path_from_the_config_without_editing_srl
     assert controller.error is None
     [tap] = TAPS
     segment = cfg.workers.segment_length * cfg.workers.envs_per_slot
-    assert controller.policy_version >= 1 and tap.seen * segment >= int(controller.trainer["samples"]) > 0
+    assert controller.policy_version >= 1 and tap.seen * segment >= int(controller.record()["samples"]) > 0
 
 
 def test_the_path_names_only_roles_of_the_sample_path_each_once():

@@ -305,7 +305,7 @@ def test_a_league_learns_tic_tac_toe_and_srl_eval_plays_it_against_opponents(tmp
 
     # the run as a league bot: it takes its share of a slot's games and plays them with the run's own policy
     from srl.api.config import Bot
-    from srl.evaluate import load_policy
+    from srl.loaded import load_policy
     from srl.league.match import PolicyOpponent
 
     turns = make_slot(TTT, 16)

@@ -3,7 +3,7 @@ and the exploration schedules.
 
 Like :mod:`srl.algorithms.ppo_math`, nothing here knows a config, a network or a worker, so each piece is
 checked against a plain-loop reference and the trainer reads as a composition of them. The n-step
-returns and discounts the targets take come from :func:`srl.system.nstep.nstep`, which the replay worker
+returns and discounts the targets take come from :func:`srl.algorithms.nstep.nstep`, which the replay worker
 runs at sampling time.
 """
 
@@ -38,7 +38,7 @@ def q_target(q_next_target: Tensor, returns: Tensor, discounts: Tensor, legal: T
     """The DQN target ``returns + discounts * max_a Q_target(s', a)`` over the legal actions, ``[N]``.
 
     ``returns`` and ``discounts`` are the n-step sums and ``gamma^m`` (0 after a terminal step) of
-    :func:`srl.system.nstep.nstep`; ``q_next_target`` is the target net at the bootstrap observation.
+    :func:`srl.algorithms.nstep.nstep`; ``q_next_target`` is the target net at the bootstrap observation.
     """
     _check_rows(q_next_target, returns, discounts)
     best = _masked(q_next_target, legal, discounts).argmax(dim=-1)

@@ -5,7 +5,7 @@ sequence, and a sequence's priority.
   returns, so one network and learning rate fit rewards of any size without clipping them; its inverse has a
   closed form. The n-step target becomes ``h(G + D h^-1(Q_target))``.
 - **Targets of a sequence** of ``L`` steps unrolled over its ``L + 1`` observations: step ``t`` takes up to ``n``
-  steps, cut at the sequence's end and at its episode's end (:func:`srl.system.nstep.chunk_targets`, whose
+  steps, cut at the sequence's end and at its episode's end (:func:`srl.algorithms.nstep.chunk_targets`, whose
   stand-in at a time limit is used: a sequence keeps no final observations), and bootstraps from a row of the
   same unroll, so each bootstrap value is computed with the state the sequence carried there.
 - **Priority** of a sequence: ``eta max_t |td_t| + (1 - eta) mean_t |td_t|`` over its trained steps: the max
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from srl.system.nstep import chunk_targets
+from srl.algorithms.nstep import chunk_targets
 
 __all__ = ["inverse_value_rescale", "sequence_priority", "sequence_targets", "value_rescale"]
 

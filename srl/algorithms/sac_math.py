@@ -4,7 +4,7 @@ double-Q targets, TD3's target-policy smoothing, and the losses of the actor and
 Like :mod:`srl.algorithms.dqn_math`, nothing here knows a config, a network or a worker: each piece is checked
 against a reference (torch's own transformed distribution for the squashed log-density, plain loops for the
 targets), and the algorithms read as a composition of them. The n-step returns and discounts the targets take
-come from the replay (:func:`srl.system.nstep.nstep`); the target networks move by
+come from the replay (:func:`srl.algorithms.nstep.nstep`); the target networks move by
 :func:`srl.algorithms.dqn_math.polyak_`.
 
 Why the log-density is written out instead of taken from ``TransformedDistribution(Normal, TanhTransform)``: the

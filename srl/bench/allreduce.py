@@ -20,8 +20,16 @@ import multiprocessing as mp
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from srl.runtime.plan import Plan
 
 SMALL_GRADIENT_FLOATS = 1_000
 """The small size of the fit (4 kB in float32): the hop dominates the bytes."""
@@ -107,7 +115,6 @@ def ring_fit(floats: int, rounds: int = 30) -> dict[str, float]:
 def bench_allreduce(cfg: Any, worlds: list[int], rounds: int = 30) -> list[dict[str, Any]]:
     """The capacity model's all-reduce term against measurement, for ``cfg``'s gradient: the ring fitted at 2
     trainers (two sizes), then for each trainer count the measured median beside the ring's prediction."""
-    from srl.bench.costs import gradient_reductions
     from srl.runtime.plan import make_plan
 
     plan = make_plan(cfg)
@@ -130,3 +137,50 @@ def bench_allreduce(cfg: Any, worlds: list[int], rounds: int = 30) -> list[dict[
             }
         )
     return out
+
+
+class CountingCollective:
+    """A collective of one trainer that only counts what an update reduces (how many reductions, how many bytes),
+    so one real update says what data-parallel trainers would all-reduce."""
+
+    rank, world_size = 0, 1
+
+    def __init__(self) -> None:
+        self.bytes_reduced, self.seconds_reduced, self.reductions = 0, 0.0, 0
+
+    def connect(self) -> None:
+        """Nothing to join."""
+
+    def close(self) -> None:
+        """Nothing to leave."""
+
+    def mean_(self, tensors: Sequence[Tensor]) -> None:
+        if tensors:
+            self.reductions += 1
+            self.bytes_reduced += sum(t.numel() * t.element_size() for t in tensors)
+
+    def broadcast_(self, tensors: Sequence[Tensor]) -> None:
+        """Rank 0's tensors are these already."""
+
+    def merge_moments(self, mean: Tensor, var: Tensor, n: int) -> tuple[Tensor, Tensor, int]:
+        return mean, var, n
+
+    def maximum(self, values: Sequence[int]) -> list[int]:
+        return list(values)
+
+
+def gradient_reductions(plan: Plan, batch: Mapping[str, np.ndarray] | None = None) -> dict[str, int]:
+    """What one update over a full batch (``batch``, or on-policy segments of random content) all-reduces:
+    bytes per reduction and reductions per update."""
+    from srl.bench.throughput import segment_batch
+    from srl.wiring import make_algorithm
+
+    cfg, one = plan.cfg, plan.only("srl bench costs")
+    counter = CountingCollective()
+    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, counter, state_space=one.state_space)
+    if batch is None:
+        batch = segment_batch(one, cfg, np.random.default_rng(cfg.seed))
+    algo.train(batch, 0.0)
+    if not counter.reductions:
+        raise RuntimeError(f"srl bench costs: an update of {cfg.algorithm!r} reduced no gradient")
+    return {"gradient_bytes": counter.bytes_reduced // counter.reductions, "reductions_per_update": counter.reductions}

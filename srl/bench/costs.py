@@ -40,13 +40,12 @@ import functools
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 import zmq
-from torch import Tensor
 
 from srl.api.config import ExperimentConfig
 from srl.api.device import torch_device
@@ -55,7 +54,7 @@ from srl.api.worker import Policy
 from srl.base import transfer
 from srl.base.channel import FifoChannel
 from srl.base.shm import new_tag
-from srl.bench.allreduce import ring_fit
+from srl.bench.allreduce import gradient_reductions, ring_fit
 from srl.bench.params import measure as measure_params
 from srl.bench.replay import NUMBER, REPEATS, batch_buffers, full_store, open_spec, random_segment, store_rates
 from srl.bench.throughput import (
@@ -312,50 +311,6 @@ def param_transfer(floats: int, dtype: str, versions: int = 6, interval: float =
     else:  # noise swamped the difference: charge the large transfer's time to bytes, the small one's to the hop
         rate, hop = large / lat[1], lat[0]
     return {"param_hop_seconds": hop, "param_bytes_per_second": rate}
-
-
-class CountingCollective:
-    """A collective of one trainer that only counts what an update reduces (how many reductions, how many bytes),
-    so one real update says what data-parallel trainers would all-reduce."""
-
-    rank, world_size = 0, 1
-
-    def __init__(self) -> None:
-        self.bytes_reduced, self.seconds_reduced, self.reductions = 0, 0.0, 0
-
-    def connect(self) -> None:
-        """Nothing to join."""
-
-    def close(self) -> None:
-        """Nothing to leave."""
-
-    def mean_(self, tensors: Sequence[Tensor]) -> None:
-        if tensors:
-            self.reductions += 1
-            self.bytes_reduced += sum(t.numel() * t.element_size() for t in tensors)
-
-    def broadcast_(self, tensors: Sequence[Tensor]) -> None:
-        """Rank 0's tensors are these already."""
-
-    def merge_moments(self, mean: Tensor, var: Tensor, n: int) -> tuple[Tensor, Tensor, int]:
-        return mean, var, n
-
-    def maximum(self, values: Sequence[int]) -> list[int]:
-        return list(values)
-
-
-def gradient_reductions(plan: Plan, batch: Mapping[str, np.ndarray] | None = None) -> dict[str, int]:
-    """What one update over a full batch (``batch``, or on-policy segments of random content) all-reduces:
-    bytes per reduction and reductions per update."""
-    cfg, one = plan.cfg, plan.only("srl bench costs")
-    counter = CountingCollective()
-    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, counter, state_space=one.state_space)
-    if batch is None:
-        batch = segment_batch(one, cfg, np.random.default_rng(cfg.seed))
-    algo.train(batch, 0.0)
-    if not counter.reductions:
-        raise RuntimeError(f"srl bench costs: an update of {cfg.algorithm!r} reduced no gradient")
-    return {"gradient_bytes": counter.bytes_reduced // counter.reductions, "reductions_per_update": counter.reductions}
 
 
 def replay_costs(plan: Plan, rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -54,7 +54,7 @@ class _RateController(Controller):
         super().__init__(cfg, None, time.time(), progress=None)
         self.warmup, self.seconds = warmup, seconds
         self.actors = cfg.workers.actors
-        self.reported: set[int] = set()
+        self.reported: set[str] = set()
         self.started: float | None = None  # when the last actor first reported
         self.samples: list[tuple[float, int]] = []
 
@@ -62,7 +62,7 @@ class _RateController(Controller):
         super().handle(kind, meta, arrays)
         if kind == "actor":
             now = time.time()
-            self.reported.add(int(meta["actor"]))
+            self.reported.add(str(meta["worker"]))
             if self.started is None and len(self.reported) >= self.actors:
                 self.started = now
             self.samples.append((now, self.env_steps))
@@ -91,7 +91,7 @@ def sampling_full_path(plan: Plan, seconds: float, warmup: float = 3.0) -> dict[
     run_local(dataclasses.replace(plan, null_trainer=True), controller, None)
     if controller.error:
         raise RuntimeError(controller.error)
-    batches = [p.get("samples", 0) / max(1, p.get("batches", 1)) for p in controller.policy.values()]
+    batches = [v for k, v in controller.record().items() if k.endswith("_mean_batch")]  # each policy worker's
     return {"steps_per_second": controller.rate(), "mean_inference_batch": float(np.mean(batches)) if batches else None}
 
 

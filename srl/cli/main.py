@@ -136,7 +136,8 @@ def _command(argv: list[str] | None) -> int:
                 return 1
             return 130 if summary["stop_reason"] == "interrupted" else 0
         if args.command == "eval":
-            from srl.evaluate import eval_seed, load_policies, play
+            from srl.evaluate import eval_seed, play
+            from srl.loaded import load_policies
 
             if args.episodes < 1:
                 raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")

@@ -1,17 +1,23 @@
-"""PettingZoo envs that report their frames to a :class:`srl.envs.video.Film`, in a module of their own because
-PettingZoo is an optional dependency. The wrappers are PettingZoo's own kinds, so a filmed AEC env is still one
-to the turn-based slot."""
+"""PettingZoo envs that report their frames to a :class:`Film` (``srl.envs.video``'s), in a module of their own
+because PettingZoo is an optional dependency. The wrappers are PettingZoo's own kinds, so a filmed AEC env is
+still one to the turn-based slot."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from pettingzoo.utils import BaseParallelWrapper, BaseWrapper
 
 from srl.envs.turns import is_aec_env
 
-if TYPE_CHECKING:
-    from srl.envs.video import Film
+
+class Film(Protocol):
+    """What the wrappers report to: each reset and each step, with the env's ``render``."""
+
+    def reset(self, render: Callable[[], Any]) -> None: ...
+
+    def step(self, render: Callable[[], Any], ended: bool) -> None: ...
 
 
 class _ParallelFilm(BaseParallelWrapper):

@@ -129,7 +129,7 @@ def opponent(spec: str, slot: TurnSlot, seed: int, what: str = "--opponent", det
         return MctsOpponent(slot, n, seed, what)
     from pathlib import Path
 
-    from srl.evaluate import load_policy
+    from srl.loaded import load_policy
 
     path = Path(spec)
     if not path.exists():

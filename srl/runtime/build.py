@@ -9,7 +9,6 @@ topology) and asks the fabric for those endpoints.
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,8 +23,7 @@ from srl.api.env import GroupedSlot, OneGroup
 from srl.api.explore import Explorer, make_explorer
 from srl.api.plugins import resolve
 from srl.api.stage import StageClass, StageContext
-from srl.api.worker import Policy, Worker, is_device_policy
-from srl.base.fileio import atomic_save
+from srl.api.worker import Policy, Reporter, Worker, is_device_policy
 from srl.envs.slots import make_grouped, make_slot
 from srl.envs.turns import TurnSlot
 from srl.runtime.fabric import Fabric
@@ -33,7 +31,9 @@ from srl.runtime.plan import Plan, PolicyPlan
 from srl.runtime.topology import LEAGUE, Endpoint, Role, Stream, WorkerSpec, keeper
 from srl.system.actor_worker import ActorWorker
 from srl.system.batches import BatchSource, SegmentBatches
+from srl.system.checkpoint import load_checkpoint, save_checkpoint
 from srl.system.collective import TorchCollective
+from srl.system.control import NamedReporter
 from srl.system.eval_worker import EvalWorker
 from srl.system.null_trainer import NullTrainerWorker
 from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
@@ -45,7 +45,7 @@ from srl.system.rewards import RewardTransform
 from srl.system.run_dir import policy_checkpoints
 from srl.system.stage_worker import StageWorker
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
-from srl.system.trainer_worker import CHECKPOINT_FORMAT, TrainerWorker, load_checkpoint
+from srl.system.trainer_worker import TrainerWorker
 from srl.wiring import algorithm_class, algorithm_settings, context, discount, make_algorithm
 
 
@@ -68,36 +68,33 @@ class BuildContext:
     env_steps: int = 0
     """A restarted actor: the env steps its earlier starts took (its exploration schedule counts on from them)."""
 
+    @property
+    def reporter(self) -> Reporter:
+        """Where the worker reports: each report carries its name, as the plan gave it."""
+        return NamedReporter(self.fabric.reporter(), self.worker.name)
+
+    def snapshots(self, policy: int = 0) -> SnapshotSource:
+        """Where this worker reads policy ``policy``'s parameter snapshots, as its record's connections say (its
+        role connects to :func:`~srl.runtime.topology.snapshot_endpoint`)."""
+        p, size = self.plan.cfg.params, self.plan.policies[policy].param_size
+        server = self.worker.connection(Stream.PARAMS, policy)
+        if server is not None:
+            return RemoteSnapshot(
+                zmq.Context.instance(), self.fabric.param_address(server), size, self.fabric.token(), p.transfer_dtype
+            )
+        buffer = self.worker.connection(Stream.SNAPSHOTS, policy)
+        assert buffer is not None, f"{self.worker.name} reads no snapshots of policy {policy}"
+        return self.fabric.params(buffer.index, policy)
+
+    def subscribers(self, stride: int = 1) -> tuple[list[Policy], list[ParamSubscriber]]:
+        """A fresh acting policy of each of the run's policies, and what keeps each at its newest snapshot (its
+        role connects to :func:`~srl.runtime.topology.every_snapshot`)."""
+        policies = [p.acting_policy() for p in self.plan.policies]
+        subscribers = [ParamSubscriber(self.snapshots(k), policy, stride) for k, policy in enumerate(policies)]
+        return policies, subscribers
+
 
 Builder = Callable[[BuildContext], Worker]
-
-
-def _param_source(plan: Plan, fabric: Fabric, role: Role, index: int, policy: int = 0) -> SnapshotSource:
-    """Where reader ``role``/``index`` (a policy worker, the eval worker, or an actor inferring inline) loads
-    policy ``policy``'s snapshots from, as its record says: the root server itself in flat mode, or a
-    node-local buffer."""
-    p, size = plan.cfg.params, plan.policies[policy].param_size
-    source = plan.topology.get(role, index)
-    server = source.connection(Stream.PARAMS, policy)
-    if server is not None:
-        return RemoteSnapshot(
-            zmq.Context.instance(), fabric.param_address(server), size, fabric.token(), p.transfer_dtype
-        )
-    buffer = source.connection(Stream.SNAPSHOTS, policy)
-    assert buffer is not None, f"{source.name} reads no snapshots of policy {policy}"
-    return fabric.params(buffer.index, policy)
-
-
-def _subscribers(
-    plan: Plan, fabric: Fabric, worker: WorkerSpec, stride: int = 1
-) -> tuple[list[Policy], list[ParamSubscriber]]:
-    """A fresh acting policy of each of the run's policies, each kept at its newest snapshot."""
-    policies = [p.acting_policy() for p in plan.policies]
-    subscribers = [
-        ParamSubscriber(_param_source(plan, fabric, worker.role, worker.index, k), policy, stride)
-        for k, policy in enumerate(policies)
-    ]
-    return policies, subscribers
 
 
 def build_param_root(ctx: BuildContext) -> Worker:
@@ -111,7 +108,7 @@ def build_param_root(ctx: BuildContext) -> Worker:
         ctx.worker.role.name if len(plan.policies) == 1 else ctx.worker.name,
         fabric.params(policy=k),
         plan.policies[k].param_size,
-        fabric.reporter(),
+        ctx.reporter,
         fabric.param_address(serves),
         fabric.token(),
         transfer_dtype=p.transfer_dtype,
@@ -136,7 +133,7 @@ def build_relay(ctx: BuildContext) -> Worker:
         ctx.worker.name,
         upstream,
         size,
-        fabric.reporter(),
+        ctx.reporter,
         fabric.param_address(serves) if serves is not None else None,
         fabric.token(),
         mirror=fabric.params(mirror.index, k),
@@ -151,16 +148,15 @@ def build_eval(ctx: BuildContext) -> Worker:
     their checkpoints."""
     from srl.evaluate import eval_seed, evaluate_policies
 
-    plan, fabric, run_dir = ctx.plan, ctx.fabric, ctx.run_dir
+    plan, run_dir = ctx.plan, ctx.run_dir
     cfg = plan.cfg
-    policies, subscribers = _subscribers(plan, fabric, ctx.worker)
+    policies, subscribers = ctx.subscribers()
 
     def save_best(version: int, return_mean: float) -> None:
         if run_dir is None:
             return
         for k, (planned, policy) in enumerate(zip(plan.policies, policies)):
             state = {
-                "format": CHECKPOINT_FORMAT,
                 "version": subscribers[k].current,
                 "eval_return_mean": return_mean,
                 "policy_state": torch.from_numpy(policy.flat_state()),
@@ -168,16 +164,14 @@ def build_eval(ctx: BuildContext) -> Worker:
                 "spaces": planned.spaces,
                 "policy": planned.name,
             }
-            atomic_save(
-                policy_checkpoints(run_dir, cfg, planned.name) / "best.pt", functools.partial(torch.save, state)
-            )
+            save_checkpoint(policy_checkpoints(run_dir, cfg, planned.name) / "best.pt", state)
 
     return EvalWorker(
         policies,
         Subscribers(subscribers),
         lambda p: evaluate_policies(plan, p, cfg.run.eval_episodes, eval_seed(cfg)),
         plan.eval_every,
-        fabric.reporter(),
+        ctx.reporter,
         save_best,
         wait_timeout=max(ctx.wait_timeout, 0.0),
     )
@@ -188,7 +182,7 @@ def build_league(ctx: BuildContext) -> Worker:
     from srl.league.match import match_slot, opponent, play_games
     from srl.system.league_worker import LeagueWorker
 
-    plan, fabric = ctx.plan, ctx.fabric
+    plan = ctx.plan
     cfg, learning = plan.cfg, plan.only("a league")
     learner = learning.acting_policy()
     slot = match_slot(cfg, cfg.league.match_games, "league.opponent")
@@ -199,11 +193,11 @@ def build_league(ctx: BuildContext) -> Worker:
     return LeagueWorker(
         cfg.league,
         learner,
-        ParamSubscriber(_param_source(plan, fabric, LEAGUE, 0), learner),
+        ParamSubscriber(ctx.snapshots(), learner),
         league_folder(ctx.run_dir),
         learning.acting_policy,
         lambda policy, other: play_games(slot, policy, other, seed, deterministic=False),
-        fabric.reporter(),
+        ctx.reporter,
         seed,
         wait_timeout=max(ctx.wait_timeout, 0.0),
         bots=bots,
@@ -229,7 +223,7 @@ def build_population(ctx: BuildContext) -> Worker:
     if cfg.score == "eval":  # each member's newest snapshot, read like the eval worker reads them
         from srl.evaluate import eval_seed, play_team
 
-        policies, subscribers = _subscribers(plan, fabric, ctx.worker)
+        policies, subscribers = ctx.subscribers()
 
         def evaluate(member: int) -> list[float]:
             """Its team (the members of its index) plays; its own agents' returns."""
@@ -248,7 +242,7 @@ def build_population(ctx: BuildContext) -> Worker:
         fabric.channel(served),
         [fabric.channel(e) for e in ctx.worker.connects if e.stream is Stream.MEMBER],
         run_dir,
-        fabric.reporter(),
+        ctx.reporter,
         plan.cfg.policy_names,
         wait_timeout=max(ctx.wait_timeout, 0.0),
         evaluate=evaluate,
@@ -317,7 +311,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
             policy.acting_policy().flat_state(),
             fabric.sample_consumer(index),
             ParamPublisher(fabric.params(policy=k)),
-            fabric.reporter(),
+            ctx.reporter,
             wait_timeout=wait_timeout,
         )
     collective = None
@@ -342,7 +336,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
             torch_device(cfg.workers.trainer_device, "workers.trainer_device"),
         ),
         ParamPublisher(fabric.params(policy=k)),
-        fabric.reporter(),
+        ctx.reporter,
         total_env_steps=cfg.run.total_env_steps // max(1, cfg.population.members),  # a member's share: its schedules
         checkpoint_dir=None if run_dir is None else policy_checkpoints(run_dir, plan.cfg, policy.name),
         checkpoint_interval=cfg.run.checkpoint_interval_seconds,
@@ -378,10 +372,10 @@ def _member_link(plan: Plan, fabric: Fabric, trainer: WorkerSpec, run_dir: Path 
 def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> BatchSource:
     """Where trainer ``trainer``'s batches come from: the keeper that ends the sample path (a replay's batches),
     or its own sample stream's segments. ``fresh``: the trainer starts the run (no checkpoint to count on from)."""
-    if keeper(plan) is not None:
-        from srl.runtime.replay import replay_batches
-
-        return replay_batches(plan, fabric, trainer, fresh)
+    kept = keeper(plan)
+    if kept is not None and kept.hop is not None and kept.hop.batches is not None:
+        source: BatchSource = resolve(kept.hop.batches, {}, "workers.path")(plan, fabric, trainer, fresh)
+        return source
     cfg = plan.policies[plan.policy_of_trainer(trainer.index)]
     w = cfg.cfg.workers
     return SegmentBatches(fabric.sample_consumer(trainer.index), w.batch_segments, w.max_policy_lag, cfg.agents_per_env)
@@ -391,7 +385,7 @@ def build_policy(ctx: BuildContext) -> Worker:
     """Policy worker ``p``: answers the requests of the actors that connect to it, for every policy."""
     plan, fabric, index = ctx.plan, ctx.fabric, ctx.worker.index
     cfg = plan.cfg
-    policies, subscribers = _subscribers(plan, fabric, ctx.worker, cfg.workers.param_version_stride)
+    policies, subscribers = ctx.subscribers(cfg.workers.param_version_stride)
     serves = ctx.worker.service(Stream.INFERENCE)
     assert serves is not None and serves.index is not None
     rows = [plan.actor_row(a.index) for a in plan.topology.clients_of(serves)]
@@ -408,7 +402,7 @@ def build_policy(ctx: BuildContext) -> Worker:
         policies,
         InferenceServer(pools, fabric.requests(serves.index), replies),
         subscribers,
-        fabric.reporter(),
+        ctx.reporter,
         max_batch=w.max_inference_batch,
         pull_interval=w.param_pull_interval,
         wait_timeout=ctx.wait_timeout,
@@ -423,7 +417,7 @@ def build_stage(ctx: BuildContext) -> Worker:
     cfg = plan.cfg
     assert cfg.stage.worker is not None
     make: StageClass = resolve(cfg.stage.worker, {}, "stage.worker")
-    snapshots = _param_source(plan, fabric, ctx.worker.role, index)
+    snapshots = ctx.snapshots()
     layout = plan.only("a stage").layout
     stage = make(StageContext(index, layout.fields, dict(cfg.stage.args), cfg, snapshots.version))
     return StageWorker(
@@ -431,7 +425,7 @@ def build_stage(ctx: BuildContext) -> Worker:
         stage,
         fabric.segment_source(ctx.worker),
         fabric.segment_forwarder(ctx.worker),
-        fabric.reporter(),
+        ctx.reporter,
         wait_timeout=ctx.wait_timeout,
         report_interval=max(ctx.report_interval, 0.5),
     )
@@ -447,7 +441,7 @@ def build_actor(ctx: BuildContext) -> Worker:
     pools, row = [fabric.pool(k) for k in range(len(plan.policies))], plan.actor_row(index)
     inference: InlineInference | InferenceClient
     if w.policy_workers == 0:
-        policies, subscribers = _subscribers(plan, fabric, ctx.worker, w.param_version_stride)
+        policies, subscribers = ctx.subscribers(w.param_version_stride)
         inference = InlineInference(row, pools, policies, subscribers)
     else:
         server = ctx.worker.connection(Stream.INFERENCE)
@@ -480,7 +474,7 @@ def build_actor(ctx: BuildContext) -> Worker:
         pools,
         inference,
         fabric.sample_producers(index),
-        fabric.reporter(),
+        ctx.reporter,
         seed=worker_seed(plan, role, index) + incarnation * 104_729,
         make_reward_transform=rewards,
         wait_timeout=wait_timeout,

@@ -20,6 +20,7 @@ import torch
 from srl.runtime.build import build_worker
 from srl.runtime.fabric import InlineFabric, newest_snapshots
 from srl.runtime.plan import Plan
+from srl.runtime.topology import attach_reports
 from srl.system.controller import Controller, stop_on_signals
 from srl.system.tracebacks import error_line
 from srl.system.trainer_worker import TrainerWorker
@@ -32,6 +33,7 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list
     :func:`~srl.system.controller.stop_on_signals`).
     """
     torch.set_num_threads(plan.cfg.workers.torch_threads)  # every worker runs on this thread
+    attach_reports(plan.topology, controller)
     fabric = InlineFabric(plan, controller.handle)
     workers = []
     current = "setup"

@@ -14,14 +14,13 @@ import gymnasium as gym
 import torch
 
 from srl.api.config import ConfigError, ExperimentConfig, build
-from srl.api.config.run import SELF_PLAY_EVAL_EVERY_VERSIONS
 from srl.api.env import SlotGroup
 from srl.api.plugins import resolve
 from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
 from srl.api.worker import Policy
 from srl.envs.slots import probe_groups
-from srl.runtime.topology import PATH_ROLES, Role, Topology, roles_of, topology_of
+from srl.runtime.topology import PATH_ROLES, ROLES, Layout, Role, Topology, roles_of, topology_of
 from srl.system.streams import PoolLayout
 from srl.wiring import (
     acting_policy,
@@ -70,18 +69,14 @@ class PolicyPlan:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """Derived, read-only facts about one experiment."""
+class Plan(Layout):
+    """Derived, read-only facts about one experiment: where each worker stands (:class:`Layout`), and what the
+    probed environment says of each policy."""
 
-    cfg: ExperimentConfig
     policies: tuple[PolicyPlan, ...]
     """The run's policies (one without ``agents`` rules), in the order of ``cfg.policy_names``."""
     agents_per_env: int = 1
     """Columns per environment, every policy's (a multi-agent env's agents)."""
-    vs_random: bool = False
-    """One policy plays a two-player turn-based game (OpenSpiel, PettingZoo AEC; plain self-play or a league):
-    evaluations also play it against a uniform random player, since self-play's returns average 0 in a zero-sum
-    game whatever the policy."""
     null_trainer: bool = False
     """Replace the trainer by one that discards segments (sampling benchmarks)."""
     resume: tuple[str, ...] | None = None
@@ -90,116 +85,12 @@ class Plan:
     """Policy version the run starts at (the checkpoint's when resuming)."""
     start_env_steps: int = 0
     """Env steps the run took before this process (a resumed run's): actors' exploration counts on from them."""
-    sample_path: tuple[Role, ...] = ()
-    """The roles segments pass through between the actors and the trainers (``workers.path``, resolved)."""
-
-    @property
-    def eval_every(self) -> int:
-        """Versions between the eval worker's evaluations, 0 for no eval worker: ``run.eval_every_versions``, or
-        when that is unset, :data:`SELF_PLAY_EVAL_EVERY_VERSIONS` in a game measured against random (unless
-        ``run.eval_episodes`` is 0: no evaluation at all)."""
-        run = self.cfg.run
-        if run.eval_every_versions is not None:
-            return run.eval_every_versions
-        return SELF_PLAY_EVAL_EVERY_VERSIONS if self.vs_random and run.eval_episodes > 0 else 0
 
     def only(self, what: str) -> PolicyPlan:
         """The one policy of the run, for ``what``, which trains or measures one (one line when there are more)."""
         if len(self.policies) > 1:
             raise ConfigError(f"agents: {what} serves runs of one policy; the agents rules name {len(self.policies)}")
         return self.policies[0]
-
-    @property
-    def actors_per_node(self) -> int:
-        return self.policies[0].layout.actors
-
-    @property
-    def nodes(self) -> int:
-        """Actor node groups: each has its own pool of segment buffers and its own policy workers."""
-        return self.cfg.ray.actor_nodes if self.cfg.runtime == "ray" else 1
-
-    @property
-    def relay_groups(self) -> int:
-        """Relays of the hierarchical parameter service: one per node group (none with a single group on one
-        machine, where readers share the trainer's buffer; under Ray every actor node needs its own)."""
-        p = self.cfg.params
-        if p.mode != "hierarchical":
-            return 0
-        return p.groups if p.groups > 1 or self.cfg.runtime == "ray" else 0
-
-    def actor_node(self, actor: int) -> int:
-        """The node group actor ``actor`` lives in."""
-        return actor // self.actors_per_node
-
-    def actor_row(self, actor: int) -> int:
-        """Actor ``actor``'s row in its node's pool."""
-        return actor % self.actors_per_node
-
-    @property
-    def policy_workers_per_node(self) -> int:
-        """Policy workers of one node group."""
-        return self.cfg.workers.policy_workers // self.nodes
-
-    def policy_node(self, policy_worker: int) -> int:
-        """The node group policy worker ``policy_worker`` lives in."""
-        return policy_worker // self.policy_workers_per_node
-
-    def policy_of(self, actor: int) -> int:
-        """The policy worker that serves actor ``actor``: one of its own node's, spread by row."""
-        per_node = self.policy_workers_per_node
-        return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
-
-    @property
-    def stages_per_node(self) -> int:
-        """Stage workers of one node group (0: the run has no stage)."""
-        return 0 if self.cfg.stage.worker is None else self.cfg.stage.per_node
-
-    def stage_node(self, stage: int) -> int:
-        """The node group stage worker ``stage`` lives in (with the actors it serves)."""
-        return stage // self.stages_per_node
-
-    def stage_of(self, actor: int) -> int:
-        """The stage worker actor ``actor`` submits to: one of its own node's, spread by row."""
-        per_node = self.stages_per_node
-        return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
-
-    def trainer_of(self, actor: int, policy: int = 0) -> int:
-        """The trainer of policy ``policy`` that actor ``actor``'s segments go to (through the stage, when there
-        is one). Trainers are numbered policy by policy: ``workers.trainers`` of each."""
-        per = self.cfg.workers.trainers
-        return policy * per + actor % per
-
-    def policy_of_trainer(self, trainer: int) -> int:
-        """The policy (index into ``policies``) trainer ``trainer`` trains."""
-        return trainer // self.cfg.workers.trainers
-
-    @property
-    def trainer_nodes(self) -> int:
-        """Node groups the trainers are split over (one outside Ray)."""
-        return self.cfg.ray.trainer_nodes if self.cfg.runtime == "ray" else 1
-
-    @property
-    def policy_nodes(self) -> int:
-        """Trainer node groups each policy's trainers are split over: all of them, or one for a population's
-        member (the members are dealt over the groups instead)."""
-        return 1 if self.cfg.population.enabled else self.trainer_nodes
-
-    def policy_trainer_node(self, trainer: int) -> int:
-        """Which of its policy's :attr:`policy_nodes` trainer ``trainer`` lives in (0 holds the policy's lead)."""
-        per = self.cfg.workers.trainers
-        return (trainer % per) // (per // self.policy_nodes)
-
-    def trainer_node(self, trainer: int) -> int:
-        """The trainer node group (0, 1, ...) trainer ``trainer`` lives in: every policy's trainers are split over
-        all the groups, the first holding its lead; a population's member ``k`` trains whole in group
-        ``k mod trainer_nodes``."""
-        if self.cfg.population.enabled:
-            return self.policy_of_trainer(trainer) % self.trainer_nodes
-        return self.policy_trainer_node(trainer)
-
-    def lead_node(self, policy: int) -> int:
-        """The trainer node group of policy ``policy``'s lead trainer (its snapshot buffer and parameter root)."""
-        return self.trainer_node(policy * self.cfg.workers.trainers)
 
     @cached_property
     def topology(self) -> Topology:
@@ -235,7 +126,15 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     policies = tuple(_policy_plan(cfg, by_name[n], cfg.league.pool) for n in names)
     vs_random = probed.turn_based and probed.agents_per_env == 2 and len(names) == 1
     path = sample_path(cfg)
-    plan = Plan(cfg, policies, agents_per_env=agents, vs_random=vs_random, null_trainer=null_trainer, sample_path=path)
+    plan = Plan(
+        cfg,
+        policies,
+        agents_per_env=agents,
+        vs_random=vs_random,
+        null_trainer=null_trainer,
+        sample_path=path,
+        added_roles=added_roles(cfg, path),
+    )
     check_algorithm(plan)  # what the algorithm needs of the probed env, one line naming its setting
     if cfg.population.enabled:
         _check_population(plan)
@@ -290,9 +189,34 @@ def sample_path(cfg: ExperimentConfig) -> tuple[Role, ...]:
             raise ConfigError(f"workers.path: {name!r} is listed twice")
         roles.append(role)
     keepers = [r for r in roles if r.hop is not None and r.hop.keeps is not None]
+    if keepers and keepers[0].hop is not None and keepers[0].hop.batches is None:
+        raise ConfigError(f"workers.path: {keepers[0].name} keeps the segments but names no batch source (Hop.batches)")
     if keepers and roles[-1] is not keepers[0]:
         raise ConfigError(f"workers.path: {keepers[0].name} keeps the segments, so it must be the path's last role")
     _check_path_roles(cfg, names, bool(keepers), on_policy)
+    return tuple(roles)
+
+
+def added_roles(cfg: ExperimentConfig, path: tuple[Role, ...]) -> tuple[Role, ...]:
+    """The roles of ``workers.roles``, checked: each a :class:`Role` without a hop (those go in ``workers.path``),
+    its name and seed salt its own among the run's roles, none listed twice."""
+    taken = {r.name: r for r in (*ROLES, *path)}
+    salts = {r.seed_salt for r in taken.values()}
+    roles: list[Role] = []
+    for name in cfg.workers.roles:
+        role = resolve(name, {}, "workers.roles", callable_=False)
+        if not isinstance(role, Role):
+            raise ConfigError(f"workers.roles: {name!r} is not a Role declaration (got {type(role).__name__})")
+        if role.hop is not None:
+            raise ConfigError(f"workers.roles: {name!r} stands on the sample path: list it in workers.path")
+        if role.name in taken:
+            said = "is listed twice" if role in roles else f"is named {role.name!r}, as a role of the run already is"
+            raise ConfigError(f"workers.roles: {name!r} {said}")
+        if role.seed_salt in salts:
+            raise ConfigError(f"workers.roles: {name!r} has seed_salt {role.seed_salt}, which another role has")
+        taken[role.name] = role
+        salts.add(role.seed_salt)
+        roles.append(role)
     return tuple(roles)
 
 

@@ -61,7 +61,7 @@ from srl.runtime.ray_actors import NodeAgent, WorkerActor
 from srl.runtime.ray_fabric import Endpoints
 from srl.runtime.ray_head import HeadError, RayHead, connect
 from srl.runtime.supervisor import Launch, StartError, Supervisor
-from srl.runtime.topology import TRAINER, TRAINER_NODE, Endpoint, Stream, WorkerSpec, trainer_group
+from srl.runtime.topology import TRAINER_NODE, Endpoint, Restart, Stream, WorkerSpec, trainer_group
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller, stop_on_signals
 from srl.system.run_dir import write_run_file
@@ -323,7 +323,8 @@ class RayPlacement:
             node: all(launch.incarnation == 0 for launch in launches) or self._ready(self.groups[node])
             for node in {launch.worker.group for launch in launches}
         }
-        trainers = [launch for launch in launches if launch.worker.role is TRAINER]
+        # the workers that restart from a checkpoint together (data-parallel trainers) meet at a fresh store
+        trainers = [launch for launch in launches if launch.worker.restart is Restart.FROM_CHECKPOINT]
         if len(trainers) > 1 and not all(ready[launch.worker.group] for launch in trainers):
             raise StartError("a trainer node was lost, and data-parallel trainers restart only on the nodes they had")
         dist = self.endpoints.dist

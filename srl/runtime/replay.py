@@ -99,7 +99,7 @@ def build_replay(ctx: BuildContext) -> Worker:
         fabric.storage(Endpoint(Stream.REPLAY, r)),
         fabric.segment_source(worker),
         [(fabric.buffers(e), fabric.channel(e), fabric.bell(e, 0)) for e in feeds],
-        fabric.reporter(),
+        ctx.reporter,
         sampling(plan, k),
         # its share of the run's env steps: the replays of a policy split its actors between them
         total_env_steps=max(1, plan.cfg.run.total_env_steps // replays_per_policy(plan)),

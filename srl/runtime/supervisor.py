@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Protocol
 
 from srl.runtime.plan import Plan
-from srl.runtime.topology import ACTOR, Endpoint, Restart, WorkerSpec
+from srl.runtime.topology import Endpoint, Restart, WorkerSpec, attach_reports
+from srl.system.checkpoint import checkpoints
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller
 from srl.system.run_dir import policy_checkpoints
-from srl.system.trainer_worker import checkpoints
 
 
 class StartError(RuntimeError):
@@ -98,6 +98,7 @@ class Supervisor:
         self.incarnations: dict[str, int] = {}
         self.running: set[str] = set()
         self.addresses: dict[Endpoint, str] = {}
+        attach_reports(plan.topology, controller)
         controller.supervised = frozenset(w.name for w in self.topology.workers if self.restartable(w))
 
     def restartable(self, worker: WorkerSpec) -> bool:
@@ -162,9 +163,7 @@ class Supervisor:
         self.incarnations.update((launch.worker.name, launch.incarnation) for launch in launches)
         started = self.placement.start(launches)
         for w in workers:
-            self.controller.note_restart(
-                w.name, causes[w.name], dropped[w.name], actor=w.index if w.role is ACTOR else None
-            )
+            self.controller.note_restart(w.name, causes[w.name], dropped[w.name])
         self._started(started)
 
     def _launches(self, workers: Sequence[WorkerSpec]) -> list[Launch]:
@@ -176,7 +175,7 @@ class Supervisor:
             batch = [w for w in workers if w.role is role]
             if role.restart is not Restart.FROM_CHECKPOINT:
                 for w in batch:
-                    steps = self.controller.actor_env_steps(w.index) if role is ACTOR else 0
+                    steps = self.controller.worker_env_steps(w.name)
                     out[w.name] = Launch(w, self.incarnations.get(w.name, 0) + 1, env_steps=steps)
                 continue
             epoch = max(self.incarnations.get(w.name, 0) for w in batch) + 1

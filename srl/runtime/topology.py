@@ -25,14 +25,13 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from srl.api.config import ExperimentConfig
+from srl.api.config.run import SELF_PLAY_EVAL_EVERY_VERSIONS
 from srl.system.param_service import relay_parent
 from srl.system.population_worker import COMMAND_WIDTH, EPISODE_WIDTH
 from srl.system.streams import FILLING, READY, REQUEST_WIDTH, SAMPLE_WIDTH, STAGED, PoolLayout
-
-if TYPE_CHECKING:
-    from srl.runtime.plan import Plan
 
 TRAINER_NODE = -1
 """Node group of the first trainer node: the lead trainer, the root parameter server, the eval worker.
@@ -141,17 +140,17 @@ class Restart(Enum):
     the newest checkpoint, publishing above every version readers hold. Needs a run directory."""
 
 
-Rule = Callable[["Plan", int], "tuple[Endpoint, ...]"]
+Rule = Callable[["Layout", int], "tuple[Endpoint, ...]"]
 Holding = dict[tuple["int | Endpoint", int], tuple[int, ...]]
 """(Pool, pool row) -> buffer states: the buffers a worker holds (see :meth:`Role.holds`). A pool is a policy's
 segment pool (its index) or an endpoint's own pool (the endpoint)."""
 
 
-def _none(plan: Plan, index: int) -> tuple[Endpoint, ...]:
+def _none(plan: Layout, index: int) -> tuple[Endpoint, ...]:
     return ()
 
 
-def _no_resources(plan: Plan) -> float:
+def _no_resources(plan: Layout) -> float:
     return 0.0
 
 
@@ -162,13 +161,31 @@ class Hop:
 
     stream: StreamKind
     """The kind of endpoint each of its workers serves to receive segments (``segments=True``)."""
-    route: Callable[[Plan, int, int], int]
+    route: Callable[[Layout, int, int], int]
     """``route(plan, actor, policy)``: the worker that actor ``actor``'s segments of policy ``policy`` reach."""
     keeps: StreamKind | None = None
     """None: it forwards what it keeps to the next stop of the path (a stage). A kind: it keeps the segments (a
     replay), and serves each trainer it feeds (:attr:`feeds`) through an endpoint of that kind."""
-    feeds: Callable[[Plan, int], tuple[int, ...]] = lambda plan, index: (index,)
+    feeds: Callable[[Layout, int], tuple[int, ...]] = lambda plan, index: (index,)
     """A keeper's: the trainers its worker ``index`` serves (by default trainer ``index``)."""
+    batches: str | None = None
+    """A keeper's: ``module:attr`` of ``source(plan, fabric, trainer, fresh) -> BatchSource``, where a trainer it
+    feeds (a :class:`WorkerSpec`) reads its batches (``fresh``: the trainer starts the run, from no checkpoint)."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a role's workers report: the kind of their reports and the aggregator that folds them into the run's
+    records (:mod:`srl.api.report`). Roles that send the same kind (the root and the relays) name the same."""
+
+    kind: str
+    aggregator: str
+    """``module:attr`` of the aggregator's class, made once per run as ``cls(facts)``."""
+
+    def make(self, facts: Any) -> Any:
+        """The run's aggregator of this kind, fed by ``facts`` (a :class:`~srl.api.report.RunFacts`)."""
+        module, _, attr = self.aggregator.partition(":")
+        return getattr(importlib.import_module(module), attr)(facts)
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,14 +195,14 @@ class Role:
 
     name: str
     """Worker names are ``name`` + index (``actor0``): in ``workers.json``, metrics, ``restarts``, log lines."""
-    count: Callable[[Plan], int]
+    count: Callable[[Layout], int]
     """How many workers of this role the run has."""
     builder: str
     """``module:attr`` of the function that builds one worker from a :class:`~srl.runtime.build.BuildContext`
     (by name, the way a plugin names its own, so that this table needs nothing from the builders)."""
     seed_salt: int
     """Distinct per role: separates its workers' random streams from other roles' (see ``worker_seed``)."""
-    group: Callable[[Plan, int], int] = lambda plan, index: TRAINER_NODE
+    group: Callable[[Layout, int], int] = lambda plan, index: TRAINER_NODE
     """Under Ray: the node group worker ``index`` is placed in (by default with the lead trainer)."""
     serves: Rule = _none
     """The endpoints worker ``index`` serves (a hop's segment endpoint is added from :attr:`hop`)."""
@@ -193,17 +210,19 @@ class Role:
     """The endpoints worker ``index`` connects to (a hop's next stops are added from the path)."""
     restart: Restart = Restart.ALONE
     """What the supervisor does when one of its workers dies."""
-    cpus: Callable[[Plan], float] = _no_resources
+    cpus: Callable[[Layout], float] = _no_resources
     """CPUs each worker claims (placement only; Ray)."""
-    gpus: Callable[[Plan], float] = _no_resources
+    gpus: Callable[[Layout], float] = _no_resources
     """GPUs each worker claims (Ray)."""
-    policy: Callable[[Plan, int], int | None] = lambda plan, index: None
+    policy: Callable[[Layout, int], int | None] = lambda plan, index: None
     """The policy worker ``index`` serves alone (trainers, parameter servers), or None (it serves them all)."""
     hop: Hop | None = None
     """Set for a role that can stand on the sample path (``workers.path`` names it)."""
-    holds: Callable[[Plan, int], Holding] | None = None
+    holds: Callable[[Layout, int], Holding] | None = None
     """The buffers worker ``index`` holds, in which states: freed when it dies (their contents counted as lost).
     None: what the sample path hands it (:func:`held_on_path`)."""
+    report: Report | None = None
+    """What its workers report, and how the run's records take it (None: they report nothing of their own)."""
 
 
 @dataclass(frozen=True)
@@ -286,12 +305,137 @@ class Topology:
         return sorted(workers, key=lambda w: rank[w.name])
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where each worker of a run stands: its counts, its roles, and the index rules (which node group a worker
+    is in, which trainer an actor's segments reach, ...) that the roles' declarations are written in. The run's
+    :class:`~srl.runtime.plan.Plan` is one, with what the probed environment says besides."""
+
+    cfg: ExperimentConfig
+    sample_path: tuple[Role, ...] = field(default=(), kw_only=True)
+    """The roles segments pass through between the actors and the trainers (``workers.path``, resolved)."""
+    added_roles: tuple[Role, ...] = field(default=(), kw_only=True)
+    """The roles ``workers.roles`` adds (plugins), in its order."""
+    vs_random: bool = field(default=False, kw_only=True)
+    """One policy plays a two-player turn-based game (OpenSpiel, PettingZoo AEC; plain self-play or a league):
+    evaluations also play it against a uniform random player, since self-play's returns average 0 in a zero-sum
+    game whatever the policy."""
+
+    @property
+    def eval_every(self) -> int:
+        """Versions between the eval worker's evaluations, 0 for no eval worker: ``run.eval_every_versions``, or
+        when that is unset, :data:`SELF_PLAY_EVAL_EVERY_VERSIONS` in a game measured against random (unless
+        ``run.eval_episodes`` is 0: no evaluation at all)."""
+        run = self.cfg.run
+        if run.eval_every_versions is not None:
+            return run.eval_every_versions
+        return SELF_PLAY_EVAL_EVERY_VERSIONS if self.vs_random and run.eval_episodes > 0 else 0
+
+    @property
+    def policy_count(self) -> int:
+        """How many policies the run trains (``cfg.policy_names``)."""
+        return len(self.cfg.policy_names)
+
+    @property
+    def actors_per_node(self) -> int:
+        """Actors of one node group (each policy's pool has a row for each)."""
+        return self.cfg.workers.actors // self.nodes
+
+    @property
+    def nodes(self) -> int:
+        """Actor node groups: each has its own pool of segment buffers and its own policy workers."""
+        return self.cfg.ray.actor_nodes if self.cfg.runtime == "ray" else 1
+
+    @property
+    def relay_groups(self) -> int:
+        """Relays of the hierarchical parameter service: one per node group (none with a single group on one
+        machine, where readers share the trainer's buffer; under Ray every actor node needs its own)."""
+        p = self.cfg.params
+        if p.mode != "hierarchical":
+            return 0
+        return p.groups if p.groups > 1 or self.cfg.runtime == "ray" else 0
+
+    def actor_node(self, actor: int) -> int:
+        """The node group actor ``actor`` lives in."""
+        return actor // self.actors_per_node
+
+    def actor_row(self, actor: int) -> int:
+        """Actor ``actor``'s row in its node's pool."""
+        return actor % self.actors_per_node
+
+    @property
+    def policy_workers_per_node(self) -> int:
+        """Policy workers of one node group."""
+        return self.cfg.workers.policy_workers // self.nodes
+
+    def policy_node(self, policy_worker: int) -> int:
+        """The node group policy worker ``policy_worker`` lives in."""
+        return policy_worker // self.policy_workers_per_node
+
+    def policy_of(self, actor: int) -> int:
+        """The policy worker that serves actor ``actor``: one of its own node's, spread by row."""
+        per_node = self.policy_workers_per_node
+        return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
+
+    @property
+    def stages_per_node(self) -> int:
+        """Stage workers of one node group (0: the run has no stage)."""
+        return 0 if self.cfg.stage.worker is None else self.cfg.stage.per_node
+
+    def stage_node(self, stage: int) -> int:
+        """The node group stage worker ``stage`` lives in (with the actors it serves)."""
+        return stage // self.stages_per_node
+
+    def stage_of(self, actor: int) -> int:
+        """The stage worker actor ``actor`` submits to: one of its own node's, spread by row."""
+        per_node = self.stages_per_node
+        return self.actor_node(actor) * per_node + self.actor_row(actor) % per_node
+
+    def trainer_of(self, actor: int, policy: int = 0) -> int:
+        """The trainer of policy ``policy`` that actor ``actor``'s segments go to (through the stage, when there
+        is one). Trainers are numbered policy by policy: ``workers.trainers`` of each."""
+        per = self.cfg.workers.trainers
+        return policy * per + actor % per
+
+    def policy_of_trainer(self, trainer: int) -> int:
+        """The policy (index into ``policies``) trainer ``trainer`` trains."""
+        return trainer // self.cfg.workers.trainers
+
+    @property
+    def trainer_nodes(self) -> int:
+        """Node groups the trainers are split over (one outside Ray)."""
+        return self.cfg.ray.trainer_nodes if self.cfg.runtime == "ray" else 1
+
+    @property
+    def policy_nodes(self) -> int:
+        """Trainer node groups each policy's trainers are split over: all of them, or one for a population's
+        member (the members are dealt over the groups instead)."""
+        return 1 if self.cfg.population.enabled else self.trainer_nodes
+
+    def policy_trainer_node(self, trainer: int) -> int:
+        """Which of its policy's :attr:`policy_nodes` trainer ``trainer`` lives in (0 holds the policy's lead)."""
+        per = self.cfg.workers.trainers
+        return (trainer % per) // (per // self.policy_nodes)
+
+    def trainer_node(self, trainer: int) -> int:
+        """The trainer node group (0, 1, ...) trainer ``trainer`` lives in: every policy's trainers are split over
+        all the groups, the first holding its lead; a population's member ``k`` trains whole in group
+        ``k mod trainer_nodes``."""
+        if self.cfg.population.enabled:
+            return self.policy_of_trainer(trainer) % self.trainer_nodes
+        return self.policy_trainer_node(trainer)
+
+    def lead_node(self, policy: int) -> int:
+        """The trainer node group of policy ``policy``'s lead trainer (its snapshot buffer and parameter root)."""
+        return self.trainer_node(policy * self.cfg.workers.trainers)
+
+
 # --------------------------------------------------------------------------- the built-in roles
-def _ray(plan: Plan) -> bool:
+def _ray(plan: Layout) -> bool:
     return plan.cfg.runtime == "ray"
 
 
-def _snapshots(plan: Plan, group: int, index: int, policy: int = 0) -> Endpoint:
+def snapshot_endpoint(plan: Layout, group: int, index: int, policy: int = 0) -> Endpoint:
     """Where a reader in node group ``group`` loads policy ``policy``'s snapshots: the root server itself in flat
     mode, else a relay's buffer (under Ray its own node's; on one machine readers are spread over the relays by
     index), or the lead trainer's buffer when there are no relays (or, under Ray, in the lead's trainer group; a
@@ -306,12 +450,12 @@ def _snapshots(plan: Plan, group: int, index: int, policy: int = 0) -> Endpoint:
     return Endpoint(Stream.SNAPSHOTS, group if _ray(plan) else index % groups, policy)
 
 
-def _every_policy(plan: Plan, group: int, index: int) -> tuple[Endpoint, ...]:
+def every_snapshot(plan: Layout, group: int, index: int) -> tuple[Endpoint, ...]:
     """Where a reader of every policy's parameters loads each one's snapshots."""
-    return tuple(_snapshots(plan, group, index, k) for k in range(len(plan.policies)))
+    return tuple(snapshot_endpoint(plan, group, index, k) for k in range(plan.policy_count))
 
 
-def _relay_upstream(plan: Plan, relay: int) -> Endpoint:
+def _relay_upstream(plan: Layout, relay: int) -> Endpoint:
     """The server relay ``relay`` (of its policy's tree) subscribes to (the tree rule is
     ``param_service.relay_parent``; its parent comes before it)."""
     g, k = relay % plan.relay_groups, relay // plan.relay_groups
@@ -321,7 +465,7 @@ def _relay_upstream(plan: Plan, relay: int) -> Endpoint:
     return Endpoint(found.stream, found.index, k)
 
 
-def _relay_serves(plan: Plan, relay: int) -> tuple[Endpoint, ...]:
+def _relay_serves(plan: Layout, relay: int) -> tuple[Endpoint, ...]:
     """Its group's buffer, and a socket only when relays hang below it."""
     g, k = relay % plan.relay_groups, relay // plan.relay_groups
     name, fan_out = Endpoint(Stream.PARAMS, g).name, plan.cfg.params.fan_out
@@ -329,7 +473,7 @@ def _relay_serves(plan: Plan, relay: int) -> tuple[Endpoint, ...]:
     return (Endpoint(Stream.SNAPSHOTS, g, k),) + ((Endpoint(Stream.PARAMS, g, k),) if children else ())
 
 
-def stop(plan: Plan, position: int, actor: int, policy: int = 0) -> Endpoint:
+def stop(plan: Layout, position: int, actor: int, policy: int = 0) -> Endpoint:
     """The endpoint at ``position`` on the sample path that actor ``actor``'s segments of policy ``policy`` reach:
     a hop of ``plan.sample_path``, or past its end the trainer's sample stream."""
     if position < len(plan.sample_path):
@@ -339,13 +483,13 @@ def stop(plan: Plan, position: int, actor: int, policy: int = 0) -> Endpoint:
     return Endpoint(Stream.SAMPLES, plan.trainer_of(actor, policy))
 
 
-def keeper(plan: Plan) -> Role | None:
+def keeper(plan: Layout) -> Role | None:
     """The role that keeps the segments (a replay, last on the path), or None: the trainers take them."""
     last = plan.sample_path[-1] if plan.sample_path else None
     return last if last is not None and last.hop is not None and last.hop.keeps is not None else None
 
 
-def position(plan: Plan, role: Role) -> int | None:
+def position(plan: Layout, role: Role) -> int | None:
     """Where ``role`` stands on the sample path (0: the actors submit to it; the trainers stand at its length
     unless a keeper ends it), or None when segments never reach it."""
     if role in plan.sample_path:
@@ -353,7 +497,7 @@ def position(plan: Plan, role: Role) -> int | None:
     return len(plan.sample_path) if role is TRAINER and keeper(plan) is None else None
 
 
-def submitted_state(plan: Plan, at: int) -> int:
+def submitted_state(plan: Layout, at: int) -> int:
     """The pool state of a buffer handed to the stop at ``at``: READY to the last one that takes segments (the
     trainer, or a keeper), STAGED + ``at`` to a hop before it (so each hop's records are told apart)."""
     last = len(plan.sample_path) - (1 if keeper(plan) is not None else 0)
@@ -366,17 +510,17 @@ def receives_on(role: Role, index: int) -> Endpoint:
     return Endpoint(role.hop.stream if role.hop is not None else Stream.SAMPLES, index)
 
 
-def clients(plan: Plan, role: Role, index: int) -> list[tuple[int, int]]:
+def clients(plan: Layout, role: Role, index: int) -> list[tuple[int, int]]:
     """The (actor, policy) pairs whose segments reach worker ``index`` of ``role`` on the sample path."""
     at = position(plan, role)
     if at is None:
         return []
     me = receives_on(role, index)
-    pairs = ((a, k) for a in range(plan.cfg.workers.actors) for k in range(len(plan.policies)))
+    pairs = ((a, k) for a in range(plan.cfg.workers.actors) for k in range(plan.policy_count))
     return [(a, k) for a, k in pairs if stop(plan, at, a, k) == me]
 
 
-def held_on_path(plan: Plan, worker: WorkerSpec, across_nodes: bool = False) -> Holding:
+def held_on_path(plan: Layout, worker: WorkerSpec, across_nodes: bool = False) -> Holding:
     """The segment buffers ``worker`` holds by its place on the sample path (rows of its node's segment pools):
     an actor those it is filling, a stop those handed to it. ``across_nodes`` (Ray): a stop whose stream is bound
     receives copies from another node and holds nothing in a pool, while its sender holds what waits to go out
@@ -385,7 +529,7 @@ def held_on_path(plan: Plan, worker: WorkerSpec, across_nodes: bool = False) -> 
     if role is ACTOR:
         return {
             (k, plan.actor_row(index)): (FILLING, *_waiting(plan, 0, index, k, across_nodes))
-            for k in range(len(plan.policies))
+            for k in range(plan.policy_count)
         }
     at = position(plan, role)
     if at is None:
@@ -402,31 +546,31 @@ def held_on_path(plan: Plan, worker: WorkerSpec, across_nodes: bool = False) -> 
     return held
 
 
-def held_by(plan: Plan, worker: WorkerSpec, across_nodes: bool = False) -> Holding:
+def held_by(plan: Layout, worker: WorkerSpec, across_nodes: bool = False) -> Holding:
     """Every buffer ``worker`` holds: by its place on the sample path, and what its role declares besides."""
     extra = worker.role.holds(plan, worker.index) if worker.role.holds is not None else {}
     return {**held_on_path(plan, worker, across_nodes), **extra}
 
 
-def _waiting(plan: Plan, at: int, actor: int, policy: int, across_nodes: bool) -> tuple[int, ...]:
+def _waiting(plan: Layout, at: int, actor: int, policy: int, across_nodes: bool) -> tuple[int, ...]:
     """The state of a sender's buffers waiting to go out to the stop at ``at`` on another node (Ray), if any."""
     if across_nodes and stop(plan, at, actor, policy).stream.bound:
         return (submitted_state(plan, at),)
     return ()
 
 
-def _actor_connects(plan: Plan, actor: int) -> tuple[Endpoint, ...]:
+def _actor_connects(plan: Layout, actor: int) -> tuple[Endpoint, ...]:
     """Actor ``a`` feeds the first stop of the sample path of each policy (a hop of its node group, or that
     policy's trainer ``a % trainers``); a policy worker of its node group answers it (spread by pool row), or it
     runs the policy itself and reads snapshots like a policy worker."""
-    samples = tuple(dict.fromkeys(stop(plan, 0, actor, k) for k in range(len(plan.policies))))
+    samples = tuple(dict.fromkeys(stop(plan, 0, actor, k) for k in range(plan.policy_count)))
     samples += (Endpoint(Stream.EPISODES, 0),) if plan.cfg.population.enabled else ()  # the members' returns
     if plan.cfg.workers.policy_workers == 0:
-        return (*samples, *_every_policy(plan, plan.actor_node(actor), actor))
+        return (*samples, *every_snapshot(plan, plan.actor_node(actor), actor))
     return (*samples, Endpoint(Stream.INFERENCE, plan.policy_of(actor)))
 
 
-def hop_serves(plan: Plan, role: Role, index: int) -> tuple[Endpoint, ...]:
+def hop_serves(plan: Layout, role: Role, index: int) -> tuple[Endpoint, ...]:
     """A hop's endpoints: the one it receives segments on, and a keeper's to each trainer it feeds."""
     hop = role.hop
     if hop is None or role not in plan.sample_path:
@@ -435,7 +579,7 @@ def hop_serves(plan: Plan, role: Role, index: int) -> tuple[Endpoint, ...]:
     return (Endpoint(hop.stream, index), *kept)
 
 
-def hop_connects(plan: Plan, role: Role, index: int) -> tuple[Endpoint, ...]:
+def hop_connects(plan: Layout, role: Role, index: int) -> tuple[Endpoint, ...]:
     """Where a hop that forwards sends its clients' segments: the next stop of each."""
     at = position(plan, role)
     if at is None or role.hop is None or role.hop.keeps is not None:
@@ -443,16 +587,16 @@ def hop_connects(plan: Plan, role: Role, index: int) -> tuple[Endpoint, ...]:
     return tuple(sorted({stop(plan, at + 1, a, k) for a, k in clients(plan, role, index)}, key=lambda e: e.name))
 
 
-def _stage_connects(plan: Plan, stage: int) -> tuple[Endpoint, ...]:
+def _stage_connects(plan: Layout, stage: int) -> tuple[Endpoint, ...]:
     """Snapshots (read for their version only), as a policy worker of its node group reads them."""
-    return (_snapshots(plan, plan.stage_node(stage), stage),)
+    return (snapshot_endpoint(plan, plan.stage_node(stage), stage),)
 
 
-def _has_root(plan: Plan) -> int:
+def _has_root(plan: Layout) -> int:
     return int(plan.cfg.params.mode == "flat" or plan.relay_groups > 0)
 
 
-def _trainer_serves(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
+def _trainer_serves(plan: Layout, trainer: int) -> tuple[Endpoint, ...]:
     """Its sample stream (unless a keeper serves it batches), and the lead trainer of each policy its policy's
     snapshot buffer."""
     lead = trainer % plan.cfg.workers.trainers == 0
@@ -463,7 +607,7 @@ def _trainer_serves(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
     return (*samples, *buffer, *member)
 
 
-def _trainer_connects(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
+def _trainer_connects(plan: Layout, trainer: int) -> tuple[Endpoint, ...]:
     """The keeper's batches, when one ends the path (an endpoint of each trainer, served by the keeper that
     feeds it)."""
     kept = keeper(plan)
@@ -474,7 +618,7 @@ def _trainer_connects(plan: Plan, trainer: int) -> tuple[Endpoint, ...]:
 
 TRAINER = Role(
     "trainer",
-    count=lambda plan: plan.cfg.workers.trainers * len(plan.policies),
+    count=lambda plan: plan.cfg.workers.trainers * plan.policy_count,
     builder="srl.runtime.build:build_trainer",
     seed_salt=0,
     group=lambda plan, i: trainer_group(plan.trainer_node(i)),
@@ -485,26 +629,30 @@ TRAINER = Role(
     gpus=lambda plan: plan.cfg.ray.trainer_gpus,
     policy=lambda plan, i: plan.policy_of_trainer(i),
     holds=lambda plan, i: {(e, 0): (READY,) for e in _trainer_connects(plan, i)},
+    report=Report("trainer", "srl.system.trainer_worker:TrainerReports"),
 )
+PARAMS_REPORT = Report("params", "srl.system.param_service:ParamReports")
 PARAM_ROOT = Role(
     "param_root",
-    count=lambda plan: _has_root(plan) * len(plan.policies),
+    count=lambda plan: _has_root(plan) * plan.policy_count,
     builder="srl.runtime.build:build_param_root",
     seed_salt=3,
     group=lambda plan, k: trainer_group(plan.lead_node(k)),  # beside the buffer it serves
     serves=lambda plan, k: (Endpoint(Stream.PARAMS, policy=k),),
     connects=lambda plan, k: (Endpoint(Stream.SNAPSHOTS, policy=k),),
     policy=lambda plan, k: k,
+    report=PARAMS_REPORT,
 )
 RELAY = Role(
     "relay",
-    count=lambda plan: plan.relay_groups * len(plan.policies),
+    count=lambda plan: plan.relay_groups * plan.policy_count,
     builder="srl.runtime.build:build_relay",
     seed_salt=4,
     group=lambda plan, r: r % plan.relay_groups,
     serves=_relay_serves,
     connects=lambda plan, r: (_relay_upstream(plan, r),),
     policy=lambda plan, r: r // plan.relay_groups,
+    report=PARAMS_REPORT,
 )
 POLICY = Role(
     "policy",
@@ -513,8 +661,9 @@ POLICY = Role(
     seed_salt=1,
     group=lambda plan, p: plan.policy_node(p),
     serves=lambda plan, p: (Endpoint(Stream.INFERENCE, p),),
-    connects=lambda plan, p: _every_policy(plan, plan.policy_node(p), p),
+    connects=lambda plan, p: every_snapshot(plan, plan.policy_node(p), p),
     cpus=lambda plan: plan.cfg.ray.cpus_per_policy_worker,
+    report=Report("policy", "srl.system.policy_worker:PolicyReports"),
 )
 STAGE = Role(
     "stage",
@@ -525,30 +674,31 @@ STAGE = Role(
     connects=_stage_connects,
     cpus=lambda plan: plan.cfg.ray.cpus_per_stage,
     hop=Hop(Stream.STAGE, route=lambda plan, actor, policy: plan.stage_of(actor)),
+    report=Report("stage", "srl.system.stage_worker:StageReports"),
 )
 
 
-def replays_per_policy(plan: Plan) -> int:
+def replays_per_policy(plan: Layout) -> int:
     """Replays of each policy: one per trainer, or one per trainer node group (``replay.placement``)."""
     return plan.policy_nodes if plan.cfg.replay.placement == "node" else plan.cfg.workers.trainers
 
 
-def replay_of_trainer(plan: Plan, trainer: int) -> int:
+def replay_of_trainer(plan: Layout, trainer: int) -> int:
     """The replay that feeds trainer ``trainer`` (replays are numbered policy by policy, as trainers are)."""
     if plan.cfg.replay.placement == "trainer":
         return trainer
     return plan.policy_of_trainer(trainer) * plan.policy_nodes + plan.policy_trainer_node(trainer)
 
 
-def trainers_of_replay(plan: Plan, replay: int) -> tuple[int, ...]:
+def trainers_of_replay(plan: Layout, replay: int) -> tuple[int, ...]:
     """The trainers replay ``replay`` feeds."""
-    every = range(plan.cfg.workers.trainers * len(plan.policies))
+    every = range(plan.cfg.workers.trainers * plan.policy_count)
     return tuple(t for t in every if replay_of_trainer(plan, t) == replay)
 
 
 REPLAY = Role(
     "replay",
-    count=lambda plan: replays_per_policy(plan) * len(plan.policies),
+    count=lambda plan: replays_per_policy(plan) * plan.policy_count,
     builder="srl.runtime.replay:build_replay",
     seed_salt=8,
     group=lambda plan, r: trainer_group(plan.trainer_node(trainers_of_replay(plan, r)[0])),
@@ -559,8 +709,10 @@ REPLAY = Role(
         route=lambda plan, actor, policy: replay_of_trainer(plan, plan.trainer_of(actor, policy)),
         keeps=Stream.BATCHES,
         feeds=trainers_of_replay,
+        batches="srl.runtime.replay:replay_batches",
     ),
     holds=lambda plan, r: {(Endpoint(Stream.BATCHES, t), 0): (FILLING,) for t in trainers_of_replay(plan, r)},
+    report=Report("replay", "srl.system.replay_worker:ReplayReports"),
 )
 ACTOR = Role(
     "actor",
@@ -570,13 +722,15 @@ ACTOR = Role(
     group=lambda plan, a: plan.actor_node(a),
     connects=_actor_connects,
     cpus=lambda plan: plan.cfg.ray.cpus_per_actor,
+    report=Report("actor", "srl.system.actor_worker:ActorReports"),
 )
 EVAL = Role(
     "eval",
     count=lambda plan: int(plan.eval_every > 0),
     builder="srl.runtime.build:build_eval",
     seed_salt=5,
-    connects=lambda plan, i: _every_policy(plan, TRAINER_NODE, i),
+    connects=lambda plan, i: every_snapshot(plan, TRAINER_NODE, i),
+    report=Report("eval", "srl.system.eval_worker:EvalReports"),
 )
 
 LEAGUE = Role(
@@ -584,7 +738,8 @@ LEAGUE = Role(
     count=lambda plan: int(plan.cfg.league.pool),
     builder="srl.runtime.build:build_league",
     seed_salt=7,
-    connects=lambda plan, i: (_snapshots(plan, TRAINER_NODE, i),),
+    connects=lambda plan, i: (snapshot_endpoint(plan, TRAINER_NODE, i),),
+    report=Report("league", "srl.system.league_worker:LeagueReports"),
 )
 
 POPULATION = Role(
@@ -594,9 +749,10 @@ POPULATION = Role(
     seed_salt=9,
     serves=lambda plan, i: (Endpoint(Stream.EPISODES, 0),),
     connects=lambda plan, i: (
-        *(Endpoint(Stream.MEMBER, k) for k in range(len(plan.policies))),
-        *(_every_policy(plan, TRAINER_NODE, i) if plan.cfg.population.score == "eval" else ()),
+        *(Endpoint(Stream.MEMBER, k) for k in range(plan.policy_count)),
+        *(every_snapshot(plan, TRAINER_NODE, i) if plan.cfg.population.score == "eval" else ()),
     ),
+    report=Report("population", "srl.system.population_worker:PopulationReports"),
 )
 
 ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, ACTOR, EVAL, LEAGUE, POPULATION)
@@ -609,7 +765,7 @@ PATH_ROLES = {"stage": "srl.runtime.topology:STAGE", "replay": "srl.runtime.topo
 ``module:attr``."""
 
 
-def pool_layout(plan: Plan, endpoint: Endpoint) -> PoolLayout:
+def pool_layout(plan: Layout, endpoint: Endpoint) -> PoolLayout:
     """The layout of ``endpoint``'s own pool, from the function its kind's declaration names."""
     assert endpoint.stream.pool is not None, f"{endpoint.stream.name} endpoints have no pool of their own"
     module, _, attr = endpoint.stream.pool.partition(":")
@@ -624,13 +780,25 @@ def storage_opener(endpoint: Endpoint) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def roles_of(plan: Plan) -> tuple[Role, ...]:
-    """The run's roles in start order: :data:`ROLES` with the sample path's roles before the actors."""
+def attach_reports(topology: Topology, controller: Any) -> None:
+    """Give ``controller`` (a :class:`~srl.system.controller.Controller`) the run's report table, one aggregator
+    per report kind of the roles that have workers (made once, from the declaration's class), and each worker's
+    role by the name the plan gave it."""
+    aggregators: dict[str, Any] = {}
+    for role in dict.fromkeys(w.role for w in topology.workers):
+        if role.report is not None and role.report.kind not in aggregators:
+            aggregators[role.report.kind] = role.report.make(controller)
+    controller.attach(aggregators, {w.name: w.role.name for w in topology.workers})
+
+
+def roles_of(plan: Layout) -> tuple[Role, ...]:
+    """The run's roles in start order: :data:`ROLES` with the sample path's roles before the actors, and the roles
+    ``workers.roles`` adds last (every stream of the built-in roles is up before they start)."""
     before = ROLES[: ROLES.index(ACTOR)]
-    return (*before, *reversed(plan.sample_path), *ROLES[len(before) :])
+    return (*before, *reversed(plan.sample_path), *ROLES[len(before) :], *plan.added_roles)
 
 
-def topology_of(plan: Plan, roles: Sequence[Role]) -> Topology:
+def topology_of(plan: Layout, roles: Sequence[Role]) -> Topology:
     """Every worker of the run, from the declarations of its ``roles`` (in start order; node groups only under
     Ray)."""
     workers = []

@@ -20,9 +20,9 @@ from srl.base.stop_signals import held, shielded
 from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import Plan, make_plan
 from srl.runtime.topology import keeper
+from srl.system.checkpoint import checkpoints, load_checkpoint
 from srl.system.controller import Controller
 from srl.system.run_dir import Resume, RunDir, RunDirError, default_run_dir, policy_checkpoints, read_counters
-from srl.system.trainer_worker import checkpoints, load_checkpoint
 from srl.wiring import prepare_algorithm, unread_sections
 
 

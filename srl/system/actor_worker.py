@@ -20,14 +20,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from srl.api.env import GroupedSlot, SlotStep
 from srl.api.explore import Explorer
+from srl.api.report import Counts, RunFacts
 from srl.api.schema import MEMORY
 from srl.api.spaces import FINAL_PREFIX, OBS, Observation
 from srl.api.worker import Reporter, Worker
@@ -476,3 +477,37 @@ def _finite_obs(obs: Observation) -> Observation:
 def _what(kind: str, part: str) -> str:
     """``observation`` for a plain observation, ``observation 'obs.goal'`` for a part of a nested one."""
     return kind if part == OBS else f"{kind} {part!r}"
+
+
+class ActorReports:
+    """The actors' reports (the :class:`~srl.api.report.Aggregator` of their kind): their env steps and ended
+    episodes go to the run's counts; non-finite steps, segments lost across nodes and exploration statistics
+    (averaged over the actors, ``explore_epsilon``) to its records."""
+
+    def __init__(self, facts: RunFacts) -> None:
+        self.facts = facts
+        self.counts = Counts()
+        self.explore: dict[str, dict[str, float]] = {}
+
+    def handle(self, worker: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        self.facts.add_env_steps(worker, int(meta["env_steps"]))  # first: episodes ending now count at these steps
+        returns = arrays.get("episode_returns")
+        if returns is not None and len(returns):
+            self.facts.add_episodes(returns, arrays.get("episode_policies"))
+        lost = int(meta.get("lost_segments", 0))
+        self.counts.set(worker, {"nonfinite_steps": int(meta.get("nonfinite_steps", 0)), "dropped_segments": lost})
+        explore = {k: float(v) for k, v in meta.items() if k.startswith("explore_")}
+        if explore:  # an algorithm's exploration (epsilon)
+            self.explore[worker] = explore
+
+    def record(self) -> dict[str, Any]:
+        rec: dict[str, Any] = self.summary()
+        for key in sorted({k for stats in self.explore.values() for k in stats}):
+            rec[key] = float(np.mean([s[key] for s in self.explore.values() if key in s]))
+        return rec
+
+    def summary(self) -> dict[str, Any]:
+        return {key: int(self.counts.total(key)) for key in ("nonfinite_steps", "dropped_segments")}
+
+    def restarted(self, worker: str) -> None:
+        self.counts.restarted(worker)

@@ -15,14 +15,25 @@ from typing import Any
 import numpy as np
 import zmq
 
+from srl.api.worker import Reporter
 from srl.base import wire
 
 log = logging.getLogger(__name__)
 
-KINDS = frozenset(
-    {"actor", "policy", "trainer", "stage", "replay", "params", "eval", "league", "population", "error", "info"}
-)
 Handler = Callable[[str, Mapping[str, Any], Mapping[str, np.ndarray]], None]
+"""Takes one report (kind, meta, arrays); raises KeyError (or TypeError, ValueError, IndexError) for a report it
+cannot take: a kind it has no handler of, a field missing or of the wrong type."""
+
+
+class NamedReporter:
+    """A worker's reporter: stamps every report with the worker's name (``meta["worker"]``), as the plan gave it,
+    so that what the controller keys by worker comes from the plan, never parsed back from a report."""
+
+    def __init__(self, reporter: Reporter, worker: str) -> None:
+        self.reporter, self.worker = reporter, worker
+
+    def report(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None) -> None:
+        self.reporter.report(kind, {**meta, "worker": self.worker}, arrays)
 
 
 class DirectReporter:
@@ -89,8 +100,6 @@ class ControlReceiver:
                 return handled
             try:
                 msg = wire.decode([f.buffer for f in frames])
-                if msg.schema not in KINDS:
-                    raise wire.WireError(f"unknown message kind {msg.schema!r}")
                 if self.token is not None:
                     wire.check_token(msg.meta.pop("token", None), self.token)
             except wire.WireError as exc:
@@ -99,7 +108,7 @@ class ControlReceiver:
                 continue
             try:
                 self.handler(msg.schema, msg.meta, msg.arrays)
-            except (KeyError, TypeError, ValueError, IndexError) as exc:  # well-framed, wrong content
+            except (KeyError, TypeError, ValueError, IndexError) as exc:  # well-framed, wrong kind or content
                 self.rejected += 1
                 log.error("control channel: rejected %r message: %s: %s", msg.schema, type(exc).__name__, exc)
                 continue

@@ -18,9 +18,12 @@ win, draw and loss rates go into the report too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from srl.api.report import RunFacts
 from srl.api.worker import Policy, Reporter, Worker
 from srl.system.params import Subscribers
 
@@ -71,3 +74,49 @@ class EvalWorker(Worker):
 VS_RANDOM_SCORE = "vs_random_score"
 VS_RANDOM_KEYS = ("vs_random_win_rate", "vs_random_draw_rate", "vs_random_loss_rate", VS_RANDOM_SCORE)
 """What an evaluation against a uniform random player reports (as ``eval_<key>`` in the metrics)."""
+
+
+class EvalReports:
+    """The eval worker's reports (the :class:`~srl.api.report.Aggregator` of their kind): the newest evaluation
+    in the records (``eval_return_mean``, ``eval_version``, ``eval_vs_random_*``) and on the progress line, and
+    in ``summary.json`` how many there were and the best (the one ``checkpoints/best.pt`` holds)."""
+
+    def __init__(self, facts: RunFacts) -> None:
+        self.evals: list[dict[str, Any]] = []
+
+    def handle(self, worker: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        self.evals.append(dict(meta))
+
+    def record(self) -> dict[str, float]:
+        if not self.evals:
+            return {}
+        newest = self.evals[-1]
+        rec = {"eval_return_mean": float(newest["return_mean"]), "eval_version": int(newest["version"])}
+        rec.update({f"eval_{k}": float(v) for k, v in newest.items() if k.startswith("vs_random_")})
+        return rec
+
+    def progress(self, record: Mapping[str, Any]) -> str:
+        return vs_random_text(record)
+
+    def summary(self) -> dict[str, Any]:
+        best = next((e for e in reversed(self.evals) if e.get("best")), None)  # what ``best.pt`` holds
+        if best is None:
+            return {"evaluations": len(self.evals)} if self.evals else {}
+        return {
+            "evaluations": len(self.evals),
+            "best_eval_return_mean": float(best["return_mean"]),
+            "best_eval_version": int(best["version"]),
+            **{f"best_eval_{k}": float(v) for k, v in best.items() if k.startswith("vs_random_")},
+        }
+
+    def restarted(self, worker: str) -> None:
+        pass
+
+
+def vs_random_text(record: Mapping[str, Any]) -> str:
+    """The progress line's part for the eval worker's games against a uniform random player (the learning signal
+    of self-play, whose returns average 0): ``win 0.62 draw 0.10 loss 0.28 vs random``; empty before any."""
+    if "eval_vs_random_win_rate" not in record:
+        return ""
+    rates = (record[f"eval_vs_random_{k}_rate"] for k in ("win", "draw", "loss"))
+    return "win {:.2f} draw {:.2f} loss {:.2f} vs random  ".format(*rates)

@@ -24,12 +24,14 @@ The pool lives in the run directory, so a resumed run goes on with its league.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from srl.api.config import LeagueConfig
+from srl.api.report import RunFacts
 from srl.api.worker import Policy, Reporter, Worker
 from srl.league.match import MatchResult, Opponent, PolicyOpponent, RandomOpponent
 from srl.league.pool import Member, read_index, read_snapshot, snapshot_path, write_index, write_snapshot
@@ -152,3 +154,23 @@ def ratings(results: list[list[float]]) -> dict[str, float]:
         games[j, i] += n
     elo = fit_elo(score, games, anchor=at[RANDOM_PLAYER])
     return {str(p): float(elo[at[p]]) for p in players}
+
+
+class LeagueReports:
+    """The league worker's reports (the :class:`~srl.api.report.Aggregator` of their kind): its newest round
+    (Elo ratings, scores, the pool) as ``league_<name>`` in the records and as ``league`` in ``summary.json``."""
+
+    def __init__(self, facts: RunFacts) -> None:
+        self.newest: dict[str, Any] = {}
+
+    def handle(self, worker: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        self.newest = {k: v for k, v in meta.items() if k != "worker"}
+
+    def record(self) -> dict[str, float]:
+        return {f"league_{k}": float(v) for k, v in self.newest.items() if k not in ("version", "froze")}
+
+    def summary(self) -> dict[str, Any]:
+        return {"league": dict(self.newest)} if self.newest else {}
+
+    def restarted(self, worker: str) -> None:
+        pass

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import zmq
 
+from srl.api.report import RunFacts
 from srl.api.worker import Reporter, Worker
 from srl.base import transfer, wire
 from srl.base.seqlock import VersionedBuffer
@@ -287,3 +289,25 @@ class ParamServiceWorker(Worker):
         if isinstance(self.source, RemoteSnapshot):
             meta.update(received=self.source.received, rejected_upstream=self.source.rejected)
         self.reporter.report("params", meta)
+
+
+class ParamReports:
+    """The parameter servers' reports (the :class:`~srl.api.report.Aggregator` of their kind): each server's
+    sends, bytes sent and refused requests (``root_bytes_sent``), and all it reports in ``summary.json``'s
+    ``param_service``."""
+
+    def __init__(self, facts: RunFacts) -> None:
+        self.newest: dict[str, dict[str, Any]] = {}
+
+    def handle(self, worker: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        self.newest[str(meta["service"])] = {k: v for k, v in meta.items() if k not in ("service", "worker")}
+
+    def record(self) -> dict[str, int]:
+        keys = ("sends", "bytes_sent", "rejected")
+        return {f"{name}_{k}": int(stats[k]) for name, stats in self.newest.items() for k in keys if k in stats}
+
+    def summary(self) -> dict[str, Any]:
+        return {"param_service": dict(sorted(self.newest.items()))}
+
+    def restarted(self, worker: str) -> None:
+        pass

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from srl.api.device import torch_device
+from srl.api.report import RunFacts
 from srl.api.worker import DevicePolicy, Policy, Reporter, Worker, is_device_policy
 from srl.base.timing import Every
 from srl.system.device import Staging
@@ -237,3 +238,31 @@ class PolicyWorker(Worker):
                 "batch_cap": self.max_batch,
             },
         )
+
+
+class PolicyReports:
+    """The policy workers' reports (the :class:`~srl.api.report.Aggregator` of their kind): each one's mean batch
+    (``policy0_mean_batch``: requests per forward pass), how many versions behind the newest it acts
+    (``_version_lag``), and the batch cap it measured as it started (``_batch_cap``)."""
+
+    def __init__(self, facts: RunFacts) -> None:
+        self.facts = facts
+        self.newest: dict[str, Mapping[str, float]] = {}
+
+    def handle(self, worker: str, meta: Mapping[str, float], arrays: Mapping[str, np.ndarray]) -> None:
+        self.newest[worker] = dict(meta)
+
+    def record(self) -> dict[str, float]:
+        rec: dict[str, float] = {}
+        for worker, stats in sorted(self.newest.items()):
+            rec[f"{worker}_mean_batch"] = float(stats.get("samples", 0)) / max(1, int(stats.get("batches", 0)))
+            rec[f"{worker}_version_lag"] = self.facts.policy_version - int(stats.get("version", -1))
+            if "batch_cap" in stats:  # slots per forward pass at most (measured as the worker started)
+                rec[f"{worker}_batch_cap"] = int(stats["batch_cap"])
+        return rec
+
+    def summary(self) -> dict[str, float]:
+        return {}
+
+    def restarted(self, worker: str) -> None:
+        pass

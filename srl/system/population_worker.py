@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from srl.api.report import RunFacts
 from srl.api.worker import Reporter, Worker
 from srl.base.channel import Channel
 from srl.base.fileio import atomic_save, atomic_write_text
@@ -294,3 +295,26 @@ class PopulationWorker(Worker):
             if score is not None:
                 meta[f"{name}/score"] = score
         self.reporter.report("population", meta)
+
+
+class PopulationReports:
+    """The population worker's reports (the :class:`~srl.api.report.Aggregator` of their kind): its newest counts
+    and each member's values and score (``population_copies``, ``member1/ppo.lr``) in the records, and as
+    ``population`` in ``summary.json``. Its members are alternatives, so the run's target is held against the
+    best member's window of episodes."""
+
+    def __init__(self, facts: RunFacts) -> None:
+        facts.solve_by_best_policy()
+        self.newest: dict[str, Any] = {}
+
+    def handle(self, worker: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        self.newest = {k: v for k, v in meta.items() if k != "worker"}
+
+    def record(self) -> dict[str, float]:
+        return {k if "/" in k else f"population_{k}": float(v) for k, v in self.newest.items()}
+
+    def summary(self) -> dict[str, Any]:
+        return {"population": dict(self.newest)} if self.newest else {}
+
+    def restarted(self, worker: str) -> None:
+        pass

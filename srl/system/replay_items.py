@@ -8,14 +8,14 @@ asks for: new chunks when they are inserted, and every chunk again when a batch 
 derived from the chunks: a restarted replay worker computes them again at its first batch.
 
 Targets. Step ``s`` of chunk ``c`` takes ``m`` steps, at most ``n``, up to its episode's end or the chunk's
-last step (:func:`srl.system.nstep.nstep`), and bootstraps from the observation after step ``s + m - 1``:
+last step (:func:`srl.algorithms.nstep.nstep`), and bootstraps from the observation after step ``s + m - 1``:
 
 - the episode goes on: observation row ``s + m``; past the chunk's last step that is row ``T``, the segment's
   bootstrap observation (a cut, not a time limit: the discount stays ``gamma^m``);
 - terminated: the discount is 0 (the observation is never valued);
 - truncated by a time limit: ``final_<part>`` of that step, where the layout keeps final observations (they share
   their part's array, :attr:`ReplaySpec.obs_rows`, so this is a row like any other). Image parts keep none:
-  there the truncated step's own observation stands in (:func:`srl.system.nstep.chunk_targets`).
+  there the truncated step's own observation stands in (:func:`srl.algorithms.nstep.chunk_targets`).
 
 Sequence batches (a recurrent policy's) carry no targets: the learner unrolls them and makes its own.
 """
@@ -26,8 +26,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from srl.algorithms.nstep import chunk_targets
 from srl.api.schema import MEMORY
-from srl.system.nstep import chunk_targets
 from srl.system.replay_spec import ReplaySpec
 
 __all__ = ["ItemReader"]

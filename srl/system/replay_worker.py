@@ -35,9 +35,11 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from srl.api.report import Counts, RunFacts
 from srl.api.schema import FieldSpec
 from srl.api.worker import Reporter, TrainResult, Worker
 from srl.base.channel import Channel, wait_any
@@ -317,3 +319,29 @@ class ReplayBatches:
         """Give batch buffer ``buf`` back to the replay in ``state`` and wake it."""
         self.consumer.release(0, buf, state)
         self.consumer.ring()
+
+
+class ReplayReports:
+    """The replay workers' reports (the :class:`~srl.api.report.Aggregator` of their kind): each store's size
+    and counters (``replay0_size``, ...; they live in shared memory, so they carry on across its restarts), and the
+    messages it refused, which its process counts (kept across restarts here)."""
+
+    def __init__(self, facts: RunFacts) -> None:
+        self.counts = Counts()
+        self.stats: dict[str, dict[str, Any]] = {}
+
+    def handle(self, worker: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        self.counts.set(worker, {"rejected_segments": int(meta.get("rejected_segments", 0))})
+        stats = {k: v for k, v in meta.items() if k not in ("replay", "worker") and not k.startswith("t_")}
+        self.stats[worker] = {**stats, "rejected_segments": int(self.counts.of(worker, "rejected_segments"))}
+
+    def record(self) -> dict[str, Any]:
+        return {f"{worker}_{k}": v for worker, stats in self.stats.items() for k, v in stats.items()}
+
+    def summary(self) -> dict[str, Any]:
+        # a message a replay refused is a dropped insert: counted with the trainers' refused messages
+        refused = int(self.counts.total("rejected_segments"))
+        return {"replays": dict(sorted(self.stats.items())), "rejected_segment_messages": refused}
+
+    def restarted(self, worker: str) -> None:
+        self.counts.restarted(worker)

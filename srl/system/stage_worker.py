@@ -11,9 +11,12 @@ and dropped segments are counted and reported with the plugin's own metrics.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from srl.api.report import Counts, RunFacts
 from srl.api.stage import Stage
 from srl.api.worker import Reporter, Worker
 from srl.base.timing import Every
@@ -84,3 +87,35 @@ class StageWorker(Worker):
         take = getattr(self.stage, "episode_returns", None)  # a stage that scores reports the returns
         arrays = None if take is None else {"episode_returns": np.asarray(take(), np.float32)}
         self.reporter.report("stage", meta, arrays)
+
+
+class StageReports:
+    """The stage workers' reports (the :class:`~srl.api.report.Aggregator` of their kind): segments kept and
+    dropped (across each worker's restarts) and the stage plugin's own numbers, as ``stage0_kept``, ...; the
+    returns a stage that writes the rewards reports go to the run's counts."""
+
+    def __init__(self, facts: RunFacts) -> None:
+        self.facts = facts
+        self.counts = Counts()
+        self.stats: dict[str, dict[str, Any]] = {}
+
+    def handle(self, worker: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        returns = arrays.get("episode_returns")
+        if returns is not None and len(returns):
+            self.facts.add_episodes(returns)
+        self.counts.set(worker, {"kept": int(meta["kept"]), "dropped": int(meta["dropped"])})
+        stats = {k: v for k, v in meta.items() if k not in ("stage", "worker") and not k.startswith("t_")}
+        self.stats[worker] = {
+            **stats,
+            "kept": int(self.counts.of(worker, "kept")),
+            "dropped": int(self.counts.of(worker, "dropped")),
+        }
+
+    def record(self) -> dict[str, Any]:
+        return {f"{worker}_{k}": v for worker, stats in self.stats.items() for k, v in stats.items()}
+
+    def summary(self) -> dict[str, Any]:
+        return {"stages": dict(sorted(self.stats.items()))}
+
+    def restarted(self, worker: str) -> None:
+        self.counts.restarted(worker)

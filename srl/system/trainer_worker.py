@@ -17,20 +17,19 @@ when any of them is asked to stop. Rank 0 publishes and checkpoints.
 from __future__ import annotations
 
 import os
-import pickle
 import time
-import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from srl.api.report import Counts, RunFacts
 from srl.api.worker import Algorithm, Collective, Reporter, Worker
-from srl.base.fileio import atomic_save
 from srl.base.timing import Every
 from srl.system.batches import BatchSource
+from srl.system.checkpoint import checkpoints, save_checkpoint
 from srl.system.params import ParamPublisher
 from srl.system.population_worker import MemberLink
 
@@ -73,14 +72,6 @@ class ThreadHandover:
         if threads in self.seconds:
             last = self.seconds[threads]
             self.seconds[threads] = seconds if last is None else 0.5 * last + 0.5 * seconds
-
-
-CHECKPOINT_FORMAT = "srl-checkpoint-v2"
-"""v2: observation parts and action heads (v1 checkpoints held one Box observation and are not read)."""
-ACTING_ENTRIES = ("version", "policy_state", "config", "spaces")
-"""What every checkpoint of a run holds (a trainer's ``ckpt_*.pt`` and the eval worker's ``best.pt``): enough to act."""
-TRAINING_ENTRIES = (*ACTING_ENTRIES, "samples", "algorithm")
-"""What a trainer's checkpoint holds besides, to continue training."""
 
 
 class TrainerWorker(Worker):
@@ -316,7 +307,6 @@ class TrainerWorker(Worker):
         assert self.checkpoint_dir is not None
         path = self.checkpoint_dir / f"ckpt_{self.version:08d}.pt"
         state = {
-            "format": CHECKPOINT_FORMAT,
             "version": self.version,
             "samples": self.samples,
             "trained_samples": self.samples * self.world,
@@ -328,7 +318,7 @@ class TrainerWorker(Worker):
             state.update(self.member.checkpoint())
         try:
             self.checkpoint_dir.mkdir(exist_ok=True)  # a policy's folder; never a run directory that was deleted
-            atomic_save(path, lambda f: self._serialize(state, f))
+            save_checkpoint(path, state, self._serialize)
         except OSError as exc:
             raise OSError(
                 exc.errno, f"checkpoint {path.name} not written ({exc.strerror or exc}); the previous one is intact"
@@ -343,64 +333,86 @@ class TrainerWorker(Worker):
         torch.save(state, f)
 
 
-def checkpoints(folder: Path) -> list[Path]:
-    """The checkpoints in ``folder``, oldest first (names carry the zero-padded version)."""
-    return sorted(folder.glob("ckpt_*.pt"))
+class TrainerReports:
+    """The trainers' reports (the :class:`~srl.api.report.Aggregator` of their kind): each policy's lead trainer's
+    newest version goes to the run's counts; its newest update's statistics to the records (as ``<policy>/<name>``
+    in a run of several policies), with every trainer's dropped segments, the policy-lag histogram of the samples
+    trained on, the bytes published per version and all-reduced per update, and the copies each trainer took."""
 
+    SKIPPED = ("trainer", "version", "worker")
+    """Report entries that are not statistics of the update."""
 
-def load_checkpoint(path: Path, entries: Sequence[str] = TRAINING_ENTRIES) -> dict[str, Any]:
-    """Read a checkpoint safely (no arbitrary unpickling) and check its format and that it holds ``entries``.
+    def __init__(self, facts: RunFacts) -> None:
+        self.facts = facts
+        self.per_policy = facts.cfg.workers.trainers
+        self.names = facts.cfg.policy_names
+        self.newest: dict[int, dict[str, Any]] = {}
+        """Each trainer's newest report, by index."""
+        self.lag_hist = np.zeros(1, np.int64)
+        self.counts = Counts()
 
-    A refusal says what the file is instead (empty, truncated, not a torch file, not a checkpoint of srl, the
-    entry it lacks), so that one line tells a user whether to look for another file or at the disk.
-    """
-    problem = _torch_file_problem(path)
-    if problem is not None:
-        raise ValueError(f"{path}: {problem}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:  # Python objects beyond plain data and tensors, or a damaged pickle
-        said = _gist(str(exc).rpartition("WeightsUnpickler error:")[2])
-        raise ValueError(
-            f"{path}: not loadable as weights only ({said}): it holds Python objects, or is damaged"
-        ) from None
-    except Exception as exc:  # torch raises many types for damaged files
-        raise ValueError(f"{path}: a damaged torch file ({type(exc).__name__}: {_gist(str(exc))})") from None
-    if not isinstance(state, dict) or "format" not in state:
-        raise ValueError(f"{path}: not a checkpoint of srl: no 'format' entry")
-    if state["format"] != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: checkpoint format {state['format']!r}; this srl reads {CHECKPOINT_FORMAT!r}")
-    missing = [k for k in entries if k not in state]
-    if missing:
-        raise ValueError(f"{path}: not a whole checkpoint of srl: no {missing[0]!r} entry")
-    return state
+    def handle(self, worker: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        trainer = int(meta.get("trainer", 0))
+        self.newest[trainer] = dict(meta)
+        if trainer % self.per_policy == 0:
+            self.facts.set_version(trainer // self.per_policy, int(meta["version"]))
+        self.counts.set(worker, {"adopted": int(meta.get("adopted", 0))})
+        hist = arrays.get("lag_hist")
+        if hist is not None and len(hist):
+            if len(hist) > len(self.lag_hist):
+                self.lag_hist = np.pad(self.lag_hist, (0, len(hist) - len(self.lag_hist)))
+            self.lag_hist[: len(hist)] += hist
 
+    def _stats(self, policy: int, skipped: tuple[str, ...] = SKIPPED) -> dict[str, Any]:
+        """Policy ``policy``'s lead trainer's newest statistics (of any trainer of the first, before its lead)."""
+        meta = self.newest.get(policy * self.per_policy)
+        if meta is None and policy == 0:
+            meta = next(iter(self.newest.values()), {})
+        return {k: v for k, v in (meta or {}).items() if k not in skipped and not k.startswith("t_")}
 
-def _torch_file_problem(path: Path) -> str | None:
-    """What keeps ``path`` from being a whole file of ``torch.save`` (a zip archive holding ``*/data.pkl``), if
-    anything: asked before torch reads it, whose own errors for these cases name neither the cause nor the file."""
-    try:
-        with path.open("rb") as f:
-            head = f.read(4)
-    except OSError as exc:
-        return f"cannot read ({exc.strerror})"
-    if not head:
-        return "an empty file, not a checkpoint"
-    if head != b"PK\x03\x04":
-        return "not a torch file (torch.save writes a zip archive)"
-    if not zipfile.is_zipfile(path):
-        return "a truncated file (its zip directory, at the end, is missing)"
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:  # a bad entry name raises UnicodeDecodeError
-        return f"a damaged zip directory ({type(exc).__name__}: {_gist(str(exc))})"
-    if not any(n.endswith("/data.pkl") for n in names):
-        return "a zip archive, not a torch file (no data.pkl in it)"
-    return None
+    def record(self) -> dict[str, Any]:
+        rec = self._stats(0)
+        if len(self.names) > 1:  # each policy's own, as ``<policy>/<metric>``, its version too
+            for k, name in enumerate(self.names):
+                rec.update({f"{name}/{key}": v for key, v in self._stats(k, ("trainer", "worker")).items()})
+        rec.update(self._per_version())
+        rec["dropped_segments"] = self._sum("dropped_segments")
+        rec["lag_histogram"] = self.lag_hist.tolist()  # samples per policy lag so far (TensorBoard: lag_mean/max)
+        return rec
 
+    def progress(self, record: Mapping[str, Any]) -> str:
+        return f"lag {record.get('lag_mean', 0.0):5.2f}  "
 
-def _gist(text: str) -> str:
-    """The first sentence of a library's error text, on one line."""
-    line = next((line for line in text.splitlines() if line.strip()), "")
-    return " ".join(line.split(". ")[0].split())
+    def summary(self) -> dict[str, Any]:
+        # samples that reached an update: counted by policy lag on-policy, by items drawn from a replay
+        trained = int(self.lag_hist.sum()) or self._sum("trained_items")
+        out: dict[str, Any] = {
+            "trained_samples": trained,
+            "dropped_segments": self._sum("dropped_segments"),
+            # messages a network sample stream refused at the trainers
+            "rejected_segment_messages": self._sum("rejected_segment_messages"),
+            "lag_histogram": self.lag_hist.tolist(),
+            **self._per_version(),
+        }
+        if self.counts.total("adopted"):  # copies of another population member's state each trainer took
+            out["population"] = {"adopted": {w: int(self.counts.of(w, "adopted")) for w in self.counts.workers}}
+        return out
+
+    def restarted(self, worker: str) -> None:
+        self.counts.restarted(worker)
+
+    def _sum(self, key: str) -> int:
+        return sum(int(t.get(key, 0)) for t in self.newest.values())
+
+    def _per_version(self) -> dict[str, float]:
+        """Parameter bytes published per snapshot, and gradient bytes all-reduced per update with the seconds the
+        reductions took (per trainer, its waits for its peers included)."""
+        t = self.newest.get(0) or next(iter(self.newest.values()), {})  # from 0 again after a resume or restart
+        out = {}
+        if int(t.get("snapshots_published", 0)) > 0:
+            out["bytes_published_per_version"] = float(t["bytes_published"]) / int(t["snapshots_published"])
+        if int(t.get("updates", 0)) > 0 and "bytes_reduced" in t:
+            out["bytes_reduced_per_update"] = float(t["bytes_reduced"]) / int(t["updates"])
+        if int(t.get("updates", 0)) > 0 and "seconds_reduced" in t:
+            out["reduce_seconds_per_update"] = float(t["seconds_reduced"]) / int(t["updates"])
+        return out

@@ -47,6 +47,12 @@ class WorkersConfig:
     section's worker), ``replay`` (keeps them and serves the trainers sampled batches: off-policy algorithms),
     or a plugin's role ``package.module:ROLE`` (a ``srl.runtime.topology.Role`` with a ``Hop``). null: ``stage``
     when ``stage.worker`` names one, then ``replay`` when the algorithm learns from a replay."""
+    roles: tuple[str, ...] = ()
+    """Roles the run adds to the built-in ones (trainers, parameter servers, policy workers, actors, and the
+    eval, league and population workers where their sections ask for them): each a plugin's
+    ``srl.runtime.topology.Role`` named ``package.module:ROLE``, whose declaration says how many workers it has,
+    what they read and serve, how they restart and what they report (docs/architecture.md, "How to add a role").
+    Roles on the sample path go in ``path``."""
     max_policy_lag: int = 16
     """Segments whose oldest step is more than this many versions behind the trainer are dropped (and counted)
     before the algorithm sees them."""

@@ -1,7 +1,8 @@
 """n-step returns of replay items, computed when an item is sampled.
 
-Why here: the replay worker computes these at sampling time, so ``n`` can change without re-inserting
-anything, and the replay worker lives in the system layer, which may not import algorithms.
+The replay worker computes these at sampling time, so ``n`` can change without re-inserting anything; the
+algorithms' targets (DQN, SAC, R2D2) are written against these conventions, so the math lives with them and the
+replay imports it (numpy only: no network, no torch).
 
 Conventions (the replay item layout follows them). An item is a sequence of ``L`` consecutive steps of one
 environment. Step ``k`` holds the observation the agent acted on, its action, and what the environment
