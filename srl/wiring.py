@@ -44,6 +44,17 @@ ALGORITHMS = {
 ENCODERS = {"default": "srl.nets.policy:ObsEncoder.from_model"}
 """Built-in names for ``model.encoder`` (``default``: :class:`srl.nets.policy.ObsEncoder`, one encoder per part)."""
 FEATURE_ENCODERS = {"default": "srl.nets.policy:ObsEncoder.features_from_model"}
+
+ROLES = {
+    "eval": "srl.eval.role:EVAL",
+    "league": "srl.league.role:LEAGUE",
+    "population": "srl.population.role:POPULATION",
+}
+"""The built-in roles beyond the core's (trainers, parameter servers, policy workers, actors), each a package with
+its worker, role and report, in start order: every run declares them, with workers where its sections ask for
+them. ``workers.roles`` adds a plugin's the same way."""
+PATH_ROLES = {"stage": "srl.stage.role:STAGE", "replay": "srl.replay.role:REPLAY"}
+"""Built-in names for ``workers.path``; a plugin names its own role (with a ``Hop``) as ``module:attr``."""
 """The same for a critic of actions, which joins the action before its own ``hidden`` MLP: the built-in encoder
 without its torso (a plugin encoder is used as it is)."""
 

@@ -188,8 +188,9 @@ def test_the_how_to_add_a_role_example_is_the_examples_code_and_runs_as_written(
         ("examples.policy_churn:PROBES", "is not a Role declaration (got int)"),
         ("examples.fresh_segments:FreshSegments", "is not a Role declaration (got type)"),
         ("examples.policy_churn:NOPE", "NOPE"),
-        ("srl.runtime.topology:REPLAY", "stands on the sample path: list it in workers.path"),
-        ("srl.runtime.topology:EVAL", "is named 'eval', as a role of the run already is"),
+        ("srl.replay.role:REPLAY", "stands on the sample path: list it in workers.path"),
+        ("srl.eval.role:EVAL", "is built in: every run declares it"),
+        ("examples.policy_churn:CHURN, examples.policy_churn:CHURN", "is listed twice"),
     ],
 )
 def test_a_role_config_cannot_take_is_one_line_before_anything_starts(tmp_path, role, says):

@@ -33,7 +33,7 @@ def test_fitted_elo_matches_the_odds_of_the_results():
 
 
 def test_league_ratings_of_recorded_results_put_random_at_zero():
-    from srl.system.league_worker import ratings
+    from srl.league.worker import ratings
 
     # version 10 beat random 48 of 64 (odds 3), version 20 scored 48 of 64 against version 10 (odds 3 again)
     elo = ratings([[10, -1, 48.0, 64], [20, 10, 48.0, 64]])
@@ -81,7 +81,7 @@ def _worker(tmp_path, results, bots=None, **league):
     from srl.envs.slots import probe_spaces
     from srl.league.match import MatchResult
     from srl.league.pool import read_index
-    from srl.system.league_worker import LeagueWorker
+    from srl.league.worker import LeagueWorker
     from srl.wiring import acting_policy
 
     env = EnvConfig(id="srl.envs.turns:game", kwargs={"name": "tic_tac_toe"}, agent_id=True)

@@ -13,6 +13,7 @@ from srl.api.config import ConfigError, ExperimentConfig, build
 from srl.api.config.population import Hyperparameter, PopulationConfig
 from srl.population.rules import Truncation, explore, group_size, ranked
 from srl.population.state import PopulationState
+from srl.system import streams
 
 
 def _pop(**kw) -> PopulationConfig:
@@ -277,7 +278,7 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     from srl.runtime.build import build_worker
     from srl.runtime.fabric import InlineFabric
     from srl.runtime.topology import TRAINER, Endpoint, Stream
-    from srl.system.population_worker import EXPORT, IMPORT, MemberLink
+    from srl.population.worker import EXPORT, IMPORT, MemberLink
     from srl.system.checkpoint import checkpoints, load_checkpoint
 
     plan = _population_plan()
@@ -290,12 +291,12 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     for _ in range(3):  # Adam moments, normalizer statistics and weights of its own
         source.algorithm.train(segment_batch(plan.policies[0], plan.cfg, rng), 0.0)
     before = {k: v for k, v in source.algorithm.state_dict().items() if k != "rng"}
-    fabric.channel(Endpoint(Stream.MEMBER, 0)).send((EXPORT, 7, 0, 0))
+    fabric.channel(Endpoint(Stream.COMMANDS, 0)).send((EXPORT, 7, 0, 0))
     assert source.poll() == 1
     folder = tmp_path / "population" / "transfer"
     (folder / "command_7.json").write_text(json.dumps({"source": 0, "target": 1, "values": {"ppo.lr": 2e-3}}))
     version = target.version
-    fabric.channel(Endpoint(Stream.MEMBER, 1)).send((IMPORT, 7, 0, 0))
+    fabric.channel(Endpoint(Stream.COMMANDS, 1)).send((IMPORT, 7, 0, 0))
     assert target.poll() == 1
 
     def same(a, b) -> bool:
@@ -317,11 +318,11 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     # directory at their lockstep: the same state bit for bit
     peer = build_worker(plan, fabric, plan.topology.get(TRAINER, 1), tmp_path, 0.0, 0.0)
     peer.leader = False  # rank 1: the lead publishes
-    link = MemberLink(None, tmp_path, 1, peer.member.settings)
+    link = MemberLink(None, tmp_path, 1, peer.port.settings)
     assert link.serve(peer) == 0 and link.asked == -1  # nothing asked of it: it waits for the lockstep
     link.take(peer, 7)
     assert same({k: v for k, v in peer.algorithm.state_dict().items() if k in before}, before)
-    assert link.copy == 7 and peer.algorithm.cfg.lr == 2e-3
+    assert link.taken == 7 and peer.algorithm.cfg.lr == 2e-3
     saved = load_checkpoint(checkpoints(tmp_path / "checkpoints" / "member1")[-1])
     assert saved["version"] == target.version and saved["hyperparameters"] == {"ppo.lr": 2e-3}
     again = build_worker(plan, fabric, plan.topology.get(TRAINER, 1), tmp_path, 0.0, 0.0)
@@ -399,12 +400,12 @@ def test_the_worker_asks_again_for_a_lost_export_and_keeps_only_each_targets_new
     again; once a newer copy to the same target is handed over, the older copy's files go, and an import record
     for it left in the target's channel is skipped."""
     from srl.base.channel import InProcChannel
-    from srl.system import population_worker as pw
+    from srl.population import worker as pw
 
     monkeypatch.setattr(pw, "ASK_AGAIN_SECONDS", 0.0)
     reports: list[tuple] = []
-    episodes = InProcChannel(pw.EPISODE_WIDTH)
-    members = [InProcChannel(pw.COMMAND_WIDTH) for _ in range(2)]
+    episodes = InProcChannel(streams.EPISODE_WIDTH)
+    members = [InProcChannel(streams.COMMAND_WIDTH) for _ in range(2)]
     lr = Hyperparameter(key="ppo.lr", min=1e-6, max=1e-2, initial=(1e-3, 1e-6), resample=0.0)
     state = PopulationState.start(PopulationConfig(members=2, interval=100, min_episodes=1, hyperparameters=(lr,)), 0)
     worker = pw.PopulationWorker(
@@ -419,7 +420,7 @@ def test_the_worker_asks_again_for_a_lost_export_and_keeps_only_each_targets_new
     worker.setup()
 
     def round_(good: float, bad: float) -> None:
-        episodes.send(pw.episode_records([100, 100], [good, bad], [1, 1]))
+        episodes.send(streams.episode_records([100, 100], [good, bad], [1, 1]))
         worker.poll()
 
     round_(500.0, 10.0)  # member 1 copies member 0: an export is asked of member 0
@@ -436,10 +437,10 @@ def test_the_worker_asks_again_for_a_lost_export_and_keeps_only_each_targets_new
     worker.poll()
     files = sorted(p.name for p in (tmp_path / "population" / "transfer").iterdir())
     assert files == [f"command_{seq2}.json", f"state_{seq2}.pt"]  # the first copy's files are gone
-    link = pw.MemberLink(InProcChannel(pw.COMMAND_WIDTH), tmp_path, 1, lambda values: values)
+    link = pw.MemberLink(InProcChannel(streams.COMMAND_WIDTH), tmp_path, 1, lambda values: values)
     link.channel.send((pw.IMPORT, seq1, 0, 0))
     alone = types.SimpleNamespace(collective=None)  # a member of one trainer (it has no adopt: none is called)
-    assert link.serve(alone) == 1 and link.copy == seq1  # superseded: skipped, nothing adopted
+    assert link.serve(alone) == 1 and link.taken == seq1  # superseded: skipped, nothing adopted
     assert len(_lineage_lines(tmp_path)) == 4 and reports
 
 
@@ -448,14 +449,14 @@ def test_the_reported_copies_are_the_lineages_and_a_restarted_worker_counts_them
     ``copies_under_way`` those whose state had not reached their target yet; each line's ``decision`` is the number
     of the check that decided it, of ``decisions`` checks in all. A restarted worker reads its count back."""
     from srl.base.channel import InProcChannel
-    from srl.system import population_worker as pw
+    from srl.population import worker as pw
 
     lr = Hyperparameter(key="ppo.lr", min=1e-6, max=1e-2, initial=(1e-3, 1e-6), resample=0.0)
     cfg = PopulationConfig(members=2, interval=100, min_episodes=1, hyperparameters=(lr,))
 
     def worker(reports: list[dict]) -> pw.PopulationWorker:
-        episodes = InProcChannel(pw.EPISODE_WIDTH)
-        members = [InProcChannel(pw.COMMAND_WIDTH) for _ in range(2)]
+        episodes = InProcChannel(streams.EPISODE_WIDTH)
+        members = [InProcChannel(streams.COMMAND_WIDTH) for _ in range(2)]
         reporter = type("R", (), {"report": lambda _self, kind, meta: reports.append(meta)})()
         built = pw.PopulationWorker(PopulationState.start(cfg, 0), Truncation(cfg), episodes, members, tmp_path,
                                     reporter, cfg.names())  # fmt: skip
@@ -464,12 +465,12 @@ def test_the_reported_copies_are_the_lineages_and_a_restarted_worker_counts_them
 
     reports: list[dict] = []
     first = worker(reports)
-    first.episodes.send(pw.episode_records([100, 100], [500.0, 10.0], [1, 1]))
+    first.episodes.send(streams.episode_records([100, 100], [500.0, 10.0], [1, 1]))
     first.poll()  # member 1 copies member 0; no export yet
     (seq,) = first.pending
     pw._save_state(tmp_path / "population" / "transfer" / f"state_{seq}.pt", {"x": torch_zeros()})
     first.poll()
-    first.episodes.send(pw.episode_records([100, 100], [500.0, 10.0], [1, 1]))
+    first.episodes.send(streams.episode_records([100, 100], [500.0, 10.0], [1, 1]))
     first.poll()  # a second copy, under way
     lines = _lineage_lines_json(tmp_path)
     exploits = [r for r in lines if r["event"] == "exploit"]
@@ -502,12 +503,12 @@ def test_scored_by_evaluation_a_member_is_judged_by_its_deterministic_episodes_n
     from srl.api.config import load_config
     from srl.base.channel import InProcChannel
     from srl.runtime.train import train
-    from srl.system import population_worker as pw
+    from srl.population import worker as pw
 
     cfg = PopulationConfig(members=2, interval=100, min_episodes=2, score="eval", eval_episodes=3)
     evaluations = {0: [300.0, 310.0, 320.0], 1: [20.0, 30.0, 40.0]}
-    episodes = InProcChannel(pw.EPISODE_WIDTH)
-    members = [InProcChannel(pw.COMMAND_WIDTH) for _ in range(2)]
+    episodes = InProcChannel(streams.EPISODE_WIDTH)
+    members = [InProcChannel(streams.COMMAND_WIDTH) for _ in range(2)]
     worker = pw.PopulationWorker(
         PopulationState.start(cfg, 0),
         Truncation(cfg),
@@ -519,7 +520,7 @@ def test_scored_by_evaluation_a_member_is_judged_by_its_deterministic_episodes_n
         evaluate=lambda m: evaluations[m],
     )
     worker.setup()
-    episodes.send(pw.episode_records([100, 100], [50.0, 900.0], [5, 5]))  # training says the opposite
+    episodes.send(streams.episode_records([100, 100], [50.0, 900.0], [5, 5]))  # training says the opposite
     worker.poll()
     assert worker.state.members[0].last_score == 310.0
     assert [r["source"] for r in _lineage_lines_json(tmp_path) if r["event"] == "exploit"] == [0]

@@ -19,8 +19,8 @@ from srl.api.schema import MEMORY, FieldSpec
 from srl.nets.memory import Sequences
 from srl.runtime.plan import make_plan
 from srl.runtime.train import train
-from srl.system.replay_spec import ReplaySpec
-from srl.system.replay_store import ReplayStore
+from srl.replay.spec import ReplaySpec
+from srl.replay.store import ReplayStore
 from srl.system.streams import PoolLayout
 from srl.wiring import NetModels, make_algorithm
 

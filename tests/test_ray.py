@@ -32,9 +32,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from srl.api.config import load_config  # noqa: E402
 from srl.base.shm import list_segments  # noqa: E402
 from srl.runtime.plan import make_plan  # noqa: E402
-from srl.runtime.replay import replay_spec  # noqa: E402
+from srl.replay.role import replay_spec  # noqa: E402
 from srl.runtime.train import train  # noqa: E402
-from srl.system.replay_worker import MAX_PENDING  # noqa: E402
+from srl.replay.worker import MAX_PENDING  # noqa: E402
 from srl.testing.netcluster import ray_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Tests for srl.system.replay_keys: FIFO overwrite, stale keys refused, uniform draws of live items."""
+"""Tests for srl.replay.keys: FIFO overwrite, stale keys refused, uniform draws of live items."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srl.system.replay_keys import KeyedSlots
+from srl.replay.keys import KeyedSlots
 
 
 def test_fifo_overwrite_order_and_stale_keys() -> None:

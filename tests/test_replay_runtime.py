@@ -185,23 +185,14 @@ def test_a_resumed_run_counts_the_replays_it_refills_by_their_placement(
     tmp_path: Path, placement: str, refilled: list[str]
 ) -> None:
     """Two trainers and one saved replay file: one replay shared by both finds it; one replay each refills one."""
-    from srl.runtime.train import _say_refilled
+    from srl.replay.role import refilled as said
 
     overrides = ["workers.trainers=2", "workers.actors=2", f"replay.placement={placement}", "replay.save=true"]
     plan = make_plan(load_config(DQN, overrides))
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "replay0.npz").write_bytes(b"")
-
-    class Said:
-        warnings: list[str] = []
-
-        def warn(self, message: str) -> None:
-            self.warnings.append(message)
-
-    said = Said()
-    _say_refilled(plan, said, tmp_path)  # type: ignore[arg-type]
-    assert [w for w in said.warnings if any(r in w for r in refilled)] == said.warnings
-    assert len(said.warnings) == len(refilled)
+    warnings = said(plan, tmp_path)
+    assert [w for w in warnings if any(r in w for r in refilled)] == warnings and len(warnings) == len(refilled)
 
 
 def test_a_resumed_run_explores_at_the_rate_its_env_steps_reached(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from srl.api.config import ConfigError, ReplayConfig
 from srl.api.schema import FieldSpec
 from srl.base.shm import list_segments, new_tag
-from srl.system.replay_spec import ReplaySpec
-from srl.system.replay_store import ReplayStore
+from srl.replay.spec import ReplaySpec
+from srl.replay.store import ReplayStore
 from srl.system.streams import PoolLayout
 
 Chunk = dict[str, np.ndarray]
@@ -589,7 +589,7 @@ import os, signal, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import numpy as np
 from test_replay_store import _fill, _spec
-from srl.system.replay_store import ReplayStore
+from srl.replay.store import ReplayStore
 store = ReplayStore.attach({tag!r}, _spec(sampler="prioritized", max_size=24))
 _fill(store, np.random.default_rng(20), 3)
 store.update_priorities(np.array([12, 13]), np.array([7.0, 3.0]))
@@ -684,7 +684,7 @@ def test_save_and_load_round_trip(tmp_path: Path, draw: np.random.Generator) -> 
 
 
 def test_what_a_killed_save_left_is_swept_before_the_next(tmp_path: Path) -> None:
-    from srl.system.replay_file import sweep_partial_saves
+    from srl.replay.file import sweep_partial_saves
 
     target = tmp_path / "replay0.npz"
     for name in (".replay0.npz.0a1b2c.tmp", ".replay0.npz.ffffff.tmp", ".replay1.npz.0a1b2c.tmp", "replay0.npz"):

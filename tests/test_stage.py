@@ -14,8 +14,9 @@ from srl.runtime.build import build_worker
 from srl.runtime.fabric import InlineFabric, SharedFabric
 from srl.runtime.plan import Plan, make_plan
 from srl.runtime.ray_fabric import Endpoints, NodeFabric
-from srl.runtime.topology import ACTOR, STAGE, TRAINER, Endpoint, Stream
-from srl.system.stage_worker import StageWorker
+from srl.runtime.topology import ACTOR, TRAINER, Endpoint, Stream
+from srl.stage.role import STAGE, SUBMITTED
+from srl.stage.worker import StageWorker
 from srl.system.streams import FILLING, FREE, READY, STAGED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,7 @@ def test_actors_submit_to_a_stage_of_their_node_which_feeds_their_trainers():
     assert names.index("stage0") < names.index("actor0")  # it serves them: it starts first
     for a in range(4):
         actor = topology.get(ACTOR, a)
-        assert actor.connection(Stream.STAGE) == Endpoint(Stream.STAGE, a % 2)
+        assert actor.connection(SUBMITTED) == Endpoint(SUBMITTED, a % 2)
         assert actor.connection(Stream.SAMPLES) is None
     # stage s serves actors s and s + 2, which feed trainers s and s (a % 2); it reads the version of the newest
     # snapshot where its policy worker reads it
@@ -50,7 +51,7 @@ def test_under_ray_each_actor_node_has_its_own_stages():
     assert [(w.name, w.group) for w in stages] == [("stage0", 0), ("stage1", 1)]
     assert [w.connection(Stream.SNAPSHOTS) for w in stages] == [Endpoint(Stream.SNAPSHOTS, g) for g in range(2)]
     for a in range(4):
-        assert topology.get(ACTOR, a).connection(Stream.STAGE) == Endpoint(Stream.STAGE, a // 2)
+        assert topology.get(ACTOR, a).connection(SUBMITTED) == Endpoint(SUBMITTED, a // 2)
 
 
 def test_a_stage_needs_an_actor_and_a_class_that_exists():
@@ -99,7 +100,7 @@ def test_kept_segments_reach_their_trainer_in_place_and_dropped_ones_are_free_ag
     records = trainer.receive(8, 0.0)
     assert records.tolist() == [[0, kept]]
     assert trainer.segment(0, kept)["rewards"][0, 0] == 2.0  # the actor's buffer itself: nothing was copied
-    fabric.channel(Endpoint(Stream.STAGE, 0)).send(
+    fabric.channel(Endpoint(SUBMITTED, 0)).send(
         (0, kept)
     )  # a repeated record for a buffer the stage passed on is ignored
     assert stage.poll() == 0

@@ -11,13 +11,13 @@ import pytest
 
 from srl.api.config import ConfigError, load_config
 from srl.api.worker import Worker
+from srl.eval.role import EVAL
 from srl.runtime.build import BuildContext, build_worker
 from srl.runtime.fabric import InlineFabric
 from srl.runtime.inline import run_inline
 from srl.runtime.plan import Plan, make_plan
 from srl.runtime.topology import (
     ACTOR,
-    EVAL,
     LOCAL_GROUP,
     PARAM_ROOT,
     POLICY,
@@ -172,10 +172,10 @@ def test_a_populations_members_are_dealt_over_the_trainer_groups_with_their_root
     reads += (Endpoint(Stream.SNAPSHOTS, policy=2), Endpoint(Stream.PARAMS, policy=3))
     assert topology.get(EVAL, 0).connects == reads
     population = topology.get("population", 0)
-    assert population.connects == tuple(Endpoint(Stream.MEMBER, k) for k in range(4)) + reads
-    assert Stream.EPISODES.bound and Stream.MEMBER.bound
+    assert population.connects == tuple(Endpoint(Stream.COMMANDS, k) for k in range(4)) + reads
+    assert Stream.EPISODES.bound and Stream.COMMANDS.bound
     assert _names(topology.clients_of(Endpoint(Stream.EPISODES, 0))) == ["actor0", "actor1"]
-    assert topology.get(TRAINER, 1).service(Stream.MEMBER) == Endpoint(Stream.MEMBER, 1)
+    assert topology.get(TRAINER, 1).service(Stream.COMMANDS) == Endpoint(Stream.COMMANDS, 1)
     with pytest.raises(ConfigError, match=r"^ray.trainer_nodes: 5 trainer node groups for 4 population members"):
         load_config(pbt, ["runtime=ray", "ray.trainer_nodes=5"])
 
@@ -183,11 +183,20 @@ def test_a_populations_members_are_dealt_over_the_trainer_groups_with_their_root
 def test_every_builtin_role_names_a_builder_and_a_distinct_seed():
     import importlib
 
-    for role in ROLES:
-        module, _, attr = role.builder.partition(":")
-        assert callable(getattr(importlib.import_module(module), attr)), role.name
-    assert len({role.seed_salt for role in ROLES}) == len(ROLES)
-    assert len({role.name for role in ROLES}) == len(ROLES)
+    from srl.api.plugins import resolve
+    from srl.wiring import PATH_ROLES
+    from srl.wiring import ROLES as PACKAGED
+
+    packaged = [resolve(name, {}, "role", callable_=False) for name in (*PACKAGED.values(), *PATH_ROLES.values())]
+    every = (*ROLES, *packaged)
+    assert [r.name for r in packaged] == [*PACKAGED, *PATH_ROLES]
+    for role in every:
+        for hook in (role.builder, role.report and role.report.aggregator, role.port, role.slots, role.resumed):
+            if hook is not None:
+                module, _, attr = hook.partition(":")
+                assert callable(getattr(importlib.import_module(module), attr)), (role.name, hook)
+    assert len({role.seed_salt for role in every}) == len(every)
+    assert len({role.name for role in every}) == len(every)
 
 
 # --------------------------------------------------------------------------- a role declared outside the core

@@ -19,8 +19,8 @@ from srl.api.worker import TrainResult, Worker
 from srl.runtime.build import build_worker
 from srl.runtime.fabric import SharedFabric
 from srl.runtime.plan import Plan, make_plan
-from srl.runtime.replay import replay_batches
-from srl.runtime.topology import ACTOR, REPLAY, TRAINER
+from srl.replay.role import REPLAY, replay_batches
+from srl.runtime.topology import ACTOR, TRAINER
 from srl.system.control import ControlReceiver
 from srl.system.params import ParamPublisher
 from srl.system.streams import READY

@@ -4,7 +4,7 @@ learning from stored sequences.
 The actors act with the recurrent Q network (``model.core``: an LSTM or a GRU), each environment carrying its
 state, and their segments keep that state at every step (:data:`~srl.api.schema.MEMORY`). The replay hands the
 trainer *sequences* of ``replay.item_length`` steps, each with the state its first step was acted on with
-(:meth:`srl.system.replay_spec.ReplaySpec.batch_fields`), starting every ``replay.item_stride`` steps. A learner
+(:meth:`srl.replay.spec.ReplaySpec.batch_fields`), starting every ``replay.item_stride`` steps. A learner
 step, for each sequence:
 
 1. unrolls the online network from that stored state (or from zeros: ``r2d2.stored_state: false``) over the

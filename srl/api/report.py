@@ -66,6 +66,7 @@ class Aggregator(Protocol):
         """``worker`` is starting again: the counters of its next reports start from 0."""
 
     # optional: ``progress(self, record) -> str``, its part of the progress line (empty: nothing to show)
+    # optional: ``final(self, final_eval) -> Mapping``, its part of the summary from the run's final evaluation
 
 
 class Counts:

@@ -116,6 +116,33 @@ class TrainResult:
     """New priorities of the batch's replay items, where the algorithm has them."""
 
 
+class TrainerPort(Protocol):
+    """A role's end inside each trainer of a policy (the role's ``port``): the lead trainer's port answers the
+    commands on its command channel between updates; what it was told to carry out together, every trainer of the
+    policy carries out at their lockstep before the next update (:meth:`take`), so data-parallel trainers stay
+    equal. A population's member link is one: export the state, import another member's."""
+
+    asked: int
+    """The newest command this trainer was told to carry out with its peers (-1: none)."""
+    taken: int
+    """The newest one it carried out."""
+    pause_max: float
+    """The longest a command held its trainer up (seconds)."""
+
+    def serve(self, trainer: Any) -> int:
+        """Answer the commands that came since the last call (a trainer without peers carries out what it was told
+        now); how many."""
+
+    def take(self, trainer: Any, seq: int) -> None:
+        """Carry out command ``seq`` (at the lockstep, every trainer of the policy together)."""
+
+    def restore(self, trainer: Any, state: Mapping[str, Any]) -> None:
+        """Continue from a checkpoint: what :meth:`checkpoint` kept, and anything told since."""
+
+    def checkpoint(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the port."""
+
+
 class Algorithm(Protocol):
     """What a trainer worker needs of a learning algorithm."""
 

@@ -70,10 +70,10 @@ from srl.bench.throughput import (
     update_rate,
 )
 from srl.capacity.model import Costs
+from srl.replay.role import sampling
 from srl.runtime.build import build_worker
 from srl.runtime.fabric import InlineFabric
 from srl.runtime.plan import Plan, make_plan
-from srl.runtime.replay import sampling
 from srl.runtime.topology import ACTOR, stop, submitted_state
 from srl.system.remote_samples import SampleReceiver, SampleSender, segment_bytes
 from srl.system.streams import (

@@ -29,11 +29,11 @@ from srl.api.config import ExperimentConfig
 from srl.api.config.errors import ConfigError
 from srl.api.config.replay import ReplayConfig
 from srl.api.schema import FieldSpec
+from srl.replay.role import sampling
+from srl.replay.spec import ReplaySpec, Sampler
+from srl.replay.store import ReplayStore
+from srl.replay.worker import Sampling
 from srl.runtime.plan import make_plan
-from srl.runtime.replay import sampling
-from srl.system.replay_spec import ReplaySpec, Sampler
-from srl.system.replay_store import ReplayStore
-from srl.system.replay_worker import Sampling
 from srl.system.streams import PoolLayout
 from srl.wiring import learns_on_policy
 

@@ -19,34 +19,29 @@ import zmq
 
 from srl.api.config import ConfigError, to_dict
 from srl.api.device import torch_device
-from srl.api.env import GroupedSlot, OneGroup
+from srl.api.env import GroupedSlot
 from srl.api.explore import Explorer, make_explorer
 from srl.api.plugins import resolve
-from srl.api.stage import StageClass, StageContext
-from srl.api.worker import Policy, Reporter, Worker, is_device_policy
-from srl.envs.slots import make_grouped, make_slot
-from srl.envs.turns import TurnSlot
+from srl.api.worker import Policy, Reporter, TrainerPort, Worker, is_device_policy
+from srl.envs.slots import make_grouped
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan, PolicyPlan
-from srl.runtime.topology import LEAGUE, Endpoint, Role, Stream, WorkerSpec, keeper
+from srl.runtime.topology import Role, Stream, WorkerSpec, declaring, keeper
 from srl.system.actor_worker import ActorWorker
 from srl.system.batches import BatchSource, SegmentBatches
-from srl.system.checkpoint import load_checkpoint, save_checkpoint
+from srl.system.checkpoint import load_checkpoint
 from srl.system.collective import TorchCollective
 from srl.system.control import NamedReporter
-from srl.system.eval_worker import EvalWorker
 from srl.system.null_trainer import NullTrainerWorker
 from srl.system.param_service import ParamServiceWorker, RemoteSnapshot
-from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource, Subscribers
+from srl.system.params import ParamPublisher, ParamSubscriber, SnapshotSource
 from srl.system.policy_worker import PolicyWorker
-from srl.system.population_worker import MemberLink
 from srl.system.prefetch import DeviceBatches
 from srl.system.rewards import RewardTransform
 from srl.system.run_dir import policy_checkpoints
-from srl.system.stage_worker import StageWorker
 from srl.system.streams import InferenceClient, InferenceServer, InlineInference
 from srl.system.trainer_worker import TrainerWorker
-from srl.wiring import algorithm_class, algorithm_settings, context, discount, make_algorithm
+from srl.wiring import algorithm_class, context, discount, make_algorithm
 
 
 @dataclass(frozen=True)
@@ -67,6 +62,11 @@ class BuildContext:
     """A restarted trainer publishes at least this version (above every version readers already hold)."""
     env_steps: int = 0
     """A restarted actor: the env steps its earlier starts took (its exploration schedule counts on from them)."""
+
+    @property
+    def seed(self) -> int:
+        """This worker's seed: distinct per worker (:func:`worker_seed`)."""
+        return worker_seed(self.plan, self.worker.role, self.worker.index)
 
     @property
     def reporter(self) -> Reporter:
@@ -141,118 +141,6 @@ def build_relay(ctx: BuildContext) -> Worker:
         wait_timeout=wait_timeout,
         ctx=zctx,
     )
-
-
-def build_eval(ctx: BuildContext) -> Worker:
-    """The eval worker reads every policy's snapshots like a policy worker and saves the best policies next to
-    their checkpoints."""
-    from srl.evaluate import eval_seed, evaluate_policies
-
-    plan, run_dir = ctx.plan, ctx.run_dir
-    cfg = plan.cfg
-    policies, subscribers = ctx.subscribers()
-
-    def save_best(version: int, return_mean: float) -> None:
-        if run_dir is None:
-            return
-        for k, (planned, policy) in enumerate(zip(plan.policies, policies)):
-            state = {
-                "version": subscribers[k].current,
-                "eval_return_mean": return_mean,
-                "policy_state": torch.from_numpy(policy.flat_state()),
-                "config": to_dict(cfg),
-                "spaces": planned.spaces,
-                "policy": planned.name,
-            }
-            save_checkpoint(policy_checkpoints(run_dir, cfg, planned.name) / "best.pt", state)
-
-    return EvalWorker(
-        policies,
-        Subscribers(subscribers),
-        lambda p: evaluate_policies(plan, p, cfg.run.eval_episodes, eval_seed(cfg)),
-        plan.eval_every,
-        ctx.reporter,
-        save_best,
-        wait_timeout=max(ctx.wait_timeout, 0.0),
-    )
-
-
-def build_league(ctx: BuildContext) -> Worker:
-    """The league worker reads snapshots like the eval worker and keeps the pool in ``RUN_DIR/league``."""
-    from srl.league.match import match_slot, opponent, play_games
-    from srl.system.league_worker import LeagueWorker
-
-    plan = ctx.plan
-    cfg, learning = plan.cfg, plan.only("a league")
-    learner = learning.acting_policy()
-    slot = match_slot(cfg, cfg.league.match_games, "league.opponent")
-    seed = worker_seed(plan, LEAGUE, 0)
-    bots = {
-        b.name: opponent(b.opponent, slot, seed + 11 * i, "league.bots", False) for i, b in enumerate(cfg.league.bots)
-    }
-    return LeagueWorker(
-        cfg.league,
-        learner,
-        ParamSubscriber(ctx.snapshots(), learner),
-        league_folder(ctx.run_dir),
-        learning.acting_policy,
-        lambda policy, other: play_games(slot, policy, other, seed, deterministic=False),
-        ctx.reporter,
-        seed,
-        wait_timeout=max(ctx.wait_timeout, 0.0),
-        bots=bots,
-    )
-
-
-def build_population(ctx: BuildContext) -> Worker:
-    """The population worker: its state from the config (a restart reads its saved state back in ``setup``), the
-    exploit rule the config names, the actors' episodes and each member's command channel."""
-    from srl.population.rules import RULES
-    from srl.population.state import PopulationState
-    from srl.system.population_worker import PopulationWorker
-
-    plan, fabric, run_dir = ctx.plan, ctx.fabric, ctx.run_dir
-    cfg = plan.cfg.population
-    if run_dir is None:
-        raise ConfigError("population: the population keeps its state and copies in the run directory; none here")
-    rule = resolve(cfg.rule, RULES, "population.rule")(cfg)
-    served = ctx.worker.service(Stream.EPISODES)
-    assert served is not None
-    bases = len(plan.cfg.base_policies)
-    evaluate = None
-    if cfg.score == "eval":  # each member's newest snapshot, read like the eval worker reads them
-        from srl.evaluate import eval_seed, play_team
-
-        policies, subscribers = ctx.subscribers()
-
-        def evaluate(member: int) -> list[float]:
-            """Its team (the members of its index) plays; its own agents' returns."""
-            k, j = divmod(member, bases)
-            team = range(k * bases, (k + 1) * bases)
-            for i in team:
-                subscribers[i].refresh()
-            played = play_team(plan.cfg, [policies[i] for i in team], cfg.eval_episodes, eval_seed(plan.cfg))
-            start = sum(plan.policies[i].agents_per_env for i in team[:j]) * cfg.eval_episodes
-            mine = played["returns"][start : start + plan.policies[member].agents_per_env * cfg.eval_episodes]
-            return [float(r) for r in mine]
-
-    return PopulationWorker(
-        PopulationState.start(cfg, plan.cfg.seed, bases),
-        rule,
-        fabric.channel(served),
-        [fabric.channel(e) for e in ctx.worker.connects if e.stream is Stream.MEMBER],
-        run_dir,
-        ctx.reporter,
-        plan.cfg.policy_names,
-        wait_timeout=max(ctx.wait_timeout, 0.0),
-        evaluate=evaluate,
-    )
-
-
-def league_folder(run_dir: Path | None) -> Path:
-    if run_dir is None:
-        raise ConfigError("league.opponent: a league keeps its pool in the run directory; this run has none")
-    return run_dir / "league"
 
 
 def worker_seed(plan: Plan, role: Role, index: int) -> int:
@@ -346,7 +234,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
         collective=collective,
         autotune_peers=_autotune_peers(plan, ctx.worker),
         report_interval=ctx.report_interval,
-        member=_member_link(plan, fabric, ctx.worker, run_dir),
+        port=_port(ctx),
     )
     if plan.resume is not None and plan.resume[k]:  # every trainer of a policy starts from its lead's checkpoint
         trainer.restore(load_checkpoint(Path(plan.resume[k])))
@@ -354,19 +242,13 @@ def build_trainer(ctx: BuildContext) -> Worker:
     return trainer
 
 
-def _member_link(plan: Plan, fabric: Fabric, trainer: WorkerSpec, run_dir: Path | None) -> MemberLink | None:
-    """A population member's trainer's end of the population: the lead's with its command channel, the other
-    data-parallel trainers' without (they take each copy with the lead, at their lockstep)."""
-    cfg = plan.cfg
-    if not cfg.population.enabled:
+def _port(ctx: BuildContext) -> TrainerPort | None:
+    """The trainer's end of the role of the run that declares one (``Role.port``: a population's member link)."""
+    role = declaring(ctx.plan, "port")
+    if role is None or role.port is None:
         return None
-    if run_dir is None:  # a Ray node without the run directory: copies travel through it, as checkpoints do
-        raise ConfigError("population: a member's trainer takes its copies from the run directory; none on its node")
-    served = trainer.service(Stream.MEMBER)
-    k = plan.policy_of_trainer(trainer.index)
-    settings = lambda values: algorithm_settings(plan.policies[k].cfg.with_values(values))  # noqa: E731
-    channel = None if served is None else fabric.channel(served)
-    return MemberLink(channel, run_dir, k, settings)
+    port: TrainerPort = resolve(role.port, {}, f"{role.name} role")(ctx)
+    return port
 
 
 def batch_source(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> BatchSource:
@@ -411,26 +293,6 @@ def build_policy(ctx: BuildContext) -> Worker:
     )
 
 
-def build_stage(ctx: BuildContext) -> Worker:
-    """Stage worker ``s``: the class ``stage.worker`` names decides on each segment its actors submit."""
-    plan, fabric, index = ctx.plan, ctx.fabric, ctx.worker.index
-    cfg = plan.cfg
-    assert cfg.stage.worker is not None
-    make: StageClass = resolve(cfg.stage.worker, {}, "stage.worker")
-    snapshots = ctx.snapshots()
-    layout = plan.only("a stage").layout
-    stage = make(StageContext(index, layout.fields, dict(cfg.stage.args), cfg, snapshots.version))
-    return StageWorker(
-        index,
-        stage,
-        fabric.segment_source(ctx.worker),
-        fabric.segment_forwarder(ctx.worker),
-        ctx.reporter,
-        wait_timeout=ctx.wait_timeout,
-        report_interval=max(ctx.report_interval, 0.5),
-    )
-
-
 def build_actor(ctx: BuildContext) -> Worker:
     """Actor ``a``: asks its policy worker for each policy's actions (or runs the policies itself) and feeds
     each policy's trainer."""
@@ -451,22 +313,11 @@ def build_actor(ctx: BuildContext) -> Worker:
     rewards = None
     if env.normalize_reward or env.reward_clip is not None:
         rewards = lambda n: RewardTransform(n, discount(cfg), env.normalize_reward, env.reward_clip)  # noqa: E731
-    on_state = [p.name for p in plan.policies if p.state_space is not None]
-    members = cfg.policy_names if cfg.population.enabled else ()
-
-    def slot_of(i: int) -> GroupedSlot:
-        if not cfg.league.pool:
-            return make_grouped(env, w.envs_per_slot, cfg.agents, on_state, members=members)
-        from srl.league.slot import LeagueSlot
-
-        turns = make_slot(env, w.envs_per_slot)
-        assert isinstance(turns, TurnSlot)
-        learning = plan.only("a league")
-        league = LeagueSlot(
-            turns, league_folder(run_dir), cfg.league, learning.acting_policy, worker_seed(plan, role, index) + i * 31
-        )
-        return OneGroup(league, learning.name)
-
+    maker = declaring(plan, "slots")  # a role that makes the actors' slots (a league's, a population's)
+    slot_of: Callable[[int], GroupedSlot] = lambda i: env_slot(plan)  # noqa: E731
+    if maker is not None and maker.slots is not None:
+        make = resolve(maker.slots, {}, f"{maker.name} role")
+        slot_of = lambda i: make(ctx, i)  # noqa: E731
     return ActorWorker(
         index,
         slot_of,
@@ -488,8 +339,16 @@ def build_actor(ctx: BuildContext) -> Worker:
         row=row,
         explorers=[_explorer(plan, policy, index) for policy in plan.policies],
         explored_steps=plan.start_env_steps // plan.cfg.workers.actors + ctx.env_steps,
-        episodes=fabric.channel(Endpoint(Stream.EPISODES, 0)) if cfg.population.enabled else None,
+        episodes=[fabric.channel(e) for e in ctx.worker.connects if e.stream is Stream.EPISODES],
     )
+
+
+def env_slot(plan: Plan, members: tuple[str, ...] = ()) -> GroupedSlot:
+    """An actor's slot of the run's env: ``workers.envs_per_slot`` environments, their agents grouped by policy
+    (``members``: a population's, each playing its share of the envs)."""
+    cfg = plan.cfg
+    on_state = [p.name for p in plan.policies if p.state_space is not None]
+    return make_grouped(cfg.env, cfg.workers.envs_per_slot, cfg.agents, on_state, members=members)
 
 
 def _explorer(plan: Plan, policy: PolicyPlan, actor: int) -> Explorer | None:

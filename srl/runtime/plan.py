@@ -20,9 +20,10 @@ from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
 from srl.api.worker import Policy
 from srl.envs.slots import probe_groups
-from srl.runtime.topology import PATH_ROLES, ROLES, Layout, Role, Topology, roles_of, topology_of
+from srl.runtime.topology import ROLES, Layout, Role, Topology, roles_of, topology_of
 from srl.system.streams import PoolLayout
 from srl.wiring import (
+    PATH_ROLES,
     acting_policy,
     algorithm_class,
     algorithm_settings,
@@ -30,6 +31,7 @@ from srl.wiring import (
     learns_on_policy,
     reads_state,
 )
+from srl.wiring import ROLES as ROLE_TABLE
 
 
 @dataclass(frozen=True)
@@ -198,11 +200,13 @@ def sample_path(cfg: ExperimentConfig) -> tuple[Role, ...]:
 
 
 def added_roles(cfg: ExperimentConfig, path: tuple[Role, ...]) -> tuple[Role, ...]:
-    """The roles of ``workers.roles``, checked: each a :class:`Role` without a hop (those go in ``workers.path``),
-    its name and seed salt its own among the run's roles, none listed twice."""
-    taken = {r.name: r for r in (*ROLES, *path)}
+    """The built-in roles beyond the core's (:data:`~srl.wiring.ROLES`), then those of ``workers.roles``, checked:
+    each a :class:`Role` without a hop (those go in ``workers.path``), its name and seed salt its own among the
+    run's roles, none listed twice."""
+    built_in = tuple(resolve(name, ROLE_TABLE, "workers.roles", callable_=False) for name in ROLE_TABLE)
+    taken = {r.name: r for r in (*ROLES, *path, *built_in)}
     salts = {r.seed_salt for r in taken.values()}
-    roles: list[Role] = []
+    roles: list[Role] = list(built_in)
     for name in cfg.workers.roles:
         role = resolve(name, {}, "workers.roles", callable_=False)
         if not isinstance(role, Role):
@@ -210,7 +214,11 @@ def added_roles(cfg: ExperimentConfig, path: tuple[Role, ...]) -> tuple[Role, ..
         if role.hop is not None:
             raise ConfigError(f"workers.roles: {name!r} stands on the sample path: list it in workers.path")
         if role.name in taken:
-            said = "is listed twice" if role in roles else f"is named {role.name!r}, as a role of the run already is"
+            said = f"is named {role.name!r}, as a role of the run already is"
+            if role in built_in:
+                said = "is built in: every run declares it"
+            elif role in roles:
+                said = "is listed twice"
             raise ConfigError(f"workers.roles: {name!r} {said}")
         if role.seed_salt in salts:
             raise ConfigError(f"workers.roles: {name!r} has seed_salt {role.seed_salt}, which another role has")
@@ -246,7 +254,7 @@ def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> Polic
     schema = sample_schema(
         group.observation_space, group.action_space, policy.output_fields(), group.state_space, alive=alive
     )
-    nodes = cfg.ray.actor_nodes if cfg.runtime == "ray" else 1
+    nodes = Layout(cfg).nodes
     layout = PoolLayout.of(
         schema,
         w.segment_length,

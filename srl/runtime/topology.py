@@ -30,8 +30,16 @@ from typing import Any
 from srl.api.config import ExperimentConfig
 from srl.api.config.run import SELF_PLAY_EVAL_EVERY_VERSIONS
 from srl.system.param_service import relay_parent
-from srl.system.population_worker import COMMAND_WIDTH, EPISODE_WIDTH
-from srl.system.streams import FILLING, READY, REQUEST_WIDTH, SAMPLE_WIDTH, STAGED, PoolLayout
+from srl.system.streams import (
+    COMMAND_WIDTH,
+    EPISODE_WIDTH,
+    FILLING,
+    READY,
+    REQUEST_WIDTH,
+    SAMPLE_WIDTH,
+    STAGED,
+    PoolLayout,
+)
 
 TRAINER_NODE = -1
 """Node group of the first trainer node: the lead trainer, the root parameter server, the eval worker.
@@ -39,6 +47,10 @@ Trainer node ``k`` is :func:`trainer_group` ``(k)``; actor nodes are 0, 1, ... O
 :data:`LOCAL_GROUP`."""
 LOCAL_GROUP = 0
 """The one node group of a run on one machine (``inline`` and ``local``)."""
+
+
+NODE_RUNTIMES = ("ray",)
+"""The runtimes that place node groups on nodes of their own (the ``ray`` section sizes them)."""
 
 
 def trainer_group(k: int) -> int:
@@ -88,21 +100,14 @@ class Stream:
     """A parameter server's socket: the root (index None) or relay ``g``."""
     SNAPSHOTS = StreamKind("snapshots", "params{}", "params")
     """A node-local snapshot buffer: the lead trainer's (index None) or the one relay ``g`` mirrors into."""
-    STAGE = StreamKind("stage", "stage{}", channel=SAMPLE_WIDTH, segments=True)
-    """Stage worker ``s``'s stream of submitted segments (actors -> stage, in its node's pool)."""
-    REPLAY = StreamKind(
-        "replay", "replay{}", bound=True, channel=SAMPLE_WIDTH, segments=True, storage="srl.runtime.replay:STORE"
-    )
-    """Replay ``r``'s stream of segments to insert (actors -> replay; across nodes over ZeroMQ)."""
-    BATCHES = StreamKind("batches", "batches{}", channel=SAMPLE_WIDTH, pool="srl.runtime.replay:batch_layout")
-    """Trainer ``t``'s batches from the replay that feeds it (in shared memory on their node), and their
-    priorities back."""
-    EPISODES = StreamKind("episodes", "population{}", bound=True, channel=EPISODE_WIDTH)
-    """The population worker's stream of the members' env steps and finished episodes (actors -> it; across
-    nodes a record channel over ZeroMQ)."""
-    MEMBER = StreamKind("member", "member{}", bound=True, channel=COMMAND_WIDTH)
-    """Population member ``k``'s lead trainer's commands (the population worker -> it): export, import (across
-    trainer node groups a record channel over ZeroMQ)."""
+    EPISODES = StreamKind("episodes", "episodes{}", bound=True, channel=EPISODE_WIDTH)
+    """An episode sink (the episode tap): every actor sends each one, with each report, each policy's env steps
+    and its finished episodes' returns (``streams.episode_records``; across nodes a record channel over ZeroMQ).
+    A role that reads them serves one (the population worker); its index is the sink's own in the run."""
+    COMMANDS = StreamKind("commands", "commands{}", bound=True, channel=COMMAND_WIDTH)
+    """Policy ``k``'s lead trainer's command port, served when a role of the run declares a :attr:`Role.port`:
+    that role's workers send it commands, its port answers them between updates (across trainer node groups a
+    record channel over ZeroMQ)."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,19 @@ class Role:
     None: what the sample path hands it (:func:`held_on_path`)."""
     report: Report | None = None
     """What its workers report, and how the run's records take it (None: they report nothing of their own)."""
+    port: str | None = None
+    """``module:attr`` of ``port(ctx) -> TrainerPort | None`` (``srl.api.worker``): what each trainer of a run
+    with this role's workers is handed, from its :class:`~srl.runtime.build.BuildContext`: the lead's port
+    answers this role's commands (each policy's lead trainer serves a :attr:`Stream.COMMANDS` endpoint), and
+    every trainer takes what it was told with its data-parallel peers (a population's copies)."""
+    resumed: str | None = None
+    """``module:attr`` of ``resumed(plan, run_dir) -> list[str]``, called before a resumed run with this role's
+    workers starts: its check of what they left in the run directory (a ``ConfigError`` naming what does not fit,
+    before anything is touched), and what to say of it (the run's first warnings)."""
+    slots: str | None = None
+    """``module:attr`` of ``make(ctx, i) -> GroupedSlot``: how each actor of a run with this role's workers makes
+    its slot ``i`` (a league seats pool members in the other seats; a population deals the envs to its members).
+    None: the env's own."""
 
 
 @dataclass(frozen=True)
@@ -315,7 +333,8 @@ class Layout:
     sample_path: tuple[Role, ...] = field(default=(), kw_only=True)
     """The roles segments pass through between the actors and the trainers (``workers.path``, resolved)."""
     added_roles: tuple[Role, ...] = field(default=(), kw_only=True)
-    """The roles ``workers.roles`` adds (plugins), in its order."""
+    """The roles beyond the core's and the sample path's: the built-in ones (``srl.wiring.ROLES``: eval, league,
+    population), then those ``workers.roles`` adds (plugins), in its order."""
     vs_random: bool = field(default=False, kw_only=True)
     """One policy plays a two-player turn-based game (OpenSpiel, PettingZoo AEC; plain self-play or a league):
     evaluations also play it against a uniform random player, since self-play's returns average 0 in a zero-sum
@@ -342,9 +361,15 @@ class Layout:
         return self.cfg.workers.actors // self.nodes
 
     @property
+    def across_nodes(self) -> bool:
+        """Whether the run's workers are placed in node groups (Ray), each with its own shared memory and pipes,
+        rather than all on this machine."""
+        return self.cfg.runtime in NODE_RUNTIMES
+
+    @property
     def nodes(self) -> int:
         """Actor node groups: each has its own pool of segment buffers and its own policy workers."""
-        return self.cfg.ray.actor_nodes if self.cfg.runtime == "ray" else 1
+        return self.cfg.ray.actor_nodes if self.across_nodes else 1
 
     @property
     def relay_groups(self) -> int:
@@ -353,7 +378,7 @@ class Layout:
         p = self.cfg.params
         if p.mode != "hierarchical":
             return 0
-        return p.groups if p.groups > 1 or self.cfg.runtime == "ray" else 0
+        return p.groups if p.groups > 1 or self.across_nodes else 0
 
     def actor_node(self, actor: int) -> int:
         """The node group actor ``actor`` lives in."""
@@ -404,7 +429,7 @@ class Layout:
     @property
     def trainer_nodes(self) -> int:
         """Node groups the trainers are split over (one outside Ray)."""
-        return self.cfg.ray.trainer_nodes if self.cfg.runtime == "ray" else 1
+        return self.cfg.ray.trainer_nodes if self.across_nodes else 1
 
     @property
     def policy_nodes(self) -> int:
@@ -432,7 +457,7 @@ class Layout:
 
 # --------------------------------------------------------------------------- the built-in roles
 def _ray(plan: Layout) -> bool:
-    return plan.cfg.runtime == "ray"
+    return plan.across_nodes
 
 
 def snapshot_endpoint(plan: Layout, group: int, index: int, policy: int = 0) -> Endpoint:
@@ -559,12 +584,32 @@ def _waiting(plan: Layout, at: int, actor: int, policy: int, across_nodes: bool)
     return ()
 
 
+def staffed(plan: Layout) -> tuple[Role, ...]:
+    """The run's roles that have workers, in start order."""
+    return tuple(r for r in roles_of(plan) if r.count(plan) > 0)
+
+
+def declaring(plan: Layout, what: str) -> Role | None:
+    """The role of the run with workers that declares ``what`` (``port``, ``slots``), if any (one at most)."""
+    found = [r for r in staffed(plan) if getattr(r, what) is not None]
+    if len(found) > 1:
+        raise ValueError(f"roles {', '.join(r.name for r in found)} each declare a {what}; a run takes one")
+    return found[0] if found else None
+
+
+def episode_sinks(plan: Layout) -> tuple[Endpoint, ...]:
+    """The episode sinks the run's roles serve (:attr:`Stream.EPISODES`): where every actor sends its episodes."""
+    return tuple(
+        e for r in staffed(plan) for i in range(r.count(plan)) for e in r.serves(plan, i) if e.stream is Stream.EPISODES
+    )
+
+
 def _actor_connects(plan: Layout, actor: int) -> tuple[Endpoint, ...]:
     """Actor ``a`` feeds the first stop of the sample path of each policy (a hop of its node group, or that
     policy's trainer ``a % trainers``); a policy worker of its node group answers it (spread by pool row), or it
     runs the policy itself and reads snapshots like a policy worker."""
     samples = tuple(dict.fromkeys(stop(plan, 0, actor, k) for k in range(plan.policy_count)))
-    samples += (Endpoint(Stream.EPISODES, 0),) if plan.cfg.population.enabled else ()  # the members' returns
+    samples += episode_sinks(plan)
     if plan.cfg.workers.policy_workers == 0:
         return (*samples, *every_snapshot(plan, plan.actor_node(actor), actor))
     return (*samples, Endpoint(Stream.INFERENCE, plan.policy_of(actor)))
@@ -587,11 +632,6 @@ def hop_connects(plan: Layout, role: Role, index: int) -> tuple[Endpoint, ...]:
     return tuple(sorted({stop(plan, at + 1, a, k) for a, k in clients(plan, role, index)}, key=lambda e: e.name))
 
 
-def _stage_connects(plan: Layout, stage: int) -> tuple[Endpoint, ...]:
-    """Snapshots (read for their version only), as a policy worker of its node group reads them."""
-    return (snapshot_endpoint(plan, plan.stage_node(stage), stage),)
-
-
 def _has_root(plan: Layout) -> int:
     return int(plan.cfg.params.mode == "flat" or plan.relay_groups > 0)
 
@@ -602,9 +642,9 @@ def _trainer_serves(plan: Layout, trainer: int) -> tuple[Endpoint, ...]:
     lead = trainer % plan.cfg.workers.trainers == 0
     k = plan.policy_of_trainer(trainer)
     buffer = (Endpoint(Stream.SNAPSHOTS, policy=k),) if lead else ()
-    member = (Endpoint(Stream.MEMBER, k),) if lead and plan.cfg.population.enabled else ()
+    commands = (Endpoint(Stream.COMMANDS, k),) if lead and declaring(plan, "port") is not None else ()
     samples = (Endpoint(Stream.SAMPLES, trainer),) if keeper(plan) is None else ()
-    return (*samples, *buffer, *member)
+    return (*samples, *buffer, *commands)
 
 
 def _trainer_connects(plan: Layout, trainer: int) -> tuple[Endpoint, ...]:
@@ -665,55 +705,6 @@ POLICY = Role(
     cpus=lambda plan: plan.cfg.ray.cpus_per_policy_worker,
     report=Report("policy", "srl.system.policy_worker:PolicyReports"),
 )
-STAGE = Role(
-    "stage",
-    count=lambda plan: plan.stages_per_node * plan.nodes,
-    builder="srl.runtime.build:build_stage",
-    seed_salt=6,
-    group=lambda plan, s: plan.stage_node(s),
-    connects=_stage_connects,
-    cpus=lambda plan: plan.cfg.ray.cpus_per_stage,
-    hop=Hop(Stream.STAGE, route=lambda plan, actor, policy: plan.stage_of(actor)),
-    report=Report("stage", "srl.system.stage_worker:StageReports"),
-)
-
-
-def replays_per_policy(plan: Layout) -> int:
-    """Replays of each policy: one per trainer, or one per trainer node group (``replay.placement``)."""
-    return plan.policy_nodes if plan.cfg.replay.placement == "node" else plan.cfg.workers.trainers
-
-
-def replay_of_trainer(plan: Layout, trainer: int) -> int:
-    """The replay that feeds trainer ``trainer`` (replays are numbered policy by policy, as trainers are)."""
-    if plan.cfg.replay.placement == "trainer":
-        return trainer
-    return plan.policy_of_trainer(trainer) * plan.policy_nodes + plan.policy_trainer_node(trainer)
-
-
-def trainers_of_replay(plan: Layout, replay: int) -> tuple[int, ...]:
-    """The trainers replay ``replay`` feeds."""
-    every = range(plan.cfg.workers.trainers * plan.policy_count)
-    return tuple(t for t in every if replay_of_trainer(plan, t) == replay)
-
-
-REPLAY = Role(
-    "replay",
-    count=lambda plan: replays_per_policy(plan) * plan.policy_count,
-    builder="srl.runtime.replay:build_replay",
-    seed_salt=8,
-    group=lambda plan, r: trainer_group(plan.trainer_node(trainers_of_replay(plan, r)[0])),
-    cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
-    policy=lambda plan, r: r // replays_per_policy(plan),
-    hop=Hop(
-        Stream.REPLAY,
-        route=lambda plan, actor, policy: replay_of_trainer(plan, plan.trainer_of(actor, policy)),
-        keeps=Stream.BATCHES,
-        feeds=trainers_of_replay,
-        batches="srl.runtime.replay:replay_batches",
-    ),
-    holds=lambda plan, r: {(Endpoint(Stream.BATCHES, t), 0): (FILLING,) for t in trainers_of_replay(plan, r)},
-    report=Report("replay", "srl.system.replay_worker:ReplayReports"),
-)
 ACTOR = Role(
     "actor",
     count=lambda plan: plan.cfg.workers.actors,
@@ -724,45 +715,11 @@ ACTOR = Role(
     cpus=lambda plan: plan.cfg.ray.cpus_per_actor,
     report=Report("actor", "srl.system.actor_worker:ActorReports"),
 )
-EVAL = Role(
-    "eval",
-    count=lambda plan: int(plan.eval_every > 0),
-    builder="srl.runtime.build:build_eval",
-    seed_salt=5,
-    connects=lambda plan, i: every_snapshot(plan, TRAINER_NODE, i),
-    report=Report("eval", "srl.system.eval_worker:EvalReports"),
-)
-
-LEAGUE = Role(
-    "league",
-    count=lambda plan: int(plan.cfg.league.pool),
-    builder="srl.runtime.build:build_league",
-    seed_salt=7,
-    connects=lambda plan, i: (snapshot_endpoint(plan, TRAINER_NODE, i),),
-    report=Report("league", "srl.system.league_worker:LeagueReports"),
-)
-
-POPULATION = Role(
-    "population",
-    count=lambda plan: int(plan.cfg.population.enabled),
-    builder="srl.runtime.build:build_population",
-    seed_salt=9,
-    serves=lambda plan, i: (Endpoint(Stream.EPISODES, 0),),
-    connects=lambda plan, i: (
-        *(Endpoint(Stream.MEMBER, k) for k in range(plan.policy_count)),
-        *(every_snapshot(plan, TRAINER_NODE, i) if plan.cfg.population.score == "eval" else ()),
-    ),
-    report=Report("population", "srl.system.population_worker:PopulationReports"),
-)
-
-ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, ACTOR, EVAL, LEAGUE, POPULATION)
-"""The roles every run declares (some with no workers), in start order: trainers publish the first snapshot,
-parameter servers bind before their readers. The sample path's roles (``workers.path``) start before the
-actors, the last stop first, so that each hop's next stop is up when it starts."""
-
-PATH_ROLES = {"stage": "srl.runtime.topology:STAGE", "replay": "srl.runtime.topology:REPLAY"}
-"""Built-in names for ``workers.path``; a plugin names its own :class:`Role` (with a :class:`Hop`) as
-``module:attr``."""
+ROLES = (TRAINER, PARAM_ROOT, RELAY, POLICY, ACTOR)
+"""The roles of every run (some with no workers), in start order: trainers publish the first snapshot, parameter
+servers bind before their readers. The sample path's roles (``workers.path``) start before the actors, the last
+stop first, so that each hop's next stop is up when it starts; the other built-in roles (``srl.wiring.ROLES``)
+and the plugins' (``workers.roles``) after them."""
 
 
 def pool_layout(plan: Layout, endpoint: Endpoint) -> PoolLayout:
@@ -792,8 +749,8 @@ def attach_reports(topology: Topology, controller: Any) -> None:
 
 
 def roles_of(plan: Layout) -> tuple[Role, ...]:
-    """The run's roles in start order: :data:`ROLES` with the sample path's roles before the actors, and the roles
-    ``workers.roles`` adds last (every stream of the built-in roles is up before they start)."""
+    """The run's roles in start order: :data:`ROLES` with the sample path's roles before the actors, and the other
+    built-in roles and those ``workers.roles`` adds last (every stream of the core's is up before they start)."""
     before = ROLES[: ROLES.index(ACTOR)]
     return (*before, *reversed(plan.sample_path), *ROLES[len(before) :], *plan.added_roles)
 

@@ -13,13 +13,14 @@ from typing import Any, TextIO
 import numpy as np
 
 from srl.api.config import FIXED_ON_RESUME, ConfigError, ExperimentConfig, load_config, to_dict
+from srl.api.plugins import resolve
 from srl.api.spaces import obs_parts
 from srl.base.channel import sweep_stale_pipe_dirs
 from srl.base.shm import sweep_stale
 from srl.base.stop_signals import held, shielded
 from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import Plan, make_plan
-from srl.runtime.topology import keeper
+from srl.runtime.topology import staffed
 from srl.system.checkpoint import checkpoints, load_checkpoint
 from srl.system.controller import Controller
 from srl.system.run_dir import Resume, RunDir, RunDirError, default_run_dir, policy_checkpoints, read_counters
@@ -96,6 +97,14 @@ def _check_work_left(cfg: ExperimentConfig, resume: Resume, run_dir: Path) -> No
         )
 
 
+RUNNERS = {
+    "inline": "srl.runtime.inline:run_inline",
+    "local": "srl.runtime.local:run_local",
+    "ray": "srl.runtime.ray_runtime:run_ray",
+}
+"""Each runtime's ``run(plan, controller, run_dir) -> snapshots``: where the run's workers are placed."""
+
+
 def check_devices(cfg: ExperimentConfig) -> None:
     """A CUDA device named for trainers or policy workers exists here (one line naming the field, before anything
     starts). A Ray cluster's devices are its nodes', which Ray checks as it places the run."""
@@ -108,18 +117,6 @@ def check_devices(cfg: ExperimentConfig) -> None:
             torch_device(getattr(cfg.workers, name), f"workers.{name}")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-
-
-def _say_refilled(plan: Plan, controller: Controller, run_dir: Path) -> None:
-    """A resumed run whose replays start empty says so (in the log, and in ``summary.json``'s warnings)."""
-    from srl.runtime.replay import saved_replay
-    from srl.runtime.topology import replays_per_policy
-
-    replays = range(replays_per_policy(plan) * len(plan.policies))
-    missing = [r for r in replays if not (plan.cfg.replay.save and saved_replay(run_dir, r).exists())]
-    if missing:
-        said = "replay.save is off" if not plan.cfg.replay.save else "no saved replay was found"
-        controller.warn(f"replay: the resumed run refills {len(missing)} replay(s) from empty ({said})")
 
 
 def _warn_emulated_bfloat16(plan: Plan, controller: Controller) -> None:
@@ -172,24 +169,17 @@ def train(
             start_env_steps=resume.env_steps,
         )
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
-    if resume is not None and keeper(plan) is not None and cfg.replay.save:
-        from srl.runtime.replay import check_saved_replays
-
-        check_saved_replays(plan, path)  # before the run directory is touched: a misfit is one line, nothing lost
+    said: list[str] = []  # before the run directory is touched: a misfit is one line, nothing lost
+    for role in staffed(plan) if resume is not None else ():
+        if role.resumed is not None:
+            said += resolve(role.resumed, {}, f"{role.name} role")(plan, path)
     rd = RunDir(path, cfg, resume=resume is not None)
     controller = Controller(cfg, rd, start_time, progress, resume=resume, stop_request=stop)
-    for note in (*notes, *unread_sections(cfg)):
+    for note in (*notes, *unread_sections(cfg), *said):
         controller.warn(note)
-    if resume is not None and keeper(plan) is not None:
-        _say_refilled(plan, controller, path)
     _warn_emulated_bfloat16(plan, controller)
     try:
-        if cfg.runtime == "inline":
-            from srl.runtime.inline import run_inline as runner
-        elif cfg.runtime == "ray":
-            from srl.runtime.ray_runtime import run_ray as runner
-        else:
-            from srl.runtime.local import run_local as runner
+        runner = resolve(RUNNERS[cfg.runtime], {}, "runtime")
         interrupted = False  # a second signal: the runtime stopped waiting for its workers, killed them, cleaned up
         try:
             snapshots = runner(plan, controller, rd.path)

@@ -35,9 +35,8 @@ from srl.api.worker import Reporter, Worker
 from srl.base.channel import Channel, wait_any
 from srl.base.fileio import atomic_save
 from srl.base.timing import Every
-from srl.system.population_worker import episode_records
 from srl.system.rewards import RewardTransform
-from srl.system.streams import SegmentPool, SegmentSink
+from srl.system.streams import SegmentPool, SegmentSink, episode_records
 
 
 class Inference(Protocol):
@@ -78,15 +77,16 @@ class ActorWorker(Worker):
         row: int | None = None,
         explorers: Sequence[Explorer | None] = (),
         explored_steps: int = 0,
-        episodes: Channel | None = None,
+        episodes: Sequence[Channel] = (),
     ) -> None:
         """``reward_stats``: where the reward-scaling statistics are saved every ``save_interval`` seconds and at
         teardown, and loaded from at setup when ``restore_reward_stats`` (a resumed run, a restarted actor).
         ``row``: this actor's row in its node's pool (its index when one pool serves the whole run).
         ``explorers``: per policy group, what replaces some of its answered actions before each step (the
         algorithm's per-column exploration), or None; ``explored_steps``: the env steps this actor's schedule
-        counts on from (its earlier starts', and its share of a resumed run's). ``episodes``: a population's
-        channel to its worker: each report, every member's env steps and finished episodes go there too."""
+        counts on from (its earlier starts', and its share of a resumed run's). ``episodes``: the run's episode
+        sinks (the episode tap: a population worker's): with each report, every policy's env steps and finished
+        episodes go to each of them too."""
         self.name = f"actor{index}"
         self.index = index
         self.row = index if row is None else row
@@ -447,14 +447,13 @@ class ActorWorker(Worker):
                 "episode_policies": np.asarray(self._done_policies, np.int32),
             },
         )
-        if self.episodes is not None:
+        if self.episodes:
             self._send_episodes()
         self._done_returns, self._done_lengths, self._done_policies = [], [], []
 
     def _send_episodes(self) -> None:
-        """Each member's share of the env steps since the last report (its columns of every step) and the returns
-        of its finished episodes, to the population worker."""
-        assert self.episodes is not None
+        """Each policy's share of the env steps since the last report (its columns of every step) and the returns
+        of its finished episodes, to each episode sink."""
         steps, self._sent_steps = self.env_steps - self._sent_steps, self.env_steps
         owners = np.asarray(self._done_policies, np.int64)
         returns = np.asarray(self._done_returns, np.float64)
@@ -462,7 +461,8 @@ class ActorWorker(Worker):
         counts = np.bincount(owners, minlength=self.G) if len(owners) else np.zeros(self.G, np.int64)
         records = episode_records([round(steps * share) for share in self._shares], sums.tolist(), counts.tolist())
         if len(records):
-            self.episodes.send(records)
+            for sink in self.episodes:
+                sink.send(records)
 
 
 def _zero_nonfinite(x: np.ndarray) -> np.ndarray:

@@ -333,8 +333,9 @@ class Controller:
         out["final_eval_return_mean"] = None  # part of the contract: null when no evaluation ran
         if final_eval is not None:
             out.update({f"final_eval_{k}": v for k, v in final_eval.items() if k not in ("policies", "best")})
-            if "best" in final_eval:  # the best of several alternatives (a population's members): the run's
-                out.setdefault("population", {})["best"] = final_eval["best"]
+            for aggregator in self.aggregators.values():  # what a kind reads in it (the best of several members)
+                if callable(final := getattr(aggregator, "final", None)):
+                    _merge(out, final(final_eval))
         out["policies"] = self._policies_summary(final_eval)
         if self.cfg.run.target_return is not None:
             out["target_return"] = self.cfg.run.target_return
@@ -366,7 +367,7 @@ class Controller:
 
 def _merge(into: dict[str, Any], part: Mapping[str, Any]) -> None:
     """An aggregator's entries into a record or summary: a count several kinds add to (:data:`COUNTS`) is summed,
-    and a section several kinds fill (a dict: the population's, whose copies the trainers count) is merged."""
+    and a section several kinds fill (a dict: the trainers count copies in another kind's) is merged."""
     for key, value in part.items():
         if key in COUNTS:
             into[key] = into.get(key, 0) + value

@@ -55,6 +55,22 @@ handed to the stop at position ``p`` of a sample path with several hops is ``STA
 REQUEST_WIDTH, REPLY_WIDTH, SAMPLE_WIDTH, BELL_WIDTH = 5, 2, 2, 1
 """Words per record: an inference request, its reply, a segment (or batch) handed on, a pool row's bell rung (its
 buffers handed back)."""
+EPISODE_WIDTH = 5
+"""An episode tap's record (actors -> an episode sink, ``Stream.EPISODES``): (policy, env steps, episodes
+finished, the sum of their returns as two words of a float64)."""
+COMMAND_WIDTH = 4
+"""A trainer command port's record (``Stream.COMMANDS``): (op, seq, argument, 0); what the ops mean is the
+port's (a population's: export, import from a member)."""
+
+
+def episode_records(policy_steps: Sequence[int], sums: Sequence[float], counts: Sequence[int]) -> np.ndarray:
+    """The episode tap's records of one report: one per policy with env steps or finished episodes to report."""
+    rows = []
+    for m, (steps, total, n) in enumerate(zip(policy_steps, sums, counts)):
+        if steps or n:
+            hi, lo = np.array([total], np.float64).view(np.int32).tolist()
+            rows.append((m, steps, n, hi, lo))
+    return np.array(rows, np.int32).reshape(-1, EPISODE_WIDTH)
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,11 @@ import numpy as np
 import torch
 
 from srl.api.report import Counts, RunFacts
-from srl.api.worker import Algorithm, Collective, Reporter, Worker
+from srl.api.worker import Algorithm, Collective, Reporter, TrainerPort, Worker
 from srl.base.timing import Every
 from srl.system.batches import BatchSource
 from srl.system.checkpoint import checkpoints, save_checkpoint
 from srl.system.params import ParamPublisher
-from srl.system.population_worker import MemberLink
 
 BOTTLENECK_WAIT_SHARE = 0.1
 """A trainer that waited for segments less than this share of its last cycle (wait, copy, update) is the
@@ -98,11 +97,12 @@ class TrainerWorker(Worker):
         collective: Collective | None = None,
         autotune_peers: int = 0,
         report_interval: float = 0.0,
-        member: MemberLink | None = None,
+        port: TrainerPort | None = None,
     ) -> None:
         """``autotune_peers``: with ``workers.autotune``, the trainers sharing this node's cores (0: off).
         ``report_interval``: at most one report per this many seconds, and one at teardown (0: one per update).
-        ``member``: a population member's lead trainer: the population worker's commands (:meth:`adopt`)."""
+        ``port``: a role's end in this trainer (``Role.port``; a population member's link to the population worker,
+        whose copies arrive through :meth:`adopt`), served between updates."""
         self.name = f"trainer{index}"
         self.index = index
         self.algorithm, self.source, self.publisher, self.reporter = algorithm, source, publisher, reporter
@@ -130,17 +130,17 @@ class TrainerWorker(Worker):
         self._newest: tuple[Mapping[str, float], float, int] | None = None  # last update's stats, seconds, threads
         self._unreported = False  # something happened since the last report (an update, or a copy taken)
         self._lags: list[np.ndarray] = []  # of the updates since the last report
-        self.member = member
+        self.port = port
         self.adopted = 0  # copies of another member's state taken
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint (:func:`load_checkpoint`): networks, optimizer, RNG, version, step counters,
-        and a population member's hyperparameter values."""
+        and what its port kept (a population member's hyperparameter values)."""
         self.algorithm.load_state_dict(state["algorithm"])
         self.version = int(state["version"])
         self.samples = int(state.get("trained_samples", state["samples"])) // self.world
-        if self.member is not None:
-            self.member.restore(self, state)
+        if self.port is not None:
+            self.port.restore(self, state)
 
     def adopt(self, state: Mapping[str, Any], settings: Any) -> None:
         """Take another population member's algorithm state and new settings, live: drop what the old weights
@@ -186,7 +186,7 @@ class TrainerWorker(Worker):
         """Take what is ready until the batch is full; once it is, update (unless held). One or the other per poll,
         so a runtime that holds updates sees the take before it decides (see :attr:`hold`)."""
         stop = self.should_stop()
-        if self.member is not None and not stop and self.member.serve(self):
+        if self.port is not None and not stop and self.port.serve(self):
             return 1
         if not self.source.full() and not stop:
             return self._receive()
@@ -194,13 +194,13 @@ class TrainerWorker(Worker):
             return 0
         if self.collective is not None:  # lockstep: all trainers update together (each first taking the newest
             t2 = time.perf_counter()  # population copy any of them was asked to take), or all stop
-            asked = -1 if self.member is None else self.member.asked
+            asked = -1 if self.port is None else self.port.asked
             left, copy = self.collective.maximum([int(stop), asked])
             self._left = bool(left)
             self.t_wait += time.perf_counter() - t2
             stop = stop or self._left
-            if not stop and self.member is not None and copy > self.member.copy:
-                self.member.take(self, copy)  # its batch in progress is dropped: every trainer fills a new one
+            if not stop and self.port is not None and copy > self.port.taken:
+                self.port.take(self, copy)  # its batch in progress is dropped: every trainer fills a new one
                 return 1
         if stop:
             return 0
@@ -292,8 +292,8 @@ class TrainerWorker(Worker):
             "update_threads": threads,
             "adopted": self.adopted,
         }
-        if self.member is not None:  # the longest a copy (an export or an import) held this trainer up
-            meta["copy_pause_max"] = self.member.pause_max
+        if self.port is not None:  # the longest a copy (an export or an import) held this trainer up
+            meta["copy_pause_max"] = self.port.pause_max
         meta.update({k: float(v) for k, v in stats.items()})
         arrays = None
         if self._lags:
@@ -314,8 +314,8 @@ class TrainerWorker(Worker):
             "policy_state": torch.from_numpy(self.algorithm.policy_state()),  # what acting loads, for any algorithm
             **self.checkpoint_extra,
         }
-        if self.member is not None:
-            state.update(self.member.checkpoint())
+        if self.port is not None:
+            state.update(self.port.checkpoint())
         try:
             self.checkpoint_dir.mkdir(exist_ok=True)  # a policy's folder; never a run directory that was deleted
             save_checkpoint(path, state, self._serialize)

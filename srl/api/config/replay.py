@@ -1,4 +1,4 @@
-"""The ``replay`` section: the replay store an off-policy algorithm learns from (``srl/system/replay_store.py``)."""
+"""The ``replay`` section: the replay store an off-policy algorithm learns from (``srl/replay/store.py``)."""
 
 from __future__ import annotations
 

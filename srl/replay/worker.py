@@ -44,9 +44,9 @@ from srl.api.schema import FieldSpec
 from srl.api.worker import Reporter, TrainResult, Worker
 from srl.base.channel import Channel, wait_any
 from srl.base.timing import Every
+from srl.replay.file import sweep_partial_saves
+from srl.replay.store import ReplayStore
 from srl.system.batches import Trained
-from srl.system.replay_file import sweep_partial_saves
-from srl.system.replay_store import ReplayStore
 from srl.system.streams import FILLING, FREE, READY, SampleConsumer, SegmentPool, SegmentSource, clear
 
 TRAINED = 4

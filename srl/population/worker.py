@@ -39,27 +39,12 @@ from srl.base.fileio import atomic_save, atomic_write_text
 from srl.population.rules import ExploitRule
 from srl.population.state import PopulationState
 
-EPISODE_WIDTH = 5
-"""An episodes record: (member, env steps, episodes finished, the sum of their returns as two words of a
-float64)."""
-COMMAND_WIDTH = 4
-"""A member command: (op, seq, source member, 0)."""
 EXPORT, IMPORT = 1, 2
 """Commands to a member's lead trainer: write your state for copy ``seq``; take copy ``seq``'s state and values."""
 MAX_RECORDS = 1024
 ASK_AGAIN_SECONDS = 5.0
 """An export not written after this long is asked for again (the source's trainer may have died with the
 request); exports overwrite, so a second one costs only its time."""
-
-
-def episode_records(member_steps: Sequence[int], sums: Sequence[float], counts: Sequence[int]) -> np.ndarray:
-    """One record per member with steps or episodes to report."""
-    rows = []
-    for m, (steps, total, n) in enumerate(zip(member_steps, sums, counts)):
-        if steps or n:
-            hi, lo = np.array([total], np.float64).view(np.int32).tolist()
-            rows.append((m, steps, n, hi, lo))
-    return np.array(rows, np.int32).reshape(-1, EPISODE_WIDTH)
 
 
 def _sum_of(hi: int, lo: int) -> float:
@@ -95,7 +80,7 @@ class MemberLink:
         self.folder = folders(run_dir)[1]
         self.values: dict[str, float] | None = None
         """The hyperparameter values it took last (None: its config's)."""
-        self.copy = -1
+        self.taken = -1
         """The copy it took last, by its seq: the number of the decision that made it (``decision`` in
         ``population.jsonl``; ``population_copy`` in a checkpoint)."""
         self.asked = -1
@@ -118,7 +103,7 @@ class MemberLink:
                 self.pause_max = max(self.pause_max, time.perf_counter() - t0)
             elif op == IMPORT:
                 self.asked = max(self.asked, seq)
-        if trainer.collective is None and self.asked > self.copy:
+        if trainer.collective is None and self.asked > self.taken:
             self.take(trainer, self.asked)
         return len(records)
 
@@ -129,16 +114,16 @@ class MemberLink:
             command = json.loads((self.folder / f"command_{seq}.json").read_text())
             state = torch.load(self.folder / f"state_{seq}.pt", map_location="cpu", weights_only=True)
         except FileNotFoundError:  # pruned just now: a newer copy to this member supersedes it
-            self.copy = seq
+            self.taken = seq
             return
         self.values = {str(k): float(v) for k, v in command["values"].items()}
-        self.copy = seq
+        self.taken = seq
         trainer.adopt(state, self.settings(self.values))
         self.pause_max = max(self.pause_max, time.perf_counter() - t0)
 
     def checkpoint(self) -> dict[str, Any]:
         """What a checkpoint keeps of it: the values it trains with and the copy it took last."""
-        return {} if self.values is None else {"hyperparameters": dict(self.values), "population_copy": self.copy}
+        return {} if self.values is None else {"hyperparameters": dict(self.values), "population_copy": self.taken}
 
     def restore(self, trainer: Any, state: Mapping[str, Any]) -> None:
         """A restarted trainer: take the values its checkpoint was written with, and a newer copy addressed to it
@@ -147,8 +132,8 @@ class MemberLink:
         if values:
             self.values = {str(k): float(v) for k, v in values.items()}
             trainer.reconfigure(self.settings(self.values))
-        self.copy = int(state.get("population_copy", -1))
-        mine = [seq for seq, target in _commands(self.folder) if target == self.member and seq > self.copy]
+        self.taken = int(state.get("population_copy", -1))
+        mine = [seq for seq, target in _commands(self.folder) if target == self.member and seq > self.taken]
         self.asked = max(mine, default=-1)
 
 
@@ -315,6 +300,10 @@ class PopulationReports:
 
     def summary(self) -> dict[str, Any]:
         return {"population": dict(self.newest)} if self.newest else {}
+
+    def final(self, final_eval: Mapping[str, Any]) -> dict[str, Any]:
+        """The member the final evaluation found best (what ``srl.load_policy`` and ``srl eval`` load)."""
+        return {"population": {"best": final_eval["best"]}} if "best" in final_eval else {}
 
     def restarted(self, worker: str) -> None:
         pass

@@ -1,8 +1,8 @@
 """The replay store: segment columns in shared memory, sampled as items uniformly, by priority or in order.
 
 Why this shape: an actor's segment ``[rows, B, ...]`` goes in with one copy per field into B chunk slots,
-and every item (a window of L steps, see :mod:`srl.system.replay_spec`) is read out of its chunk, so nothing
-is stored twice and n-step targets are computed when sampled (:mod:`srl.system.replay_items`). Every array
+and every item (a window of L steps, see :mod:`srl.replay.spec`) is read out of its chunk, so nothing
+is stored twice and n-step targets are computed when sampled (:mod:`srl.replay.items`). Every array
 (chunks, sum tree, counters, running max priority) is one named shared-memory segment that the CONTROLLER
 creates (:meth:`ReplayStore.create`; ``srl.base.shm.sweep_stale`` removes segments whose creator died, so a
 worker must not create them) and the replay worker attaches to (:meth:`ReplayStore.attach`). A worker killed
@@ -20,7 +20,7 @@ order of writes is what makes a kill at any instant safe:
 2. sample: the batch is written, then the rate limiter counts it, then a queue moves its cursor and removes
    the chunks it has read. A kill in between hands the same items out again (at least once, never lost).
 
-Keys: chunk keys come from :class:`srl.system.replay_keys.KeyedSlots` (chunk key ``k`` lives in slot
+Keys: chunk keys come from :class:`srl.replay.keys.KeyedSlots` (chunk key ``k`` lives in slot
 ``k % capacity``); item key = chunk key * items per chunk + offset, and the priority tree's leaf of an item is
 slot * items per chunk + offset. An item is live while its chunk key is, so a priority update for an item
 whose chunk was overwritten since it was sampled is dropped (and counted).
@@ -37,10 +37,10 @@ import numpy as np
 from srl.base.prioritized import PrioritizedSampler
 from srl.base.rate_limiter import RateLimiter
 from srl.base.shm import ShmArray
-from srl.system.replay_file import layout_difference, ring_runs, write_npz
-from srl.system.replay_items import ItemReader
-from srl.system.replay_keys import KeyedSlots
-from srl.system.replay_spec import COUNTERS, ReplaySpec
+from srl.replay.file import layout_difference, ring_runs, write_npz
+from srl.replay.items import ItemReader
+from srl.replay.keys import KeyedSlots
+from srl.replay.spec import COUNTERS, ReplaySpec
 
 __all__ = ["ReplayStore"]
 
@@ -399,7 +399,7 @@ class ReplayStore:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the live items, their priorities and every counter to ``path`` atomically (``.npz``), streamed
-        from the ring without gathering a copy (:mod:`srl.system.replay_file`)."""
+        from the ring without gathering a copy (:mod:`srl.replay.file`)."""
         first, count = self.slots.first, self.slots.size
         arrays = {f"field_{name}": ring_runs(chunk, first, count) for name, chunk in self._chunks.items()}
         arrays["layout"] = [np.array(json.dumps(self.spec.describe(), sort_keys=True))]

@@ -1,7 +1,7 @@
-"""Building a replay: its store, its worker, its trainer's batch buffers, from the plan.
+"""The replay's role: a keeper at the end of the sample path (``workers.path``: ``replay``), one per trainer or
+per trainer node group of each policy, with its store, its worker and its trainers' batch buffers.
 
-The replay role (``runtime/topology.py``: ``REPLAY``) names these functions. A
-replay's sampling settings are the algorithm's (``batch_size``, ``nstep``,
+A replay's sampling settings are the algorithm's (``batch_size``, ``nstep``,
 ``gamma`` of the algorithm's typed settings: every algorithm that learns from a
 replay declares them), its storage settings the ``replay`` section.
 """
@@ -14,18 +14,25 @@ from typing import TYPE_CHECKING
 from srl.api.config import ConfigError
 from srl.api.schema import FieldSpec
 from srl.api.worker import Worker
-from srl.runtime.topology import Endpoint, Stream, WorkerSpec, replay_of_trainer, replays_per_policy, trainers_of_replay
-from srl.system.replay_file import layout_difference, saved_layout
-from srl.system.replay_store import ReplaySpec, ReplayStore
-from srl.system.replay_worker import INSERTED, PRIORITIES, ReplayBatches, ReplayWorker, Sampling
-from srl.system.streams import PoolLayout
+from srl.replay.file import layout_difference, saved_layout
+from srl.replay.store import ReplaySpec, ReplayStore
+from srl.replay.worker import INSERTED, PRIORITIES, ReplayBatches, ReplayWorker, Sampling
+from srl.runtime.build import BuildContext, worker_seed
+from srl.runtime.topology import Endpoint, Hop, Layout, Report, Role, StreamKind, WorkerSpec, trainer_group
+from srl.system.streams import FILLING, SAMPLE_WIDTH, PoolLayout
 from srl.wiring import algorithm_settings
 
 if TYPE_CHECKING:
-    from srl.runtime.build import BuildContext
     from srl.runtime.fabric import Fabric
     from srl.runtime.plan import Plan
 
+SEGMENTS = StreamKind(
+    "replay", "replay{}", bound=True, channel=SAMPLE_WIDTH, segments=True, storage="srl.replay.role:STORE"
+)
+"""Replay ``r``'s stream of segments to insert (actors -> replay; across nodes over ZeroMQ)."""
+BATCHES = StreamKind("batches", "batches{}", channel=SAMPLE_WIDTH, pool="srl.replay.role:batch_layout")
+"""Trainer ``t``'s batches from the replay that feeds it (in shared memory on their node), and their priorities
+back."""
 BATCH_BUFFERS = 2
 """Batch buffers per replay: the trainer trains on one while the replay fills the other."""
 
@@ -83,20 +90,18 @@ class _StoreOpener:
 
 
 STORE = _StoreOpener()
-"""The opener the ``REPLAY`` stream kind names (``srl.runtime.replay:STORE``)."""
+"""The opener the :data:`SEGMENTS` stream kind names (``srl.replay.role:STORE``)."""
 
 
 def build_replay(ctx: BuildContext) -> Worker:
     """Replay ``r``: its actors' segments in, batches out to each trainer it feeds."""
-    from srl.runtime.build import worker_seed
-
     plan, fabric, worker = ctx.plan, ctx.fabric, ctx.worker
     r = worker.index
     k = r // replays_per_policy(plan)
-    feeds = [Endpoint(Stream.BATCHES, t) for t in trainers_of_replay(plan, r)]
+    feeds = [Endpoint(BATCHES, t) for t in trainers_of_replay(plan, r)]
     return ReplayWorker(
         r,
-        fabric.storage(Endpoint(Stream.REPLAY, r)),
+        fabric.storage(Endpoint(SEGMENTS, r)),
         fabric.segment_source(worker),
         [(fabric.buffers(e), fabric.channel(e), fabric.bell(e, 0)) for e in feeds],
         ctx.reporter,
@@ -113,9 +118,27 @@ def build_replay(ctx: BuildContext) -> Worker:
     )
 
 
+def resumed(plan: Plan, run_dir: Path) -> list[str]:
+    """Before a resumed run starts: its saved replays must fit its stores (otherwise one line naming the file and
+    the difference; a replay worker that failed to load would go on empty), and the replays that start empty are
+    said."""
+    if plan.cfg.replay.save:
+        check_saved_replays(plan, run_dir)
+    return refilled(plan, run_dir)
+
+
+def refilled(plan: Plan, run_dir: Path) -> list[str]:
+    """What a resumed run says of the replays that start empty (none saved, or ``replay.save`` off)."""
+    replays = range(replays_per_policy(plan) * len(plan.policies))
+    missing = [r for r in replays if not (plan.cfg.replay.save and saved_replay(run_dir, r).exists())]
+    if not missing:
+        return []
+    said = "replay.save is off" if not plan.cfg.replay.save else "no saved replay was found"
+    return [f"replay: the resumed run refills {len(missing)} replay(s) from empty ({said})"]
+
+
 def check_saved_replays(plan: Plan, run_dir: Path) -> None:
-    """A resumed run's saved replays must fit its stores: otherwise one line naming the file and the difference
-    (before anything starts; a replay worker that failed to load would go on empty)."""
+    """A resumed run's saved replays must fit its stores: otherwise one line naming the file and the difference."""
     for r in range(replays_per_policy(plan) * len(plan.policies)):
         path = saved_replay(run_dir, r)
         if not path.exists():
@@ -139,8 +162,47 @@ def saved_replay(run_dir: Path, replay: int) -> Path:
 def replay_batches(plan: Plan, fabric: Fabric, trainer: WorkerSpec, fresh: bool) -> ReplayBatches:
     """Trainer ``t``'s batches, from the replay that feeds it (``fresh``: the trainer starts the run, from no
     checkpoint)."""
-    feeds = Endpoint(Stream.BATCHES, trainer.index)
+    feeds = Endpoint(BATCHES, trainer.index)
     k = plan.policy_of_trainer(trainer.index)
     return ReplayBatches(
         fabric.buffers(feeds), fabric.channel(feeds), fabric.bell(feeds, 0), plan.policies[k].agents_per_env, fresh
     )
+
+
+def replays_per_policy(plan: Layout) -> int:
+    """Replays of each policy: one per trainer, or one per trainer node group (``replay.placement``)."""
+    return plan.policy_nodes if plan.cfg.replay.placement == "node" else plan.cfg.workers.trainers
+
+
+def replay_of_trainer(plan: Layout, trainer: int) -> int:
+    """The replay that feeds trainer ``trainer`` (replays are numbered policy by policy, as trainers are)."""
+    if plan.cfg.replay.placement == "trainer":
+        return trainer
+    return plan.policy_of_trainer(trainer) * plan.policy_nodes + plan.policy_trainer_node(trainer)
+
+
+def trainers_of_replay(plan: Layout, replay: int) -> tuple[int, ...]:
+    """The trainers replay ``replay`` feeds."""
+    every = range(plan.cfg.workers.trainers * plan.policy_count)
+    return tuple(t for t in every if replay_of_trainer(plan, t) == replay)
+
+
+REPLAY = Role(
+    "replay",
+    count=lambda plan: replays_per_policy(plan) * plan.policy_count,
+    builder="srl.replay.role:build_replay",
+    seed_salt=8,
+    group=lambda plan, r: trainer_group(plan.trainer_node(trainers_of_replay(plan, r)[0])),
+    cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
+    policy=lambda plan, r: r // replays_per_policy(plan),
+    hop=Hop(
+        SEGMENTS,
+        route=lambda plan, actor, policy: replay_of_trainer(plan, plan.trainer_of(actor, policy)),
+        keeps=BATCHES,
+        feeds=trainers_of_replay,
+        batches="srl.replay.role:replay_batches",
+    ),
+    resumed="srl.replay.role:resumed",
+    holds=lambda plan, r: {(Endpoint(BATCHES, t), 0): (FILLING,) for t in trainers_of_replay(plan, r)},
+    report=Report("replay", "srl.replay.worker:ReplayReports"),
+)

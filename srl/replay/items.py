@@ -28,7 +28,7 @@ import numpy as np
 
 from srl.algorithms.nstep import chunk_targets
 from srl.api.schema import MEMORY
-from srl.system.replay_spec import ReplaySpec
+from srl.replay.spec import ReplaySpec
 
 __all__ = ["ItemReader"]
 

@@ -1,0 +1,1 @@
+"""The eval worker: plays the newest policy every few versions during training and keeps the best one."""
