@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from srl.algorithms.acting import NetActing
 from srl.api.algorithm import AlgorithmContext
 from srl.api.config.errors import check
 from srl.api.schema import Field
@@ -52,28 +53,19 @@ class A2CSettings:
         check(self.ent_coef >= 0, "ent_coef", f"must be >= 0, got {self.ent_coef}")
 
 
-class A2CPolicy:
-    """What actors run: the actor network, sampling actions; A2C needs no extra field per step."""
+class A2CPolicy(NetActing):
+    """What actors run: the actor network, sampling actions; A2C needs no extra field per step. ``NetActing`` gives
+    it ``act`` on arrays (on its device) and the snapshot of its network."""
 
     def __init__(self, actor: torch.nn.Module) -> None:
-        self.actor = actor.eval()
+        self.net = actor.eval()
 
     def output_fields(self) -> tuple[Field, ...]:
         return ()
 
-    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        tensors = {name: torch.from_numpy(np.ascontiguousarray(x)) for name, x in obs.items()}
-        actions, _ = self.actor.act(tensors, deterministic)
-        return {"actions": actions.numpy()}
-
-    def load_flat(self, flat: np.ndarray) -> None:
-        self.actor.load_flat_state(flat)
-
-    def flat_size(self) -> int:
-        return self.actor.flat_size()
-
-    def flat_state(self) -> np.ndarray:
-        return self.actor.flat_state()
+    def act_tensors(self, obs: Mapping[str, torch.Tensor], deterministic: bool = False) -> dict[str, torch.Tensor]:
+        actions, _ = self.net.act(obs, deterministic)
+        return {"actions": actions}
 
 
 class A2C:

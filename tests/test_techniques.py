@@ -271,7 +271,7 @@ def test_data_parallel_replicas_stay_identical_where_synchronized(tmp_path: Path
         assert int(r0["reduced"]) == 4 * (actor_params + critic_params) * steps
     assert float(r0["seconds"]) > 0 and float(r1["seconds"]) > 0  # the time in reductions is kept too
     # what srl bench costs counts from one trainer's update is what the two reduced
-    from srl.bench.costs import CountingCollective
+    from srl.bench.allreduce import CountingCollective
 
     counter = CountingCollective()
     alone = _ppo(ModelConfig(hidden=(16,)), PPOConfig(critic=critic, epochs=2, minibatches=2, normalize_values=True),

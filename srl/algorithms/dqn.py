@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from srl.algorithms.acting import NetActing
 from srl.algorithms.adam import Adam
 from srl.algorithms.dqn_math import double_q_target, epsilon_ladder, linear_epsilon, q_target, td_loss
 from srl.algorithms.grad_clip import GradClipper, clip_all
-from srl.algorithms.ppo import on_device
 from srl.algorithms.replay_batch import (
     batch_rows,
     batch_tensor,
@@ -61,27 +61,23 @@ def dqn_settings(ctx: AlgorithmContext) -> DQNConfig:
     return ctx.args if isinstance(ctx.args, DQNConfig) else ctx.cfg.dqn
 
 
-class QPolicy:
+class QPolicy(NetActing):
     """Numpy-in, numpy-out greedy acting on a Q network (``models.q()``): the best legal action of each row.
 
     It never explores, whatever ``deterministic`` says: exploration is the actors' (:meth:`DQN.explorer`). With
     a recurrent core (R2D2), ``obs`` carries each environment's state as ``obs[MEMORY]`` and the answer the next.
     """
 
+    net: QNet
+
     def __init__(self, net: QNet) -> None:
         self.net = net.eval()
         self.memory = net.memory_size
-        self.device = torch.device("cpu")
 
     def output_fields(self) -> tuple[Field, ...]:
         """Besides the actions, a recurrent core's state (what a sequence item starts from); else nothing: a
         transition is all the replay needs."""
         return (memory_field(self.memory),) if self.memory else ()
-
-    def to_device(self, device: torch.device) -> None:
-        """Act on ``device`` (a policy worker's ``workers.policy_device``)."""
-        self.device = device
-        self.net.to(device)
 
     def act_tensors(self, obs: Obs, deterministic: bool = False) -> dict[str, torch.Tensor]:
         tensors = dict(obs)
@@ -90,18 +86,6 @@ class QPolicy:
             actions, after = self.net.greedy_with_memory(tensors, state)
             return {"actions": actions, MEMORY: after}
         return {"actions": self.net.greedy(tensors)}
-
-    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        return on_device(self.act_tensors, obs, self.device, deterministic)
-
-    def load_flat(self, flat: np.ndarray) -> None:
-        self.net.load_flat_state(flat)
-
-    def flat_size(self) -> int:
-        return self.net.flat_size()
-
-    def flat_state(self) -> np.ndarray:
-        return self.net.flat_state()
 
 
 class EpsilonGreedy:

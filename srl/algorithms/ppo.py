@@ -18,13 +18,15 @@ weighted by its truncated importance weight against the behaviour policy
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
+from srl.algorithms.acting import TensorActing
 from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
@@ -57,24 +59,7 @@ def _normalizer_inputs(encoder: nn.Module, obs: Obs) -> list[tuple[RunningMoment
     return [] if inputs is None else inputs(obs)
 
 
-def as_tensors(obs: Mapping[str, np.ndarray]) -> Obs:
-    """Observation parts as tensors sharing the arrays' memory (copied only when not contiguous)."""
-    return {name: torch.from_numpy(np.ascontiguousarray(x)) for name, x in obs.items()}
-
-
-def on_device(
-    act: Callable[[Obs, bool], Mapping[str, torch.Tensor]],
-    obs: Mapping[str, np.ndarray],
-    device: torch.device,
-    deterministic: bool,
-) -> dict[str, np.ndarray]:
-    """A device policy's numpy-in, numpy-out ``act``: the arrays moved to ``device`` (shared, not copied, on the
-    CPU), ``act`` there, and its answers back as arrays."""
-    tensors = {name: x.to(device) for name, x in as_tensors(obs).items()}
-    return {name: x.cpu().numpy() for name, x in act(tensors, deterministic).items()}
-
-
-class ActingPolicy:
+class ActingPolicy(TensorActing):
     """Numpy-in, numpy-out wrapper of an actor network (``models.policy()``) for actors and policy workers.
 
     The snapshot it loads is the actor's flat state, followed by the critic's when one is given
@@ -86,7 +71,6 @@ class ActingPolicy:
         self.critic = None if critic is None else critic.eval()
         self._actor_size = net.flat_size()
         self.memory = int(getattr(net, "memory_size", 0))
-        self.device = torch.device("cpu")
 
     def output_fields(self) -> tuple[Field, ...]:
         """Besides the actions: the behaviour log-prob of each step (importance weights, the PPO ratio), and
@@ -110,9 +94,6 @@ class ActingPolicy:
         actions, logp = self.net.act(tensors, deterministic)
         return {"actions": actions, "logp": logp}
 
-    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        return on_device(self.act_tensors, obs, self.device, deterministic)
-
     def load_flat(self, flat: np.ndarray) -> None:
         if self.critic is None:
             self.net.load_flat_state(flat)
@@ -133,6 +114,53 @@ class ActingPolicy:
         if self.critic is not None:
             self.critic.flat_state(out[self._actor_size :])
         return out
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A batch made ready for the epochs: its ``T x N`` steps as rows, and what the losses compare against."""
+
+    T: int
+    N: int
+    obs: Obs
+    critic_obs: Obs
+    """The critic's inputs (``obs`` itself unless it reads the global state)."""
+    actions: torch.Tensor
+    old_logp: torch.Tensor
+    """The log-probs the ratio starts from: the behaviour policy's, or with TD compensation the current one's."""
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    values: torch.Tensor
+    """The current critic's values of the steps (on the returns' scale)."""
+    weights: torch.Tensor | None
+    """Truncated importance weights of the steps (TD compensation), or None."""
+    acted: torch.Tensor | None
+    """Which rows acted (multi-agent ``alive``), or None: all."""
+    seq: Sequences | None
+    """The rows in time, for a recurrent core."""
+    stats: dict[str, float]
+    """The importance weights' statistics, when there are any."""
+    returns_head: torch.Tensor
+    """The returns on the critic head's scale (standardized with value normalization)."""
+    values_head: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Minibatch:
+    """One gradient step's rows: ``obs``/``critic_obs`` all of them; ``acted`` picks the policy's among them and
+    ``crit`` the critic's (None: all); the other tensors are the picked rows' already."""
+
+    obs: Obs
+    critic_obs: Obs
+    acted: torch.Tensor | None
+    actions: torch.Tensor
+    old_logp: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    values: torch.Tensor
+    weights: torch.Tensor | None
+    seq: Sequences | None
+    crit: torch.Tensor | None
 
 
 class PPO:
@@ -249,6 +277,26 @@ class PPO:
         cfg = self.cfg
         lr = cfg.lr * (1.0 - progress) if cfg.lr_schedule == "linear" else cfg.lr
         self.optimizer.lr = max(lr, 1e-8)
+        rollout = self._rollout(batch)  # the batch as rows; advantages and targets from the current networks
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(cfg.epochs):
+            for minibatch in self._minibatches(rollout):
+                for k, v in self._minibatch(minibatch).items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+        self._update_statistics(rollout)
+        out = {**rollout.stats, **{k: v / count for k, v in sums.items()}}
+        out.update(explained_variance=explained_variance(rollout.values, rollout.returns), lr=lr)
+        if self.collective is not None:
+            out.update(bytes_reduced=self.collective.bytes_reduced, seconds_reduced=self.collective.seconds_reduced)
+        return TrainResult({k: float(v) for k, v in out.items()})
+
+    # ------------------------------------------------------------------ the steps of an update
+    def _rollout(self, batch: Mapping[str, np.ndarray]) -> Rollout:
+        """The batch's rows, the current networks' values (and with importance weights log-probs) of them, the
+        advantages and the critic's targets."""
+        cfg = self.cfg
         T, N = batch["rewards"].shape
         flat_obs = {p.name: self._rows(batch, p.name) for p in self.parts}  # [(T+1) N, ...] per part
         obs = {name: x[: T * N] for name, x in flat_obs.items()}
@@ -263,7 +311,7 @@ class PPO:
         with autocast(self.device, self.dtype):
             v_all, prox_logp, after = self._evaluate_rollout(flat_obs, obs, actions, flat_critic, seq)
         v_all, prox_logp = v_all.float(), None if prox_logp is None else prox_logp.float()
-        out: dict[str, float] = {}
+        stats: dict[str, float] = {}
         weights = rho = c = None
         old_logp = behaviour_logp
         if prox_logp is not None:
@@ -273,89 +321,77 @@ class PPO:
             if cfg.td_compensation:
                 weights, old_logp = truncated, prox_logp
             if cfg.vtrace_targets:
-                rho, c = truncated, ratio.clamp(max=cfg.is_c_clip)
-            out.update(
+                rho, c = truncated.reshape(T, N), ratio.clamp(max=cfg.is_c_clip).reshape(T, N)
+            stats.update(
                 is_weight_mean=float(ratio.mean()),
                 is_weight_max=float(ratio.max()),
                 is_weight_truncated=float((ratio > cfg.is_rho_clip).float().mean()),
             )
         with autocast(self.device, self.dtype):  # the bootstrap values of truncated episodes
-            advantages, returns, values = self._advantages(
-                batch,
-                v_all.reshape(T + 1, N),
-                T,
-                N,
-                None if rho is None else rho.reshape(T, N),
-                None if c is None else c.reshape(T, N),
-                after,
-            )
-        adv, ret, old_v = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
-        # The critic regresses on its own scale (standardized returns with value normalization).
-        ret_head, old_v_head = self.value.normalize(ret), self.value.normalize(old_v)
+            advantages, returns, values = self._advantages(batch, v_all.reshape(T + 1, N), T, N, rho, c, after)
+        ret, old_v = returns.reshape(-1), values.reshape(-1)
         # Multi-agent segments say which columns acted (``alive``). The critic learns from every step, since a
         # column waiting for its turn or done before the others still has a value (and rewards may reach it
         # while it waits: an opponent's winning move); the policy learns from the steps it acted in only.
         acted = None if "alive" not in batch else self._tensor(batch, "alive").reshape(-1)
-        unroll = seq is not None and not seq.stored
-        size = N if unroll else T * N  # an unrolled core trains on whole segments (columns), else on steps
-        mb = max(1, size // cfg.minibatches)
-        sums: dict[str, float] = {}
-        count = 0
-        for _ in range(cfg.epochs):
-            perm = torch.randperm(size, generator=self._gen).to(self.device)
-            for start in range(0, mb * cfg.minibatches, mb):  # exactly ``minibatches``: peers stay in lockstep
-                idx = perm[start : start + mb]
-                mb_seq = None
-                crit = None  # the rows of idx the losses see (all but a burn-in)
-                if seq is not None:
-                    mb_seq = seq.columns(idx, T) if unroll else seq.rows(idx)
-                    if unroll:  # the columns' steps, time-major
-                        idx = (torch.arange(T, device=self.device)[:, None] * N + idx[None, :]).reshape(-1)
-                        if self.burn_in:
-                            crit = torch.arange(len(idx), device=self.device) >= self.burn_in * mb_seq.n
-                local = None if acted is None else acted[idx]
-                if crit is not None:
-                    local = crit if local is None else local & crit
-                local = None if local is None else local.nonzero().squeeze(-1)
-                crit_rows = None if crit is None else crit.nonzero().squeeze(-1)
-                pi = idx if local is None else idx[local]
-                vi = idx if crit_rows is None else idx[crit_rows]
-                mb_obs = {name: x[idx] for name, x in obs.items()}
-                stats = self._minibatch(
-                    mb_obs,
-                    mb_obs if critic_obs is obs else {name: x[idx] for name, x in critic_obs.items()},
-                    local,
-                    actions[pi],
-                    old_logp[pi],
-                    adv[pi],
-                    ret_head[vi],
-                    old_v_head[vi],
-                    None if weights is None else weights[pi],
-                    mb_seq,
-                    crit_rows,
-                )
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                count += 1
-        # Statistics move only after the update: during it the policy sees its inputs as the behaviour policy did
-        # (so the ratio starts at 1); the new statistics ship with the next snapshot. Actor statistics are merged
-        # across trainers (every replica must normalize alike); a decentralized critic keeps its own.
-        if acted is not None:  # the policy's statistics come from the steps that were acted in only
-            rows = acted.nonzero().squeeze(-1)
+        return Rollout(
+            T, N, obs, critic_obs, actions, old_logp, advantages.reshape(-1), ret, old_v, weights, acted, seq, stats,
+            # the critic regresses on its own scale (standardized returns with value normalization)
+            self.value.normalize(ret), self.value.normalize(old_v),
+        )  # fmt: skip
+
+    def _minibatches(self, r: Rollout) -> Iterator[Minibatch]:
+        """One epoch: exactly ``ppo.minibatches`` minibatches (data-parallel peers stay in lockstep) of steps, or
+        with an unrolled recurrent core of whole segments (columns, time-major), in a fresh random order."""
+        unroll = r.seq is not None and not r.seq.stored
+        size = r.N if unroll else r.T * r.N
+        mb = max(1, size // self.cfg.minibatches)
+        perm = torch.randperm(size, generator=self._gen).to(self.device)
+        for start in range(0, mb * self.cfg.minibatches, mb):
+            idx = perm[start : start + mb]
+            seq = crit = None  # crit: the rows of idx the losses see (all but a burn-in)
+            if r.seq is not None:
+                seq = r.seq.columns(idx, r.T) if unroll else r.seq.rows(idx)
+                if unroll:  # the columns' steps, time-major
+                    idx = (torch.arange(r.T, device=self.device)[:, None] * r.N + idx[None, :]).reshape(-1)
+                    if self.burn_in:
+                        crit = torch.arange(len(idx), device=self.device) >= self.burn_in * seq.n
+            acted = None if r.acted is None else r.acted[idx]
+            if crit is not None:
+                acted = crit if acted is None else acted & crit
+            acted = None if acted is None else acted.nonzero().squeeze(-1)
+            crit = None if crit is None else crit.nonzero().squeeze(-1)
+            pi = idx if acted is None else idx[acted]  # the policy's rows
+            vi = idx if crit is None else idx[crit]  # the critic's
+            obs = {name: x[idx] for name, x in r.obs.items()}
+            yield Minibatch(
+                obs,
+                obs if r.critic_obs is r.obs else {name: x[idx] for name, x in r.critic_obs.items()},
+                acted,
+                r.actions[pi],
+                r.old_logp[pi],
+                r.advantages[pi],
+                r.returns_head[vi],
+                r.values_head[vi],
+                None if r.weights is None else r.weights[pi],
+                seq,
+                crit,
+            )
+
+    def _update_statistics(self, r: Rollout) -> None:
+        """Statistics move only after the update: during it the policy sees its inputs as the behaviour policy did
+        (so the ratio starts at 1); the new statistics ship with the next snapshot. Actor statistics are merged
+        across trainers (every replica must normalize alike); a decentralized critic keeps its own."""
+        obs = r.obs
+        if r.acted is not None:  # the policy's statistics come from the steps that were acted in only
+            rows = r.acted.nonzero().squeeze(-1)
             obs = {name: x[rows] for name, x in obs.items()}
         for rms, x in _normalizer_inputs(self.policy.encoder, obs):
             self._update_rms(rms, x, merged=True)
         if not self.value.shared:
-            for rms, x in _normalizer_inputs(self.value.encoder, critic_obs):
+            for rms, x in _normalizer_inputs(self.value.encoder, r.critic_obs):
                 self._update_rms(rms, x, merged=self.centralized)
-        self._update_rms(self.value.return_normalizer, ret, merged=self.centralized)
-        out.update({k: v / count for k, v in sums.items()})
-        out["explained_variance"] = explained_variance(old_v, ret)
-        out["lr"] = lr
-        if self.collective is not None:
-            out["bytes_reduced"] = float(self.collective.bytes_reduced)
-            out["seconds_reduced"] = float(self.collective.seconds_reduced)
-        return TrainResult(out)
+        self._update_rms(self.value.return_normalizer, r.returns, merged=self.centralized)
 
     # ------------------------------------------------------------------ internals
     @torch.no_grad()
@@ -486,43 +522,29 @@ class PPO:
         logp, entropy = self.policy.evaluate(policy_obs, actions)
         return logp, entropy, self.value.head_output(self.value.encoder(critic_obs))
 
-    def _minibatch(
-        self,
-        obs: Obs,
-        critic_obs: Obs,
-        acted: torch.Tensor | None,
-        actions: torch.Tensor,
-        old_logp: torch.Tensor,
-        adv: torch.Tensor,
-        ret: torch.Tensor,
-        old_v: torch.Tensor,
-        weights: torch.Tensor | None,
-        seq: Sequences | None = None,
-        crit: torch.Tensor | None = None,
-    ) -> dict[str, float]:
-        """One gradient step: the critic on the rows ``crit`` picks of ``obs`` (all when None), the policy on the
-        rows ``acted`` picks (all when None); ``actions``, ``old_logp``, ``adv`` and ``weights`` are the acted
-        rows' already, ``ret`` and ``old_v`` the critic's. ``seq``: the rows' order in time, for a recurrent
-        core (every row is encoded then, burn-in rows without gradient, and the losses pick theirs)."""
+    def _minibatch(self, mb: Minibatch) -> dict[str, float]:
+        """One gradient step: the critic on the rows ``mb.crit`` picks of ``mb.obs`` (all when None), the policy on
+        the rows ``mb.acted`` picks (all when None); ``actions``, ``old_logp``, ``advantages`` and ``weights`` are
+        the acted rows' already, ``returns`` and ``values`` the critic's. ``seq``: the rows' order in time, for a
+        recurrent core (every row is encoded then, burn-in rows without gradient, and the losses pick theirs)."""
         cfg = self.cfg
-        if cfg.normalize_advantages:
-            adv = normalize_advantages(adv)
+        adv = normalize_advantages(mb.advantages) if cfg.normalize_advantages else mb.advantages
         with autocast(self.device, self.dtype):  # the forward passes (bfloat16: workers.trainer_dtype)
-            logp, entropy, v = self._forward(obs, critic_obs, acted, actions, seq, crit)
+            logp, entropy, v = self._forward(mb.obs, mb.critic_obs, mb.acted, mb.actions, mb.seq, mb.crit)
         logp, entropy, v = logp.float(), entropy.float(), v.float()  # the losses in float32
         loss, stats = ppo_loss(
             logp,
-            old_logp,
+            mb.old_logp,
             adv,
             v,
-            old_v,
-            ret,
+            mb.values,
+            mb.returns,
             entropy,
             clip=cfg.clip,
             value_clip=cfg.value_clip,
             vf_coef=cfg.vf_coef,
             ent_coef=cfg.ent_coef,
-            weights=weights,
+            weights=mb.weights,
         )
         self.optimizer.zero_grad()
         loss.backward()

@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from srl.algorithms.acting import NetActing
 from srl.algorithms.adam import Adam
 from srl.algorithms.dqn import BOOT
 from srl.algorithms.grad_clip import GradClipper, clip_all
-from srl.algorithms.ppo import on_device
 from srl.algorithms.replay_batch import (
     batch_rows,
     batch_tensor,
@@ -97,27 +97,27 @@ def _bounds(action_space: spaces.Space) -> tuple[torch.Tensor, torch.Tensor]:
     return low, high
 
 
-class BoxPolicy:
+class BoxPolicy(NetActing):
     """Numpy-in, numpy-out acting on a SAC or TD3 actor: Box actions ``[N, D]`` within the bounds.
 
     SAC samples its squashed Gaussian (``deterministic``: its mean); TD3 adds Gaussian noise of
     ``exploration_noise`` half-ranges to its action (``deterministic``: none).
     """
 
+    net: SquashedActor | DeterministicActor
+
     def __init__(self, net: SquashedActor | DeterministicActor, action_space: spaces.Space, noise: float = 0.0) -> None:
         self.net = net.eval()
         self.low, self.high = _bounds(action_space)
         self.noise = noise
-        self.device = torch.device("cpu")
 
     def output_fields(self) -> tuple[Field, ...]:
         """Nothing besides the actions: a transition is all the replay needs."""
         return ()
 
     def to_device(self, device: torch.device) -> None:
-        """Act on ``device`` (a policy worker's ``workers.policy_device``)."""
-        self.device = device
-        self.net.to(device)
+        """Act on ``device`` (a policy worker's ``workers.policy_device``), its bounds beside its network."""
+        super().to_device(device)
         self.low, self.high = self.low.to(device), self.high.to(device)
 
     @torch.no_grad()
@@ -130,18 +130,6 @@ class BoxPolicy:
             if not deterministic and self.noise > 0:
                 unit = (unit + self.noise * torch.randn_like(unit)).clamp(-1.0, 1.0)
         return {"actions": rescale(unit, self.low, self.high)}
-
-    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        return on_device(self.act_tensors, obs, self.device, deterministic)
-
-    def load_flat(self, flat: np.ndarray) -> None:
-        self.net.load_flat_state(flat)
-
-    def flat_size(self) -> int:
-        return self.net.flat_size()
-
-    def flat_state(self) -> np.ndarray:
-        return self.net.flat_state()
 
 
 class RandomStart:

@@ -42,9 +42,9 @@ import torch
 from gymnasium import spaces
 from torch import Tensor, nn
 
+from srl.algorithms.acting import TensorActing
 from srl.algorithms.adam import Adam
 from srl.algorithms.grad_clip import GradClipper, clip_all
-from srl.algorithms.ppo import on_device
 from srl.algorithms.ppo_math import ppo_loss, value_loss
 from srl.algorithms.token_math import (
     group_advantages,
@@ -149,7 +149,7 @@ def _check_fits(
         )
 
 
-class TextPolicy:
+class TextPolicy(TensorActing):
     """Generates completions for a batch of prompts (what actors and policy workers run): the actions are the
     completion tokens, with each token's log-prob and the completion's length; given a frozen ``reference``, also
     each token's log-prob under it (``ref_logp``, ``text.reference_on: generator``), for sampled completions."""
@@ -173,7 +173,6 @@ class TextPolicy:
         self.vocab = len(tokenizer)
         self.pad_id, self.eos_id = int(tokenizer.pad_token_id), int(tokenizer.eos_token_id)
         self.stop = StopStrings(tokenizer, stop)
-        self.device = torch.device("cpu")
 
     def output_fields(self) -> tuple[Field, ...]:
         fields: tuple[Field, ...] = (Field("logp", (self.max_new_tokens,), "float32"), Field("length", (), "int32"))
@@ -191,9 +190,6 @@ class TextPolicy:
         self.model.to(device)
         if self.reference is not None:
             self.reference.to(device)
-
-    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> dict[str, np.ndarray]:
-        return on_device(self.act_tensors, obs, self.device, deterministic)
 
     def act_tensors(self, obs: Mapping[str, Tensor], deterministic: bool = False) -> dict[str, Tensor]:
         """Completions of the prompts ``obs[OBS]`` (token ids, left-padded) on the model's device."""
