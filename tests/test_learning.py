@@ -79,6 +79,8 @@ def test_the_sampling_window_opens_once_every_actor_has_reported():
     Time is moved by shifting the controller's clock marks, so no step depends on how fast this runs."""
     import time
 
+    from conftest import reporting
+
     from srl.api.config import load_config
     from srl.bench.throughput import _RateController
 
