@@ -299,3 +299,19 @@ def test_the_path_names_only_roles_of_the_sample_path_each_once():
     ]:
         with pytest.raises(ConfigError, match=re.escape(said)):
             _plan(f"workers.path={path}")
+
+
+PORTED = Role(
+    "ported",
+    count=lambda plan: 1,
+    builder=f"{__name__}:build_counter",
+    seed_salt=98,
+    port=f"{__name__}:build_counter",
+)
+
+
+def test_two_roles_that_each_reach_into_the_trainers_are_one_line():
+    """A trainer takes one role's port: a plugin's beside a population's is refused before anything starts."""
+    cfg = load_config("configs/cartpole_pbt.yaml", [f"workers.roles=[{__name__}:PORTED]"])
+    with pytest.raises(ConfigError, match=r"^workers.roles: roles population, ported each declare a port"):
+        make_plan(cfg)

@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from srl.api.report import RunFacts
 from srl.api.worker import Reporter, Worker
 from srl.base.channel import Channel
-from srl.base.fileio import atomic_save, atomic_write_text
+from srl.base.fileio import atomic_write_text
 from srl.population.rules import ExploitRule
 from srl.population.state import PopulationState
+from srl.system.checkpoint import load_checkpoint, save_checkpoint
 
 EXPORT, IMPORT = 1, 2
 """Commands to a member's lead trainer: write your state for copy ``seq``; take copy ``seq``'s state and values."""
@@ -57,7 +57,8 @@ def folders(run_dir: Path) -> tuple[Path, Path]:
 
 
 def _save_state(path: Path, state: Mapping[str, Any]) -> None:
-    atomic_save(path, lambda f: torch.save(dict(state), f))
+    """A member's exported algorithm state, as a checkpoint of its own (``srl.system.checkpoint``)."""
+    save_checkpoint(path, {"algorithm": dict(state)})
 
 
 class MemberLink:
@@ -110,11 +111,14 @@ class MemberLink:
     def take(self, trainer: Any, seq: int) -> None:
         """Take copy ``seq``: its state and its member's new values, from the run directory."""
         t0 = time.perf_counter()
+        exported = self.folder / f"state_{seq}.pt"
         try:
             command = json.loads((self.folder / f"command_{seq}.json").read_text())
-            state = torch.load(self.folder / f"state_{seq}.pt", map_location="cpu", weights_only=True)
-        except FileNotFoundError:  # pruned just now: a newer copy to this member supersedes it
-            self.taken = seq
+            state = load_checkpoint(exported, ("algorithm",))["algorithm"]
+        except (FileNotFoundError, ValueError):
+            if exported.exists():  # a damaged file: one line naming it
+                raise
+            self.taken = seq  # pruned just now: a newer copy to this member supersedes it
             return
         self.values = {str(k): float(v) for k, v in command["values"].items()}
         self.taken = seq

@@ -20,7 +20,7 @@ from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
 from srl.api.worker import Policy
 from srl.envs.slots import probe_groups
-from srl.runtime.topology import ROLES, Layout, Role, Topology, roles_of, topology_of
+from srl.runtime.topology import ROLES, Layout, Role, Topology, declaring, roles_of, topology_of
 from srl.system.streams import PoolLayout
 from srl.wiring import (
     PATH_ROLES,
@@ -137,6 +137,11 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
         sample_path=path,
         added_roles=added_roles(cfg, path),
     )
+    for hook in ("port", "slots"):  # what one role of a run may declare
+        try:
+            declaring(plan, hook)
+        except ValueError as exc:
+            raise ConfigError(f"workers.roles: {exc}") from None
     check_algorithm(plan)  # what the algorithm needs of the probed env, one line naming its setting
     if cfg.population.enabled:
         _check_population(plan)
