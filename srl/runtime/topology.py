@@ -25,6 +25,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from typing import Any
 
 from srl.api.config import ExperimentConfig
@@ -350,6 +351,22 @@ class Layout:
             return run.eval_every_versions
         return SELF_PLAY_EVAL_EVERY_VERSIONS if self.vs_random and run.eval_episodes > 0 else 0
 
+    @cached_property
+    def staffed_roles(self) -> tuple[Role, ...]:
+        """The run's roles that have workers, in start order."""
+        return tuple(r for r in roles_of(self) if r.count(self) > 0)
+
+    @cached_property
+    def episode_sinks(self) -> tuple[Endpoint, ...]:
+        """The episode sinks the run's roles serve (:attr:`Stream.EPISODES`)."""
+        return tuple(
+            e
+            for r in self.staffed_roles
+            for i in range(r.count(self))
+            for e in r.serves(self, i)
+            if e.stream is Stream.EPISODES
+        )
+
     @property
     def policy_count(self) -> int:
         """How many policies the run trains (``cfg.policy_names``)."""
@@ -585,8 +602,8 @@ def _waiting(plan: Layout, at: int, actor: int, policy: int, across_nodes: bool)
 
 
 def staffed(plan: Layout) -> tuple[Role, ...]:
-    """The run's roles that have workers, in start order."""
-    return tuple(r for r in roles_of(plan) if r.count(plan) > 0)
+    """The run's roles that have workers, in start order (computed once per plan)."""
+    return plan.staffed_roles
 
 
 def declaring(plan: Layout, what: str) -> Role | None:
@@ -598,10 +615,9 @@ def declaring(plan: Layout, what: str) -> Role | None:
 
 
 def episode_sinks(plan: Layout) -> tuple[Endpoint, ...]:
-    """The episode sinks the run's roles serve (:attr:`Stream.EPISODES`): where every actor sends its episodes."""
-    return tuple(
-        e for r in staffed(plan) for i in range(r.count(plan)) for e in r.serves(plan, i) if e.stream is Stream.EPISODES
-    )
+    """The episode sinks the run's roles serve (:attr:`Stream.EPISODES`): where every actor sends its episodes
+    (computed once per plan)."""
+    return plan.episode_sinks
 
 
 def _actor_connects(plan: Layout, actor: int) -> tuple[Endpoint, ...]:
