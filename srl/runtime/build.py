@@ -1,10 +1,12 @@
 """Building: any worker of an experiment from its record in the topology, its plan and a fabric.
 
 Every runtime uses :func:`build_worker`, so the workers are the same objects
-whatever their placement. Each role's declaration (``runtime/topology.py``)
-names its builder here; a builder reads whom its worker serves and connects
-to from the worker's record (the wiring itself is decided once, in the
-topology) and asks the fabric for those endpoints.
+whatever their placement. Each role's declaration names its builder by
+``module:attr``: the core's roles (``runtime/topology.py``) name theirs here,
+the other roles' packages their own. A builder is handed a
+:class:`BuildContext`: it reads whom its worker serves and connects to from
+the worker's record (the wiring itself is decided once, in the topology) and
+asks the fabric for those endpoints.
 """
 
 from __future__ import annotations

@@ -11,12 +11,17 @@ of closed enums, so that a plugin declares its own without editing ``srl/``:
 a role says how many workers it has and where, which endpoints each serves
 and connects to, which pool buffers a worker holds (freed when it dies), and,
 for a role that can stand between the actors and the trainers, its
-:class:`Hop`. A :class:`StreamKind` says what the fabric creates for each
-endpoint of the kind (a channel, a pool). The sample path, the hops from the
-actors to the trainers, is the list ``workers.path`` of the config: a stage
-that filters segments, a replay that keeps them and serves the trainers
-batches, or a plugin's role. The restart policies (:class:`Restart`) are what
-the supervisor branches on, and stay a closed enum.
+:class:`Hop`; what its workers report (:class:`Report`), and the hooks by
+which it reaches into the core's workers (a trainer port, the actors' slots,
+a resumed run's check). A :class:`StreamKind` says what the fabric creates
+for each endpoint of the kind (a channel, a pool). This module declares the
+core's roles (trainers, parameter servers, policy workers, actors) and the
+:class:`Layout` their rules are written in; the other roles are packages of
+their own (``srl.wiring.ROLES`` and ``PATH_ROLES``), and ``workers.roles``
+adds a plugin's. The sample path, the hops from the actors to the trainers,
+is the list ``workers.path`` of the config. The restart policies
+(:class:`Restart`) are what the supervisor branches on, and stay a closed
+enum.
 """
 
 from __future__ import annotations
