@@ -191,7 +191,8 @@ def test_every_builtin_role_names_a_builder_and_a_distinct_seed():
     every = (*ROLES, *packaged)
     assert [r.name for r in packaged] == [*PACKAGED, *PATH_ROLES]
     for role in every:
-        for hook in (role.builder, role.report and role.report.aggregator, role.port, role.slots, role.resumed):
+        hooks = (role.builder, role.report and role.report.aggregator, role.port, role.slots, role.resumed, role.check)
+        for hook in hooks:
             if hook is not None:
                 module, _, attr = hook.partition(":")
                 assert callable(getattr(importlib.import_module(module), attr)), (role.name, hook)

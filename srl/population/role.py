@@ -14,8 +14,9 @@ from srl.population.rules import RULES
 from srl.population.state import PopulationState
 from srl.population.worker import MemberLink, PopulationWorker
 from srl.runtime.build import BuildContext, env_slot
+from srl.runtime.plan import Plan, PolicyPlan
 from srl.runtime.topology import TRAINER_NODE, Endpoint, Report, Role, Stream, every_snapshot
-from srl.wiring import algorithm_settings
+from srl.wiring import algorithm_class, algorithm_settings, learns_on_policy
 
 
 def build(ctx: BuildContext) -> Worker:
@@ -59,6 +60,37 @@ def build(ctx: BuildContext) -> Worker:
     )
 
 
+def check(plan: Plan) -> None:
+    """What the population needs of the algorithm and the layout: its searched keys in the algorithm's own section
+    and a ``reconfigure`` to take them live; an interval of at least one update."""
+    cfg = plan.cfg
+    pop, cls = cfg.population, algorithm_class(cfg)
+    section = getattr(cls, "section", None)
+    for i, h in enumerate(pop.hyperparameters):
+        if h.section != section:
+            reads = f"the {section} section" if section else "algorithm_args"
+            raise ConfigError(f"population.hyperparameters[{i}].key: {h.key}: {cfg.algorithm} reads {reads}")
+    if pop.hyperparameters and not callable(getattr(cls, "reconfigure", None)):
+        raise ConfigError(f"population.hyperparameters: {cfg.algorithm} takes no new settings while it trains")
+    member = plan.policies[0]
+    per_update = _env_steps_per_update(plan, member)
+    if pop.interval < per_update:
+        raise ConfigError(
+            f"population.interval: {pop.interval} env steps is less than one update of a member ({per_update:,} env "
+            "steps): it would be scored before it learned anything"
+        )
+
+
+def _env_steps_per_update(plan: Plan, member: PolicyPlan) -> int:
+    """Env steps of one member behind one update of its trainers: its share of ``batch_segments`` segments per
+    trainer, or with a replay its batch over ``samples_per_insert``."""
+    w = plan.cfg.workers
+    if learns_on_policy(plan.cfg):
+        return w.trainers * w.batch_segments * w.segment_length * member.envs_per_slot
+    batch = int(getattr(algorithm_settings(member.cfg), "batch_size", 1))
+    return w.trainers * max(1, int(batch / plan.cfg.replay.samples_per_insert))
+
+
 def port(ctx: BuildContext) -> TrainerPort:
     """A member's trainer's end of the population: the lead's with its command channel, the other data-parallel
     trainers' without (they take each copy with the lead, at their lockstep)."""
@@ -88,5 +120,6 @@ POPULATION = Role(
     ),
     report=Report("population", "srl.population.worker:PopulationReports"),
     port="srl.population.role:port",
+    check="srl.population.role:check",
     slots="srl.population.role:slot",
 )

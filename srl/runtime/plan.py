@@ -20,13 +20,11 @@ from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
 from srl.api.worker import Policy
 from srl.envs.slots import probe_groups
-from srl.runtime.topology import ROLES, Layout, Role, Topology, declaring, roles_of, topology_of
+from srl.runtime.topology import ROLES, Layout, Role, Topology, declaring, roles_of, staffed, topology_of
 from srl.system.streams import PoolLayout
 from srl.wiring import (
     PATH_ROLES,
     acting_policy,
-    algorithm_class,
-    algorithm_settings,
     check_algorithm,
     learns_on_policy,
     reads_state,
@@ -143,40 +141,10 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
         except ValueError as exc:
             raise ConfigError(f"workers.roles: {exc}") from None
     check_algorithm(plan)  # what the algorithm needs of the probed env, one line naming its setting
-    if cfg.population.enabled:
-        _check_population(plan)
+    for role in staffed(plan):  # what each role of the run needs of the plan
+        if role.check is not None:
+            resolve(role.check, {}, f"{role.name} role")(plan)
     return plan
-
-
-def _check_population(plan: Plan) -> None:
-    """What the population needs of the algorithm and the layout: its searched keys in the algorithm's own section
-    and a ``reconfigure`` to take them live; an interval of at least one update."""
-    cfg = plan.cfg
-    pop, cls = cfg.population, algorithm_class(cfg)
-    section = getattr(cls, "section", None)
-    for i, h in enumerate(pop.hyperparameters):
-        if h.section != section:
-            reads = f"the {section} section" if section else "algorithm_args"
-            raise ConfigError(f"population.hyperparameters[{i}].key: {h.key}: {cfg.algorithm} reads {reads}")
-    if pop.hyperparameters and not callable(getattr(cls, "reconfigure", None)):
-        raise ConfigError(f"population.hyperparameters: {cfg.algorithm} takes no new settings while it trains")
-    member = plan.policies[0]
-    per_update = _env_steps_per_update(plan, member)
-    if pop.interval < per_update:
-        raise ConfigError(
-            f"population.interval: {pop.interval} env steps is less than one update of a member ({per_update:,} env "
-            "steps): it would be scored before it learned anything"
-        )
-
-
-def _env_steps_per_update(plan: Plan, member: PolicyPlan) -> int:
-    """Env steps of one member behind one update of its trainers: its share of ``batch_segments`` segments per
-    trainer, or with a replay its batch over ``samples_per_insert``."""
-    w = plan.cfg.workers
-    if learns_on_policy(plan.cfg):
-        return w.trainers * w.batch_segments * w.segment_length * member.envs_per_slot
-    batch = int(getattr(algorithm_settings(member.cfg), "batch_size", 1))
-    return w.trainers * max(1, int(batch / plan.cfg.replay.samples_per_insert))
 
 
 def sample_path(cfg: ExperimentConfig) -> tuple[Role, ...]:

@@ -239,6 +239,9 @@ class Role:
     with this role's workers is handed, from its :class:`~srl.runtime.build.BuildContext`: the lead's port
     answers this role's commands (each policy's lead trainer serves a :attr:`Stream.COMMANDS` endpoint), and
     every trainer takes what it was told with its data-parallel peers (a population's copies)."""
+    check: str | None = None
+    """``module:attr`` of ``check(plan)``: what this role needs of a run with its workers, called once the plan is
+    made (a ``ConfigError`` naming the setting, before anything starts)."""
     resumed: str | None = None
     """``module:attr`` of ``resumed(plan, run_dir) -> list[str]``, called before a resumed run with this role's
     workers starts: its check of what they left in the run directory (a ``ConfigError`` naming what does not fit,
