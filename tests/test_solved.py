@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 
-from srl.api.config import load_config
-from srl.runtime.train import train
 from conftest import reporting
 
+from srl.api.config import load_config
+from srl.runtime.train import train
 from srl.system.controller import Controller
 from srl.system.run_dir import Resume
 

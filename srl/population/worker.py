@@ -38,6 +38,7 @@ from srl.base.fileio import atomic_write_text
 from srl.population.rules import ExploitRule
 from srl.population.state import PopulationState
 from srl.system.checkpoint import load_checkpoint, save_checkpoint
+from srl.system.streams import episode_sum
 
 EXPORT, IMPORT = 1, 2
 """Commands to a member's lead trainer: write your state for copy ``seq``; take copy ``seq``'s state and values."""
@@ -45,10 +46,6 @@ MAX_RECORDS = 1024
 ASK_AGAIN_SECONDS = 5.0
 """An export not written after this long is asked for again (the source's trainer may have died with the
 request); exports overwrite, so a second one costs only its time."""
-
-
-def _sum_of(hi: int, lo: int) -> float:
-    return float(np.array([hi, lo], np.int32).view(np.float64)[0])
 
 
 def folders(run_dir: Path) -> tuple[Path, Path]:
@@ -202,7 +199,7 @@ class PopulationWorker(Worker):
             if 0 <= member < len(self.members):
                 self.state.add_steps(member, steps)
                 if n > 0 and self.evaluate is None:  # scored by training episodes (else by evaluations)
-                    self.state.add_window(member, _sum_of(hi, lo), n)
+                    self.state.add_window(member, episode_sum(hi, lo), n)
         done = self._finish_copies()
         busy = {t for t, _, _ in self.pending.values()} | {s for _, s, _ in self.pending.values()}
         decided = 0

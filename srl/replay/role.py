@@ -17,7 +17,7 @@ from srl.api.worker import Worker
 from srl.replay.file import layout_difference, saved_layout
 from srl.replay.store import ReplaySpec, ReplayStore
 from srl.replay.worker import INSERTED, PRIORITIES, ReplayBatches, ReplayWorker, Sampling
-from srl.runtime.build import BuildContext, worker_seed
+from srl.runtime.build import BuildContext
 from srl.runtime.topology import Endpoint, Hop, Layout, Report, Role, StreamKind, WorkerSpec, trainer_group
 from srl.system.streams import FILLING, SAMPLE_WIDTH, PoolLayout
 from srl.wiring import algorithm_settings
@@ -109,7 +109,7 @@ def build_replay(ctx: BuildContext) -> Worker:
         # its share of the run's env steps: the replays of a policy split its actors between them
         total_env_steps=max(1, plan.cfg.run.total_env_steps // replays_per_policy(plan)),
         agents_per_env=plan.policies[k].agents_per_env,
-        seed=worker_seed(plan, worker.role, r),
+        seed=ctx.seed,
         wait_timeout=ctx.wait_timeout,
         report_interval=max(ctx.report_interval, 0.5),
         save_path=saved_replay(ctx.run_dir, r) if plan.cfg.replay.save and ctx.run_dir is not None else None,

@@ -148,7 +148,7 @@ class ReplayWorker(Worker):
             sweep_partial_saves(self.save_path)  # type: ignore[arg-type]  # what a kill during an earlier save left
             self.store.save(self.save_path)  # type: ignore[arg-type]
         except OSError as exc:  # e.g. a full disk: the previous file stays; the run goes on
-            self.reporter.report("info", {"worker": self.name, "message": f"replay not saved: {exc}"})
+            self.reporter.report("info", {"message": f"replay not saved: {exc}"})
 
     # ------------------------------------------------------------------ internals
     def _apply_trained(self) -> int:

@@ -11,7 +11,6 @@ asks the fabric for those endpoints.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from srl.api.worker import Policy, Reporter, TrainerPort, Worker, is_device_poli
 from srl.envs.slots import make_grouped
 from srl.runtime.fabric import Fabric
 from srl.runtime.plan import Plan, PolicyPlan
-from srl.runtime.topology import Role, Stream, WorkerSpec, declaring, keeper
+from srl.runtime.topology import Stream, WorkerSpec, declared, keeper
 from srl.system.actor_worker import ActorWorker
 from srl.system.batches import BatchSource, SegmentBatches
 from srl.system.checkpoint import load_checkpoint
@@ -67,8 +66,12 @@ class BuildContext:
 
     @property
     def seed(self) -> int:
-        """This worker's seed: distinct per worker (:func:`worker_seed`)."""
-        return worker_seed(self.plan, self.worker.role, self.worker.index)
+        """This worker's seed: distinct per worker (its role's ``seed_salt``, its index); a resumed run draws new
+        streams (its environments do not replay the first episodes)."""
+        plan, worker = self.plan, self.worker
+        return (
+            plan.cfg.seed * 1_000_003 + worker.role.seed_salt * 10_007 + worker.index * 101 + plan.start_version * 7_919
+        )
 
     @property
     def reporter(self) -> Reporter:
@@ -145,11 +148,6 @@ def build_relay(ctx: BuildContext) -> Worker:
     )
 
 
-def worker_seed(plan: Plan, role: Role, index: int) -> int:
-    """Distinct per worker; a resumed run draws new streams (its environments do not replay the first episodes)."""
-    return plan.cfg.seed * 1_000_003 + role.seed_salt * 10_007 + index * 101 + plan.start_version * 7_919
-
-
 def build_worker(
     plan: Plan,
     fabric: Fabric,
@@ -162,17 +160,12 @@ def build_worker(
     env_steps: int = 0,
 ) -> Worker:
     """Build ``worker`` with its role's builder (see :class:`BuildContext` for the other arguments)."""
-    torch.manual_seed(worker_seed(plan, worker.role, worker.index))
     ctx = BuildContext(
         plan, fabric, worker, run_dir, wait_timeout, report_interval, incarnation, min_version, env_steps
     )
-    return _builder(worker.role)(ctx)
-
-
-def _builder(role: Role) -> Builder:
-    """The function a role's declaration names (``module:attr``)."""
-    module, _, attr = role.builder.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    torch.manual_seed(ctx.seed)
+    build: Builder = worker.role.hook("builder")
+    return build(ctx)
 
 
 def _autotune_peers(plan: Plan, worker: WorkerSpec) -> int:
@@ -246,10 +239,8 @@ def build_trainer(ctx: BuildContext) -> Worker:
 
 def _port(ctx: BuildContext) -> TrainerPort | None:
     """The trainer's end of the role of the run that declares one (``Role.port``: a population's member link)."""
-    role = declaring(ctx.plan, "port")
-    if role is None or role.port is None:
-        return None
-    port: TrainerPort = resolve(role.port, {}, f"{role.name} role")(ctx)
+    make = declared(ctx.plan, "port")
+    port: TrainerPort | None = None if make is None else make(ctx)
     return port
 
 
@@ -299,7 +290,7 @@ def build_actor(ctx: BuildContext) -> Worker:
     """Actor ``a``: asks its policy worker for each policy's actions (or runs the policies itself) and feeds
     each policy's trainer."""
     plan, fabric, run_dir, wait_timeout = ctx.plan, ctx.fabric, ctx.run_dir, ctx.wait_timeout
-    index, role, incarnation, report_interval = ctx.worker.index, ctx.worker.role, ctx.incarnation, ctx.report_interval
+    index, incarnation, report_interval = ctx.worker.index, ctx.incarnation, ctx.report_interval
     cfg = plan.cfg
     w = cfg.workers
     pools, row = [fabric.pool(k) for k in range(len(plan.policies))], plan.actor_row(index)
@@ -315,11 +306,8 @@ def build_actor(ctx: BuildContext) -> Worker:
     rewards = None
     if env.normalize_reward or env.reward_clip is not None:
         rewards = lambda n: RewardTransform(n, discount(cfg), env.normalize_reward, env.reward_clip)  # noqa: E731
-    maker = declaring(plan, "slots")  # a role that makes the actors' slots (a league's, a population's)
-    slot_of: Callable[[int], GroupedSlot] = lambda i: env_slot(plan)  # noqa: E731
-    if maker is not None and maker.slots is not None:
-        make = resolve(maker.slots, {}, f"{maker.name} role")
-        slot_of = lambda i: make(ctx, i)  # noqa: E731
+    make = declared(plan, "slots")  # a role that makes the actors' slots (a league's, a population's)
+    slot_of: Callable[[int], GroupedSlot] = (lambda i: env_slot(plan)) if make is None else (lambda i: make(ctx, i))
     return ActorWorker(
         index,
         slot_of,
@@ -328,7 +316,7 @@ def build_actor(ctx: BuildContext) -> Worker:
         inference,
         fabric.sample_producers(index),
         ctx.reporter,
-        seed=worker_seed(plan, role, index) + incarnation * 104_729,
+        seed=ctx.seed + incarnation * 104_729,
         make_reward_transform=rewards,
         wait_timeout=wait_timeout,
         report_interval=report_interval,

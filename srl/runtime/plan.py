@@ -143,7 +143,7 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     check_algorithm(plan)  # what the algorithm needs of the probed env, one line naming its setting
     for role in staffed(plan):  # what each role of the run needs of the plan
         if role.check is not None:
-            resolve(role.check, {}, f"{role.name} role")(plan)
+            role.hook("check")(plan)
     return plan
 
 

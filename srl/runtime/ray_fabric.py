@@ -8,7 +8,7 @@ shared memory, exactly as in the local runtime, opened by name. The
 crosses nodes is ZeroMQ TCP with the run's token: segments (actor -> trainer, and a credit back for each, which
 frees its buffer: :mod:`srl.system.remote_samples`),
 parameter snapshots (root -> relays, or -> every reader in flat mode), the
-records of a bound kind's channel (a population's episodes and member commands,
+records of a bound kind's channel (episode sinks, trainers' command ports,
 :mod:`srl.system.remote_records`) and reports (every worker -> the controller). Servers bind the node's own address;
 their endpoints travel to the other workers inside the JSON specs the runtime
 hands out, so no shared filesystem is needed.

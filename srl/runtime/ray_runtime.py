@@ -411,7 +411,7 @@ class RayPlacement:
         """Create the workers' actors at once (their processes start in parallel); then the servers of the sample
         streams and record channels bind together (data-parallel trainers meet in their setup), then one at a
         time in start order the parameter servers (each relay connects to a parent already bound) and the
-        servers that write to record channels (the population worker, to its members' trainers), and then
+        servers that write to record channels (a role that commands the trainers' ports), and then
         everyone runs."""
         if not launches:
             return
@@ -438,7 +438,7 @@ class RayPlacement:
 
     @staticmethod
     def _writes_records(worker: WorkerSpec) -> bool:
-        """It writes to a bound record channel (the population worker to its members' trainers): it connects at
+        """It writes to a bound record channel (a role that commands the trainers' ports): it connects at
         setup, so it is prepared after the readers."""
         return any(e.stream.bound and e.stream.channel and not e.stream.segments for e in worker.connects)
 

@@ -26,7 +26,6 @@ enum.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -35,6 +34,7 @@ from typing import Any
 
 from srl.api.config import ExperimentConfig
 from srl.api.config.run import SELF_PLAY_EVAL_EVERY_VERSIONS
+from srl.api.plugins import resolve
 from srl.system.param_service import relay_parent
 from srl.system.streams import (
     COMMAND_WIDTH,
@@ -195,8 +195,7 @@ class Report:
 
     def make(self, facts: Any) -> Any:
         """The run's aggregator of this kind, fed by ``facts`` (a :class:`~srl.api.report.RunFacts`)."""
-        module, _, attr = self.aggregator.partition(":")
-        return getattr(importlib.import_module(module), attr)(facts)
+        return resolve(self.aggregator, {}, f"{self.kind} report")(facts)
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,7 +211,7 @@ class Role:
     """``module:attr`` of the function that builds one worker from a :class:`~srl.runtime.build.BuildContext`
     (by name, the way a plugin names its own, so that this table needs nothing from the builders)."""
     seed_salt: int
-    """Distinct per role: separates its workers' random streams from other roles' (see ``worker_seed``)."""
+    """Distinct per role: separates its workers' random streams from other roles' (see ``BuildContext.seed``)."""
     group: Callable[[Layout, int], int] = lambda plan, index: TRAINER_NODE
     """Under Ray: the node group worker ``index`` is placed in (by default with the lead trainer)."""
     serves: Rule = _none
@@ -250,6 +249,12 @@ class Role:
     """``module:attr`` of ``make(ctx, i) -> GroupedSlot``: how each actor of a run with this role's workers makes
     its slot ``i`` (a league seats pool members in the other seats; a population deals the envs to its members).
     None: the env's own."""
+
+    def hook(self, name: str) -> Any:
+        """The function its declaration names for ``name`` (``builder``, ``port``, ``slots``, ``check``,
+        ``resumed``: ``module:attr``), or None when it names none."""
+        spec = getattr(self, name)
+        return None if spec is None else resolve(spec, {}, f"{self.name} role")
 
 
 @dataclass(frozen=True)
@@ -481,10 +486,6 @@ class Layout:
 
 
 # --------------------------------------------------------------------------- the built-in roles
-def _ray(plan: Layout) -> bool:
-    return plan.across_nodes
-
-
 def snapshot_endpoint(plan: Layout, group: int, index: int, policy: int = 0) -> Endpoint:
     """Where a reader in node group ``group`` loads policy ``policy``'s snapshots: the root server itself in flat
     mode, else a relay's buffer (under Ray its own node's; on one machine readers are spread over the relays by
@@ -493,11 +494,11 @@ def snapshot_endpoint(plan: Layout, group: int, index: int, policy: int = 0) -> 
     if plan.cfg.params.mode == "flat":
         return Endpoint(Stream.PARAMS, policy=policy)
     groups = plan.relay_groups
-    if _ray(plan) and group < 0 and group != trainer_group(plan.lead_node(policy)):
+    if plan.across_nodes and group < 0 and group != trainer_group(plan.lead_node(policy)):
         return Endpoint(Stream.PARAMS, policy=policy)  # a member trained in another trainer group: its root
-    if not groups or (_ray(plan) and group < 0):
+    if not groups or (plan.across_nodes and group < 0):
         return Endpoint(Stream.SNAPSHOTS, policy=policy)
-    return Endpoint(Stream.SNAPSHOTS, group if _ray(plan) else index % groups, policy)
+    return Endpoint(Stream.SNAPSHOTS, group if plan.across_nodes else index % groups, policy)
 
 
 def every_snapshot(plan: Layout, group: int, index: int) -> tuple[Endpoint, ...]:
@@ -612,6 +613,12 @@ def _waiting(plan: Layout, at: int, actor: int, policy: int, across_nodes: bool)
 def staffed(plan: Layout) -> tuple[Role, ...]:
     """The run's roles that have workers, in start order (computed once per plan)."""
     return plan.staffed_roles
+
+
+def declared(plan: Layout, what: str) -> Any:
+    """The function the role of the run that declares ``what`` names for it (see :func:`declaring`), or None."""
+    role = declaring(plan, what)
+    return None if role is None else role.hook(what)
 
 
 def declaring(plan: Layout, what: str) -> Role | None:
@@ -749,16 +756,14 @@ and the plugins' (``workers.roles``) after them."""
 def pool_layout(plan: Layout, endpoint: Endpoint) -> PoolLayout:
     """The layout of ``endpoint``'s own pool, from the function its kind's declaration names."""
     assert endpoint.stream.pool is not None, f"{endpoint.stream.name} endpoints have no pool of their own"
-    module, _, attr = endpoint.stream.pool.partition(":")
-    layout: PoolLayout = getattr(importlib.import_module(module), attr)(plan, endpoint)
+    layout: PoolLayout = resolve(endpoint.stream.pool, {}, f"{endpoint.stream.name} stream")(plan, endpoint)
     return layout
 
 
 def storage_opener(endpoint: Endpoint) -> Any:
     """The opener ``endpoint``'s kind declares for its storage."""
     assert endpoint.stream.storage is not None, f"{endpoint.stream.name} endpoints have no storage"
-    module, _, attr = endpoint.stream.storage.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return resolve(endpoint.stream.storage, {}, f"{endpoint.stream.name} stream", callable_=False)
 
 
 def attach_reports(topology: Topology, controller: Any) -> None:
@@ -789,7 +794,7 @@ def topology_of(plan: Layout, roles: Sequence[Role]) -> Topology:
                 WorkerSpec(
                     role,
                     i,
-                    role.group(plan, i) if _ray(plan) else LOCAL_GROUP,
+                    role.group(plan, i) if plan.across_nodes else LOCAL_GROUP,
                     (*hop_serves(plan, role, i), *role.serves(plan, i)),
                     (*hop_connects(plan, role, i), *role.connects(plan, i)),
                     role.restart,

@@ -172,7 +172,7 @@ def train(
     said: list[str] = []  # before the run directory is touched: a misfit is one line, nothing lost
     for role in staffed(plan) if resume is not None else ():
         if role.resumed is not None:
-            said += resolve(role.resumed, {}, f"{role.name} role")(plan, path)
+            said += role.hook("resumed")(plan, path)
     rd = RunDir(path, cfg, resume=resume is not None)
     controller = Controller(cfg, rd, start_time, progress, resume=resume, stop_request=stop)
     for note in (*notes, *unread_sections(cfg), *said):

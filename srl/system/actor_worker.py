@@ -228,9 +228,7 @@ class ActorWorker(Worker):
         try:
             atomic_save(self.reward_stats, lambda f: np.save(f, stats, allow_pickle=False))
         except OSError as exc:  # e.g. a full disk: the previous file stays; acting goes on
-            self.reporter.report(
-                "info", {"worker": self.name, "message": f"{self.reward_stats.name} not written: {exc}"}
-            )
+            self.reporter.report("info", {"message": f"{self.reward_stats.name} not written: {exc}"})
 
     def _load_reward_stats(self, path: Path) -> None:
         try:

@@ -73,6 +73,11 @@ def episode_records(policy_steps: Sequence[int], sums: Sequence[float], counts: 
     return np.array(rows, np.int32).reshape(-1, EPISODE_WIDTH)
 
 
+def episode_sum(hi: int, lo: int) -> float:
+    """The sum of returns an episode record carries in its two last words (see :func:`episode_records`)."""
+    return float(np.array([hi, lo], np.int32).view(np.float64)[0])
+
+
 @dataclass(frozen=True)
 class PoolLayout:
     """Shape of the pool: ``actors`` x ``buffers`` segments of a schema's fields (see :mod:`srl.api.schema`)."""

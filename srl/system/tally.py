@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from srl.api.config import ExperimentConfig
+from srl.api.report import Counts
 from srl.system.run_dir import Resume, RunCounters
 
 
@@ -30,8 +31,7 @@ class Tally:
         self.episodes = 0
         self.steps_offset = 0 if resume is None else resume.env_steps
         """Env steps taken before this process: the run counts on from them."""
-        self._steps: dict[str, int] = {}  # each worker's env steps, this start
-        self._steps_before: dict[str, int] = {}  # and its earlier starts'
+        self._steps = Counts()  # each worker's env steps, over its starts
         self.versions = list((0,) * len(self.names) if resume is None else resume.versions)
         """Each policy's newest version (as this process started, until its lead trainer reports)."""
         self.by_best_policy = False
@@ -47,7 +47,7 @@ class Tally:
 
     # ------------------------------------------------------------------ fed by reports
     def add_steps(self, worker: str, steps: int) -> None:
-        self._steps[worker] = steps
+        self._steps.set(worker, {"env_steps": steps})
         if self.first_step_at is None and self.env_steps > self.steps_offset:
             self.first_step_at = time.time()
 
@@ -66,16 +66,16 @@ class Tally:
 
     def restarted(self, worker: str) -> None:
         """``worker`` starts again and counts its steps from 0: the steps of its earlier starts are kept."""
-        self._steps_before[worker] = self._steps_before.get(worker, 0) + self._steps.pop(worker, 0)
+        self._steps.restarted(worker)
 
     # ------------------------------------------------------------------ read
     @property
     def env_steps(self) -> int:
-        return self.steps_offset + sum(self._steps_before.values()) + sum(self._steps.values())
+        return self.steps_offset + int(self._steps.total("env_steps"))
 
     def worker_steps(self, worker: str) -> int:
         """Env steps ``worker`` took in this process, over all its starts (as reported)."""
-        return self._steps_before.get(worker, 0) + self._steps.get(worker, 0)
+        return int(self._steps.of(worker, "env_steps"))
 
     @property
     def policy_version(self) -> int:

@@ -213,7 +213,7 @@ class TrainerWorker(Worker):
         try:
             self.save_checkpoint()
         except OSError as exc:  # e.g. a full disk: the previous checkpoint stays; training goes on
-            self.reporter.report("info", {"worker": self.name, "message": exc.strerror or str(exc)})
+            self.reporter.report("info", {"message": exc.strerror or str(exc)})
 
     def teardown(self) -> None:
         self._report(force=True)
