@@ -4,6 +4,7 @@ its resume, the config's one-line errors, and members sharing every slot's envir
 from __future__ import annotations
 
 import json
+import time
 import types
 
 import numpy as np
@@ -278,7 +279,8 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     from srl.runtime.build import build_worker
     from srl.runtime.fabric import InlineFabric
     from srl.runtime.topology import TRAINER, Endpoint, Stream
-    from srl.population.worker import EXPORT, IMPORT, MemberLink
+    from srl.population.role import INBOX
+    from srl.population.worker import EXPORT, IMPORT, STATE, TAKEN, MemberLink
     from srl.system.checkpoint import checkpoints, load_checkpoint
 
     plan = _population_plan()
@@ -291,13 +293,18 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     for _ in range(3):  # Adam moments, normalizer statistics and weights of its own
         source.algorithm.train(segment_batch(plan.policies[0], plan.cfg, rng), 0.0)
     before = {k: v for k, v in source.algorithm.state_dict().items() if k != "rng"}
-    fabric.channel(Endpoint(Stream.COMMANDS, 0)).send((EXPORT, 7, 0, 0))
+    inbox = fabric.mailbox(Endpoint(INBOX, 0), read=True)
+    fabric.mailbox(Endpoint(Stream.COMMANDS, 0), read=False).send({"op": EXPORT, "seq": 7})
     assert source.poll() == 1
-    folder = tmp_path / "population" / "transfer"
-    (folder / "command_7.json").write_text(json.dumps({"source": 0, "target": 1, "values": {"ppo.lr": 2e-3}}))
+    ((meta, payload),) = inbox.recv()
+    assert meta == {"op": STATE, "seq": 7, "member": 0} and payload[:4] == b"PK\x03\x04"  # checkpoint bytes
     version = target.version
-    fabric.channel(Endpoint(Stream.COMMANDS, 1)).send((IMPORT, 7, 0, 0))
+    values = {"ppo.lr": 2e-3}
+    fabric.mailbox(Endpoint(Stream.COMMANDS, 1), read=False).send(
+        {"op": IMPORT, "seq": 7, "source": 0, "values": values}, payload
+    )
     assert target.poll() == 1
+    assert inbox.recv() == [({"op": TAKEN, "seq": 7, "member": 1}, b"")]  # said once its checkpoint holds it
 
     def same(a, b) -> bool:
         if isinstance(a, torch.Tensor):
@@ -314,15 +321,17 @@ def test_a_copy_takes_the_source_state_bit_for_bit_and_its_values_live(tmp_path)
     assert same({k: v for k, v in source.algorithm.state_dict().items() if k != "rng"}, before)  # untouched
     assert target.version == version + 1 and target.adopted == 1
     assert target.algorithm.cfg.lr == 2e-3 and source.algorithm.cfg.lr == 1e-3
-    # a data-parallel peer of the target (no command channel of its own) takes the same copy from the run
-    # directory at their lockstep: the same state bit for bit
+    # a data-parallel peer of the target (no command mailbox of its own) takes the same copy from its lead over
+    # their collective at their lockstep: the same state bit for bit, and it says nothing to the population
     peer = build_worker(plan, fabric, plan.topology.get(TRAINER, 1), tmp_path, 0.0, 0.0)
     peer.leader = False  # rank 1: the lead publishes
-    link = MemberLink(None, tmp_path, 1, peer.port.settings)
+    handed = iter([json.dumps(values).encode(), payload])  # what the lead broadcasts, in order
+    peer.collective = types.SimpleNamespace(broadcast_bytes=lambda data: next(handed))
+    link = MemberLink(None, lambda: inbox, 1, peer.port.settings)
     assert link.serve(peer) == 0 and link.asked == -1  # nothing asked of it: it waits for the lockstep
     link.take(peer, 7)
     assert same({k: v for k, v in peer.algorithm.state_dict().items() if k in before}, before)
-    assert link.taken == 7 and peer.algorithm.cfg.lr == 2e-3
+    assert link.taken == 7 and peer.algorithm.cfg.lr == 2e-3 and inbox.recv() == []
     saved = load_checkpoint(checkpoints(tmp_path / "checkpoints" / "member1")[-1])
     assert saved["version"] == target.version and saved["hyperparameters"] == {"ppo.lr": 2e-3}
     again = build_worker(plan, fabric, plan.topology.get(TRAINER, 1), tmp_path, 0.0, 0.0)
@@ -395,71 +404,84 @@ def test_a_resumed_run_continues_the_lineage_and_its_members_are_evaluated_and_l
     assert f"/{best}/" in loaded.checkpoint and loaded.version >= second["policies"][best]["policy_version"]
 
 
-def test_the_worker_asks_again_for_a_lost_export_and_keeps_only_each_targets_newest_copy(tmp_path, monkeypatch):
-    """The population worker against in-process channels: an export request the source never served is asked
-    again; once a newer copy to the same target is handed over, the older copy's files go, and an import record
-    for it left in the target's channel is skipped."""
+def test_the_worker_sends_again_what_was_not_answered_and_a_copy_is_under_way_until_taken(tmp_path, monkeypatch):
+    """The population worker against in-process mailboxes: an export the source never answered is asked again;
+    the state it sends goes to the target, and again while the target does not say it took it; a copy stays under
+    way (its members barred from others) until then; an answer to a closed copy is skipped. A trainer asked again
+    for a copy it took already only says so again."""
     from srl.base.channel import InProcChannel
     from srl.population import worker as pw
+    from srl.system.remote_records import InProcMail
 
-    monkeypatch.setattr(pw, "ASK_AGAIN_SECONDS", 0.0)
+    clock = [0.0]
+    monkeypatch.setattr(pw, "time", types.SimpleNamespace(monotonic=lambda: clock[0], perf_counter=time.perf_counter,
+                                                          process_time=time.process_time))  # fmt: skip
     reports: list[tuple] = []
-    episodes = InProcChannel(streams.EPISODE_WIDTH)
-    members = [InProcChannel(streams.COMMAND_WIDTH) for _ in range(2)]
+    episodes, inbox = InProcChannel(streams.EPISODE_WIDTH), InProcMail()
+    members = [InProcMail() for _ in range(2)]
     lr = Hyperparameter(key="ppo.lr", min=1e-6, max=1e-2, initial=(1e-3, 1e-6), resample=0.0)
     state = PopulationState.start(PopulationConfig(members=2, interval=100, min_episodes=1, hyperparameters=(lr,)), 0)
     worker = pw.PopulationWorker(
         state,
         Truncation(state.cfg),
         episodes,
+        inbox,
         members,
         tmp_path,
         type("R", (), {"report": lambda *a: reports.append(a)})(),
         state.cfg.names(),
     )
     worker.setup()
-
-    def round_(good: float, bad: float) -> None:
-        episodes.send(streams.episode_records([100, 100], [good, bad], [1, 1]))
-        worker.poll()
-
-    round_(500.0, 10.0)  # member 1 copies member 0: an export is asked of member 0
-    (seq1,) = worker.pending
-    assert members[0].recv(8, 0.0).tolist() == [[pw.EXPORT, seq1, 0, 0]]
-    worker.poll()  # nothing written: asked again
-    assert members[0].recv(8, 0.0).tolist() == [[pw.EXPORT, seq1, 0, 0]]
-    pw._save_state(tmp_path / "population" / "transfer" / f"state_{seq1}.pt", {"x": torch_zeros()})
+    episodes.send(streams.episode_records([100, 100], [500.0, 10.0], [1, 1]))
+    worker.poll()  # member 1 copies member 0: an export is asked of member 0
+    (seq,) = worker.pending
+    assert members[0].recv() == [({"op": pw.EXPORT, "seq": seq}, b"")]
     worker.poll()
-    assert members[1].recv(8, 0.0).tolist() == [[pw.IMPORT, seq1, 0, 0]] and not worker.pending
-    round_(500.0, 10.0)  # a second copy to member 1
+    assert members[0].recv() == []  # not yet due again
+    clock[0] += pw.ASK_AGAIN_SECONDS + 1
+    worker.poll()  # not answered in time: asked again
+    assert members[0].recv() == [({"op": pw.EXPORT, "seq": seq}, b"")]
+    inbox.send({"op": pw.STATE, "seq": seq, "member": 0}, b"the state")
+    worker.poll()
+    ((meta, payload),) = members[1].recv()
+    assert meta["op"] == pw.IMPORT and meta["seq"] == seq and payload == b"the state" and seq in worker.pending
+    episodes.send(streams.episode_records([100, 100], [500.0, 10.0], [1, 1]))
+    clock[0] += pw.ASK_AGAIN_SECONDS + 1
+    worker.poll()  # not taken in time: sent again, and both members stay barred from new decisions
+    assert [m["op"] for m, _ in members[1].recv()] == [pw.IMPORT] and list(worker.pending) == [seq]
+    inbox.send({"op": pw.TAKEN, "seq": seq, "member": 1})
+    worker.poll()  # closed: the members are free, and the check they were barred from decides a new copy
     (seq2,) = worker.pending
-    pw._save_state(tmp_path / "population" / "transfer" / f"state_{seq2}.pt", {"x": torch_zeros()})
+    assert seq2 > seq and not members[1].recv() and members[0].recv() == [({"op": pw.EXPORT, "seq": seq2}, b"")]
+    inbox.send({"op": pw.TAKEN, "seq": seq, "member": 1})  # said twice: nothing to close
     worker.poll()
-    files = sorted(p.name for p in (tmp_path / "population" / "transfer").iterdir())
-    assert files == [f"command_{seq2}.json", f"state_{seq2}.pt"]  # the first copy's files are gone
-    link = pw.MemberLink(InProcChannel(streams.COMMAND_WIDTH), tmp_path, 1, lambda values: values)
-    link.channel.send((pw.IMPORT, seq1, 0, 0))
+    assert list(worker.pending) == [seq2] and reports
+    link = pw.MemberLink(members[1], lambda: inbox, 1, lambda values: values)
+    link.taken = seq
+    members[1].send({"op": pw.IMPORT, "seq": seq, "source": 0, "values": {"ppo.lr": 1e-3}}, b"the state")
     alone = types.SimpleNamespace(collective=None)  # a member of one trainer (it has no adopt: none is called)
-    assert link.serve(alone) == 1 and link.taken == seq1  # superseded: skipped, nothing adopted
-    assert len(_lineage_lines(tmp_path)) == 4 and reports
+    assert link.serve(alone) == 1 and link.taken == seq
+    assert inbox.recv() == [({"op": pw.TAKEN, "seq": seq, "member": 1}, b"")]
+    assert len(_lineage_lines(tmp_path)) == 4  # two copies, an exploit and an explore line each
 
 
 def test_the_reported_copies_are_the_lineages_and_a_restarted_worker_counts_them_too(tmp_path):
     """``summary.population.copies`` counts the copies decided, one exploit line of population.jsonl each, with
-    ``copies_under_way`` those whose state had not reached their target yet; each line's ``decision`` is the number
+    ``copies_under_way`` those their target had not taken yet; each line's ``decision`` is the number
     of the check that decided it, of ``decisions`` checks in all. A restarted worker reads its count back."""
     from srl.base.channel import InProcChannel
     from srl.population import worker as pw
+    from srl.system.remote_records import InProcMail
 
     lr = Hyperparameter(key="ppo.lr", min=1e-6, max=1e-2, initial=(1e-3, 1e-6), resample=0.0)
     cfg = PopulationConfig(members=2, interval=100, min_episodes=1, hyperparameters=(lr,))
 
     def worker(reports: list[dict]) -> pw.PopulationWorker:
         episodes = InProcChannel(streams.EPISODE_WIDTH)
-        members = [InProcChannel(streams.COMMAND_WIDTH) for _ in range(2)]
+        members = [InProcMail() for _ in range(2)]
         reporter = type("R", (), {"report": lambda _self, kind, meta: reports.append(meta)})()
-        built = pw.PopulationWorker(PopulationState.start(cfg, 0), Truncation(cfg), episodes, members, tmp_path,
-                                    reporter, cfg.names())  # fmt: skip
+        built = pw.PopulationWorker(PopulationState.start(cfg, 0), Truncation(cfg), episodes, InProcMail(), members,
+                                    tmp_path, reporter, cfg.names())  # fmt: skip
         built.setup()
         return built
 
@@ -468,7 +490,7 @@ def test_the_reported_copies_are_the_lineages_and_a_restarted_worker_counts_them
     first.episodes.send(streams.episode_records([100, 100], [500.0, 10.0], [1, 1]))
     first.poll()  # member 1 copies member 0; no export yet
     (seq,) = first.pending
-    pw._save_state(tmp_path / "population" / "transfer" / f"state_{seq}.pt", {"x": torch_zeros()})
+    first.inbox.send({"op": pw.TAKEN, "seq": seq, "member": 1})  # taken (the state's trip is the test above's)
     first.poll()
     first.episodes.send(streams.episode_records([100, 100], [500.0, 10.0], [1, 1]))
     first.poll()  # a second copy, under way
@@ -487,12 +509,6 @@ def test_the_reported_copies_are_the_lineages_and_a_restarted_worker_counts_them
     assert again[-1]["copies"] == 2 and again[-1]["copies_under_way"] == 1
 
 
-def torch_zeros():
-    import torch
-
-    return torch.zeros(2)
-
-
 def _lineage_lines(run) -> list[str]:
     return (run / "population.jsonl").read_text().splitlines()
 
@@ -502,17 +518,19 @@ def test_scored_by_evaluation_a_member_is_judged_by_its_deterministic_episodes_n
     member 0. A short inline run wires the evaluations to the members' snapshots."""
     from srl.api.config import load_config
     from srl.base.channel import InProcChannel
-    from srl.runtime.train import train
     from srl.population import worker as pw
+    from srl.runtime.train import train
+    from srl.system.remote_records import InProcMail
 
     cfg = PopulationConfig(members=2, interval=100, min_episodes=2, score="eval", eval_episodes=3)
     evaluations = {0: [300.0, 310.0, 320.0], 1: [20.0, 30.0, 40.0]}
     episodes = InProcChannel(streams.EPISODE_WIDTH)
-    members = [InProcChannel(streams.COMMAND_WIDTH) for _ in range(2)]
+    members = [InProcMail() for _ in range(2)]
     worker = pw.PopulationWorker(
         PopulationState.start(cfg, 0),
         Truncation(cfg),
         episodes,
+        InProcMail(),
         members,
         tmp_path,
         type("R", (), {"report": lambda *a: None})(),

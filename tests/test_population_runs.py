@@ -98,11 +98,16 @@ def test_the_population_worker_and_a_members_trainer_killed_mid_run_come_back_wh
         copied = max(r["decision"] for r in _lineage(run) if r["event"] == "exploit" and r["target"] == 1)
         os.kill(first["trainer2"], signal.SIGKILL)
         wait_while_running(lambda: worker_pids(run).get("trainer2") not in (None, first["trainer2"]), proc)
-        wait_while_running(lambda: _newest(folder) > killed_at, proc)  # the restarted trainer's own checkpoint
-        saved = torch.load(folder / f"ckpt_{_newest(folder):08d}.pt", weights_only=True)
+
+        def newest() -> dict:
+            return torch.load(folder / f"ckpt_{_newest(folder):08d}.pt", weights_only=True)
+
+        # the restarted trainers' own checkpoint, holding every copy decided before it died, even one it had not
+        # taken (the population sends a copy again until its target says it took it)
+        wait_while_running(lambda: _newest(folder) > killed_at and newest()["population_copy"] >= copied, proc)
+        saved = newest()
         explored = [r["new"]["ppo.lr"] for r in _lineage(run) if r["event"] == "explore" and r["target"] == 1]
         assert saved["hyperparameters"]["ppo.lr"] in explored  # a copied value, not its first
-        assert saved["population_copy"] >= copied  # every copy decided before it died, even one it had not taken
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:

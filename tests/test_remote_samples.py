@@ -295,6 +295,62 @@ def test_record_channels_cross_nodes_with_the_token_and_never_block_their_writer
         reader.close()
 
 
+def test_a_mailbox_carries_a_state_of_tens_of_megabytes_from_another_process_and_drops_strangers(tmp_path):
+    """A mailbox (a population's commands and answers): a 48 MB payload written by another process arrives whole
+    with its meta; a message without the run's token, or not of the mailbox's schema, is dropped and counted; a
+    reader restarted on the same ipc path gets what its writer sends (what went out as the old one closed may be
+    lost: a protocol over mail sends again what was not answered)."""
+    import multiprocessing
+
+    from srl.system.remote_records import MailReader, MailWriter
+
+    address = f"ipc://{tmp_path}/mail_test"
+    ctx = zmq.Context.instance()
+    reader = MailReader(address, "token", ctx)
+    payload = np.random.default_rng(0).integers(0, 256, 48 << 20, dtype=np.uint8).tobytes()
+    child = multiprocessing.get_context("spawn").Process(target=_send_mail, args=(address, payload))
+    child.start()
+    try:
+        stranger = MailWriter(address, "wrong", ctx)
+        stranger.send({"op": "state", "seq": 1})
+        odd = ctx.socket(zmq.PUSH)
+        odd.connect(address)
+        odd.send_multipart([b"not a wire message"])
+        got: list = []
+        deadline = time.monotonic() + 60.0
+        while not got and time.monotonic() < deadline:
+            got = reader.recv(1.0)
+        assert [(meta, len(data)) for meta, data in got] == [({"op": "state", "seq": 7, "member": 2}, len(payload))]
+        assert got[0][1] == payload
+        while reader.rejected < 2 and time.monotonic() < deadline:
+            assert reader.recv(0.1) == []
+        assert reader.rejected == 2
+        child.join(30.0)
+        assert child.exitcode == 0
+        writer = MailWriter(address, "token", ctx)
+        reader.close()
+        again = MailReader(address, "token", ctx)  # a restarted reader: the same address
+        got = []
+        while not got and time.monotonic() < deadline:  # what went out as the old reader closed is lost: sent again
+            writer.send({"seq": 8}, b"x")
+            got = again.recv(0.2)
+        assert got[0] == ({"seq": 8}, b"x")
+        for end in (writer, again, stranger, odd):
+            end.close()
+    finally:
+        child.join(5.0)
+        if child.is_alive():
+            child.kill()
+
+
+def _send_mail(address: str, payload: bytes) -> None:
+    from srl.system.remote_records import MailWriter
+
+    writer = MailWriter(address, "token", zmq.Context.instance())
+    writer.send({"op": "state", "seq": 7, "member": 2}, payload)
+    writer.close()  # lingers until the message is out
+
+
 def test_segments_lost_across_nodes_are_counted_as_dropped_across_an_actors_restarts() -> None:
     """What an actor's senders lost (the trainer's connection dropped before it took them) is in the run's
     ``dropped_segments``, and stays there when the actor starts again and counts from 0."""

@@ -87,6 +87,10 @@ class Collective(Protocol):
     def broadcast_(self, tensors: Sequence[Tensor]) -> None:
         """Overwrite the tensors with rank 0's, in place."""
 
+    def broadcast_bytes(self, data: bytes) -> bytes:
+        """Rank 0's ``data`` on every trainer (the others pass anything, ``b""``): a state one trainer received
+        for all of them."""
+
     def merge_moments(self, mean: Tensor, var: Tensor, n: int) -> tuple[Tensor, Tensor, int]:
         """Mean, variance and size of the union of every trainer's batch, from each batch's moments."""
 

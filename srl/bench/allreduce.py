@@ -162,6 +162,9 @@ class CountingCollective:
     def broadcast_(self, tensors: Sequence[Tensor]) -> None:
         """Rank 0's tensors are these already."""
 
+    def broadcast_bytes(self, data: bytes) -> bytes:
+        return data
+
     def merge_moments(self, mean: Tensor, var: Tensor, n: int) -> tuple[Tensor, Tensor, int]:
         return mean, var, n
 

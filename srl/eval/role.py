@@ -39,7 +39,6 @@ def build(ctx: BuildContext) -> Worker:
             save_checkpoint(policy_checkpoints(run_dir, cfg, planned.name) / "best.pt", state)
 
     return EvalWorker(
-        ctx.worker.name,
         policies,
         Subscribers(subscribers),
         lambda p: evaluate_policies(plan, p, cfg.run.eval_episodes, eval_seed(cfg)),

@@ -33,7 +33,6 @@ class EvalWorker(Worker):
 
     def __init__(
         self,
-        name: str,
         policies: Sequence[Policy],
         params: Subscribers,
         play: Callable[[Sequence[Policy]], dict[str, Any]],
@@ -42,7 +41,6 @@ class EvalWorker(Worker):
         save_best: Callable[[int, float], None] | None = None,
         wait_timeout: float = 0.05,
     ) -> None:
-        self.name = name
         self.policies, self.params, self.play, self.every = policies, params, play, every
         self.reporter, self.save_best, self.wait_timeout = reporter, save_best, wait_timeout
         self.best = float("-inf")

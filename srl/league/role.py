@@ -11,10 +11,11 @@ from srl.api.env import GroupedSlot, OneGroup
 from srl.api.worker import Worker
 from srl.envs.slots import make_slot
 from srl.envs.turns import TurnSlot
-from srl.league.match import match_slot, opponent, play_games
+from srl.league.match import check_bots, match_slot, opponent, play_games
 from srl.league.slot import LeagueSlot
 from srl.league.worker import LeagueWorker
 from srl.runtime.build import BuildContext
+from srl.runtime.plan import Plan
 from srl.runtime.topology import TRAINER_NODE, Report, Role, snapshot_endpoint
 from srl.system.params import ParamSubscriber
 
@@ -60,6 +61,18 @@ def slot(ctx: BuildContext, i: int) -> GroupedSlot:
     return OneGroup(league, learning.name)
 
 
+def check(plan: Plan) -> None:
+    """A pool of opponents needs a turn-based game of two or more players; each of ``league.bots`` is built once
+    against it (a wrong one is one line naming it)."""
+    cfg = plan.cfg
+    if plan.game_players < 2:
+        raise ConfigError(
+            f"league.opponent: {cfg.league.opponent}: env {cfg.env.id!r} is not a turn-based game of two or more "
+            "players"
+        )
+    check_bots(cfg)
+
+
 LEAGUE = Role(
     "league",
     count=lambda plan: int(plan.cfg.league.pool),
@@ -68,4 +81,5 @@ LEAGUE = Role(
     connects=lambda plan, i: (snapshot_endpoint(plan, TRAINER_NODE, i),),
     report=Report("league", "srl.league.worker:LeagueReports"),
     slots="srl.league.role:slot",
+    check="srl.league.role:check",
 )

@@ -58,7 +58,6 @@ class LeagueWorker(Worker):
         wait_timeout: float = 0.05,
         bots: dict[str, Opponent] | None = None,
     ) -> None:
-        self.name = "league0"
         self.cfg, self.learner, self.params, self.folder = cfg, learner, params, folder
         self._make_policy, self.play, self.reporter = make_policy, play, reporter
         self.bots = bots or {}

@@ -2,7 +2,8 @@
 (``population.members``). Every actor deals its envs to the members (:func:`slot`) and sends the worker each
 member's env steps and returns (the episode tap: it serves an episode sink); the worker scores the members, and
 tells a member's lead trainer to export its state or to import another's through the trainer's command port
-(:func:`port`: each trainer's :class:`~srl.population.worker.MemberLink`)."""
+(:func:`port`: each trainer's :class:`~srl.population.worker.MemberLink`), which answers to the worker's mailbox
+(:data:`INBOX`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from srl.population.state import PopulationState
 from srl.population.worker import MemberLink, PopulationWorker
 from srl.runtime.build import BuildContext, env_slot
 from srl.runtime.plan import Plan, PolicyPlan
-from srl.runtime.topology import TRAINER_NODE, Endpoint, Report, Role, Stream, every_snapshot
+from srl.runtime.topology import TRAINER_NODE, Endpoint, Report, Role, Stream, StreamKind, every_snapshot
 from srl.wiring import algorithm_class, algorithm_settings, learns_on_policy
+
+INBOX = StreamKind("population", "population{}", bound=True, mail=True)
+"""The population worker's mailbox: the members' lead trainers' answers (an exported state, a copy taken)."""
 
 
 def build(ctx: BuildContext) -> Worker:
@@ -51,7 +55,8 @@ def build(ctx: BuildContext) -> Worker:
         PopulationState.start(cfg, plan.cfg.seed, bases),
         rule,
         fabric.channel(served),
-        [fabric.channel(e) for e in ctx.worker.connects if e.stream is Stream.COMMANDS],
+        fabric.mailbox(Endpoint(INBOX, 0), read=True),
+        [fabric.mailbox(e, read=False) for e in ctx.worker.connects if e.stream is Stream.COMMANDS],
         run_dir,
         ctx.reporter,
         plan.cfg.policy_names,
@@ -61,9 +66,15 @@ def build(ctx: BuildContext) -> Worker:
 
 
 def check(plan: Plan) -> None:
-    """What the population needs of the algorithm and the layout: its searched keys in the algorithm's own section
-    and a ``reconfigure`` to take them live; an interval of at least one update."""
+    """What the population needs of the env, the algorithm and the layout: not a turn-based game; its searched
+    keys in the algorithm's own section and a ``reconfigure`` to take them live; an interval of at least one
+    update."""
     cfg = plan.cfg
+    if plan.game_players:
+        raise ConfigError(
+            f"population: env {cfg.env.id!r} is a turn-based game, whose self-play returns cannot score a member "
+            "(they average 0); a league ranks players of a game"
+        )
     pop, cls = cfg.population, algorithm_class(cfg)
     section = getattr(cls, "section", None)
     for i, h in enumerate(pop.hyperparameters):
@@ -94,13 +105,12 @@ def _env_steps_per_update(plan: Plan, member: PolicyPlan) -> int:
 def port(ctx: BuildContext) -> TrainerPort:
     """A member's trainer's end of the population: the lead's with its command channel, the other data-parallel
     trainers' without (they take each copy with the lead, at their lockstep)."""
-    plan, trainer = ctx.plan, ctx.worker
-    if ctx.run_dir is None:  # a Ray node without the run directory: copies travel through it, as checkpoints do
-        raise ConfigError("population: a member's trainer takes its copies from the run directory; none on its node")
+    plan, trainer, fabric = ctx.plan, ctx.worker, ctx.fabric
     served = trainer.service(Stream.COMMANDS)
     k = plan.policy_of_trainer(trainer.index)
     settings = lambda values: algorithm_settings(plan.policies[k].cfg.with_values(values))  # noqa: E731
-    return MemberLink(None if served is None else ctx.fabric.channel(served), ctx.run_dir, k, settings)
+    commands = None if served is None else fabric.mailbox(served, read=True)
+    return MemberLink(commands, lambda: fabric.mailbox(Endpoint(INBOX, 0), read=False), k, settings)
 
 
 def slot(ctx: BuildContext, i: int) -> GroupedSlot:
@@ -113,7 +123,7 @@ POPULATION = Role(
     count=lambda plan: int(plan.cfg.population.enabled),
     builder="srl.population.role:build",
     seed_salt=9,
-    serves=lambda plan, i: (Endpoint(Stream.EPISODES, 0),),
+    serves=lambda plan, i: (Endpoint(Stream.EPISODES, 0), Endpoint(INBOX, 0)),
     connects=lambda plan, i: (
         *(Endpoint(Stream.COMMANDS, k) for k in range(plan.policy_count)),
         *(every_snapshot(plan, TRAINER_NODE, i) if plan.cfg.population.score == "eval" else ()),

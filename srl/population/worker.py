@@ -3,22 +3,26 @@
 Actors send it, every report, each member's env steps and finished episodes' returns (one record per member on
 its ``episodes`` channel). When a member has taken ``population.interval`` env steps since its last check and
 finished enough episodes, it asks the exploit rule (:class:`~srl.population.state.PopulationState`); a member
-that copies another is changed live, with no process restarted:
+that copies another is changed live, with no process restarted. The state travels by message, never through a
+folder (on one machine a socket in the run's pipe folder, under Ray across nodes), as checkpoint bytes read with
+weights only:
 
-1. it asks the source's trainer to export its state (:data:`EXPORT`): the trainer writes its algorithm's state
-   (weights, optimizer state, observation and value normalizers; not its random streams) to
-   ``RUN_DIR/population/transfer/state_<seq>.pt`` at its next poll, between updates;
-2. once that file is there, it writes the command (source, new hyperparameter values) to ``command_<seq>.json``
-   and asks the target's trainer to import it (:data:`IMPORT`): the trainer loads the state, takes the new
-   values, drops the segments its columns collected with its old weights, publishes a new version (above its
-   own, so versions never go back) and writes a checkpoint.
+1. it asks the source's lead trainer (its command mailbox) to export: the trainer sends its algorithm's state
+   (weights, optimizer state, observation and value normalizers; not its random streams) to the population's
+   mailbox (:data:`INBOX`) at its next poll, between updates;
+2. it hands that state and the new hyperparameter values to the target's lead trainer, which takes them (with
+   its data-parallel peers at their next lockstep), drops the segments its columns collected with its old
+   weights, publishes a new version (above its own, so versions never go back), writes a checkpoint and then
+   says it took the copy.
 
-Its state (counters, values, scores, pending copies, the lineage) is ``RUN_DIR/population/state.json``, written
-atomically after every decision; a restarted worker reads it back and re-sends what was pending. The lineage is
-``RUN_DIR/population.jsonl`` too, one line per exploit and per explore.
+A copy is under way until its target says so: an export or an import not answered within
+:data:`ASK_AGAIN_SECONDS` is sent again (the trainer may have died with it; a copy it already took it only
+acknowledges again). Its state (counters, values, scores, copies under way, the lineage) is
+``RUN_DIR/population/state.json``, written atomically after every decision; a restarted worker reads it back
+and asks for the exports of the copies under way again. The lineage is ``RUN_DIR/population.jsonl`` too, one
+line per exploit and per explore.
 
-The trainer's side is :class:`MemberLink`. Both ends talk through node-local channels of integer records (pipes,
-or queues inline) and the run directory.
+The trainer's side is :class:`MemberLink`.
 """
 
 from __future__ import annotations
@@ -37,89 +41,88 @@ from srl.base.channel import Channel
 from srl.base.fileio import atomic_write_text
 from srl.population.rules import ExploitRule
 from srl.population.state import PopulationState
-from srl.system.checkpoint import load_checkpoint, save_checkpoint
+from srl.system.checkpoint import checkpoint_bytes, load_checkpoint_bytes
+from srl.system.remote_records import Mailbox
 from srl.system.streams import episode_sum
 
-EXPORT, IMPORT = 1, 2
-"""Commands to a member's lead trainer: write your state for copy ``seq``; take copy ``seq``'s state and values."""
+EXPORT, STATE, IMPORT, TAKEN = "export", "state", "import", "taken"
+"""Messages: to a source's lead trainer (export your state for copy ``seq``), its answer to the population (the
+state), to a target's lead trainer (take copy ``seq``: the state and its values), its answer (taken)."""
 MAX_RECORDS = 1024
 ASK_AGAIN_SECONDS = 5.0
-"""An export not written after this long is asked for again (the source's trainer may have died with the
-request); exports overwrite, so a second one costs only its time."""
-
-
-def folders(run_dir: Path) -> tuple[Path, Path]:
-    """The population's folder in ``run_dir`` and the transfer folder inside it."""
-    return run_dir / "population", run_dir / "population" / "transfer"
-
-
-def _save_state(path: Path, state: Mapping[str, Any]) -> None:
-    """A member's exported algorithm state, as a checkpoint of its own (``srl.system.checkpoint``)."""
-    save_checkpoint(path, {"algorithm": dict(state)})
+"""An export or an import not answered after this long is sent again."""
 
 
 class MemberLink:
-    """A member's trainer's end of the population: the lead trainer serves the population worker's export and
-    import commands between updates; every trainer of the member takes the copies.
+    """A member's trainer's end of the population: the lead trainer answers the population worker's export and
+    import messages between updates; every trainer of the member takes the copies.
 
-    ``channel``: the lead's command channel (None for the member's other data-parallel trainers); ``member``: its
-    index; ``settings(values)``: the algorithm's settings with those hyperparameter values (its typed section).
-    A member of one trainer takes a copy as soon as it is asked to. Data-parallel trainers take it together: the
-    lead notes it (:attr:`asked`), and at the lockstep before their next update every trainer learns the newest
-    copy any was asked to take and takes it from the run directory (:meth:`take`), so their weights and
-    optimizer states stay equal. A trainer killed after it took an import command but before it applied it would
-    lose the copy: a restarted one (:meth:`restore`) takes the newest copy addressed to its member that its
-    checkpoint has not."""
+    ``commands``: the lead's command mailbox (None for the member's other data-parallel trainers); ``inbox()``:
+    opens the population's mailbox (when first written: under Ray its address is known once every server is
+    up); ``member``: its index; ``settings(values)``: the algorithm's settings with those hyperparameter values
+    (its typed section). A member of one trainer takes a copy as soon as it comes. Data-parallel trainers take it
+    together: the lead notes it (:attr:`asked`), and at the lockstep before their next update every trainer learns
+    the newest copy any was asked to take, the lead hands its state and values to the others over their
+    collective, and all take it (:meth:`take`), so their weights and optimizer states stay equal."""
 
     def __init__(
-        self, channel: Channel | None, run_dir: Path, member: int, settings: Callable[[Mapping[str, float]], Any]
+        self,
+        commands: Mailbox | None,
+        inbox: Callable[[], Mailbox],
+        member: int,
+        settings: Callable[[Mapping[str, float]], Any],
     ) -> None:
-        self.channel, self.member, self.settings = channel, member, settings
-        self.folder = folders(run_dir)[1]
+        self.commands, self.member, self.settings = commands, member, settings
+        self._open_inbox = inbox
+        self._inbox: Mailbox | None = None
         self.values: dict[str, float] | None = None
         """The hyperparameter values it took last (None: its config's)."""
         self.taken = -1
         """The copy it took last, by its seq: the number of the decision that made it (``decision`` in
         ``population.jsonl``; ``population_copy`` in a checkpoint)."""
         self.asked = -1
-        """The newest copy it was asked to take (by a command, or found at a restart)."""
+        """The newest copy it was asked to take (and holds the state of, until it takes it)."""
+        self._copy: tuple[dict[str, float], bytes] = ({}, b"")
+        """The values and state of copy :attr:`asked`, until taken."""
         self.pause_max = 0.0
         """The longest a command kept its trainer from training (seconds): an export or an import."""
 
     def serve(self, trainer: Any) -> int:
-        """Carry out what was asked since the last call (a member of one trainer takes a copy now; data-parallel
-        trainers at their next lockstep); how many commands."""
-        if self.channel is None:  # a data-parallel peer: it takes copies at the lockstep only
+        """Answer what came since the last call (a member of one trainer takes a copy now; data-parallel trainers
+        at their next lockstep); how many messages."""
+        if self.commands is None:  # a data-parallel peer: it takes copies at the lockstep only
             return 0
-        records = self.channel.recv(16, 0.0)
-        for op, seq, _source, _ in records.tolist():
-            if op == EXPORT:
+        messages = self.commands.recv(0.0)
+        for meta, payload in messages:
+            seq = int(meta["seq"])
+            if meta["op"] == EXPORT:
                 t0 = time.perf_counter()
                 state = {k: v for k, v in trainer.algorithm.state_dict().items() if k != "rng"}
-                self.folder.mkdir(parents=True, exist_ok=True)
-                _save_state(self.folder / f"state_{seq}.pt", state)
+                self._send({"op": STATE, "seq": seq, "member": self.member}, checkpoint_bytes({"algorithm": state}))
                 self.pause_max = max(self.pause_max, time.perf_counter() - t0)
-            elif op == IMPORT:
-                self.asked = max(self.asked, seq)
+            elif meta["op"] == IMPORT and seq <= self.taken:  # taken already (its answer was lost): say so again
+                self._send({"op": TAKEN, "seq": seq, "member": self.member})
+            elif meta["op"] == IMPORT and seq > self.asked:
+                values = {str(k): float(v) for k, v in meta["values"].items()}
+                self.asked, self._copy = seq, (values, payload)
         if trainer.collective is None and self.asked > self.taken:
             self.take(trainer, self.asked)
-        return len(records)
+        return len(messages)
 
     def take(self, trainer: Any, seq: int) -> None:
-        """Take copy ``seq``: its state and its member's new values, from the run directory."""
+        """Take copy ``seq``: its state and its member's new values (data-parallel trainers: from the lead, over
+        their collective), then say so to the population."""
         t0 = time.perf_counter()
-        exported = self.folder / f"state_{seq}.pt"
-        try:
-            command = json.loads((self.folder / f"command_{seq}.json").read_text())
-            state = load_checkpoint(exported, ("algorithm",))["algorithm"]
-        except (FileNotFoundError, ValueError):
-            if exported.exists():  # a damaged file: one line naming it
-                raise
-            self.taken = seq  # pruned just now: a newer copy to this member supersedes it
-            return
-        self.values = {str(k): float(v) for k, v in command["values"].items()}
-        self.taken = seq
-        trainer.adopt(state, self.settings(self.values))
+        values, payload = self._copy
+        if trainer.collective is not None:  # the lead holds it; its peers take what it hands them
+            text = trainer.collective.broadcast_bytes(json.dumps(values).encode())
+            values, payload = json.loads(text), trainer.collective.broadcast_bytes(payload)
+        state = load_checkpoint_bytes(payload, ("algorithm",), f"population copy {seq}")["algorithm"]
+        self.values = {str(k): float(v) for k, v in values.items()}
+        self.taken, self._copy = seq, ({}, b"")
+        trainer.adopt(state, self.settings(self.values))  # its checkpoint holds the copy before it is acknowledged
+        if self.commands is not None:
+            self._send({"op": TAKEN, "seq": seq, "member": self.member})
         self.pause_max = max(self.pause_max, time.perf_counter() - t0)
 
     def checkpoint(self) -> dict[str, Any]:
@@ -127,25 +130,18 @@ class MemberLink:
         return {} if self.values is None else {"hyperparameters": dict(self.values), "population_copy": self.taken}
 
     def restore(self, trainer: Any, state: Mapping[str, Any]) -> None:
-        """A restarted trainer: take the values its checkpoint was written with, and a newer copy addressed to it
-        at its first poll."""
+        """A restarted trainer: take the values its checkpoint was written with (a copy it had not taken when it
+        died is sent again: the population waits for its answer)."""
         values = state.get("hyperparameters")
         if values:
             self.values = {str(k): float(v) for k, v in values.items()}
             trainer.reconfigure(self.settings(self.values))
-        self.taken = int(state.get("population_copy", -1))
-        mine = [seq for seq, target in _commands(self.folder) if target == self.member and seq > self.taken]
-        self.asked = max(mine, default=-1)
+        self.taken = self.asked = int(state.get("population_copy", -1))
 
-
-def _commands(folder: Path) -> list[tuple[int, int]]:
-    """(seq, target) of every copy command written to ``folder`` whose state is there too."""
-    out = []
-    for path in folder.glob("command_*.json") if folder.exists() else []:
-        seq = int(path.stem.partition("_")[2])
-        if (folder / f"state_{seq}.pt").exists():
-            out.append((seq, int(json.loads(path.read_text())["target"])))
-    return out
+    def _send(self, meta: Mapping[str, Any], payload: bytes = b"") -> None:
+        if self._inbox is None:
+            self._inbox = self._open_inbox()
+        self._inbox.send(meta, payload)
 
 
 class PopulationWorker(Worker):
@@ -156,27 +152,31 @@ class PopulationWorker(Worker):
         state: PopulationState,
         rule: ExploitRule,
         episodes: Channel,
-        members: Sequence[Channel],
+        inbox: Mailbox,
+        members: Sequence[Mailbox],
         run_dir: Path,
         reporter: Reporter,
         names: Sequence[str],
         wait_timeout: float = 0.05,
         evaluate: Callable[[int], Sequence[float]] | None = None,
     ) -> None:
-        """``names``: the members' policy names (their metrics' prefixes). ``evaluate(member)``: with ``score:
-        eval``, the returns of the member's newest policy's deterministic episodes, played when it is due."""
-        self.name = "population0"
+        """``inbox``: its mailbox (the trainers' answers); ``members``: each member's lead trainer's command
+        mailbox; ``names``: the members' policy names (their metrics' prefixes). ``evaluate(member)``: with
+        ``score: eval``, the returns of the member's newest policy's deterministic episodes, played when it is
+        due."""
         self.evaluate = evaluate
         self.state, self.rule, self.episodes, self.members = state, rule, episodes, list(members)
-        self.folder, self.transfer = folders(run_dir)
+        self.inbox = inbox
+        self.folder = run_dir / "population"
         self.lineage = run_dir / "population.jsonl"
         self.reporter, self.wait_timeout, self.names = reporter, wait_timeout, list(names)
         self.pending: dict[int, tuple[int, int, dict[str, float]]] = {}
-        """Copies under way: seq -> (target, source, new values)."""
-        self._asked: dict[int, float] = {}  # seq -> when its export was last asked for
+        """Copies under way, until their target says it took them: seq -> (target, source, new values)."""
+        self._states: dict[int, bytes] = {}  # seq -> the state its source exported, until its target took it
+        self._sent: dict[int, float] = {}  # seq -> when its export or import was last sent
 
     def setup(self) -> None:
-        self.transfer.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
         saved = self.folder / "state.json"
         if saved.exists():  # a restart, or a resumed run: go on where it was
             data = json.loads(saved.read_text())
@@ -184,7 +184,7 @@ class PopulationWorker(Worker):
             self.pending = {int(k): (int(t), int(s), dict(v)) for k, (t, s, v) in data.get("pending", {}).items()}
             # the state's lineage is the record: a worker killed between the two writes left the file a line off
             atomic_write_text(self.lineage, "".join(json.dumps(r) + "\n" for r in self.state.lineage))
-        for seq, (_, source, _) in self.pending.items():  # asked before a restart: ask again (exports overwrite)
+        for seq, (_, source, _) in self.pending.items():  # under way before a restart: ask for the state again
             self._ask(seq, source)
         self._report()
 
@@ -200,7 +200,8 @@ class PopulationWorker(Worker):
                 self.state.add_steps(member, steps)
                 if n > 0 and self.evaluate is None:  # scored by training episodes (else by evaluations)
                     self.state.add_window(member, episode_sum(hi, lo), n)
-        done = self._finish_copies()
+        answers = self.inbox.recv(min(self.wait_timeout, 0.005) if self.pending and not len(records) else 0.0)
+        done = self._answered(answers)
         busy = {t for t, _, _ in self.pending.values()} | {s for _, s, _ in self.pending.values()}
         decided = 0
         for member in range(len(self.members)):
@@ -215,45 +216,47 @@ class PopulationWorker(Worker):
                     busy |= {member, decision.source}
                     self._append(decision.records())
                     self._ask(seq, decision.source)
+        self._again()
         if decided or done:
             self._save()
             self._report()
-        if not len(records) and not decided and not done and self.pending:
-            time.sleep(min(self.wait_timeout, 0.005))  # an export is being written
-        return len(records) + decided + done
+        return len(records) + len(answers) + decided
 
-    def _finish_copies(self) -> int:
-        """Each copy whose source has exported: hand it to its target."""
+    def _answered(self, answers: list[tuple[dict[str, Any], bytes]]) -> int:
+        """Hand each exported state to its copy's target; close each copy its target took. How many closed."""
         done = 0
-        for seq, (target, source, values) in list(self.pending.items()):
-            if not (self.transfer / f"state_{seq}.pt").exists():
-                if time.monotonic() - self._asked.get(seq, 0.0) > ASK_AGAIN_SECONDS:
-                    self._ask(seq, source)
+        for meta, payload in answers:
+            seq = int(meta.get("seq", -1))
+            if seq not in self.pending:  # an answer to a copy closed already (sent twice)
                 continue
-            command = {"source": source, "target": target, "values": values}
-            atomic_write_text(self.transfer / f"command_{seq}.json", json.dumps(command))
-            self._send(target, IMPORT, seq, source)
-            del self.pending[seq]
-            self._asked.pop(seq, None)
-            self._prune(target, seq)
-            done += 1
+            target, source, values = self.pending[seq]
+            if meta.get("op") == STATE and meta.get("member") == source:
+                self._states[seq] = payload
+                self._send(target, {"op": IMPORT, "seq": seq, "source": source, "values": values}, payload)
+            elif meta.get("op") == TAKEN and meta.get("member") == target:
+                del self.pending[seq]
+                self._states.pop(seq, None)
+                self._sent.pop(seq, None)
+                done += 1
         return done
 
+    def _again(self) -> None:
+        """Send again what was not answered in time: an export, or an import (a trainer may have died with it)."""
+        now = time.monotonic()
+        for seq, (target, source, values) in self.pending.items():
+            if now - self._sent.get(seq, 0.0) <= ASK_AGAIN_SECONDS:
+                continue
+            if seq in self._states:
+                self._send(target, {"op": IMPORT, "seq": seq, "source": source, "values": values}, self._states[seq])
+            else:
+                self._ask(seq, source)
+
     def _ask(self, seq: int, source: int) -> None:
-        self._send(source, EXPORT, seq, source)
-        self._asked[seq] = time.monotonic()
+        self._send(source, {"op": EXPORT, "seq": seq})
 
-    def _prune(self, target: int, newest: int) -> None:
-        """The files of ``target``'s earlier copies: the newest one supersedes them (a trainer that has not taken
-        one yet takes the newest instead)."""
-        for path in self.transfer.glob("command_*.json"):
-            seq = int(path.stem.partition("_")[2])
-            if seq < newest and json.loads(path.read_text()).get("target") == target:
-                (self.transfer / f"state_{seq}.pt").unlink(missing_ok=True)
-                path.unlink(missing_ok=True)
-
-    def _send(self, member: int, op: int, seq: int, source: int) -> None:
-        self.members[member].send((op, seq, source, 0))
+    def _send(self, member: int, meta: Mapping[str, Any], payload: bytes = b"") -> None:
+        self.members[member].send(meta, payload)
+        self._sent[int(meta["seq"])] = time.monotonic()
 
     def _append(self, records: list[dict[str, Any]]) -> None:
         with self.lineage.open("a") as f:
@@ -268,7 +271,7 @@ class PopulationWorker(Worker):
     def _report(self) -> None:
         # its process's CPU time (under the local and Ray runtimes its own: what the run would save without it)
         # copies: the exploit lines of population.jsonl (from the state, so a restart keeps counting), of which
-        # copies_under_way had not reached their target yet (their source's state not yet written)
+        # copies_under_way their target had not said it took yet
         meta: dict[str, Any] = {
             "copies": self.state.copies(),
             "copies_under_way": len(self.pending),

@@ -102,7 +102,6 @@ class ReplayWorker(Worker):
         ``save_path``: where the store is written every ``save_interval`` seconds and at teardown (``replay.save``);
         ``load``: read it back at setup into the empty store (a resumed run, not a restarted worker, which finds
         its store in shared memory)."""
-        self.name = f"replay{index}"
         self.index = index
         self.store, self.source, self.feeds = store, source, list(feeds)
         self._turn = 0  # the feed served first next time: trainers sharing the replay take turns

@@ -159,13 +159,16 @@ def build_worker(
     min_version: int = 0,
     env_steps: int = 0,
 ) -> Worker:
-    """Build ``worker`` with its role's builder (see :class:`BuildContext` for the other arguments)."""
+    """Build ``worker`` with its role's builder (see :class:`BuildContext` for the other arguments), named as the
+    plan names it."""
     ctx = BuildContext(
         plan, fabric, worker, run_dir, wait_timeout, report_interval, incarnation, min_version, env_steps
     )
     torch.manual_seed(ctx.seed)
     build: Builder = worker.role.hook("builder")
-    return build(ctx)
+    built = build(ctx)
+    built.name = worker.name
+    return built
 
 
 def _autotune_peers(plan: Plan, worker: WorkerSpec) -> int:
@@ -220,7 +223,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
         ),
         ParamPublisher(fabric.params(policy=k)),
         ctx.reporter,
-        total_env_steps=cfg.run.total_env_steps // max(1, cfg.population.members),  # a member's share: its schedules
+        total_env_steps=cfg.run.total_env_steps // cfg.members,  # a member's share: its schedules
         checkpoint_dir=None if run_dir is None else policy_checkpoints(run_dir, plan.cfg, policy.name),
         checkpoint_interval=cfg.run.checkpoint_interval_seconds,
         keep_checkpoints=cfg.run.keep_checkpoints,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import zmq
 
 from srl.api.worker import Reporter
 from srl.base.channel import Channel, FifoChannel, InProcChannel, make_pipe_dir
@@ -41,6 +42,7 @@ from srl.runtime.topology import (
     submitted_state,
 )
 from srl.system.control import DirectReporter, Handler, ZmqReporter
+from srl.system.remote_records import InProcMail, Mailbox, MailReader, MailWriter
 from srl.system.streams import (
     BELL_WIDTH,
     FREE,
@@ -76,6 +78,11 @@ class Fabric(ABC):
     @abstractmethod
     def storage(self, endpoint: Endpoint) -> Any:
         """The storage of ``endpoint`` (of a kind that declares one: a replay's items), in this node."""
+
+    @abstractmethod
+    def mailbox(self, endpoint: Endpoint, read: bool) -> Mailbox:
+        """The mailbox of ``endpoint`` (of a kind with ``mail``): its reading end (``read``: the worker that serves
+        it; it binds when first opened) or a writing end (any worker; it connects)."""
 
     @abstractmethod
     def replies(self, actor: int) -> Channel: ...
@@ -195,6 +202,7 @@ class InlineFabric(Fabric):
         self._channels = {e.name: InProcChannel(e.stream.channel) for e in self._declaring("channel")}
         self._buffers = {e.name: SegmentPool.in_process(pool_layout(plan, e)) for e in self._declaring("pool")}
         self._storage = {e.name: storage_opener(e).create(plan, e, None) for e in self._declaring("storage")}
+        self._mail = {e.name: InProcMail() for e in self._declaring("mail")}
         self._replies = [InProcChannel(REPLY_WIDTH) for _ in range(plan.actors_per_node)]
         self._bells: dict[str, InProcChannel] = {}
         self._params = [VersionedBuffer.in_process(p.param_size, np.float32) for p in plan.policies]
@@ -212,6 +220,9 @@ class InlineFabric(Fabric):
 
     def storage(self, endpoint: Endpoint) -> Any:
         return self._storage[endpoint.name]
+
+    def mailbox(self, endpoint: Endpoint, read: bool) -> Mailbox:
+        return self._mail[endpoint.name]
 
     def replies(self, actor: int) -> Channel:
         return self._replies[actor]
@@ -348,6 +359,14 @@ class SharedFabric(Fabric):
         return self._get(
             f"st_{name}", lambda: storage_opener(endpoint).attach(self.plan, endpoint, f"{self.tag}_{name}")
         )
+
+    def mailbox(self, endpoint: Endpoint, read: bool) -> Mailbox:
+        """A ZeroMQ ipc socket in the run's pipe folder (removed with it; a restarted reader binds it again)."""
+        address, token = f"ipc://{self.dir}/mail_{endpoint.name}", self.token()
+        ctx: zmq.Context = zmq.Context.instance()
+        if read:
+            return self._get(f"mr_{endpoint.name}", lambda: MailReader(address, token, ctx))
+        return self._get(f"mw_{endpoint.name}", lambda: MailWriter(address, token, ctx))
 
     def replies(self, actor: int) -> Channel:
         return self._get(f"rep{actor}", lambda: FifoChannel.open(str(self.dir / f"rep{actor}"), REPLY_WIDTH))

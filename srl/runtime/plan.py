@@ -51,7 +51,7 @@ class PolicyPlan:
     agents_per_env: int = 1
     """Its columns per environment: a segment of B columns is B / this env steps wide."""
     envs_per_slot: int = 0
-    """How many of each slot's environments it plays: ``workers.envs_per_slot``, or a population member's share."""
+    """How many of each slot's environments it plays: its share of ``workers.envs_per_slot`` (``cfg.members``)."""
 
     @property
     def spaces(self) -> dict[str, Any]:
@@ -85,6 +85,8 @@ class Plan(Layout):
     """Policy version the run starts at (the checkpoint's when resuming)."""
     start_env_steps: int = 0
     """Env steps the run took before this process (a resumed run's): actors' exploration counts on from them."""
+    game_players: int = 0
+    """The players of the turn-based game the env is, as probed (0: not a turn-based game)."""
 
     def only(self, what: str) -> PolicyPlan:
         """The one policy of the run, for ``what``, which trains or measures one (one line when there are more)."""
@@ -103,33 +105,18 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     algorithm settings, or settings the algorithm's ``check`` finds unfit for the probed env)."""
     names = cfg.policy_names
     on_state = [n for n in names if reads_state(cfg.for_policy(n))]
-    probed = probe_groups(cfg.env, cfg.agents, on_state, names if cfg.population.enabled else ())
+    probed = probe_groups(cfg.env, cfg.agents, on_state, names if cfg.members > 1 else ())
     by_name = {g.policy: g for g in probed.groups}
-    agents = probed.agents_per_env
-    if cfg.population.enabled and probed.turn_based:
-        raise ConfigError(
-            f"population: env {cfg.env.id!r} is a turn-based game, whose self-play returns cannot score a member "
-            "(they average 0); a league ranks players of a game"
-        )
-    if cfg.league.pool:  # the learner holds one seat of each game; pool members play the others inside the slot
-        if not probed.turn_based or agents < 2:
-            raise ConfigError(
-                f"league.opponent: {cfg.league.opponent}: env {cfg.env.id!r} is not a turn-based game of two or "
-                "more players"
-            )
-        from srl.league.match import check_bots
-
-        check_bots(cfg)
-        agents = 1
     if cfg.stage.worker is not None:  # a wrong name is one line now, not a failing worker later
         resolve(cfg.stage.worker, {}, "stage.worker")
-    policies = tuple(_policy_plan(cfg, by_name[n], cfg.league.pool) for n in names)
+    policies = tuple(_policy_plan(cfg, by_name[n]) for n in names)
     vs_random = probed.turn_based and probed.agents_per_env == 2 and len(names) == 1
     path = sample_path(cfg)
     plan = Plan(
         cfg,
         policies,
-        agents_per_env=agents,
+        agents_per_env=1 if cfg.one_seat else probed.agents_per_env,
+        game_players=probed.agents_per_env if probed.turn_based else 0,
         vs_random=vs_random,
         null_trainer=null_trainer,
         sample_path=path,
@@ -140,10 +127,10 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
             declaring(plan, hook)
         except ValueError as exc:
             raise ConfigError(f"workers.roles: {exc}") from None
-    check_algorithm(plan)  # what the algorithm needs of the probed env, one line naming its setting
     for role in staffed(plan):  # what each role of the run needs of the plan
         if role.check is not None:
             role.hook("check")(plan)
+    check_algorithm(plan)  # what the algorithm needs of the probed env, one line naming its setting
     return plan
 
 
@@ -215,15 +202,17 @@ def _check_path_roles(cfg: ExperimentConfig, names: tuple[str, ...], kept: bool,
         raise ConfigError(f"workers.path: {list(names)} {said}")
 
 
-def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> PolicyPlan:
-    """Policy ``group.policy``'s plan: its pool holds every column of its agents in each slot."""
+def _policy_plan(cfg: ExperimentConfig, group: SlotGroup) -> PolicyPlan:
+    """Policy ``group.policy``'s plan: its pool holds every column of its agents in each slot (one per env when it
+    holds one seat of each game), of its share of the slot's envs."""
     pcfg, w = cfg.for_policy(group.policy), cfg.workers
     with torch.device("meta"):  # shapes only: no weights, no init kernels (and no thread pool) in the controller
         policy = acting_policy(group.observation_space, group.action_space, pcfg)
         param_size = policy.flat_size()
-    columns = 1 if league else group.agents_per_env
-    envs = w.envs_per_slot // cfg.population.members if cfg.population.enabled else w.envs_per_slot
-    alive = group.alive and not league
+    one_seat = cfg.one_seat
+    columns = 1 if one_seat else group.agents_per_env
+    envs = w.envs_per_slot // cfg.members
+    alive = group.alive and not one_seat
     schema = sample_schema(
         group.observation_space, group.action_space, policy.output_fields(), group.state_space, alive=alive
     )
@@ -239,7 +228,7 @@ def _policy_plan(cfg: ExperimentConfig, group: SlotGroup, league: bool) -> Polic
     return PolicyPlan(
         group.policy,
         pcfg,
-        () if league else group.agents,
+        () if one_seat else group.agents,
         group.observation_space,
         group.action_space,
         layout,

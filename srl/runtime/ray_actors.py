@@ -169,10 +169,12 @@ class WorkerActor:
         except Exception as exc:
             return json.dumps({"error": self._fail(exc)})
         bound: dict[str, str] = {}
-        for e in self.record.serves:  # a segment stop's receiver, a record channel's reader, a parameter server
+        for e in (
+            self.record.serves
+        ):  # a segment stop's receiver, a record channel's or mailbox's reader, a parameter server
             if e.stream.segments and e.stream.bound:
                 bound[e.name] = worker.source.address  # type: ignore[attr-defined]
-            elif e.stream.bound and e.stream.channel:
+            elif e.stream.bound and (e.stream.channel or e.stream.mail):
                 bound[e.name] = self.fabric.bound_address(e)
             elif e.stream.bound:
                 bound[e.name] = worker.server.address  # type: ignore[attr-defined]

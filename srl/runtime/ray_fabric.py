@@ -41,7 +41,7 @@ from srl.runtime.topology import (
     submitted_state,
 )
 from srl.system.control import ZmqReporter
-from srl.system.remote_records import RecordReader, RecordWriter
+from srl.system.remote_records import Mailbox, MailReader, MailWriter, RecordReader, RecordWriter
 from srl.system.remote_samples import RemoteForwarder, SampleReceiver, SampleSender
 from srl.system.streams import SegmentForwarder, SegmentPool, SegmentSink, SegmentSource
 
@@ -155,10 +155,21 @@ class NodeFabric(SharedFabric):
         address = self.endpoints.servers[endpoint.name]
         return self._get(f"ch_{endpoint.name}", lambda: RecordWriter(kind.channel, address, token, ctx))
 
+    def mailbox(self, endpoint: Endpoint, read: bool) -> Mailbox:
+        """A TCP socket: its reader binds (a restarted one its old address), writers connect to it (opened when
+        first used, so a writer's address is known by then)."""
+        token = self.endpoints.token
+        ctx: zmq.Context = zmq.Context.instance()
+        if read:
+            address = self.endpoints.servers.get(endpoint.name, f"tcp://{self.host}:*")
+            return self._get(f"mr_{endpoint.name}", lambda: MailReader(address, token, ctx))
+        address = self.endpoints.servers[endpoint.name]
+        return self._get(f"mw_{endpoint.name}", lambda: MailWriter(address, token, ctx))
+
     def bound_address(self, endpoint: Endpoint) -> str:
-        """Where this worker's reader of a bound kind's channel listens (after it opened it)."""
-        reader = self._opened[f"ch_{endpoint.name}"]
-        assert isinstance(reader, RecordReader), f"{endpoint.name} is not a record channel read here"
+        """Where this worker's reader of a bound kind's channel or mailbox listens (after it opened it)."""
+        reader = self._opened.get(f"ch_{endpoint.name}") or self._opened.get(f"mr_{endpoint.name}")
+        assert isinstance(reader, RecordReader | MailReader), f"{endpoint.name} is not read here"
         return reader.address
 
     def param_address(self, server: Endpoint) -> str:

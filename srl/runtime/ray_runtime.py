@@ -438,9 +438,11 @@ class RayPlacement:
 
     @staticmethod
     def _writes_records(worker: WorkerSpec) -> bool:
-        """It writes to a bound record channel (a role that commands the trainers' ports): it connects at
-        setup, so it is prepared after the readers."""
-        return any(e.stream.bound and e.stream.channel and not e.stream.segments for e in worker.connects)
+        """It writes to a bound record channel or mailbox (a role that commands the trainers' ports): it connects
+        at setup, so it is prepared after the readers."""
+        return any(
+            e.stream.bound and (e.stream.channel or e.stream.mail) and not e.stream.segments for e in worker.connects
+        )
 
     def _create(self, launch: Launch) -> None:
         w = launch.worker

@@ -37,7 +37,6 @@ from srl.api.config.run import SELF_PLAY_EVAL_EVERY_VERSIONS
 from srl.api.plugins import resolve
 from srl.system.param_service import relay_parent
 from srl.system.streams import (
-    COMMAND_WIDTH,
     EPISODE_WIDTH,
     FILLING,
     READY,
@@ -83,6 +82,9 @@ class StreamKind:
     channel: int = 0
     """Width of the records its channel carries (0: no channel): the fabric creates one per endpoint (a
     node-local pipe, or in-process queue)."""
+    mail: bool = False
+    """Its endpoints are mailboxes (``srl.system.remote_records``): messages of any size (a meta and a byte
+    payload), which its server reads and anyone writes (``Fabric.mailbox``): a state handed between workers."""
     segments: bool = False
     """Its records name buffers of the segment pool (``(actor, buffer)``): a stop on the sample path."""
     pool: str | None = None
@@ -110,10 +112,10 @@ class Stream:
     """An episode sink (the episode tap): every actor sends each one, with each report, each policy's env steps
     and its finished episodes' returns (``streams.episode_records``; across nodes a record channel over ZeroMQ).
     A role that reads them serves one (the population worker); its index is the sink's own in the run."""
-    COMMANDS = StreamKind("commands", "commands{}", bound=True, channel=COMMAND_WIDTH)
-    """Policy ``k``'s lead trainer's command port, served when a role of the run declares a :attr:`Role.port`:
-    that role's workers send it commands, its port answers them between updates (across trainer node groups a
-    record channel over ZeroMQ)."""
+    COMMANDS = StreamKind("commands", "commands{}", bound=True, mail=True)
+    """Policy ``k``'s lead trainer's command port, a mailbox served when a role of the run declares a
+    :attr:`Role.port`: that role's workers send it commands (with a payload: a state to take), its port answers
+    them between updates."""
 
 
 @dataclass(frozen=True)
@@ -463,9 +465,9 @@ class Layout:
 
     @property
     def policy_nodes(self) -> int:
-        """Trainer node groups each policy's trainers are split over: all of them, or one for a population's
-        member (the members are dealt over the groups instead)."""
-        return 1 if self.cfg.population.enabled else self.trainer_nodes
+        """Trainer node groups each policy's trainers are split over: all of them, or one when the run trains
+        several members (``cfg.members``: they are dealt over the groups instead)."""
+        return 1 if self.cfg.members > 1 else self.trainer_nodes
 
     def policy_trainer_node(self, trainer: int) -> int:
         """Which of its policy's :attr:`policy_nodes` trainer ``trainer`` lives in (0 holds the policy's lead)."""
@@ -474,9 +476,9 @@ class Layout:
 
     def trainer_node(self, trainer: int) -> int:
         """The trainer node group (0, 1, ...) trainer ``trainer`` lives in: every policy's trainers are split over
-        all the groups, the first holding its lead; a population's member ``k`` trains whole in group
-        ``k mod trainer_nodes``."""
-        if self.cfg.population.enabled:
+        all the groups, the first holding its lead; of several members (``cfg.members``), member ``k`` trains
+        whole in group ``k mod trainer_nodes``."""
+        if self.cfg.members > 1:
             return self.policy_of_trainer(trainer) % self.trainer_nodes
         return self.policy_trainer_node(trainer)
 

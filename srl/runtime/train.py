@@ -69,11 +69,11 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[ExperimentConfig
 
 
 def _trained_env_steps(cfg: ExperimentConfig, states: Sequence[Mapping[str, Any]]) -> int:
-    """The env steps a run whose controller saved no count had taken, as its checkpoints count them: a
-    population's members each trained on their share of the envs, so theirs add up (one base policy's members:
-    the members of the others played the same steps); every other policy saw every step."""
+    """The env steps a run whose controller saved no count had taken, as its checkpoints count them: several
+    members (``cfg.members``) each trained on their share of the envs, so theirs add up (one base policy's
+    members: the members of the others played the same steps); every other policy saw every step."""
     trained = [int(s.get("trained_samples", s["samples"])) for s in states]
-    return sum(trained[:: len(cfg.base_policies)]) if cfg.population.enabled else trained[0]
+    return sum(trained[:: len(cfg.base_policies)]) if cfg.members > 1 else trained[0]
 
 
 def _check_work_left(cfg: ExperimentConfig, resume: Resume, run_dir: Path) -> None:
@@ -88,7 +88,7 @@ def _check_work_left(cfg: ExperimentConfig, resume: Resume, run_dir: Path) -> No
     if run.target_return is None or resume.counters is None:
         return
     counters = resume.counters
-    windows = list(counters.policy_returns.values()) if cfg.population.enabled else [counters.returns]
+    windows = list(counters.policy_returns.values()) if cfg.members > 1 else [counters.returns]
     means = [float(np.mean(w[-run.return_window :])) for w in windows if len(w) >= run.return_window]
     if means and max(means) >= run.target_return:
         raise ConfigError(

@@ -37,7 +37,6 @@ class StageWorker(Worker):
         report_interval: float = 1.0,
         max_segments: int = 64,
     ) -> None:
-        self.name = f"stage{index}"
         self.index = index
         self.stage, self.source, self.forwarder, self.reporter = stage, source, forwarder, reporter
         self.wait_timeout = wait_timeout

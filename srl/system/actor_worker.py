@@ -87,7 +87,6 @@ class ActorWorker(Worker):
         counts on from (its earlier starts', and its share of a resumed run's). ``episodes``: the run's episode
         sinks (the episode tap: a population worker's): with each report, every policy's env steps and finished
         episodes go to each of them too."""
-        self.name = f"actor{index}"
         self.index = index
         self.row = index if row is None else row
         self._make_slot = make_slot

@@ -4,11 +4,13 @@ A checkpoint is one ``torch.save`` file of plain data and tensors: a trainer's `
 training, :data:`TRAINING_ENTRIES`) and the eval worker's ``best.pt`` (to act, :data:`ACTING_ENTRIES`), each policy's
 in its own folder of the run directory (``srl.system.run_dir.policy_checkpoints``). It is written atomically (a
 checkpoint is whole or absent) and read with ``weights_only=True``: what crossed a disk is never unpickled as
-Python objects.
+Python objects. A state handed between workers (a population member's, to another member's trainer) travels as
+the same format in bytes (:func:`checkpoint_bytes`), read back the same way (:func:`load_checkpoint_bytes`).
 """
 
 from __future__ import annotations
 
+import io
 import pickle
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +38,13 @@ def save_checkpoint(
     atomic_save(path, lambda f: write(stamped, f))
 
 
+def checkpoint_bytes(state: Mapping[str, Any]) -> bytes:
+    """``state`` (its entries, the format stamped here) as the bytes of a checkpoint file: what a message carries."""
+    out = io.BytesIO()
+    torch.save({"format": CHECKPOINT_FORMAT, **state}, out)
+    return out.getvalue()
+
+
 def checkpoints(folder: Path) -> list[Path]:
     """The checkpoints in ``folder``, oldest first (names carry the zero-padded version)."""
     return sorted(folder.glob("ckpt_*.pt"))
@@ -50,22 +59,34 @@ def load_checkpoint(path: Path, entries: Sequence[str] = TRAINING_ENTRIES) -> di
     problem = _torch_file_problem(path)
     if problem is not None:
         raise ValueError(f"{path}: {problem}")
+    return _read(path, str(path), entries)
+
+
+def load_checkpoint_bytes(data: bytes, entries: Sequence[str], what: str) -> dict[str, Any]:
+    """:func:`load_checkpoint` of a checkpoint's bytes (a message's); ``what`` names them in a refusal."""
+    if data[:4] != b"PK\x03\x04":
+        raise ValueError(f"{what}: not a torch file (torch.save writes a zip archive)")
+    return _read(io.BytesIO(data), what, entries)
+
+
+def _read(source: Path | BinaryIO, what: str, entries: Sequence[str]) -> dict[str, Any]:
+    """Read weights only from ``source`` and check the format and ``entries``; a refusal names ``what``."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:  # Python objects beyond plain data and tensors, or a damaged pickle
         said = _gist(str(exc).rpartition("WeightsUnpickler error:")[2])
         raise ValueError(
-            f"{path}: not loadable as weights only ({said}): it holds Python objects, or is damaged"
+            f"{what}: not loadable as weights only ({said}): it holds Python objects, or is damaged"
         ) from None
     except Exception as exc:  # torch raises many types for damaged files
-        raise ValueError(f"{path}: a damaged torch file ({type(exc).__name__}: {_gist(str(exc))})") from None
+        raise ValueError(f"{what}: a damaged torch file ({type(exc).__name__}: {_gist(str(exc))})") from None
     if not isinstance(state, dict) or "format" not in state:
-        raise ValueError(f"{path}: not a checkpoint of srl: no 'format' entry")
+        raise ValueError(f"{what}: not a checkpoint of srl: no 'format' entry")
     if state["format"] != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: checkpoint format {state['format']!r}; this srl reads {CHECKPOINT_FORMAT!r}")
+        raise ValueError(f"{what}: checkpoint format {state['format']!r}; this srl reads {CHECKPOINT_FORMAT!r}")
     missing = [k for k in entries if k not in state]
     if missing:
-        raise ValueError(f"{path}: not a whole checkpoint of srl: no {missing[0]!r} entry")
+        raise ValueError(f"{what}: not a whole checkpoint of srl: no {missing[0]!r} entry")
     return state
 
 

@@ -100,6 +100,21 @@ class TorchCollective:
         dist.broadcast(buf, src=0)
         self._unflat(buf, tensors)
 
+    def broadcast_bytes(self, data: bytes) -> bytes:
+        import torch.distributed as dist
+
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        dist.broadcast(size, src=0)
+        n = int(size.item())
+        buf = (
+            torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            if self.rank == 0 and n
+            else torch.empty(n, dtype=torch.uint8)
+        )
+        if n:
+            dist.broadcast(buf, src=0)
+        return buf.numpy().tobytes()
+
     @torch.no_grad()
     def merge_moments(self, mean: Tensor, var: Tensor, n: int) -> tuple[Tensor, Tensor, int]:
         import torch.distributed as dist

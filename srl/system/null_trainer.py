@@ -23,7 +23,6 @@ class NullTrainerWorker(Worker):
         wait_timeout: float = 0.05,
         report_interval: float = 0.5,
     ) -> None:
-        self.name = f"null_trainer{index}"
         self.index = index
         self.snapshot, self.source, self.publisher, self.reporter = snapshot, source, publisher, reporter
         self.wait_timeout = wait_timeout

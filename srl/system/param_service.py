@@ -221,7 +221,7 @@ class ParamServiceWorker(Worker):
 
     def __init__(
         self,
-        name: str,
+        service: str,
         source: SnapshotSource,
         size: int,
         reporter: Reporter,
@@ -233,7 +233,8 @@ class ParamServiceWorker(Worker):
         report_interval: float = 1.0,
         ctx: zmq.Context | None = None,
     ) -> None:
-        self.name = name
+        self.service = service
+        """Its name in its reports: its worker's, or ``param_root`` in a run of one policy."""
         self.ctx = ctx or zmq.Context.instance()
         self.source, self.size, self.reporter, self.mirror = source, size, reporter, mirror
         self.server_address, self.token, self.transfer_dtype = server_address, token, transfer_dtype
@@ -281,7 +282,7 @@ class ParamServiceWorker(Worker):
 
     def _report(self) -> None:
         meta: dict[str, Any] = {
-            "service": self.name,
+            "service": self.service,
             "version": max(self.mirrored, -1 if self.server is None else self.server.version),
         }
         if self.server is not None:

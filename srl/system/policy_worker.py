@@ -132,7 +132,6 @@ class PolicyWorker(Worker):
     ) -> None:
         """``device``: where the policies that can act on one run (the rest run as they are, on the CPU).
         ``measure_cap``: replace ``max_batch`` by :func:`batch_cap` of a cost curve measured in :meth:`setup`."""
-        self.name = f"policy{index}"
         self.index = index
         self.policies, self.server, self.params, self.reporter = policies, server, params, reporter
         self.max_batch = max_batch

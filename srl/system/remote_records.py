@@ -1,4 +1,6 @@
-"""Record channels across nodes: a stream kind's small integer records over ZeroMQ TCP, with the run's token.
+"""Record channels across nodes, and mailboxes: messages between workers over ZeroMQ, with the run's token.
+
+**Record channels.** A stream kind's small integer records over ZeroMQ TCP.
 
 On one machine a channel is a node-local pipe (a queue inline). Under Ray a bound kind's channel may join workers
 on different nodes: the population's episodes (actors on every actor node -> the population worker) and its
@@ -13,14 +15,22 @@ again, and ZeroMQ reconnects) up to ``queue`` messages wait in ZeroMQ; past that
 (``dropped``). Both kinds of records tolerate it: an episodes record only moves a member's counters, and a
 member command that was never carried out is asked for again (an export) or found in the run directory by a
 restarted trainer (an import).
+
+**Mailboxes.** A stream kind with ``mail`` carries messages of any size: a small meta (plain values) and one byte
+payload, such as a state handed from one worker to another (a population member's, as checkpoint bytes). The
+reader binds a PULL socket (``ipc://`` in the run's pipe folder on one machine, ``tcp://`` under Ray, where it may
+be on another node), its writers connect PUSH sockets; inline, :class:`InProcMail` is a queue. Every message is one
+wire message with the run's token; the reader drops and counts malformed or unauthenticated ones. A writer never
+blocks its worker: what cannot be queued for an absent reader is dropped and counted, so a protocol over mail
+asks again for what was not answered (the population's does).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import zmq
@@ -135,6 +145,112 @@ class RecordWriter(Channel):
 
     def recv(self, max_records: int, timeout: float | None) -> np.ndarray:
         raise TypeError("a record writer only writes")
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+MAIL = "mail"
+PAYLOAD = "payload"
+Mail = tuple[dict[str, Any], bytes]
+"""A message of a mailbox: its meta (plain values) and its payload."""
+
+
+class Mailbox(Protocol):
+    """Either end of a mailbox endpoint (a reader only reads, a writer only writes)."""
+
+    def send(self, meta: Mapping[str, Any], payload: bytes = b"") -> None:
+        """Send one message (dropped and counted when it cannot be queued)."""
+
+    def recv(self, timeout: float = 0.0) -> list[Mail]:
+        """The messages that came, waiting up to ``timeout`` seconds for the first (None: forever)."""
+
+    def close(self) -> None:
+        """Close this end."""
+
+
+class InProcMail:
+    """A mailbox inside one process (the inline runtime): both ends are this queue."""
+
+    def __init__(self) -> None:
+        self._queue: deque[Mail] = deque()
+
+    def send(self, meta: Mapping[str, Any], payload: bytes = b"") -> None:
+        wire.encode(MAIL, None, meta)  # what the sockets would refuse is refused here too
+        self._queue.append((dict(meta), bytes(payload)))
+
+    def recv(self, timeout: float = 0.0) -> list[Mail]:
+        out = list(self._queue)
+        self._queue.clear()
+        return out
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
+class MailReader:
+    """A mailbox's reading end: a bound PULL socket (``address``: where to bind; :attr:`address` is the bound
+    endpoint)."""
+
+    def __init__(self, address: str, token: str, ctx: zmq.Context, queue: int = QUEUE) -> None:
+        self.token = token
+        self._sock = ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.RCVHWM, queue)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(address)
+        self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.rejected = 0
+
+    def send(self, meta: Mapping[str, Any], payload: bytes = b"") -> None:
+        raise TypeError("a mailbox reader only reads")
+
+    def recv(self, timeout: float = 0.0) -> list[Mail]:
+        out: list[Mail] = []
+        if not self._sock.poll(None if timeout is None else int(timeout * 1000)):
+            return out
+        while True:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return out
+            try:
+                msg = wire.decode([f.buffer for f in frames], expect_schema=MAIL, fields={PAYLOAD: ("uint8", (None,))})
+                wire.check_token(msg.meta.get("token"), self.token)
+            except wire.WireError as exc:
+                self.rejected += 1
+                if self.rejected <= MAX_LOGGED_REJECTS:
+                    log.error("mailbox %s: rejected message: %s", self.address, exc)
+                continue
+            meta = {k: v for k, v in msg.meta.items() if k != "token"}
+            out.append((meta, msg.arrays[PAYLOAD].tobytes()))
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class MailWriter:
+    """A mailbox's writing end: a PUSH socket connected to the reader's address."""
+
+    def __init__(self, address: str, token: str, ctx: zmq.Context, queue: int = QUEUE) -> None:
+        self.token = token
+        self._sock = ctx.socket(zmq.PUSH)
+        self._sock.setsockopt(zmq.SNDHWM, queue)
+        self._sock.setsockopt(zmq.LINGER, 2000)  # a stopping worker still delivers what it queued
+        self._sock.connect(address)
+        self.address = address
+        self.sent = 0
+        self.dropped = 0
+
+    def send(self, meta: Mapping[str, Any], payload: bytes = b"") -> None:
+        frames = wire.encode(MAIL, {PAYLOAD: np.frombuffer(payload, np.uint8)}, {**meta, "token": self.token})
+        try:
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=True)
+            self.sent += 1
+        except zmq.Again:
+            self.dropped += 1
+
+    def recv(self, timeout: float = 0.0) -> list[Mail]:
+        raise TypeError("a mailbox writer only writes")
 
     def close(self) -> None:
         self._sock.close()

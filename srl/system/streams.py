@@ -58,9 +58,6 @@ buffers handed back)."""
 EPISODE_WIDTH = 5
 """An episode tap's record (actors -> an episode sink, ``Stream.EPISODES``): (policy, env steps, episodes
 finished, the sum of their returns as two words of a float64)."""
-COMMAND_WIDTH = 4
-"""A trainer command port's record (``Stream.COMMANDS``): (op, seq, argument, 0); what the ops mean is the
-port's (a population's: export, import from a member)."""
 
 
 def episode_records(policy_steps: Sequence[int], sums: Sequence[float], counts: Sequence[int]) -> np.ndarray:

@@ -103,7 +103,6 @@ class TrainerWorker(Worker):
         ``report_interval``: at most one report per this many seconds, and one at teardown (0: one per update).
         ``port``: a role's end in this trainer (``Role.port``; a population member's link to the population worker,
         whose copies arrive through :meth:`adopt`), served between updates."""
-        self.name = f"trainer{index}"
         self.index = index
         self.algorithm, self.source, self.publisher, self.reporter = algorithm, source, publisher, reporter
         self.total_env_steps = total_env_steps

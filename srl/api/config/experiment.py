@@ -230,6 +230,18 @@ class ExperimentConfig:
         return self.base_policies
 
     @property
+    def members(self) -> int:
+        """Independent copies of each base policy the run trains side by side, each on its share of every slot's
+        envs and with trainers of its own (a population's members; 1 without)."""
+        return self.population.members if self.population.enabled else 1
+
+    @property
+    def one_seat(self) -> bool:
+        """The learning policy holds one seat of each game and the slot seats its opponents in the others (a
+        league's pool): one column per env."""
+        return self.league.pool
+
+    @property
     def base_policies(self) -> tuple[str, ...]:
         """The policies the ``agents`` rules name (``("default",)`` without rules); a population has members of
         each of them."""
