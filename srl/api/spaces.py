@@ -35,6 +35,10 @@ ACTION_MASK = f"{OBS}.action_mask"
 is legal. It travels like any part, is not encoded, and masks the Discrete head's logits, so an illegal action is
 never sampled."""
 
+GAME_HISTORY = f"{OBS}.history"
+"""The part of a game's observation that carries the observer's seat and the game's history
+(``srl.envs.turns:game`` with ``history: true``): what a search rebuilds the game from. Not encoded."""
+
 FINAL_PREFIX = "final_"
 """``final_obs.<key>`` holds the true last observation of part ``obs.<key>`` where a time limit cut an episode."""
 

@@ -32,6 +32,8 @@ WHAT = {
     "capacity model's ring",
     "replay": "replay store: insert, uniform sample and prioritized sample+update rates for the config's chunk "
     "shapes, beside a numpy ring buffer and cpprb",
+    "search": "search trees: microseconds per simulation with B trees batched vs one at a time, beside a leaf's "
+    "evaluation",
 }
 
 
@@ -63,6 +65,11 @@ def add_parser(sub: Any) -> None:
     a = b.add_argument_group("allreduce")
     a.add_argument("--trainers", default="2,4", help="comma-separated data-parallel trainer counts")
     a.add_argument("--rounds", type=int, default=30, help="reductions timed per measurement")
+    s = b.add_argument_group("search")
+    s.add_argument("--trees", default="1,16,64,256", help="comma-separated batch sizes (trees searched together)")
+    s.add_argument("--simulations", type=int, default=32, help="simulations per search")
+    s.add_argument("--actions", type=int, default=7, help="actions per node (Connect Four: 7)")
+    s.add_argument("--rule", choices=["gumbel", "puct"], default="gumbel", help="the search's rule")
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -100,6 +107,18 @@ def run_bench(args: argparse.Namespace) -> int:
         if min(worlds) < 2 or args.rounds < 1:
             raise ConfigError("--trainers must be >= 2 each and --rounds >= 1")
         for result in bench_allreduce(load_config(config, overrides), worlds, args.rounds):
+            print(json.dumps(result) if args.json else _human(result), flush=True)
+        return 0
+    if args.what == "search":
+        from srl.bench.search import bench_search
+
+        try:
+            batches = [int(n) for n in args.trees.split(",")]
+        except ValueError:
+            raise ConfigError(f"--trees: must be comma-separated integers, got {args.trees!r}") from None
+        if min(batches) < 1 or args.simulations < 2 or args.actions < 2:
+            raise ConfigError("--trees must be >= 1 each, --simulations and --actions >= 2")
+        for result in bench_search(batches, args.simulations, args.actions, args.rule, max(args.seconds / 5, 0.5)):
             print(json.dumps(result) if args.json else _human(result), flush=True)
         return 0
     if args.what == "replay":

@@ -31,7 +31,7 @@ import numpy as np
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.env import SlotStep
 from srl.api.plugins import instance_of
-from srl.api.spaces import ACTION_MASK, Observation, UnsupportedSpace, check_spaces, obs_parts
+from srl.api.spaces import ACTION_MASK, GAME_HISTORY, Observation, UnsupportedSpace, check_spaces, obs_parts
 from srl.envs.multiagent import AGENT, put_observation, seat_space
 
 MASK_KEY = ACTION_MASK.split(".", 1)[1]
@@ -65,13 +65,20 @@ class Game(Protocol):
     def close(self) -> None: ...
 
 
+HISTORY_KEY = GAME_HISTORY.split(".", 1)[1]
+"""The Dict key of a game's history (``srl.envs.turns:game`` with ``history: true``): the observer's seat, then the
+game's actions so far (chance outcomes included), -1 after them. A search rebuilds the game from it."""
+
+
 @dataclass(frozen=True)
 class SeatedGame:
-    """An OpenSpiel game whose observation planes ``planes`` (one per player, in player order) are rotated so
-    that every player sees its own plane first: ``srl.envs.turns:game`` with ``seat_planes``."""
+    """An OpenSpiel game with options of ``srl.envs.turns:game``: its observation planes ``planes`` (one per
+    player, in player order; ``seat_planes``) rotated so that every player sees its own plane first, and with
+    ``history`` its history in every observation (:data:`HISTORY_KEY`)."""
 
     game: Any
-    planes: tuple[int, ...]
+    planes: tuple[int, ...] = ()
+    history: bool = False
 
 
 def is_openspiel_game(env: Any) -> bool:
@@ -82,14 +89,15 @@ def is_aec_env(env: Any) -> bool:
     return instance_of(env, "pettingzoo.utils.env", "AECEnv")
 
 
-def game(name: str, seat_planes: list[int] | None = None, **params: Any) -> Any:
+def game(name: str, seat_planes: list[int] | None = None, history: bool = False, **params: Any) -> Any:
     """``env.id: srl.envs.turns:game`` with ``env.kwargs: {name: connect_four, ...game parameters}``: an
     OpenSpiel game by its short name.
 
     ``seat_planes``: for board games whose observation tensor has one plane of pieces per player (OpenSpiel's
     are the same for every observer): those planes, in player order (``[0, 1]`` for connect_four, whose planes
     are x, o, empty). Each player then sees its own pieces in the first of them and its opponent's next, so
-    one shared policy learns each pattern once for every seat."""
+    one shared policy learns each pattern once for every seat. ``history``: every observation also carries the
+    observer's seat and the game's history (:data:`HISTORY_KEY`), from which a search rebuilds the game."""
     try:
         import pyspiel
     except ImportError:
@@ -99,7 +107,7 @@ def game(name: str, seat_planes: list[int] | None = None, **params: Any) -> Any:
     except pyspiel.SpielError as exc:
         raise ConfigError(f"env.kwargs.name: {name!r}: {exc}") from None
     if seat_planes is None:
-        return loaded
+        return SeatedGame(loaded, history=True) if history else loaded
     planes = tuple(int(p) for p in seat_planes)
     shape = loaded.observation_tensor_shape() if loaded.get_type().provides_observation_tensor else []
     if len(shape) != 3 or len(planes) != loaded.num_players() or any(not 0 <= p < shape[0] for p in planes):
@@ -107,7 +115,7 @@ def game(name: str, seat_planes: list[int] | None = None, **params: Any) -> Any:
             f"env.kwargs.seat_planes: {list(planes)}: {name!r} needs one plane index per player "
             f"({loaded.num_players()}) of its [planes, H, W] observation {list(shape)}"
         )
-    return SeatedGame(loaded, planes)
+    return SeatedGame(loaded, planes, bool(history))
 
 
 class OpenSpielGame:
@@ -118,8 +126,11 @@ class OpenSpielGame:
 
         self._spiel = pyspiel
         self._planes: tuple[int, ...] | None = None
+        self._history = 0  # its length in observations (0: none)
         if isinstance(spiel_game, SeatedGame):
-            spiel_game, self._planes = spiel_game.game, spiel_game.planes
+            self._planes = spiel_game.planes or None
+            self._history = 1 + spiel_game.game.max_history_length() if spiel_game.history else 0
+            spiel_game = spiel_game.game
         kind = spiel_game.get_type()
         if kind.dynamics not in (pyspiel.GameType.Dynamics.SEQUENTIAL, pyspiel.GameType.Dynamics.SIMULTANEOUS):
             raise ConfigError(f"env: OpenSpiel game {name!r} has {kind.dynamics} dynamics; sequential or simultaneous")
@@ -134,12 +145,14 @@ class OpenSpielGame:
         self.players = [f"player_{i}" for i in range(spiel_game.num_players())]
         A = spiel_game.num_distinct_actions()
         self.action_space = gym.spaces.Discrete(A)
-        self.observation_space = gym.spaces.Dict(
-            {
-                "observation": gym.spaces.Box(-np.inf, np.inf, tuple(shape), np.float32),
-                MASK_KEY: gym.spaces.Box(0, 1, (A,), np.int8),
-            }
-        )
+        parts: dict[str, gym.spaces.Space] = {
+            "observation": gym.spaces.Box(-np.inf, np.inf, tuple(shape), np.float32),
+            MASK_KEY: gym.spaces.Box(0, 1, (A,), np.int8),
+        }
+        if self._history:
+            top = max(A, spiel_game.max_chance_outcomes(), spiel_game.num_players())
+            parts[HISTORY_KEY] = gym.spaces.Box(-1, top, (self._history,), np.int32)
+        self.observation_space = gym.spaces.Dict(parts)
         self._shape = tuple(shape)
         self._rng = np.random.default_rng(0)
         self.state: Any = None
@@ -170,7 +183,13 @@ class OpenSpielGame:
             n = len(self._planes)
             order[list(self._planes)] = [self._planes[(player + i) % n] for i in range(n)]
             obs = obs[order]
-        return {"observation": obs, MASK_KEY: np.asarray(self.state.legal_actions_mask(player), np.int8)}
+        seen = {"observation": obs, MASK_KEY: np.asarray(self.state.legal_actions_mask(player), np.int8)}
+        if self._history:
+            moves = self.state.history()
+            history = np.full(self._history, -1, np.int32)
+            history[0], history[1 : 1 + len(moves)] = player, moves
+            seen[HISTORY_KEY] = history
+        return seen
 
     def play(self, moves: dict[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.state.current_player() == self._spiel.PlayerId.SIMULTANEOUS:

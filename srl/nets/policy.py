@@ -20,7 +20,7 @@ from gymnasium import spaces
 from torch import Tensor, nn
 
 from srl.api.config import ModelConfig
-from srl.api.spaces import ACTION_MASK, OBS, ObsPart, action_spec, mask_part, obs_parts
+from srl.api.spaces import ACTION_MASK, GAME_HISTORY, OBS, ObsPart, action_spec, mask_part, obs_parts
 from srl.nets.cnn import NatureCNN
 from srl.nets.distributions import ActionHead, make_action_head, mask_logits, masked_categorical_evaluate
 from srl.nets.flat import FlatState
@@ -72,8 +72,11 @@ class ObsEncoder(nn.Module):
         the channels of the convolutions over float ``[C, H, W]`` parts (``model.plane_convs``); ``cnn_dtype``:
         what the Nature CNN of image parts computes in (``model.cnn_dtype``)."""
         super().__init__()
-        # an action mask is not a feature: it only masks the actor's logits (PolicyNet)
-        self.parts: tuple[ObsPart, ...] = tuple(p for p in obs_parts(obs_space, root) if p.name != ACTION_MASK)
+        # an action mask is not a feature: it only masks the actor's logits (PolicyNet); a game's history is what
+        # a search rebuilds the game from
+        self.parts: tuple[ObsPart, ...] = tuple(
+            p for p in obs_parts(obs_space, root) if p.name not in (ACTION_MASK, GAME_HISTORY)
+        )
         self.normalizers = nn.ModuleDict()
         self.cnns = nn.ModuleDict()
         self._codes: dict[str, tuple[Tensor, int]] = {}  # part -> (one-hot offsets, width)

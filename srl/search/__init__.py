@@ -1,0 +1,1 @@
+"""Tree search as a policy: batched trees (:mod:`srl.search.tree`)."""

@@ -1,0 +1,348 @@
+"""The batched search trees (srl/search/tree.py) against hand-built cases and a plain one-tree reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from srl.api.config import ConfigError, build
+from srl.api.config.search import SearchConfig
+from srl.search.tree import Trees, considered_visits
+
+
+# --------------------------------------------------------------------------- a plain reference, one tree at a time
+class _Node:
+    def __init__(self, logits, legal, value, reward=0.0, discount=1.0, terminal=False):
+        finite = [x for x, ok in zip(logits, legal) if ok]
+        top = max(finite) if finite else 0.0
+        norm = math.log(sum(math.exp(x - top) for x in finite)) if finite else 0.0
+        self.prior = [x - top - norm if ok else -math.inf for x, ok in zip(logits, legal)]
+        self.value = 0.0 if terminal else float(value)
+        self.reward, self.discount, self.terminal = float(reward), float(discount), bool(terminal)
+        self.children: dict[int, _Node] = {}
+        self.n, self.w = 0, 0.0
+
+    def q(self, a):
+        c = self.children.get(a)
+        return 0.0 if c is None or c.n == 0 else c.reward + c.discount * c.w / c.n
+
+    def visits(self, a):
+        c = self.children.get(a)
+        return 0 if c is None else c.n
+
+    def completed(self):
+        """The completed Q of every action."""
+        actions = range(len(self.prior))
+        total = sum(self.visits(a) for a in actions)
+        mass = sum(math.exp(self.prior[a]) for a in actions if self.visits(a) > 0)
+        weighted = sum(math.exp(self.prior[a]) * self.q(a) for a in actions if self.visits(a) > 0) / max(mass, 1e-8)
+        mixed = (self.value + total * weighted) / (1 + total)
+        return [self.q(a) if self.visits(a) > 0 else mixed for a in actions]
+
+    def qhat(self):
+        """The completed, normalised Q of every action."""
+        actions = range(len(self.prior))
+        completed = self.completed()
+        legal = [a for a in actions if self.prior[a] > -math.inf]
+        lo, hi = min(completed[a] for a in legal), max(completed[a] for a in legal)
+        return [(completed[a] - lo) / max(hi - lo, 1e-8) if a in legal else 0.0 for a in actions]
+
+    def sigma(self, s):
+        top = max(self.visits(a) for a in range(len(self.prior)))
+        return [(s.c_visit + top) * s.c_scale * x for x in self.qhat()]
+
+
+def _softmax(xs):
+    top = max(x for x in xs if x > -math.inf)
+    e = [math.exp(x - top) if x > -math.inf else 0.0 for x in xs]
+    return [x / sum(e) for x in e]
+
+
+def _argmax(scores):
+    return max(range(len(scores)), key=lambda a: (scores[a], -a))
+
+
+def _reference_search(s, evaluate, root_eval, gumbel):
+    """One tree, one simulation after another, written plainly; ``evaluate(path)`` gives (logits, value, legal,
+    reward, discount, terminal) of the node a path of actions leads to."""
+    logits, value, legal = root_eval
+    root = _Node(logits, legal, value)
+    root.n, root.w = 1, float(value)
+    m = min(s.considered, sum(legal))
+    for k in range(s.simulations):
+        node, path, trail = root, [], [root]
+        while True:
+            if node is root and s.rule == "gumbel":
+                want = considered_visits(m, s.simulations)[k]
+                sig = node.sigma(s)
+                scores = [gumbel[a] + node.prior[a] + sig[a] if node.prior[a] > -math.inf and node.visits(a) == want
+                          else -math.inf for a in range(len(node.prior))]  # fmt: skip
+            elif s.rule == "gumbel":
+                sig = node.sigma(s)
+                improved = _softmax([p + x for p, x in zip(node.prior, sig)])
+                total = sum(node.visits(a) for a in range(len(node.prior)))
+                scores = [improved[a] - node.visits(a) / (1 + total) if node.prior[a] > -math.inf else -math.inf
+                          for a in range(len(node.prior))]  # fmt: skip
+            else:
+                qh = node.qhat()
+                scores = [qh[a] + s.c_puct * math.exp(node.prior[a]) * math.sqrt(node.n) / (1 + node.visits(a))
+                          if node.prior[a] > -math.inf else -math.inf for a in range(len(node.prior))]  # fmt: skip
+            a = _argmax(scores)
+            path.append(a)
+            if a not in node.children:
+                logits, value, legal, reward, discount, terminal = evaluate(tuple(path))
+                child = _Node(logits, legal, value, reward, discount, terminal)
+                node.children[a] = child
+                leaf, g = child, child.value
+                break
+            node = node.children[a]
+            trail.append(node)
+            if node.terminal:
+                leaf, g = node, 0.0
+                break
+        trail.append(leaf) if trail[-1] is not leaf else None
+        leaf.n += 1
+        leaf.w += g
+        for lower, upper in zip(reversed(trail[1:]), reversed(trail[:-1])):
+            g = lower.reward + lower.discount * g
+            upper.n += 1
+            upper.w += g
+    visits = [root.visits(a) for a in range(len(root.prior))]
+    if s.rule == "puct":
+        policy = [v / sum(visits) for v in visits]
+        most = max(visits)
+        action = _argmax([root.prior[a] if visits[a] == most and root.prior[a] > -math.inf else -math.inf
+                          for a in range(len(visits))])  # fmt: skip
+    else:
+        sig = root.sigma(s)
+        policy = _softmax([p + x for p, x in zip(root.prior, sig)])
+        most = max(visits)
+        action = _argmax([gumbel[a] + root.prior[a] + sig[a] if visits[a] == most and root.prior[a] > -math.inf
+                          else -math.inf for a in range(len(visits))])  # fmt: skip
+        completed = root.completed()
+        value = sum(p * c for p, c, x in zip(policy, completed, root.prior) if x > -math.inf)
+        return visits, policy, action, value
+    return visits, policy, action, root.w / root.n
+
+
+# --------------------------------------------------------------------------- a game of random evaluations
+A = 5
+
+
+def _evaluation(tree: int, path: tuple[int, ...], discount: float):
+    """A fixed, pseudo-random node: its logits, value, legal actions (some masked), the move's reward and discount,
+    and an end after three moves or on a move numbered 4."""
+    rng = np.random.default_rng([tree, len(path), *path])
+    logits = rng.normal(size=A) * 2
+    legal = rng.random(A) < 0.7
+    legal[rng.integers(A)] = True
+    terminal = len(path) >= 3 or (len(path) > 0 and path[-1] == 4)
+    reward = float(rng.normal()) if terminal else float(rng.normal() * 0.1)
+    return logits, float(np.tanh(rng.normal())), legal, reward, discount, terminal
+
+
+def _batched_search(s, trees_n, discount, rng):
+    roots = [_evaluation(b, (), discount) for b in range(trees_n)]
+    trees = Trees(trees_n, A, s)
+    trees.reset(np.stack([r[0] for r in roots]), np.array([r[1] for r in roots]), np.stack([r[2] for r in roots]), rng)
+    paths = [{0: ()} for _ in range(trees_n)]
+    for _ in range(s.simulations):
+        parents, actions = trees.select()
+        evals = []
+        for b in range(trees_n):
+            path = (*paths[b][int(parents[b])], int(actions[b]))
+            if not trees.revisits[b]:
+                paths[b][trees.new_node] = path
+            evals.append(_evaluation(b, path, discount))
+        trees.expand(*(np.array([e[i] for e in evals]) for i in range(6)))
+    return trees, roots
+
+
+@pytest.mark.parametrize("rule", ["gumbel", "puct"])
+@pytest.mark.parametrize("discount", [-1.0, 0.97])
+def test_the_batched_trees_equal_a_one_tree_reference_on_the_same_inputs(rule, discount):
+    """Six trees searched together, in step, against each searched alone by the plain reference: the same visit
+    counts, policy target, action and root value, over masked actions, terminal nodes revisited, and values that
+    change sides (discount -1) or are discounted."""
+    s = SearchConfig(simulations=24, rule=rule, considered=4)
+    trees, roots = _batched_search(s, 6, discount, np.random.default_rng(3))
+    for b in range(6):
+        root = (roots[b][0], roots[b][1], roots[b][2])
+        visits, policy, action, value = _reference_search(
+            s, lambda path, b=b: _evaluation(b, path, discount), root, trees.gumbel[b]
+        )
+        assert trees.root_visits()[b].tolist() == visits, b
+        np.testing.assert_allclose(trees.policy()[b], policy, rtol=1e-9, atol=1e-12)
+        assert trees.root_action()[b] == action
+        assert trees.root_value()[b] == pytest.approx(value, rel=1e-9, abs=1e-12)
+    assert (trees.root_visits() * ~roots_legal(roots)).sum() == 0  # masked actions never visited
+
+
+def roots_legal(roots) -> np.ndarray:
+    return np.stack([r[2] for r in roots])
+
+
+def test_sequential_halving_visits_the_considered_actions_in_phases():
+    """The schedule: every considered action once per round, then the better half, down to two; one action is
+    visited every time."""
+    assert considered_visits(4, 8) == (0, 0, 0, 0, 1, 1, 2, 2)
+    assert considered_visits(2, 5) == (0, 0, 1, 1, 2)
+    assert considered_visits(1, 4) == (0, 1, 2, 3)
+    sixteen = considered_visits(16, 32)
+    assert sixteen[:16] == (0,) * 16 and sixteen[16:24] == (1,) * 8 and sixteen[24:] == (2, 2, 2, 2, 3, 3, 3, 3)
+
+
+def _bandit(s: SearchConfig, payoffs, legal=None, rng=None) -> Trees:
+    """A one-move game: every action ends it with its payoff."""
+    a = len(payoffs)
+    legal = np.ones((1, a), bool) if legal is None else np.asarray([legal])
+    trees = Trees(1, a, s)
+    trees.reset(np.zeros((1, a)), np.zeros(1), legal, rng)
+    for _ in range(s.simulations):
+        _, actions = trees.select()
+        reward = np.array([payoffs[int(actions[0])]])
+        trees.expand(np.zeros((1, a)), np.zeros(1), np.ones((1, a), bool), reward, np.ones(1), np.array([True]))
+    return trees
+
+
+def test_gumbel_halving_plays_the_best_arm_and_a_terminal_revisit_adds_no_node():
+    """Three arms of known payoff: the first phase visits each alike, the worst is then dropped; the best is
+    played and the target puts its mass there. Terminal children are revisited, never expanded again."""
+    s = SearchConfig(simulations=64)
+    trees = _bandit(s, [0.1, 0.5, 0.9], rng=np.random.default_rng(0))
+    visits = trees.root_visits()[0]
+    assert visits.sum() == 64 and sorted(visits.tolist())[0] == 10  # dropped after the first phase
+    assert trees.root_action()[0] == 2 and trees.policy()[0].argmax() == 2
+    assert (trees.children[0] >= 0).sum() == 3  # one node per arm: revisits add none
+    assert trees.root_value()[0] == pytest.approx((trees.policy()[0] * [0.1, 0.5, 0.9]).sum())
+
+
+def test_the_policy_target_is_the_prior_moved_by_the_normalised_completed_q():
+    """Two of three actions visited once (Q 0 and 1), a uniform prior, a root value of 0.3: the unvisited action's
+    completed Q is the mixed value (0.3 + 2 * (0 + 1) / 2) / 3 = 0.4333; normalised over [0, 1]; sigma scales by
+    (c_visit + max visits) * c_scale."""
+    s = SearchConfig(simulations=2)
+    trees = Trees(1, 3, s)
+    trees.reset(np.zeros((1, 3)), np.array([0.3]), np.ones((1, 3), bool))
+    for reward in (0.0, 1.0):
+        trees.select()
+        trees.expand(np.zeros((1, 3)), np.zeros(1), np.ones((1, 3), bool), np.array([reward]), np.ones(1), [True])
+    visits = trees.root_visits()[0]
+    q = np.where(visits > 0, 0.0, (0.3 + 2 * 0.5) / 3)
+    q[np.flatnonzero(visits)[1 if trees.reward[0, 2] == 1.0 else 0]] = 1.0
+    expected = np.exp((50 + 1) * 0.1 * q) / np.exp((50 + 1) * 0.1 * q).sum()
+    np.testing.assert_allclose(trees.policy()[0], expected)
+
+
+def test_masked_actions_are_never_searched_or_targeted_whatever_their_prior():
+    """An illegal action with the best payoff and the highest logit: never visited, 0 in the target, not played;
+    PUCT's Dirichlet noise stays on the legal actions."""
+    for rule, fraction in (("gumbel", 0.0), ("puct", 0.25)):
+        s = SearchConfig(simulations=16, rule=rule, dirichlet_fraction=fraction)
+        rng = np.random.default_rng(1) if fraction else None  # Gumbel draws could outweigh a payoff gap of 0.1
+        trees = _bandit(s, [0.2, 0.1, 5.0, 0.3], legal=[True, True, False, True], rng=rng)
+        assert trees.root_visits()[0, 2] == 0 and trees.policy()[0, 2] == 0.0 and trees.root_action()[0] != 2
+        if rule == "gumbel":  # without noise it finds the best legal arm
+            assert trees.root_action()[0] == 3
+        assert np.isinf(trees.logits[0, 0, 2]) and np.isfinite(trees.logits[0, 0, [0, 1, 3]]).all()
+
+
+def test_a_move_good_for_the_opponent_is_avoided_when_values_change_sides():
+    """Two-player, discount -1: after action 0 the opponent to move is winning (+0.9 from its view, and every
+    position below agrees, each from its own player's view), after action 1 losing: the search plays 1 and backs
+    the root's value as about +0.9."""
+    for rule in ("gumbel", "puct"):
+        s = SearchConfig(simulations=32, rule=rule)
+        trees = Trees(1, 2, s)
+        trees.reset(np.zeros((1, 2)), np.zeros(1), np.ones((1, 2), bool))
+        first, depth = {}, {0: 0}  # node -> the root action above it, its depth
+        for _ in range(s.simulations):
+            parents, actions = trees.select()
+            p, a = int(parents[0]), int(actions[0])
+            first[trees.new_node], depth[trees.new_node] = first.get(p, a), depth[p] + 1
+            sign = 0.9 if first[trees.new_node] == 0 else -0.9
+            value = sign * (-1) ** (depth[trees.new_node] - 1)
+            trees.expand(np.zeros((1, 2)), np.array([value]), np.ones((1, 2), bool), np.zeros(1), -np.ones(1),
+                         np.zeros(1, bool))  # fmt: skip
+        assert trees.root_action()[0] == 1, rule
+        assert trees.root_value()[0] > 0.5, rule
+
+
+def test_bad_search_settings_are_one_line():
+    for kwargs, needle in (
+        ({"simulations": 1}, "search.simulations: a search takes at least 2 simulations, got 1"),
+        ({"rule": "uct"}, "search.rule: 'uct' is not one of gumbel, puct"),
+        ({"considered": 1}, "search.considered: at least 2 actions, got 1"),
+        ({"dirichlet_fraction": 1.5}, "search.dirichlet_fraction: 1.5 is outside [0, 1]"),
+    ):
+        with pytest.raises(ConfigError, match=f"^{__import__('re').escape(needle)}$"):
+            build(SearchConfig, kwargs, "search.")
+    with pytest.raises(ValueError, match="a root has no legal action"):
+        Trees(1, 2, SearchConfig()).reset(np.zeros((1, 2)), np.zeros(1), np.zeros((1, 2), bool))
+
+
+# --------------------------------------------------------------------------- on the real game
+def _tic_tac_toe(moves: list[int]):
+    from srl.envs.turns import OpenSpielGame, game
+
+    g = OpenSpielGame(game("tic_tac_toe", history=True), "tic_tac_toe")
+    g.reset(0)
+    for move in moves:
+        g.play({g.to_move()[0]: move})
+    seen = [g.observe(p) for p in range(2)]
+    return {k: np.stack([o[k] for o in seen]) for k in seen[0]}
+
+
+def _flat(obs):
+    n = len(obs["action_mask"])
+    return np.zeros((n, 9)), np.zeros(n)
+
+
+@pytest.mark.parametrize("rule", ["gumbel", "puct"])
+def test_a_search_on_the_real_game_wins_and_blocks_with_a_network_that_knows_nothing(rule):
+    """Tic-tac-toe rebuilt from each observation's history, with a network of flat logits and zero values: the
+    player to move takes the win it has, and else blocks the opponent's; the seat waiting for the opponent is not
+    searched (its targets are 0)."""
+    from srl.api.config import EnvConfig
+    from srl.search.games import GameModel, GameSearch
+
+    model = GameModel(EnvConfig(id="srl.envs.turns:game", kwargs={"name": "tic_tac_toe", "history": True}))
+    search = GameSearch(model, SearchConfig(simulations=64, rule=rule))
+    # x: 0, 1; o: 3, 4; x to move wins at 2
+    win = search(_flat, _tic_tac_toe([0, 3, 1, 4]), np.random.default_rng(0))
+    assert win.searched.tolist() == [True, False] and win.actions[0] == 2
+    assert win.value[0] > 0.5 and win.policy[1].sum() == 0 and win.policy[0].argmax() == 2
+    # x: 0, 8; o: 4, 3 (threatening 5); x to move must block at 5
+    block = search(_flat, _tic_tac_toe([0, 4, 8, 3]), np.random.default_rng(0))
+    assert block.searched.tolist() == [True, False] and block.actions[0] == 5
+    # an evaluation's search (no rng) is the same every time
+    again = [search(_flat, _tic_tac_toe([0, 4, 8, 3]), None) for _ in range(2)]
+    assert np.array_equal(again[0].policy, again[1].policy) and again[0].actions[0] == 5
+
+
+def test_a_game_alphazero_cannot_search_on_is_one_line():
+    from srl.api.config import EnvConfig
+    from srl.search.games import GameModel
+
+    for env, needle in (
+        (EnvConfig(id="CartPole-v1"), "env.id: 'CartPole-v1': AlphaZero searches on the real game"),
+        (EnvConfig(id="srl.envs.turns:game", kwargs={"name": "tic_tac_toe"}), "env.kwargs.history: AlphaZero"),
+        (EnvConfig(id="srl.envs.turns:game", kwargs={"name": "goofspiel", "history": True}),
+         "env.kwargs.name: 'goofspiel': AlphaZero searches games of one or two players who move in turn"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError, match="^" + __import__("re").escape(needle)):
+            GameModel(env)
+
+
+def test_a_games_history_rides_in_its_observations_but_is_no_feature():
+    """``history: true``: each observation carries its observer's seat and the moves so far (-1 after them);
+    the encoders read neither it nor the mask."""
+    from srl.envs.turns import OpenSpielGame, game
+    from srl.nets.policy import ObsEncoder
+
+    seen = _tic_tac_toe([4, 0])
+    assert seen["history"].tolist() == [[0, 4, 0, *[-1] * 7], [1, 4, 0, *[-1] * 7]]
+    space = OpenSpielGame(game("tic_tac_toe", history=True), "tic_tac_toe").observation_space
+    assert [p.name for p in ObsEncoder(space, [16], "tanh", False, False).parts] == ["obs.observation"]
