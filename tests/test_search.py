@@ -346,3 +346,23 @@ def test_a_games_history_rides_in_its_observations_but_is_no_feature():
     assert seen["history"].tolist() == [[0, 4, 0, *[-1] * 7], [1, 4, 0, *[-1] * 7]]
     space = OpenSpielGame(game("tic_tac_toe", history=True), "tic_tac_toe").observation_space
     assert [p.name for p in ObsEncoder(space, [16], "tanh", False, False).parts] == ["obs.observation"]
+
+
+def test_srl_bench_search_reports_both_ways_and_refuses_bad_sizes_in_one_line():
+    """What the report holds, not the times (benchmarks measure those)."""
+    import subprocess
+    import sys
+
+    from srl.bench.search import bench_search
+
+    (row,) = bench_search([3], simulations=4, actions=3, rule="puct", seconds=0.01)
+    assert row["trees"] == 3 and row["tree_us_per_simulation_batched"] > 0 and row["leaf_eval_us_per_leaf"] > 0
+    assert row["speedup"] == pytest.approx(row["tree_us_per_simulation_one_at_a_time"] / row["tree_us_per_simulation_batched"], rel=0.1)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "srl.cli.main", "bench", "search", "--trees", "0,4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "--trees must be >= 1" in lines[0], proc.stderr
