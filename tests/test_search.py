@@ -366,3 +366,56 @@ def test_srl_bench_search_reports_both_ways_and_refuses_bad_sizes_in_one_line():
     )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "--trees must be >= 1" in lines[0], proc.stderr
+
+
+# --------------------------------------------------------------------------- learning from search: the math
+def test_the_value_transform_inverts_and_two_hot_spreads_each_value_over_its_two_integers():
+    """h and its inverse round-trip over six orders of magnitude; two-hot against a plain loop (negatives, exact
+    integers, values beyond the support clipped to its ends); a two-hot vector's expected point is the clipped
+    value, and a prediction that puts (almost) all its mass there maps back to the value."""
+    import torch
+
+    from srl.algorithms.search_math import from_categorical, scale, two_hot, unscale
+
+    x = torch.tensor([-1e5, -300.0, -1.5, 0.0, 0.25, 7.0, 1e5], dtype=torch.float64)
+    torch.testing.assert_close(unscale(scale(x)), x, rtol=1e-9, atol=1e-9)
+    assert abs(float(scale(torch.tensor(1e5)))) == pytest.approx(math.sqrt(1e5 + 1) - 1 + 100)  # squashed
+    y = torch.tensor([-2.25, 0.0, 1.0, 3.5, 9.0, -9.0], dtype=torch.float64)
+    support = 4
+    got = two_hot(y, support)
+    for row, value in zip(got.tolist(), y.tolist()):
+        value = min(max(value, -support), support)
+        want = [0.0] * (2 * support + 1)
+        low = math.floor(value)
+        want[low + support] += 1 - (value - low)
+        if value != low:
+            want[low + support + 1] += value - low
+        assert row == pytest.approx(want)
+    points = torch.arange(-support, support + 1, dtype=torch.float64)
+    torch.testing.assert_close((got * points).sum(-1), y.clamp(-support, support))
+    value = torch.tensor([12.0], dtype=torch.float64)
+    logits = torch.log(two_hot(scale(value), 20) + 1e-12)
+    torch.testing.assert_close(from_categorical(logits, 20), value, rtol=1e-6, atol=1e-6)
+
+
+def test_the_losses_equal_plain_cross_entropies_and_illegal_actions_take_no_part():
+    import torch
+
+    from srl.algorithms.search_math import categorical_loss, policy_loss, scale, two_hot
+
+    logits = torch.tensor([[0.5, -1.0, 2.0, 0.0], [1.0, 1.0, -3.0, 0.2]], requires_grad=True)
+    target = torch.tensor([[0.2, 0.0, 0.8, 0.0], [0.0, 0.5, 0.0, 0.5]])
+    legal = torch.tensor([[True, False, True, True], [True, True, False, True]])
+    loss = policy_loss(logits, target, legal)
+    plain = logits.detach().tolist()
+    for i in range(2):
+        allowed = [j for j in range(4) if legal[i, j]]
+        norm = math.log(sum(math.exp(plain[i][j]) for j in allowed))
+        want = -sum(float(target[i, j]) * (plain[i][j] - norm) for j in allowed)
+        assert float(loss[i].detach()) == pytest.approx(want, rel=1e-6)
+    loss.sum().backward()
+    assert logits.grad is not None and logits.grad[0, 1] == 0 and logits.grad[1, 2] == 0
+    pred = torch.randn(3, 11)
+    values = torch.tensor([-2.0, 0.3, 40.0])
+    plain = -(two_hot(scale(values), 5) * torch.log_softmax(pred, -1)).sum(-1)
+    torch.testing.assert_close(categorical_loss(pred, values, 5), plain)

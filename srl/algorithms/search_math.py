@@ -1,0 +1,63 @@
+"""The math of learning from search (AlphaZero, MuZero), as pure functions of tensors.
+
+- Values and rewards of unbounded scale are learned in a categorical form (MuZero, appendix F): a value ``x`` is
+  squashed by ``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x``, whose inverse is closed-form, then spread over the two
+  neighbouring integer points of a support ``[-S, S]`` (a two-hot vector); a predicted distribution over the
+  support maps back by its expectation and ``h``'s inverse.
+- The policy is fitted to the search's policy target over the legal actions only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+EPS = 1e-3
+"""The linear term of the value transform (MuZero's)."""
+
+
+def scale(x: Tensor, eps: float = EPS) -> Tensor:
+    """``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x``: squashes large values, nearly linear near 0."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1) - 1) + eps * x
+
+
+def unscale(y: Tensor, eps: float = EPS) -> Tensor:
+    """The inverse of :func:`scale`."""
+    root = (torch.sqrt(1 + 4 * eps * (y.abs() + 1 + eps)) - 1) / (2 * eps)
+    return torch.sign(y) * (root.square() - 1)
+
+
+def two_hot(y: Tensor, support: int) -> Tensor:
+    """Each (already scaled) value of ``y`` ``[...]`` as a distribution over the integers ``-support..support``
+    ``[..., 2 * support + 1]``: its weight split between the two integers around it (all on one when it is one),
+    clipped to the support's ends."""
+    y = y.clamp(-support, support)
+    low = torch.floor(y)
+    upper = y - low  # the weight of low + 1
+    out = torch.zeros((*y.shape, 2 * support + 1), dtype=y.dtype, device=y.device)
+    index = (low + support).long()
+    out.scatter_(-1, index.unsqueeze(-1), (1 - upper).unsqueeze(-1))
+    out.scatter_add_(-1, (index + 1).clamp(max=2 * support).unsqueeze(-1), upper.unsqueeze(-1))
+    return out
+
+
+def from_categorical(logits: Tensor, support: int, eps: float = EPS) -> Tensor:
+    """The value a categorical prediction ``[..., 2 * support + 1]`` stands for: its expected point, unscaled."""
+    points = torch.arange(-support, support + 1, dtype=logits.dtype, device=logits.device)
+    return unscale((torch.softmax(logits, dim=-1) * points).sum(-1), eps)
+
+
+def categorical_loss(logits: Tensor, targets: Tensor, support: int, eps: float = EPS) -> Tensor:
+    """Cross-entropy of each prediction ``[N, 2 * support + 1]`` against the two-hot form of each target value
+    ``[N]`` (in the values' own units), per row ``[N]``."""
+    return -(two_hot(scale(targets, eps), support) * torch.log_softmax(logits, dim=-1)).sum(-1)
+
+
+def policy_loss(logits: Tensor, target: Tensor, legal: Tensor | None) -> Tensor:
+    """Cross-entropy of the policy ``logits`` ``[N, A]`` against the search's policy ``target`` ``[N, A]`` over the
+    ``legal`` actions (``[N, A]`` bool; None: all), per row ``[N]``. An illegal action's target is 0 and its logit
+    takes no part."""
+    if legal is not None:
+        logits = logits.masked_fill(~legal, float("-inf"))
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(target * torch.where(target > 0, logp, torch.zeros_like(logp))).sum(-1)
