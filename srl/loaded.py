@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from srl.api.config import ConfigError, ExperimentConfig, build, load_config
+from srl.api.config import ConfigError, ExperimentConfig, apply_overrides, build, load_config
 from srl.api.config.policies import DEFAULT_POLICY
 from srl.api.plugins import missing_from_main
 from srl.api.spaces import ObsPart, action_spec, check_fits, flatten_obs, obs_parts
@@ -296,9 +296,11 @@ def best_of(
     return [policies[cfg.policy_names.index(n)] for n in team], info
 
 
-def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[str, Any]]:
+def load_policies(target: Path, overrides: Sequence[str] = ()) -> tuple[ExperimentConfig, list[Policy], dict[str, Any]]:
     """The config and the acting policy of each policy of a run directory (each one's newest checkpoint), or of
-    one checkpoint file (a run of one policy)."""
+    one checkpoint file (a run of one policy). ``overrides`` (``key=value``) change how the saved config acts (a
+    search's simulations: ``alphazero.search.simulations=128``); one that no longer fits the checkpoint's weights
+    is one line."""
     target = Path(target)
     if target.is_dir():
         saved = target / "config.yaml"
@@ -321,7 +323,7 @@ def load_policies(target: Path) -> tuple[ExperimentConfig, list[Policy], dict[st
             states.append(load_checkpoint(path, ACTING_ENTRIES))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    cfg = build(ExperimentConfig, states[0]["config"], prefix="checkpoint config: ")
+    cfg = build(ExperimentConfig, apply_overrides(states[0]["config"], list(overrides)), prefix="checkpoint config: ")
     require_env_reachable(cfg)
     alone = cfg.population.enabled and len(cfg.base_policies) == 1  # one member of a population plays alone
     if len(cfg.policy_names) != len(files) and not alone:

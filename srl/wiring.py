@@ -38,6 +38,7 @@ ALGORITHMS = {
     "r2d2": "srl.algorithms.r2d2:R2D2",
     "sac": "srl.algorithms.sac:SAC",
     "td3": "srl.algorithms.sac:TD3",
+    "alphazero": "srl.algorithms.alphazero:AlphaZero",
 }
 """Built-in names for ``algorithm:``."""
 

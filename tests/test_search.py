@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -419,3 +420,50 @@ def test_the_losses_equal_plain_cross_entropies_and_illegal_actions_take_no_part
     values = torch.tensor([-2.0, 0.3, 40.0])
     plain = -(two_hot(scale(values), 5) * torch.log_softmax(pred, -1)).sum(-1)
     torch.testing.assert_close(categorical_loss(pred, values, 5), plain)
+
+
+# --------------------------------------------------------------------------- AlphaZero
+def _alphazero_config(tmp_path, *more: str):
+    from srl.api.config import load_config
+
+    path = tmp_path / "az.yaml"
+    path.write_text(
+        "algorithm: alphazero\nruntime: inline\nenv: {id: srl.envs.turns:game, kwargs: {name: tic_tac_toe, "
+        "history: true}, agent_id: true}\nworkers: {actors: 1, envs_per_slot: 8, segment_length: 8}\n"
+        "model: {hidden: [32], normalize_obs: false}\nalphazero: {nstep: 8, batch_size: 16, search: {simulations: 8}}\n"
+        "replay: {max_size: 4000, min_size: 200}\nrun: {total_env_steps: 800, eval_episodes: 0, target_return: null}\n"
+    )
+    return load_config(path, list(more))
+
+
+def test_alphazero_trains_from_replay_items_that_carry_each_search(tmp_path):
+    """The acting policy's own step fields (the search's policy, whether it searched) ride in the replay's items
+    and batches; DQN's items carry none. An inline run takes its searches, inserts and trains."""
+    from srl.api.config import load_config
+    from srl.replay.role import replay_spec
+    from srl.runtime.plan import make_plan
+    from srl.runtime.train import train
+
+    cfg = _alphazero_config(tmp_path)
+    plan = make_plan(cfg)
+    spec = replay_spec(plan, 0)
+    assert spec.carried == ("search_policy", "searched")
+    fields = spec.batch_fields(4)
+    assert fields["search_policy"].shape == (1, 4, 9) and fields["searched"].shape == (1, 4)
+    assert replay_spec(make_plan(load_config("configs/cartpole_dqn.yaml", ["runtime=inline"])), 0).carried == ()
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert "error" not in summary and summary["trained_samples"] > 0, summary.get("error")
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    shares = [r["searched_share"] for r in records if "searched_share" in r]
+    assert shares and all(0.3 < s < 0.7 for s in shares)  # each player searches on its own moves only
+
+
+def test_alphazero_settings_and_envs_it_cannot_search_are_one_line(tmp_path):
+    from srl.runtime.plan import make_plan
+
+    with pytest.raises(ConfigError, match=r"^alphazero\.search\.simulations: a search takes at least 2"):
+        _alphazero_config(tmp_path, "alphazero.search.simulations=1")
+    with pytest.raises(ConfigError, match=r"^env\.kwargs\.history: AlphaZero rebuilds each position"):
+        make_plan(_alphazero_config(tmp_path, "env.kwargs.history=false"))
+    with pytest.raises(ConfigError, match=r"^alphazero\.nstep: 9-step returns are longer than the stored"):
+        make_plan(_alphazero_config(tmp_path, "alphazero.nstep=9"))

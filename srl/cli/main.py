@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         help="two-player turn-based games: play --episodes games against this opponent (seats alternate) and "
         "print win, draw and loss rates",
     )
+    add_overrides(e, "change how the saved config acts, e.g. alphazero.search.simulations=128 (repeatable)")
     from srl.cli import bench, plan, plot, tune
 
     bench.add_parser(sub)
@@ -141,7 +142,7 @@ def _command(argv: list[str] | None) -> int:
 
             if args.episodes < 1:
                 raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")
-            cfg, policies, source = load_policies(args.target)
+            cfg, policies, source = load_policies(args.target, args.overrides)
             seed = eval_seed(cfg) if args.seed is None else args.seed
             if args.opponent is not None:
                 from srl.league.match import play_match

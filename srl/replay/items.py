@@ -58,6 +58,7 @@ class ItemReader:
         """Per step, its observation row (one gather in a batch instead of three array operations)."""
         self._parts = tuple((part, f"boot_{part}") for part in spec.obs_fields)
         self._alive = "alive" in spec.fields
+        self._carried = ("actions", *spec.carried)
         steps = spec.capacity * spec.steps
         self._returns = np.zeros(steps, np.float32)
         self._discounts = np.zeros(steps, np.float32)
@@ -90,7 +91,7 @@ class ItemReader:
         for part, boot_part in self._parts:
             self._observations(part, obs_rows, out[part])
             self._observations(part, boot, out[boot_part])
-        self._steps(steps, ("actions",), out)
+        self._steps(steps, self._carried, out)
         self._returns.take(steps, out=out["returns"], mode="clip")
         self._discounts.take(steps, out=out["discounts"], mode="clip")
 
@@ -101,7 +102,7 @@ class ItemReader:
         obs_rows = self._obs_row.take(rows, mode="clip")[None, :] + self._seq_window  # [L + 1, N]
         for part, _ in self._parts:
             self._observations(part, obs_rows, out[part])
-        self._steps(steps, ("actions", "rewards", "terminated", "truncated"), out)
+        self._steps(steps, ("rewards", "terminated", "truncated", *self._carried), out)
         self._flat[MEMORY].take(rows + rows // self.spec.steps, axis=0, out=out[MEMORY], mode="clip")
 
     def _observations(self, part: str, obs_rows: np.ndarray, out: np.ndarray) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from srl.api.config.errors import ConfigError
 from srl.api.config.replay import ReplayConfig
-from srl.api.schema import MEMORY, FieldSpec
+from srl.api.schema import ALIVE, MEMORY, STREAM_FIELDS, FieldSpec
 from srl.api.spaces import FINAL_PREFIX
 from srl.base.rate_limiter import RateLimiter, least_error_buffer
 from srl.base.sumtree import SumTree
@@ -166,6 +166,28 @@ class ReplaySpec:
         return (self.steps - self.item_length) // self.item_stride + 1
 
     @property
+    def carried(self) -> tuple[str, ...]:
+        """The acting policy's own step fields besides the transition (a search's policy, whether it searched):
+        stored with the rest, and carried into every batch as stored, ``[L, N, ...]``."""
+        standard = {
+            "actions",
+            "rewards",
+            "terminated",
+            "truncated",
+            ALIVE.name,
+            MEMORY,
+            *(f.name for f in STREAM_FIELDS),
+        }
+        return tuple(
+            name
+            for name, spec in self.fields.items()
+            if name not in standard
+            and name not in self.obs_fields
+            and not name.startswith(FINAL_PREFIX)
+            and spec.shape[0] == self.steps
+        )
+
+    @property
     def sequences(self) -> bool:
         """Whether batches are sequences (the layout carries a recurrent policy's state) or transitions."""
         return MEMORY in self.fields
@@ -248,7 +270,8 @@ class ReplaySpec:
         one after its last; ``actions``, ``rewards`` float32 and ``terminated`` / ``truncated`` bool ``[L, N]``;
         :data:`MEMORY` ``[N, state]``, the recurrent state the actor's policy acted on the item's first step with.
 
-        Both: ``alive [L, N]`` bool where the layout has it (a step its agent did not take, having left the env
+        Both: the acting policy's own step fields (:attr:`carried`) ``[L, N, ...]`` as stored; ``alive [L, N]`` bool
+        where the layout has it (a step its agent did not take, having left the env
         early, holds no transition); ``weights [N]`` float32 importance weights; ``keys [N]`` int64, which a
         priority update names the items by.
         """
@@ -270,6 +293,8 @@ class ReplaySpec:
             out["returns"] = out["discounts"] = FieldSpec(lead, "float32")
         if "alive" in self.fields:  # a multi-agent env's: which steps its agent took (it may leave early)
             out["alive"] = FieldSpec(lead, "bool")
+        for name in self.carried:
+            out[name] = FieldSpec((*lead, *self.fields[name].shape[2:]), self.fields[name].dtype)
         out["weights"] = FieldSpec((batch,), "float32")
         out["keys"] = FieldSpec((batch,), "int64")
         return out

@@ -3,8 +3,8 @@
 An OpenSpiel game made with ``env.kwargs.history: true`` (:func:`srl.envs.turns.game`) puts the observer's seat and
 the game's history in every observation, so whoever holds the network (a policy worker, batching the rows of many
 actors; an actor acting inline) rebuilds each position itself and searches on copies of it: no game object crosses
-a process. The children's observations are the env's own (:class:`srl.envs.turns.OpenSpielGame` observes them), so
-the network sees in the search what it sees in play.
+a process. The children's observations are the env's own (:class:`srl.envs.turns.OpenSpielGame` observes them, with the
+mover's seat where ``env.agent_id`` adds it), so the network sees in the search what it sees in play.
 
 Two-player zero-sum games of alternate moves (or one-player games): a child's value changes sides when the player
 to move changes (discount -1), and a move's reward is the mover's. A chance node met in the search is sampled.
@@ -20,6 +20,7 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.config.search import SearchConfig
+from srl.envs.multiagent import AGENT
 from srl.envs.turns import HISTORY_KEY, MASK_KEY, OpenSpielGame, SeatedGame, game
 from srl.search.tree import Trees
 
@@ -68,7 +69,9 @@ class GameModel:
         self.view = OpenSpielGame(made, env.id)
         self.actions = spiel.num_distinct_actions()
         self.players = spiel.num_players()
-        self._shapes = {k: tuple(space.shape or ()) for k, space in self.view.observation_space.items()}
+        self._parts = {k: (tuple(space.shape or ()), space.dtype) for k, space in self.view.observation_space.items()}
+        if env.agent_id:  # each observation says whose it is (env.agent_id): a child's says its mover's
+            self._parts[AGENT] = ((), np.dtype(np.int64))
 
     def roots(self, history: np.ndarray) -> tuple[list[Any], np.ndarray]:
         """The positions of a batch of observations' histories ``[N, L]``, and which rows are the observer's
@@ -85,7 +88,7 @@ class GameModel:
     def step(self, states: list[Any], actions: np.ndarray, rng: np.random.Generator) -> Children:
         """Each state's child after its action (a chance node after it sampled)."""
         n = len(states)
-        obs = {k: np.zeros((n, *self._shapes[k]), space.dtype) for k, space in self.view.observation_space.items()}
+        obs = {k: np.zeros((n, *shape), dtype) for k, (shape, dtype) in self._parts.items()}
         out = Children([], obs, np.zeros((n, self.actions), bool), np.zeros(n), np.ones(n), np.zeros(n, bool))
         for i, (state, action) in enumerate(zip(states, actions)):
             mover = state.current_player()
@@ -104,6 +107,8 @@ class GameModel:
             self.view.state = child
             for k, x in self.view.observe(player).items():
                 obs[k][i] = x
+            if AGENT in obs:
+                obs[AGENT][i] = player
             out.legal[i] = obs[MASK_KEY][i] > 0
         return out
 

@@ -7,8 +7,9 @@ key, type or value raises :class:`ConfigError` whose message names the field,
 so the CLI can print one line and exit non-zero. Configs are never mutated
 after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
-One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn`` and ``r2d2``, ``sac`` and ``td3``, ``params``,
-``stage``, ``league``, ``replay``, ``text``, ``ray``, ``run``), the root in ``experiment``, typed building in
+One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn`` and ``r2d2``, ``sac`` and ``td3``,
+``alphazero`` with its ``search`` (in ``search``), ``params``, ``stage``, ``league``, ``replay``, ``text``, ``ray``,
+``run``), the root in ``experiment``, typed building in
 ``parse`` and the YAML / ``--set`` reading in ``load``; every public name is imported from this package.
 """
 
@@ -36,12 +37,14 @@ from srl.api.config.ray import RayConfig
 from srl.api.config.replay import ReplayConfig
 from srl.api.config.run import RunConfig
 from srl.api.config.sac import SACConfig, TD3Config
+from srl.api.config.search import AlphaZeroConfig, SearchConfig
 from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
 
 __all__ = [
     "FIXED_ON_RESUME",
+    "AlphaZeroConfig",
     "Bot",
     "ConfigError",
     "ConfigNotice",
@@ -57,6 +60,7 @@ __all__ = [
     "ReplayConfig",
     "RunConfig",
     "SACConfig",
+    "SearchConfig",
     "StageConfig",
     "TD3Config",
     "TextConfig",
