@@ -456,6 +456,13 @@ def test_alphazero_trains_from_replay_items_that_carry_each_search(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     shares = [r["searched_share"] for r in records if "searched_share" in r]
     assert shares and all(0.3 < s < 0.7 for s in shares)  # each player searches on its own moves only
+    # srl eval --set: the saved run acts with a stronger search; a setting its weights do not fit is one line
+    from srl.loaded import load_policies
+
+    _, (policy,), _ = load_policies(tmp_path / "run", ["alphazero.search.simulations=3"])
+    assert policy.search.settings.simulations == 3  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="does not fit its own config"):
+        load_policies(tmp_path / "run", ["model.hidden=[7]"])
 
 
 def test_alphazero_settings_and_envs_it_cannot_search_are_one_line(tmp_path):
