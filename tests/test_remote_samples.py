@@ -308,7 +308,9 @@ def test_a_mailbox_carries_a_state_of_tens_of_megabytes_from_another_process_and
     ctx = zmq.Context.instance()
     reader = MailReader(address, "token", ctx)
     payload = np.random.default_rng(0).integers(0, 256, 48 << 20, dtype=np.uint8).tobytes()
-    child = multiprocessing.get_context("spawn").Process(target=_send_mail, args=(address, payload))
+    spawn = multiprocessing.get_context("spawn")
+    received = spawn.Event()  # the writer's process lives until its message is in: its socket's linger is short
+    child = spawn.Process(target=_send_mail, args=(address, payload, received))
     child.start()
     try:
         stranger = MailWriter(address, "wrong", ctx)
@@ -322,6 +324,7 @@ def test_a_mailbox_carries_a_state_of_tens_of_megabytes_from_another_process_and
             got = reader.recv(1.0)
         assert [(meta, len(data)) for meta, data in got] == [({"op": "state", "seq": 7, "member": 2}, len(payload))]
         assert got[0][1] == payload
+        received.set()
         while reader.rejected < 2 and time.monotonic() < deadline:
             assert reader.recv(0.1) == []
         assert reader.rejected == 2
@@ -338,17 +341,19 @@ def test_a_mailbox_carries_a_state_of_tens_of_megabytes_from_another_process_and
         for end in (writer, again, stranger, odd):
             end.close()
     finally:
+        received.set()
         child.join(5.0)
         if child.is_alive():
             child.kill()
 
 
-def _send_mail(address: str, payload: bytes) -> None:
+def _send_mail(address: str, payload: bytes, received) -> None:
     from srl.system.remote_records import MailWriter
 
     writer = MailWriter(address, "token", zmq.Context.instance())
     writer.send({"op": "state", "seq": 7, "member": 2}, payload)
-    writer.close()  # lingers until the message is out
+    received.wait(120.0)
+    writer.close()
 
 
 def test_segments_lost_across_nodes_are_counted_as_dropped_across_an_actors_restarts() -> None:

@@ -455,7 +455,7 @@ def test_alphazero_trains_from_replay_items_that_carry_each_search(tmp_path):
     assert "error" not in summary and summary["trained_samples"] > 0, summary.get("error")
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     shares = [r["searched_share"] for r in records if "searched_share" in r]
-    assert shares and all(0.3 < s < 0.7 for s in shares)  # each player searches on its own moves only
+    assert shares and 0.35 < float(np.mean(shares)) < 0.65  # each player searches on its own moves only (about half)
     # srl eval --set: the saved run acts with a stronger search; a setting its weights do not fit is one line
     from srl.loaded import load_policies
 
