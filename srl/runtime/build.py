@@ -241,7 +241,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
 
 
 def _port(ctx: BuildContext) -> TrainerPort | None:
-    """The trainer's end of the role of the run that declares one (``Role.port``: a population's member link)."""
+    """The trainer's end of the role of the run that declares one (``Role.port``)."""
     make = declared(ctx.plan, "port")
     port: TrainerPort | None = None if make is None else make(ctx)
     return port
@@ -309,7 +309,7 @@ def build_actor(ctx: BuildContext) -> Worker:
     rewards = None
     if env.normalize_reward or env.reward_clip is not None:
         rewards = lambda n: RewardTransform(n, discount(cfg), env.normalize_reward, env.reward_clip)  # noqa: E731
-    make = declared(plan, "slots")  # a role that makes the actors' slots (a league's, a population's)
+    make = declared(plan, "slots")  # a role that makes the actors' slots (Role.slots)
     slot_of: Callable[[int], GroupedSlot] = (lambda i: env_slot(plan)) if make is None else (lambda i: make(ctx, i))
     return ActorWorker(
         index,
@@ -338,7 +338,7 @@ def build_actor(ctx: BuildContext) -> Worker:
 
 def env_slot(plan: Plan, members: tuple[str, ...] = ()) -> GroupedSlot:
     """An actor's slot of the run's env: ``workers.envs_per_slot`` environments, their agents grouped by policy
-    (``members``: a population's, each playing its share of the envs)."""
+    (``members``: the policies of several members, ``cfg.members``, each playing its share of the envs)."""
     cfg = plan.cfg
     on_state = [p.name for p in plan.policies if p.state_space is not None]
     return make_grouped(cfg.env, cfg.workers.envs_per_slot, cfg.agents, on_state, members=members)

@@ -169,9 +169,8 @@ class WorkerActor:
         except Exception as exc:
             return json.dumps({"error": self._fail(exc)})
         bound: dict[str, str] = {}
-        for e in (
-            self.record.serves
-        ):  # a segment stop's receiver, a record channel's or mailbox's reader, a parameter server
+        # a segment stop's receiver, a record channel's or mailbox's reader, a parameter server
+        for e in self.record.serves:
             if e.stream.segments and e.stream.bound:
                 bound[e.name] = worker.source.address  # type: ignore[attr-defined]
             elif e.stream.bound and (e.stream.channel or e.stream.mail):

@@ -111,7 +111,7 @@ class Stream:
     EPISODES = StreamKind("episodes", "episodes{}", bound=True, channel=EPISODE_WIDTH)
     """An episode sink (the episode tap): every actor sends each one, with each report, each policy's env steps
     and its finished episodes' returns (``streams.episode_records``; across nodes a record channel over ZeroMQ).
-    A role that reads them serves one (the population worker); its index is the sink's own in the run."""
+    A role that reads them serves one; its index is the sink's own in the run."""
     COMMANDS = StreamKind("commands", "commands{}", bound=True, mail=True)
     """Policy ``k``'s lead trainer's command port, a mailbox served when a role of the run declares a
     :attr:`Role.port`: that role's workers send it commands (with a payload: a state to take), its port answers
@@ -239,7 +239,7 @@ class Role:
     """``module:attr`` of ``port(ctx) -> TrainerPort | None`` (``srl.api.worker``): what each trainer of a run
     with this role's workers is handed, from its :class:`~srl.runtime.build.BuildContext`: the lead's port
     answers this role's commands (each policy's lead trainer serves a :attr:`Stream.COMMANDS` endpoint), and
-    every trainer takes what it was told with its data-parallel peers (a population's copies)."""
+    every trainer takes what it was told with its data-parallel peers."""
     check: str | None = None
     """``module:attr`` of ``check(plan)``: what this role needs of a run with its workers, called once the plan is
     made (a ``ConfigError`` naming the setting, before anything starts)."""
@@ -249,7 +249,7 @@ class Role:
     before anything is touched), and what to say of it (the run's first warnings)."""
     slots: str | None = None
     """``module:attr`` of ``make(ctx, i) -> GroupedSlot``: how each actor of a run with this role's workers makes
-    its slot ``i`` (a league seats pool members in the other seats; a population deals the envs to its members).
+    its slot ``i`` (seating opponents in the other seats of a game, or dealing the envs to several members).
     None: the env's own."""
 
     def hook(self, name: str) -> Any:
@@ -349,10 +349,10 @@ class Layout:
     sample_path: tuple[Role, ...] = field(default=(), kw_only=True)
     """The roles segments pass through between the actors and the trainers (``workers.path``, resolved)."""
     added_roles: tuple[Role, ...] = field(default=(), kw_only=True)
-    """The roles beyond the core's and the sample path's: the built-in ones (``srl.wiring.ROLES``: eval, league,
-    population), then those ``workers.roles`` adds (plugins), in its order."""
+    """The roles beyond the core's and the sample path's: the built-in ones (``srl.wiring.ROLES``), then those
+    ``workers.roles`` adds (plugins), in its order."""
     vs_random: bool = field(default=False, kw_only=True)
-    """One policy plays a two-player turn-based game (OpenSpiel, PettingZoo AEC; plain self-play or a league):
+    """One policy plays a two-player turn-based game (OpenSpiel, PettingZoo AEC; against itself or a pool):
     evaluations also play it against a uniform random player, since self-play's returns average 0 in a zero-sum
     game whatever the policy."""
 

@@ -129,12 +129,12 @@ class Searched:
 
 
 class GameSearch:
-    """Searches on the real game for a batch of observations; its trees are kept for the next batch of a size
-    it has seen."""
+    """Searches on the real game for a batch of observations; its trees are kept for the next batch of the same
+    size (the rows to move vary from call to call, so only the last size is kept)."""
 
     def __init__(self, model: GameModel, settings: SearchConfig) -> None:
         self.model, self.settings = model, settings
-        self._trees: dict[int, Trees] = {}
+        self._trees: Trees | None = None
 
     def __call__(self, evaluate: Evaluate, obs: Mapping[str, np.ndarray], rng: np.random.Generator | None) -> Searched:
         """Search every row of ``obs`` that is its observer's move; the network evaluates each simulation's new
@@ -148,9 +148,9 @@ class GameSearch:
         )
         if not len(rows):
             return out
-        trees = self._trees.get(len(rows)) or self._trees.setdefault(
-            len(rows), Trees(len(rows), model.actions, self.settings)
-        )
+        if self._trees is None or self._trees.batch != len(rows):
+            self._trees = Trees(len(rows), model.actions, self.settings)
+        trees = self._trees
         logits, values = evaluate({k: np.asarray(x)[rows] for k, x in obs.items()})
         trees.reset(logits, values, np.asarray(obs[MASK_KEY])[rows] > 0, rng)
         nodes = [[states[r]] for r in rows]

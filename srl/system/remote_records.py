@@ -53,10 +53,7 @@ class RecordReader(Channel):
     def __init__(self, width: int, address: str, token: str, ctx: zmq.Context, queue: int = QUEUE) -> None:
         super().__init__(width)
         self.token = token
-        self._sock = ctx.socket(zmq.PULL)
-        self._sock.setsockopt(zmq.RCVHWM, queue)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.bind(address)
+        self._sock = _bound_pull(ctx, address, queue)
         self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._held: deque[np.ndarray] = deque()  # records received beyond what a recv asked for
         self.received = 0
@@ -88,15 +85,8 @@ class RecordReader(Channel):
         return np.concatenate(out) if out else self._empty()
 
     def _accept(self, frames: list[Any]) -> np.ndarray | None:
-        try:
-            msg = wire.decode(
-                [f.buffer for f in frames], expect_schema=RECORDS, fields={RECORDS: ("int32", (None, self.width))}
-            )
-            wire.check_token(msg.meta.get("token"), self.token)
-        except wire.WireError as exc:
-            self.rejected += 1
-            if self.rejected <= MAX_LOGGED_REJECTS:
-                log.error("record channel %s: rejected message: %s", self.address, exc)
+        msg = _authentic(self, frames, RECORDS, {RECORDS: ("int32", (None, self.width))}, "record channel")
+        if msg is None:
             return None
         records = np.array(msg.arrays[RECORDS], np.int32)  # own the words: the frame is freed with the message
         self.received += len(records)
@@ -109,7 +99,7 @@ class RecordReader(Channel):
 
     def has_buffered(self) -> bool:
         """Records are held here, or a message waits in ZeroMQ (reading the events re-arms the descriptor)."""
-        return bool(self._held) or bool(self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+        return bool(self._held) or bool(int(self._sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
 
     def close(self) -> None:
         self._held.clear()
@@ -122,10 +112,7 @@ class RecordWriter(Channel):
     def __init__(self, width: int, address: str, token: str, ctx: zmq.Context, queue: int = QUEUE) -> None:
         super().__init__(width)
         self.token = token
-        self._sock = ctx.socket(zmq.PUSH)
-        self._sock.setsockopt(zmq.SNDHWM, queue)
-        self._sock.setsockopt(zmq.LINGER, 2000)  # a stopping worker still delivers what it queued
-        self._sock.connect(address)
+        self._sock = _connected_push(ctx, address, queue)
         self.address = address
         self.sent = 0
         self.dropped = 0
@@ -136,11 +123,9 @@ class RecordWriter(Channel):
         records = self._records(record)
         if not len(records):
             return
-        frames = wire.encode(RECORDS, {RECORDS: records}, {"token": self.token})
-        try:
-            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=True)
+        if _sent(self._sock, wire.encode(RECORDS, {RECORDS: records}, {"token": self.token})):
             self.sent += len(records)
-        except zmq.Again:
+        else:
             self.dropped += len(records)
 
     def recv(self, max_records: int, timeout: float | None) -> np.ndarray:
@@ -194,10 +179,7 @@ class MailReader:
 
     def __init__(self, address: str, token: str, ctx: zmq.Context, queue: int = QUEUE) -> None:
         self.token = token
-        self._sock = ctx.socket(zmq.PULL)
-        self._sock.setsockopt(zmq.RCVHWM, queue)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.bind(address)
+        self._sock = _bound_pull(ctx, address, queue)
         self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.rejected = 0
 
@@ -213,13 +195,8 @@ class MailReader:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return out
-            try:
-                msg = wire.decode([f.buffer for f in frames], expect_schema=MAIL, fields={PAYLOAD: ("uint8", (None,))})
-                wire.check_token(msg.meta.get("token"), self.token)
-            except wire.WireError as exc:
-                self.rejected += 1
-                if self.rejected <= MAX_LOGGED_REJECTS:
-                    log.error("mailbox %s: rejected message: %s", self.address, exc)
+            msg = _authentic(self, frames, MAIL, {PAYLOAD: ("uint8", (None,))}, "mailbox")
+            if msg is None:
                 continue
             meta = {k: v for k, v in msg.meta.items() if k != "token"}
             out.append((meta, msg.arrays[PAYLOAD].tobytes()))
@@ -233,20 +210,16 @@ class MailWriter:
 
     def __init__(self, address: str, token: str, ctx: zmq.Context, queue: int = QUEUE) -> None:
         self.token = token
-        self._sock = ctx.socket(zmq.PUSH)
-        self._sock.setsockopt(zmq.SNDHWM, queue)
-        self._sock.setsockopt(zmq.LINGER, 2000)  # a stopping worker still delivers what it queued
-        self._sock.connect(address)
+        self._sock = _connected_push(ctx, address, queue)
         self.address = address
         self.sent = 0
         self.dropped = 0
 
     def send(self, meta: Mapping[str, Any], payload: bytes = b"") -> None:
         frames = wire.encode(MAIL, {PAYLOAD: np.frombuffer(payload, np.uint8)}, {**meta, "token": self.token})
-        try:
-            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=True)
+        if _sent(self._sock, frames):
             self.sent += 1
-        except zmq.Again:
+        else:
             self.dropped += 1
 
     def recv(self, timeout: float = 0.0) -> list[Mail]:
@@ -254,3 +227,44 @@ class MailWriter:
 
     def close(self) -> None:
         self._sock.close()
+
+
+def _bound_pull(ctx: zmq.Context, address: str, queue: int) -> zmq.Socket:
+    """A reader's socket: PULL, bound at ``address``, holding up to ``queue`` messages."""
+    sock = ctx.socket(zmq.PULL)
+    sock.setsockopt(zmq.RCVHWM, queue)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(address)
+    return sock
+
+
+def _connected_push(ctx: zmq.Context, address: str, queue: int) -> zmq.Socket:
+    """A writer's socket: PUSH, connected to ``address``, queueing up to ``queue`` messages for an absent reader."""
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.SNDHWM, queue)
+    sock.setsockopt(zmq.LINGER, 2000)  # a stopping worker still delivers what it queued
+    sock.connect(address)
+    return sock
+
+
+def _sent(sock: zmq.Socket, frames: list[Any]) -> bool:
+    """Send ``frames`` without blocking; False when ZeroMQ's queue to an absent reader is full."""
+    try:
+        sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=True)
+    except zmq.Again:
+        return False
+    return True
+
+
+def _authentic(reader: Any, frames: list[Any], schema: str, fields: Any, what: str) -> wire.Message | None:
+    """A received message of ``schema`` with the run's token (``reader.token``), or None: counted in
+    ``reader.rejected`` and logged (the first :data:`MAX_LOGGED_REJECTS`)."""
+    try:
+        msg = wire.decode([f.buffer for f in frames], expect_schema=schema, fields=fields)
+        wire.check_token(msg.meta.get("token"), reader.token)
+    except wire.WireError as exc:
+        reader.rejected += 1
+        if reader.rejected <= MAX_LOGGED_REJECTS:
+            log.error("%s %s: rejected message: %s", what, reader.address, exc)
+        return None
+    return msg
