@@ -39,6 +39,7 @@ ALGORITHMS = {
     "sac": "srl.algorithms.sac:SAC",
     "td3": "srl.algorithms.sac:TD3",
     "alphazero": "srl.algorithms.alphazero:AlphaZero",
+    "muzero": "srl.algorithms.muzero:MuZero",
 }
 """Built-in names for ``algorithm:``."""
 
@@ -50,6 +51,7 @@ ROLES = {
     "eval": "srl.eval.role:EVAL",
     "league": "srl.league.role:LEAGUE",
     "population": "srl.population.role:POPULATION",
+    "reanalyze": "srl.reanalyze.role:REANALYZE",
 }
 """The built-in roles beyond the core's (trainers, parameter servers, policy workers, actors), each a package with
 its worker, role and report, in start order: every run declares them, with workers where its sections ask for

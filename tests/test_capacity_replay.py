@@ -212,3 +212,18 @@ def test_bench_compute_refuses_a_replay_config_in_one_line():
 
     with pytest.raises(ConfigError, match=r"learns from a replay.*srl bench costs"):
         bench_compute(load_config("configs/cartpole_dqn.yaml"), 0.1)
+
+
+def test_reanalysis_is_charged_to_the_cores_beside_the_replay():
+    """A search costs what the acting policy's forward pass costs (here 50 us per step, 400 us per call over a batch
+    of 64): re-searching half the steps trained on (4 items of one step per env step) is 2 steps per env step, so
+    2 x (50 + 400 / 64) us more on the node's cores, and nothing on any other stage."""
+    base = dataclasses.replace(REPLAY, inference_seconds_per_sample=50e-6, inference_seconds_per_batch=400e-6)
+    cluster = Cluster(nodes=1, cores_per_node=2)
+    plain = predict(base, cluster, one_node(actors=4, trainers=4))
+    charged = predict(dataclasses.replace(base, reanalyze_share=0.5), cluster, one_node(actors=4, trainers=4))
+    extra = 2 * (50e-6 + 400e-6 / 64)
+    assert 1 / charged.stages["cores"] == pytest.approx(1 / plain.stages["cores"] + extra / 2)
+    assert {k: v for k, v in charged.stages.items() if k != "cores"} == {
+        k: v for k, v in plain.stages.items() if k != "cores"
+    }

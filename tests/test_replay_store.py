@@ -83,6 +83,13 @@ def _fill(store: ReplayStore, rng: np.random.Generator, segments: int, ends: flo
     return chunks
 
 
+def _writer(tag: str, spec: ReplaySpec) -> ReplayStore:
+    """The store as the replay worker attaches to it: attached, then repaired (what a kill left half done)."""
+    store = ReplayStore.attach(tag, spec)
+    store.repair()
+    return store
+
+
 def _leaf_priorities(store: ReplayStore, keys: np.ndarray) -> np.ndarray:
     """Tree leaves (priority^alpha) of live items ``keys``."""
     per, capacity = store.spec.items_per_chunk, store.spec.capacity
@@ -220,7 +227,8 @@ def _reference(chunk: Chunk, s: int, n: int, gamma: float, final: bool) -> tuple
 @pytest.mark.parametrize(("item_length", "n"), [(1, 1), (1, 3), (3, 2), (2, 6)])
 def test_nstep_targets_match_a_plain_loop(image: bool, item_length: int, n: int, draw: np.random.Generator) -> None:
     """Random segments with terminations, truncations (final obs, or the image stand-in) and windows cut at the
-    chunk's end (obs row T): every step of every sampled item against the reference."""
+    chunk's end (obs row T): every step of every sampled item against the reference; items of several steps carry
+    their steps' rewards and episode ends, items of one step none."""
     gamma = 0.9
     spec = _spec(T=6, image=image, item_length=item_length, batch=64)
     store = ReplayStore.in_process(spec)
@@ -237,11 +245,15 @@ def test_nstep_targets_match_a_plain_loop(image: bool, item_length: int, n: int,
                 seen.add(how)
                 np.testing.assert_array_equal(out["obs"][k, i], chunk["obs"][offset + k])
                 assert out["actions"][k, i] == chunk["actions"][offset + k]
+                if item_length > 1:  # a window carries its steps' rewards and episode ends (MuZero's unroll)
+                    for name in ("rewards", "terminated", "truncated"):
+                        assert out[name][k, i] == chunk[name][offset + k], name
                 assert out["returns"][k, i] == pytest.approx(ret, rel=1e-5, abs=1e-4)
                 assert out["discounts"][k, i] == pytest.approx(disc, rel=1e-6)
                 if how != "terminated":
                     np.testing.assert_array_equal(out["boot_obs"][k, i], boot)
     assert {"terminated", "truncated"} | ({"cut"} if n > 1 else set()) <= seen  # n = 1 never runs past a chunk
+    assert ("rewards" in out) == (item_length > 1)
 
 
 def _check_targets(store: ReplayStore, chunks: dict[int, Chunk], out: dict, n: int, gamma: float) -> None:
@@ -551,7 +563,7 @@ def test_a_worker_dropped_without_closing_finds_every_item_and_priority_again(
 ) -> None:
     spec = _spec(sampler="prioritized", max_size=24)
     with _controller(tag, spec):
-        worker = ReplayStore.attach(tag, spec)
+        worker = _writer(tag, spec)
         _fill(worker, np.random.default_rng(10), 3)
         worker.update_priorities(np.array([12, 13, 20]), np.array([7.0, 0.0, np.nan]))
         out = _batch(spec, 8)
@@ -559,7 +571,7 @@ def test_a_worker_dropped_without_closing_finds_every_item_and_priority_again(
         before = _state(worker)
         del worker  # killed: nothing closed, nothing flushed
         gc.collect()
-        again = ReplayStore.attach(tag, spec)
+        again = _writer(tag, spec)
         _assert_same(_state(again), before)
         again.close()
 
@@ -591,6 +603,7 @@ import numpy as np
 from test_replay_store import _fill, _spec
 from srl.replay.store import ReplayStore
 store = ReplayStore.attach({tag!r}, _spec(sampler="prioritized", max_size=24))
+store.repair()
 _fill(store, np.random.default_rng(20), 3)
 store.update_priorities(np.array([12, 13]), np.array([7.0, 3.0]))
 os.kill(os.getpid(), signal.SIGKILL)
@@ -601,7 +614,7 @@ os.kill(os.getpid(), signal.SIGKILL)
     with _controller(tag, spec):
         proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
         assert proc.returncode == -9, proc.stderr
-        again = ReplayStore.attach(tag, spec)
+        again = _writer(tag, spec)
         assert (again.size, again.slots.first, again.limiter.inserts) == (24, 3, 36)
         for key in range(3, 9):
             for name, arr in chunks[key].items():
@@ -625,13 +638,13 @@ def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str, draw: np.
 
     spec = _spec(sampler="prioritized", max_size=24)
     with _controller(tag, spec):
-        worker = ReplayStore.attach(tag, spec)
+        worker = _writer(tag, spec)
         rng = np.random.default_rng(11)
         chunks = _fill(worker, rng, 2)
         with pytest.raises(Killed):
             worker.insert(DiesMidWrite(_segment(spec, rng)))
         del worker
-        again = ReplayStore.attach(tag, spec)
+        again = _writer(tag, spec)
         assert again.size == 3 * spec.items_per_chunk and again.slots.first == 3  # segment 1 retired, 2 intact
         for key in range(3, 6):
             for name, arr in chunks[key].items():
@@ -644,17 +657,21 @@ def test_a_kill_mid_insert_leaves_no_half_written_chunk_live(tag: str, draw: np.
 
 
 def test_attach_gives_items_published_without_priorities_the_running_max(tag: str) -> None:
-    """A kill after the chunk keys were published but before their priorities were set leaves leaves at 0."""
+    """A kill after the chunk keys were published but before their priorities were set leaves leaves at 0: the
+    writer's repair gives them the running max; a reader's attach leaves them as they are."""
     spec = _spec(sampler="prioritized", alpha=1.0)
     with _controller(tag, spec):
-        worker = ReplayStore.attach(tag, spec)
+        worker = _writer(tag, spec)
         _fill(worker, np.random.default_rng(12), 2)
         worker.update_priorities(np.array([0]), np.array([5.0]))
         newest = np.arange(3 * spec.items_per_chunk, 6 * spec.items_per_chunk)
         assert worker._priorities is not None
         worker._priorities.tree.update(newest, np.zeros(newest.size))  # as if killed before setting them
         del worker
-        again = ReplayStore.attach(tag, spec)
+        reader = ReplayStore.attach(tag, spec)  # a reader beside the writer (a reanalyze worker) writes nothing
+        np.testing.assert_allclose(_leaf_priorities(reader, newest), 0.0)
+        reader.close()
+        again = _writer(tag, spec)
         np.testing.assert_allclose(_leaf_priorities(again, newest), 5.0)
         again.close()
 
@@ -835,3 +852,41 @@ def test_bench_replay_refuses_an_on_policy_config_in_one_line() -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "learns on-policy" in lines[0], proc.stderr
+
+
+# ---------------------------------------------------------------- stored steps by key (reanalysis)
+
+
+def test_refreshed_step_targets_land_only_on_steps_whose_key_still_names_them(draw):
+    """A search's refreshed policy is written back by step key: to the very step read, while its chunk lives;
+    once the chunk is overwritten, the old key is refused and the new data is left as inserted. Only a field the
+    acting policy stored can be written; each step's observation reads back as inserted."""
+    T, B = 4, 2
+    fields = {**_fields(T, B, image=False), "search_policy": FieldSpec((T, B, 3), "float32")}
+    spec = ReplaySpec.of(PoolLayout(1, 1, fields), ReplayConfig(max_size=32, min_size=1, error_buffer=1e9), 16)
+    assert spec.carried == ("search_policy",) and spec.capacity == 8
+    store = ReplayStore.in_process(spec)
+    chunks = _fill(store, draw, 2)  # 4 chunks of 8 slots
+    keys = store.draw_steps(32, draw)
+    obs = {"obs": np.zeros((32, 2), np.float32)}
+    assert store.read_steps(keys, obs).all()
+    for key, row in zip(keys, obs["obs"]):
+        chunk, step = divmod(int(key), T)
+        np.testing.assert_array_equal(row, chunks[chunk]["obs"][step])
+    fresh = draw.random((32, 3)).astype(np.float32)
+    assert store.write_steps(keys, "search_policy", fresh) == (32, 0)
+    batch = _batch(spec, 16)
+    store.sample_into(batch, draw)
+    for item, column in zip(batch["keys"], range(16)):  # items of one step: item key = step key
+        hits = np.flatnonzero(keys == item)
+        want = fresh[hits[-1]] if len(hits) else chunks[int(item) // T]["search_policy"][int(item) % T]
+        np.testing.assert_array_equal(batch["search_policy"][0, column], want)
+    _fill(store, draw, 4)  # 8 more chunks: every old chunk is overwritten
+    before = {name: arr.copy() for name, arr in store._chunks.items()}
+    assert store.write_steps(keys, "search_policy", fresh) == (0, 32)
+    assert not store.read_steps(keys, obs).any()
+    for name, arr in store._chunks.items():
+        np.testing.assert_array_equal(arr, before[name])
+    with pytest.raises(ValueError, match="'rewards' is not a step field the acting policy stored"):
+        store.write_steps(keys, "rewards", np.zeros(32, np.float32))
+    assert len(ReplayStore.in_process(spec).draw_steps(5, draw)) == 0

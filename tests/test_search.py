@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from srl.api.config import ConfigError, build
 from srl.api.config.search import SearchConfig
@@ -367,6 +369,16 @@ def test_srl_bench_search_reports_both_ways_and_refuses_bad_sizes_in_one_line():
     )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "--trees must be >= 1" in lines[0], proc.stderr
+    # a config's own searching policy (MuZero's latent search), batched and one row at a time
+    from srl.api.config import load_config
+    from srl.bench.search import bench_policy_search
+
+    (mine,) = bench_policy_search(
+        load_config("configs/cartpole_muzero.yaml", ["muzero.search.simulations=3"]), [2], 0.01
+    )
+    assert mine["trees"] == 2 and mine["simulations"] == 3 and mine["simulations_per_s_batched"] > 0
+    with pytest.raises(ConfigError, match="^--config: algorithm dqn does not act by searching$"):
+        bench_policy_search(load_config("configs/cartpole_dqn.yaml"), [1], 0.01)
 
 
 # --------------------------------------------------------------------------- learning from search: the math
@@ -474,3 +486,250 @@ def test_alphazero_settings_and_envs_it_cannot_search_are_one_line(tmp_path):
         make_plan(_alphazero_config(tmp_path, "env.kwargs.history=false"))
     with pytest.raises(ConfigError, match=r"^alphazero\.nstep: 9-step returns are longer than the stored"):
         make_plan(_alphazero_config(tmp_path, "alphazero.nstep=9"))
+
+
+# --------------------------------------------------------------------------- MuZero
+def test_the_unroll_targets_equal_a_plain_loop_over_each_items_episode_end():
+    """Past a termination a position is absorbing (value and reward 0, counted; no policy), past a time limit
+    unknown (nothing counted); before the first end everything is as stored; a later end changes nothing."""
+    from srl.algorithms.search_math import unroll_targets
+
+    rng = np.random.default_rng(4)
+    k1, n = 6, 64
+    values = rng.normal(size=(k1, n))
+    rewards = rng.normal(size=(k1, n))
+    terminated = rng.random((k1, n)) < 0.12
+    truncated = rng.random((k1, n)) < 0.08
+    got = unroll_targets(*(torch.as_tensor(x) for x in (values, rewards, terminated, truncated)))
+    for i in range(n):
+        end = None
+        for k in range(k1):
+            if end is None:
+                want = (values[k, i], 1.0, 1.0, rewards[k, i], 1.0)
+            elif end == "terminated":
+                want = (0.0, 1.0, 0.0, 0.0, 1.0)
+            else:
+                want = (None, 0.0, 0.0, None, 0.0)
+            value, value_mask, policy_mask, reward, reward_mask = want
+            assert float(got.value_mask[k, i]) == value_mask and float(got.policy_mask[k, i]) == policy_mask
+            if value is not None:
+                assert float(got.values[k, i]) == pytest.approx(value)
+            if k < k1 - 1:
+                assert float(got.reward_mask[k, i]) == reward_mask
+                if reward is not None:
+                    assert float(got.rewards[k, i]) == pytest.approx(reward)
+            if end is None and (terminated[k, i] or truncated[k, i]):
+                end = "terminated" if terminated[k, i] else "truncated"
+    assert got.rewards.shape == (k1 - 1, n) and got.values.shape == (k1, n)
+
+
+class _TableModel:
+    """A latent model that is a known MDP: the latent state is a one-hot of the state, the prior flat, values 0.
+    From state 0, action 0 pays 1 and leads nowhere; action 1 pays 0 but leads to state 2, whose action 1 pays 5."""
+
+    next_state = torch.tensor([[1, 2], [3, 3], [3, 3], [3, 3]])
+    reward = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 5.0], [0.0, 0.0]])
+
+    def initial(self, obs):
+        state = obs["obs"].long()
+        n = len(state)
+        return torch.nn.functional.one_hot(state, 4).float(), torch.zeros(n, 2), torch.zeros(n)
+
+    def recurrent(self, latent, actions):
+        state = latent.argmax(1)
+        child = self.next_state[state, actions]
+        n = len(state)
+        return (
+            torch.nn.functional.one_hot(child, 4).float(),
+            self.reward[state, actions],
+            torch.zeros(n, 2),
+            torch.zeros(n),
+        )
+
+
+@pytest.mark.parametrize("rule", ["gumbel", "puct"])
+def test_a_latent_search_looks_ahead_through_the_models_dynamics(rule):
+    """Searched in the model's latent states (200 simulations: PUCT's means take many to see past a node's first value
+    of 0), the delayed reward (0 then 5, discounted 0.9) beats the immediate 1;
+    a root whose better action is illegal plays the other; the values are the discounted rewards found."""
+    from srl.search.latent import LatentSearch
+
+    search = LatentSearch(SearchConfig(simulations=200, rule=rule), actions=2, gamma=0.9)
+    obs = {"obs": torch.zeros(3)}
+    legal = np.array([[True, True], [True, True], [True, False]])
+    found = search(_TableModel(), obs, legal, np.random.default_rng(0))
+    assert found.actions.tolist() == [1, 1, 0] and found.searched.all()
+    assert (found.policy[:2, 1] > 0.5).all() and found.policy[2].tolist() == [1.0, 0.0]
+    assert 1.0 < found.value[0] <= 4.5 and found.value[2] == pytest.approx(1.0, abs=0.01)
+    again = search(_TableModel(), obs, legal, None)  # kept trees, reset: an evaluation's search
+    assert again.actions.tolist() == [1, 1, 0]
+
+
+def test_muzero_learns_cartpole_by_searching_its_own_model(tmp_path):
+    """MuZero under the local runtime (an actor searching, a replay, a trainer unrolling the model) lifts CartPole's
+    return from a random policy's ~22 to 150 (the mean of 10 episodes, with the search's own exploration) within
+    60k env steps; the stored search policies and episode ends reach the trainer."""
+    from srl.api.config import load_config
+    from srl.runtime.train import train
+
+    cfg = load_config(
+        "configs/cartpole_muzero.yaml",
+        ["run.total_env_steps=60000", "run.target_return=150", "run.return_window=10", "run.eval_episodes=0"],
+    )
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert summary["solved"], {k: summary.get(k) for k in ("error", "env_steps", "train_return_mean")}
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("reward_loss", 0) > 0 and r.get("policy_loss", 0) > 0 for r in records)
+
+
+def test_muzero_settings_it_cannot_run_with_are_one_line(tmp_path):
+    from srl.api.config import load_config
+    from srl.runtime.plan import make_plan
+
+    with pytest.raises(ConfigError, match=r"^muzero\.search\.simulations: a search takes at least 2"):
+        load_config("configs/cartpole_muzero.yaml", ["muzero.search.simulations=1"])
+    with pytest.raises(ConfigError, match=r"^replay\.item_length: muzero unrolls its model 5 steps along each item"):
+        make_plan(load_config("configs/cartpole_muzero.yaml", ["replay.item_length=4"]))
+    with pytest.raises(ConfigError, match=r"^algorithm: muzero needs a Discrete action space"):
+        make_plan(load_config("configs/cartpole_muzero.yaml", ["env.id=Pendulum-v1"]))
+    with pytest.raises(ConfigError, match=r"^muzero\.unroll: must be >= 1, got 0"):
+        load_config("configs/cartpole_muzero.yaml", ["muzero.unroll=0"])
+
+
+# --------------------------------------------------------------------------- reanalysis
+def _muzero_config(*more: str):
+    from srl.api.config import load_config
+
+    small = ["model.hidden=[32]", "muzero.latent=16", "muzero.hidden=32", "muzero.batch_size=32"]
+    small += ["muzero.search.simulations=4", "replay.min_size=200", "run.eval_episodes=0", "run.target_return=null"]
+    return load_config("configs/cartpole_muzero.yaml", [*small, *more])
+
+
+def test_a_refresh_message_round_trips_and_one_that_does_not_fit_the_store_is_refused():
+    from srl.replay.role import replay_spec
+    from srl.replay.store import ReplayStore
+    from srl.replay.worker import _refreshed, refresh_message
+    from srl.runtime.plan import make_plan
+
+    store = ReplayStore.in_process(replay_spec(make_plan(_muzero_config("runtime=inline")), 0))
+    keys = np.array([3, 70, 11], np.int64)
+    policy = np.random.default_rng(0).random((3, 2)).astype(np.float32)
+    got = _refreshed(store, refresh_message(keys, {"search_policy": policy}))
+    assert got is not None and got[0].tolist() == keys.tolist()
+    np.testing.assert_array_equal(got[1]["search_policy"], policy)
+    meta, payload = refresh_message(keys, {"search_policy": policy})
+    for bad in (
+        (meta, payload[:-4]),  # short
+        ({**meta, "steps": 4}, payload),  # more steps than it carries
+        ({**meta, "steps": -1}, payload),
+        ({**meta, "fields": ["rewards"]}, payload),  # not a field the acting policy stored
+        ({**meta, "fields": ["search_policy", "search_policy"]}, payload),
+        ({"steps": 3}, payload),
+        ({**meta, "steps": "3"}, payload),
+    ):
+        assert _refreshed(store, bad) is None, bad[0]
+
+
+def test_reanalyze_workers_refresh_stored_targets_at_their_share_and_bad_settings_are_one_line(tmp_path):
+    """An inline MuZero run with a reanalyze worker: it re-searches half as many steps as the trainer trains on
+    (each trained item is 6 steps), in batches of 64, and the replay writes every one it is sent; no worker of the
+    core names it. A share outside [0, 1] and reanalysis for an algorithm that stores no search are one line."""
+    from srl.api.config import load_config
+    from srl.runtime.plan import make_plan
+    from srl.runtime.train import train
+
+    cfg = _muzero_config("runtime=inline", "run.total_env_steps=3000", "reanalyze.workers=1", "reanalyze.share=0.5")
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert "error" not in summary, summary["error"]
+    done, replay = summary["reanalyze"]["reanalyzed_steps"], summary["replays"]["replay0"]
+    owed = 0.5 * replay["sampled"] * 6
+    assert owed - 2 * 64 <= done <= owed + 64, (done, owed)
+    assert replay["refreshed_steps"] + replay["stale_refreshes"] == done and replay["refused_refreshes"] == 0
+    with pytest.raises(ConfigError, match=r"^reanalyze\.share: 1\.5 is outside \[0, 1\]$"):
+        _muzero_config("reanalyze.share=1.5")
+    with pytest.raises(ConfigError, match=r"^reanalyze\.workers: dqn's acting policy stores no search targets"):
+        make_plan(load_config("configs/cartpole_dqn.yaml", ["reanalyze.workers=1"]))
+    with pytest.raises(ConfigError, match=r"^reanalyze\.workers: reanalysis re-searches steps kept in a replay"):
+        make_plan(load_config("configs/cartpole_ppo.yaml", ["reanalyze.workers=1"]))
+    runtime = Path("srl/runtime").glob("*.py")
+    assert not [p for p in runtime if "reanalyze" in p.read_text().lower() or "muzero" in p.read_text().lower()]
+
+
+def test_a_reanalyze_worker_killed_with_sigkill_is_restarted_alone_and_refreshes_again(tmp_path):
+    """Under the local runtime the reanalyze worker attaches to the replay's shared store; killed -9 mid-run, it is
+    restarted alone (counted), attaches again and its refreshed targets keep landing; once stopped, nothing of
+    the run is left (processes, shared memory, its pipe folder)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import children_of, last_record, wait_while_running, worker_pids
+
+    from srl.base.shm import list_segments
+
+    run, private_tmp = tmp_path / "run", tmp_path / "tmp"
+    private_tmp.mkdir()
+    cmd = [
+        sys.executable,
+        "-m",
+        "srl.cli.main",
+        "train",
+        "configs/cartpole_muzero.yaml",
+        "--quiet",
+        "--run-dir",
+        str(run),
+    ]
+    for setting in (
+        "model.hidden=[32]", "muzero.latent=16", "muzero.hidden=32", "muzero.batch_size=32",
+        "muzero.search.simulations=4", "replay.min_size=200", "run.eval_episodes=0", "run.target_return=null",
+        "run.total_env_steps=10000000", "run.log_interval_seconds=0.5", "reanalyze.workers=1",
+    ):  # fmt: skip
+        cmd += ["--set", setting]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(private_tmp))
+    )
+    children: set[int] = set()
+
+    def refreshed() -> float:
+        return float(last_record(run).get("replay0_refreshed_steps", 0))
+
+    try:
+        wait_while_running(lambda: refreshed() > 0 and "reanalyze0" in worker_pids(run), proc)
+        children = children_of(proc.pid)
+        first = worker_pids(run)["reanalyze0"]
+        os.kill(first, signal.SIGKILL)
+        wait_while_running(lambda: worker_pids(run).get("reanalyze0") not in (None, first), proc)
+        children |= children_of(proc.pid)
+        at_restart = float(last_record(run).get("reanalyzed_steps", 0))
+        wait_while_running(lambda: float(last_record(run).get("reanalyzed_steps", 0)) > at_restart + 256, proc)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    summary = json.loads(out)
+    assert summary["restarts"] == {"reanalyze0": 1}
+    assert any("reanalyze0: restarted (1) after: exited with code -9" in w for w in summary["warnings"])
+    assert summary["replays"]["replay0"]["refused_refreshes"] == 0
+    assert not [c for c in children if Path(f"/proc/{c}").exists()]
+    assert not [s for s in list_segments() if s.startswith(f"srl_{proc.pid}_")]
+    assert not list(private_tmp.iterdir())
+
+
+def test_muzero_resumes_with_its_network_target_and_saved_replay(tmp_path):
+    """A resumed MuZero run starts from its checkpoint (network, target network, optimizer) and from every item it
+    saved, refills nothing, and trains on."""
+    from srl.runtime.train import resume_config, train
+
+    run = tmp_path / "run"
+    cfg = _muzero_config("runtime=inline", "replay.save=true", "run.total_env_steps=3000")
+    first = train(cfg, run, progress=None)
+    assert "error" not in first, first["error"]
+    cfg2, resume = resume_config(run, ["run.total_env_steps=5000"])
+    second = train(cfg2, run, progress=None, resume=resume)
+    assert not [w for w in second["warnings"] if "refills" in w], second["warnings"]
+    assert second["replays"]["replay0"]["size"] > first["replays"]["replay0"]["size"] >= 200
+    assert second["policy_version"] > first["policy_version"] > 0

@@ -111,8 +111,7 @@ def test_box_dtypes_on_the_stream() -> None:
     assert obs_parts(spaces.Box(0, 255, (4, 84, 84), np.uint8)) == (ObsPart("obs", "image", (4, 84, 84), "uint8"),)
     assert obs_parts(spaces.Box(0, 255, (84, 84), np.uint8))[0].kind == "vector"
     assert obs_parts(spaces.Box(0.0, 1.0, (3, 8, 8), np.float32))[0].kind == "vector"
-    with pytest.raises(UnsupportedSpace, match="bool"):
-        obs_parts(spaces.Box(0, 1, (2,), np.bool_))
+    assert obs_parts(spaces.Box(0, 1, (2,), np.bool_)) == (ObsPart("obs", "vector", (2,), "int8"),)  # flags as 0/1
 
 
 def test_discrete_multidiscrete_and_multibinary_parts() -> None:

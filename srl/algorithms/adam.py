@@ -23,7 +23,11 @@ class Adam:
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
+        weight_decay: float = 0.0,
     ) -> None:
+        """``weight_decay``: an L2 penalty's gradient, ``weight_decay * p``, added to each gradient (coupled, as
+        MuZero's)."""
+        self.weight_decay = weight_decay
         self.params = [p for p in params if p.requires_grad]
         self.lr = lr
         self.betas = betas
@@ -40,6 +44,8 @@ class Adam:
     def step(self) -> None:
         """One update with the gradients currently in ``p.grad`` (a missing gradient counts as zero)."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        if self.weight_decay:
+            grads = list(torch._foreach_add(grads, list[torch.Tensor](self.params), alpha=self.weight_decay))
         beta1, beta2 = self.betas
         self.steps += 1
         torch._foreach_lerp_(self.exp_avg, grads, 1.0 - beta1)

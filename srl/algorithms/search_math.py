@@ -5,9 +5,14 @@
   neighbouring integer points of a support ``[-S, S]`` (a two-hot vector); a predicted distribution over the
   support maps back by its expectation and ``h``'s inverse.
 - The policy is fitted to the search's policy target over the legal actions only.
+- A model unrolled along a stored item (MuZero) meets the item's episode end: past a termination its positions are
+  absorbing (reward and value 0, no policy), past a time limit they are unknown (no target at all)
+  (:func:`unroll_targets`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -61,3 +66,38 @@ def policy_loss(logits: Tensor, target: Tensor, legal: Tensor | None) -> Tensor:
         logits = logits.masked_fill(~legal, float("-inf"))
     logp = torch.log_softmax(logits, dim=-1)
     return -(target * torch.where(target > 0, logp, torch.zeros_like(logp))).sum(-1)
+
+
+@dataclass
+class Unrolled:
+    """The targets of a model unrolled ``K`` steps along items (:func:`unroll_targets`): at each position
+    ``k = 0..K`` a value and whether it counts, whether a policy target counts; for each step ``k = 0..K-1`` the
+    reward of its action and whether it counts."""
+
+    values: Tensor
+    value_mask: Tensor
+    policy_mask: Tensor
+    rewards: Tensor
+    reward_mask: Tensor
+
+
+def unroll_targets(values: Tensor, rewards: Tensor, terminated: Tensor, truncated: Tensor) -> Unrolled:
+    """Targets for unrolling a model along items of ``K + 1`` stored steps (``[K + 1, N]`` each): ``values`` the
+    value target each step has as stored (an n-step return, bootstrapped), ``rewards`` and the episode-end flags of
+    each step. Position 0 is the item's first step. A position after the item's first episode end is past it:
+    after a termination it is absorbing (value 0, the reward of acting there 0, both counted; no policy), after a
+    time limit unknown (nothing counted). Masks are float (1 counts, 0 does not)."""
+    ends = terminated | truncated
+    seen = torch.cumsum(ends.long(), dim=0)
+    past = (seen - ends.long()) > 0  # [K + 1, N]: an episode end lies before this position
+    first_terminated = (terminated & (seen == 1)).any(dim=0)  # [N]: the first end is a termination
+    absorbing = past & first_terminated
+    known = (~past | absorbing).float()
+    zero = torch.zeros_like(values)
+    return Unrolled(
+        values=torch.where(absorbing, zero, values),
+        value_mask=known,
+        policy_mask=(~past).float(),
+        rewards=torch.where(absorbing, zero, rewards.to(values.dtype))[:-1],
+        reward_mask=known[:-1],
+    )

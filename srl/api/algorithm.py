@@ -153,6 +153,10 @@ class QNet(Net, Protocol):
 class Models(Protocol):
     """Network constructors for the run's spaces and ``model`` section."""
 
+    def encoder(self) -> nn.Module:
+        """A new observation encoder (``model.encoder``, with the ``hidden`` torso) with an int ``out_dim``, for a
+        network an algorithm builds itself (MuZero's representation)."""
+
     def policy(self) -> ActorNet:
         """A new actor with its own encoder."""
 

@@ -128,8 +128,8 @@ def _leaf(space: spaces.Space, name: str) -> ObsPart:
         shape = tuple(int(d) for d in space.shape)
         if is_image(shape, space.dtype):
             return ObsPart(name, "image", shape, "uint8")
-        if not (np.issubdtype(space.dtype, np.floating) or np.issubdtype(space.dtype, np.integer)):
-            raise UnsupportedSpace(f"{where}: Box of dtype {space.dtype} is not supported")
+        if np.dtype(space.dtype) == np.bool_:  # boards of flags (MinAtar's): 0/1 as int8, as MultiBinary's
+            return ObsPart(name, "vector", shape, "int8")
         dtype = "float32" if np.dtype(space.dtype) == np.float64 else np.dtype(space.dtype).name
         return ObsPart(name, "vector", shape, dtype)
     if isinstance(space, spaces.Discrete):

@@ -341,6 +341,8 @@ def replay_costs(plan: Plan, rng: np.random.Generator) -> tuple[dict[str, Any], 
         "replay_insert_seconds_per_step": insert / steps,
         "replay_sample_seconds_per_item": sample / targets.batch_size,
         "samples_per_version": targets.batch_size / (replay.samples_per_insert * items_per_step),
+        "reanalyze_share": cfg.reanalyze.share if cfg.reanalyze.workers else 0.0,
+        "reanalyze_batch": cfg.reanalyze.batch,
     }, batch
 
 

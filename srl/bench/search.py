@@ -4,6 +4,10 @@ evaluating a leaf costs (a forward pass of a small policy-value network over the
 The trees see a synthetic game of ``actions`` moves a node whose evaluations are random (no network), so the
 figure is the tree's own cost: selection, expansion and backup. The leaf evaluation is timed separately on the
 leaves' batch, on one torch thread, which is what a search adds per simulation besides the tree.
+
+With ``--config`` (an algorithm that acts by searching a model, MuZero), the config's own acting policy searches
+B observations at once (as a policy worker batches its actors' rows) and the same B one at a time: tree and
+network together, in simulations per second.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.config.search import SearchConfig
 from srl.search.tree import Trees
 
@@ -83,6 +88,44 @@ def bench_search(
                 "speedup": round(per_tree["one_at_a_time"] / per_tree["batched"], 1),
                 "leaf_eval_us_per_leaf": round(leaf, 2),
                 "tree_simulations_per_s_batched": round(1e6 / per_tree["batched"]),
+            }
+        )
+    return out
+
+
+def bench_policy_search(cfg: ExperimentConfig, batches: Sequence[int], seconds: float = 2.0) -> list[dict[str, Any]]:
+    """For each batch size B: simulations per second of the config's acting policy searching B random observations
+    in one call, and the same B observations one call each (one torch thread)."""
+    from srl.bench.throughput import random_obs
+    from srl.runtime.plan import make_plan
+
+    torch.set_num_threads(1)
+    one = make_plan(cfg).only("srl bench search --config")
+    policy = one.acting_policy()
+    settings = getattr(getattr(policy, "search", None), "settings", None)
+    if not isinstance(settings, SearchConfig):
+        raise ConfigError(f"--config: algorithm {cfg.algorithm} does not act by searching")
+    rng = np.random.default_rng(cfg.seed)
+    out = []
+    for b in batches:
+        obs = random_obs(one, rng, (b,))
+        rows = [{k: x[i : i + 1] for k, x in obs.items()} for i in range(b)]
+        rates = {}
+        for name, calls in (("batched", [obs]), ("one_at_a_time", rows)):
+            done, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds or not done:
+                for call in calls:
+                    policy.act(call)
+                done += b * settings.simulations
+            rates[name] = done / (time.perf_counter() - t0)
+        out.append(
+            {
+                "config": cfg.name,
+                "trees": b,
+                "simulations": settings.simulations,
+                "simulations_per_s_batched": round(rates["batched"]),
+                "simulations_per_s_one_at_a_time": round(rates["one_at_a_time"]),
+                "speedup": round(rates["batched"] / rates["one_at_a_time"], 1),
             }
         )
     return out

@@ -154,6 +154,12 @@ class Costs:
     replay_sample_seconds_per_item: float = 0.0
     """The replay worker's CPU per item sampled for its trainer, n-step targets included, and the item's priority
     update with a prioritized sampler. 0 without a replay."""
+    reanalyze_share: float = 0.0
+    """Stored steps re-searched per step trained on (``reanalyze.share`` of a run with reanalyze workers; 0: none).
+    Each is the acting policy's search again (its forward pass: a search's simulations over their leaf batch)."""
+    reanalyze_batch: int = 64
+    """Steps the reanalyze workers search together (``reanalyze.batch``): the forward pass's fixed part is paid
+    once per batch of them."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -255,6 +261,7 @@ _MAY_BE_ZERO = {
     "samples_per_insert",
     "replay_insert_seconds_per_step",
     "replay_sample_seconds_per_item",
+    "reanalyze_share",
 }
 _FLOATS = {f.name for f in dataclasses.fields(Costs) if f.type in ("float", "float | None")}
 DEVICE_SECONDS = (
@@ -501,6 +508,15 @@ def replay_seconds(costs: Costs, layout: Layout) -> float:
     return s
 
 
+def reanalyze_seconds(costs: Costs) -> float:
+    """CPU seconds of reanalysis per env step: ``reanalyze_share`` of the steps trained on (the items trained per
+    env step, each of ``item_length`` steps), each searched again as the acting policy searches. 0 without it."""
+    if not costs.reanalyze_share:
+        return 0.0
+    steps = costs.reanalyze_share * trained_per_step(costs) * costs.item_length
+    return steps * (costs.inference_seconds_per_sample + costs.inference_seconds_per_batch / costs.reanalyze_batch)
+
+
 def samples_per_version(costs: Costs, layout: Layout) -> float:
     """Samples behind one parameter version: every data-parallel trainer contributes its batch."""
     return layout.trainers * trainer_batch(costs, layout)
@@ -660,9 +676,10 @@ def _network(costs: Costs, cluster: Cluster, layout: Layout) -> float:
 def _cores(costs: Costs, cluster: Cluster, layout: Layout, acting_s: float, t_s: float, replay_s: float) -> float:
     """Each sample costs every process it passes through CPU time; a node has only its cores for all of it.
     A GPU trainer keeps one core for itself and puts no update work on the others. A replay worker runs beside
-    its trainer, on the CPU."""
+    its trainer, on the CPU, and so do its reanalyze workers."""
     C = cluster.cores_per_node
     cpu_train = (t_s * costs.trainer_threads if layout.trainer_device == "cpu" else 0.0) + replay_s
+    cpu_train += reanalyze_seconds(costs)
     gpu_cores = layout.trainers if layout.trainer_device == "gpu" else 0
     if not layout.trainer_nodes:
         free = C - gpu_cores

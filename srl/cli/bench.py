@@ -33,7 +33,7 @@ WHAT = {
     "replay": "replay store: insert, uniform sample and prioritized sample+update rates for the config's chunk "
     "shapes, beside a numpy ring buffer and cpprb",
     "search": "search trees: microseconds per simulation with B trees batched vs one at a time, beside a leaf's "
-    "evaluation",
+    "evaluation; with --config, that config's searching policy (MuZero) in simulations per second",
 }
 
 
@@ -118,7 +118,14 @@ def run_bench(args: argparse.Namespace) -> int:
             raise ConfigError(f"--trees: must be comma-separated integers, got {args.trees!r}") from None
         if min(batches) < 1 or args.simulations < 2 or args.actions < 2:
             raise ConfigError("--trees must be >= 1 each, --simulations and --actions >= 2")
-        for result in bench_search(batches, args.simulations, args.actions, args.rule, max(args.seconds / 5, 0.5)):
+        seconds = max(args.seconds / 5, 0.5)
+        if args.config:
+            from srl.bench.search import bench_policy_search
+
+            results = bench_policy_search(load_config(args.config, overrides), batches, seconds)
+        else:
+            results = bench_search(batches, args.simulations, args.actions, args.rule, seconds)
+        for result in results:
             print(json.dumps(result) if args.json else _human(result), flush=True)
         return 0
     if args.what == "replay":

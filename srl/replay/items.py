@@ -58,7 +58,8 @@ class ItemReader:
         """Per step, its observation row (one gather in a batch instead of three array operations)."""
         self._parts = tuple((part, f"boot_{part}") for part in spec.obs_fields)
         self._alive = "alive" in spec.fields
-        self._carried = ("actions", *spec.carried)
+        windows = spec.item_length > 1 and not spec.sequences  # several steps: their rewards and ends too
+        self._carried = ("actions", *(("rewards", "terminated", "truncated") if windows else ()), *spec.carried)
         steps = spec.capacity * spec.steps
         self._returns = np.zeros(steps, np.float32)
         self._discounts = np.zeros(steps, np.float32)
@@ -94,6 +95,21 @@ class ItemReader:
         self._steps(steps, self._carried, out)
         self._returns.take(steps, out=out["returns"], mode="clip")
         self._discounts.take(steps, out=out["discounts"], mode="clip")
+
+    def read_observations(self, steps: np.ndarray, out: Mapping[str, np.ndarray]) -> None:
+        """The observation parts that flat step rows ``steps`` ``[N]`` acted on, into ``out[part]`` ``[N, ...]``."""
+        rows = self._obs_row.take(steps, mode="clip")
+        for part, _ in self._parts:
+            self._observations(part, rows, out[part])
+
+    def write_steps(self, name: str, steps: np.ndarray, values: np.ndarray) -> None:
+        """Overwrite step field ``name`` (one the acting policy carried) at flat step rows ``steps`` ``[N]``."""
+        if name not in self.spec.carried:
+            raise ValueError(f"{name!r} is not a step field the acting policy stored ({', '.join(self.spec.carried)})")
+        target = self._flat[name]
+        if values.shape != (len(steps), *target.shape[1:]):
+            raise ValueError(f"{name!r}: {values.shape} values for {len(steps)} steps of {target.shape[1:]}")
+        target[steps] = values
 
     def _read_sequences(self, rows: np.ndarray, out: Mapping[str, np.ndarray]) -> None:
         """Sequence items: their ``L + 1`` observation rows (consecutive in a chunk), their steps as stored, and

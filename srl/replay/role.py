@@ -33,6 +33,9 @@ SEGMENTS = StreamKind(
 BATCHES = StreamKind("batches", "batches{}", channel=SAMPLE_WIDTH, pool="srl.replay.role:batch_layout")
 """Trainer ``t``'s batches from the replay that feeds it (in shared memory on their node), and their priorities
 back."""
+REFRESH = StreamKind("refresh", "refresh{}", bound=True, mail=True)
+"""Replay ``r``'s mailbox of refreshed step targets (a reanalyze worker's searches), written back to the stored
+steps by key (:meth:`ReplayWorker.refresh`)."""
 BATCH_BUFFERS = 2
 """Batch buffers per replay: the trainer trains on one while the replay fills the other."""
 
@@ -115,6 +118,7 @@ def build_replay(ctx: BuildContext) -> Worker:
         save_path=saved_replay(ctx.run_dir, r) if plan.cfg.replay.save and ctx.run_dir is not None else None,
         save_interval=plan.cfg.run.checkpoint_interval_seconds,
         load=plan.resume is not None and ctx.incarnation == 0,
+        refreshed=fabric.mailbox(Endpoint(REFRESH, r), read=True),
     )
 
 
@@ -195,6 +199,7 @@ REPLAY = Role(
     group=lambda plan, r: trainer_group(plan.trainer_node(trainers_of_replay(plan, r)[0])),
     cpus=lambda plan: plan.cfg.ray.cpus_per_trainer,
     policy=lambda plan, r: r // replays_per_policy(plan),
+    serves=lambda plan, r: (Endpoint(REFRESH, r),),
     hop=Hop(
         SEGMENTS,
         route=lambda plan, actor, policy: replay_of_trainer(plan, plan.trainer_of(actor, policy)),

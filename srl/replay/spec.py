@@ -264,7 +264,9 @@ class ReplaySpec:
 
         Transitions: ``P`` / ``boot_P`` ``[L, N, ...]`` per observation part: each step's observation and the one
         its n-step target bootstraps from; ``actions [L, N, ...]``; ``returns`` and ``discounts [L, N]`` float32
-        (the target is ``returns + discounts * V(boot)``).
+        (the target is ``returns + discounts * V(boot)``); items of several steps also carry their steps'
+        ``rewards`` float32 and ``terminated`` / ``truncated`` bool ``[L, N]`` (a learner that unrolls a model along
+        them, MuZero, needs each step's reward and where an episode ends inside the item).
 
         Sequences (:attr:`sequences`): ``P`` ``[L + 1, N, ...]``, the observations of the item's steps and the
         one after its last; ``actions``, ``rewards`` float32 and ``terminated`` / ``truncated`` bool ``[L, N]``;
@@ -285,9 +287,10 @@ class ReplaySpec:
                 out[part] = out[f"boot_{part}"] = FieldSpec((*lead, *shape), dtype)
         actions = self.fields["actions"]
         out["actions"] = FieldSpec((*lead, *actions.shape[2:]), actions.dtype)
-        if self.sequences:
+        if self.sequences or self.item_length > 1:
             out["rewards"] = FieldSpec(lead, "float32")
             out["terminated"] = out["truncated"] = FieldSpec(lead, "bool")
+        if self.sequences:
             out[MEMORY] = FieldSpec((batch, *self.fields[MEMORY].shape[2:]), self.fields[MEMORY].dtype)
         else:
             out["returns"] = out["discounts"] = FieldSpec(lead, "float32")

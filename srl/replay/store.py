@@ -15,15 +15,17 @@ order of writes is what makes a kill at any instant safe:
    data is written, then the new items get their priority (the running max), then the new chunk keys are
    published (``next_key``), then the rate limiter counts them. A half-written chunk is never live, a live
    chunk never holds half of an old one nor an old item's priority, and a kill before publishing leaves
-   priorities on dead chunks, which :meth:`ReplayStore._repair` (run on every attach) zeroes, while it sets
-   any live item at 0 to the running max and recomputes every sum of the tree.
+   priorities on dead chunks, which :meth:`ReplayStore.repair` (the writer's first act after it attaches)
+   zeroes, while it sets any live item at 0 to the running max and recomputes every sum of the tree.
 2. sample: the batch is written, then the rate limiter counts it, then a queue moves its cursor and removes
    the chunks it has read. A kill in between hands the same items out again (at least once, never lost).
 
 Keys: chunk keys come from :class:`srl.replay.keys.KeyedSlots` (chunk key ``k`` lives in slot
 ``k % capacity``); item key = chunk key * items per chunk + offset, and the priority tree's leaf of an item is
 slot * items per chunk + offset. An item is live while its chunk key is, so a priority update for an item
-whose chunk was overwritten since it was sampled is dropped (and counted).
+whose chunk was overwritten since it was sampled is dropped (and counted). A stored step has a key too (chunk key
+* steps per chunk + step): a search's refreshed targets (reanalysis) are written back to steps by it, with the same
+rule, by the replay worker (the one writer), and a step read while its chunk was overwritten is known by its key.
 """
 
 from __future__ import annotations
@@ -82,7 +84,6 @@ class ReplayStore:
                 spec.max_items, spec.alpha, spec.beta, spec.priority_eps, arrays["tree"]
             )
             self._priorities.max_priority = max(1.0, float(self._scalars[0]))
-            self._repair()
 
     @classmethod
     def in_process(cls, spec: ReplaySpec) -> ReplayStore:
@@ -96,7 +97,8 @@ class ReplayStore:
 
     @classmethod
     def attach(cls, tag: str, spec: ReplaySpec) -> ReplayStore:
-        """Attach to the segments the controller created (the replay worker, again after each restart)."""
+        """Attach to the segments the controller created: the replay worker (again after each restart), which
+        then :meth:`repair` s it, or a reader beside it (a reanalyze worker), which writes nothing."""
         return cls._shared(tag, spec, create=False)
 
     @classmethod
@@ -250,7 +252,7 @@ class ReplayStore:
     def _retire(self, chunks: int) -> None:
         """Make the ``chunks`` oldest chunks dead before their slots are overwritten (crash order: keys first).
         Their priorities stay until the insert sets the new items' (one process samples and inserts, so none is
-        drawn in between; after a kill, :meth:`_repair` zeroes a dead chunk's)."""
+        drawn in between; after a kill, :meth:`repair` zeroes a dead chunk's)."""
         if chunks:
             self.slots.remove_oldest(chunks)
 
@@ -334,6 +336,35 @@ class ReplayStore:
         self._counters[_C["cursor"]] = cursor
         self.slots.remove_oldest(cursor // per - self.slots.first)
 
+    # ---------------------------------------------------------------- stored steps, by key (reanalysis)
+
+    def draw_steps(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """``count`` step keys drawn uniformly over the live chunks' steps (none while the store is empty)."""
+        first, end = self.slots.bounds()
+        if end <= first:
+            return np.zeros(0, np.int64)
+        return rng.integers(first, end, count) * self._T + rng.integers(0, self._T, count)
+
+    def _step_rows(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat step rows of step keys, and which keys are live (their chunk not overwritten since)."""
+        chunk_keys, steps = np.divmod(np.asarray(keys, np.int64), self._T)
+        live = (chunk_keys >= 0) & self.slots.live(chunk_keys % self.spec.capacity, chunk_keys)
+        return (chunk_keys % self.spec.capacity) * self._T + steps, live
+
+    def read_steps(self, keys: np.ndarray, out: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The observation parts of steps ``keys`` ``[N]`` into ``out[part]`` ``[N, ...]``; returns which were
+        live once read (a row whose chunk was overwritten meanwhile may hold parts of either, and is not)."""
+        rows, _ = self._step_rows(keys)
+        self._reader.read_observations(rows, out)
+        return self._step_rows(keys)[1]  # after the read: the insert retires a chunk before overwriting it
+
+    def write_steps(self, keys: np.ndarray, name: str, values: np.ndarray) -> tuple[int, int]:
+        """Overwrite step field ``name`` (a carried one: a search's policy) of steps ``keys``; a step whose chunk
+        was overwritten since its key was drawn is left alone. Returns ``(applied, stale)``."""
+        rows, live = self._step_rows(keys)
+        self._reader.write_steps(name, rows[live], np.asarray(values)[live])
+        return int(live.sum()), int(len(live) - live.sum())
+
     # ---------------------------------------------------------------- priorities
 
     def update_priorities(self, keys: np.ndarray, values: np.ndarray) -> tuple[int, int]:
@@ -363,10 +394,13 @@ class ReplayStore:
         self._counters[_C["refused"]] += refused
         return int(leaves.size - refused), stale
 
-    def _repair(self) -> None:
-        """After an attach: dead chunks' priorities 0, live items' at least ``eps`` (a kill between publishing a
-        chunk and its priorities left them 0), every sum of the tree recomputed from its leaves."""
-        assert self._priorities is not None
+    def repair(self) -> None:
+        """The writer's first act after attaching (the replay worker's ``setup``; attaching itself writes nothing,
+        so a reader, a reanalyze worker, may attach while the writer runs). With priorities: dead chunks' 0, live
+        items' at least ``eps`` (a kill between publishing a chunk and its priorities left them 0), every sum of
+        the tree recomputed from its leaves."""
+        if self._priorities is None:
+            return
         sampler, per = self._priorities, self.spec.items_per_chunk
         every = np.arange(self.spec.max_items)
         leaves = sampler.tree.leaves(every).reshape(self.spec.capacity, per)

@@ -18,7 +18,11 @@ and the actors' pace holds the trainer, at the configured samples per insert,
 however many actors or cores there are.
 
 One process writes the store (this worker): inserts, samples and priority
-updates never race.
+updates never race. Refreshed search targets come the same way, by message to
+its mailbox (:data:`srl.replay.role.REFRESH`, :func:`refresh_message`): a
+reanalyze worker reads stored steps (attached to the store, writing nothing)
+and sends their new targets by step key; this worker writes them to the steps
+whose chunk still holds them, and counts those that came too late or malformed.
 
 With nothing to do it blocks until something it waits for can have happened:
 a trainer handed a batch back (each feed's bell rings), or, while it has room
@@ -47,6 +51,7 @@ from srl.base.timing import Every
 from srl.replay.file import sweep_partial_saves
 from srl.replay.store import ReplayStore
 from srl.system.batches import Trained
+from srl.system.remote_records import Mail, Mailbox
 from srl.system.streams import FILLING, FREE, READY, SampleConsumer, SegmentPool, SegmentSource, clear
 
 TRAINED = 4
@@ -68,6 +73,38 @@ class Sampling:
     gamma: float
     beta: Callable[[float], float] = lambda progress: 0.4
     """Importance-weight exponent at run progress in [0, 1] (prioritized sampling)."""
+
+
+def refresh_message(keys: np.ndarray, fields: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], bytes]:
+    """A replay's refresh mail: step ``keys`` ``[N]`` and each step field's new values ``[N, ...]`` (in the
+    store's dtype), as a meta and one payload: the keys (int64), then each field's values, in the meta's order."""
+    keys = np.ascontiguousarray(keys, np.int64)
+    payload = [keys.tobytes(), *(np.ascontiguousarray(v).tobytes() for v in fields.values())]
+    return {"steps": len(keys), "fields": list(fields)}, b"".join(payload)
+
+
+def _refreshed(store: ReplayStore, mail: Mail) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+    """The keys and values of a refresh mail, or None when it does not fit the store (never raised: a message is
+    input from another process)."""
+    meta, payload = mail
+    steps, names = meta.get("steps"), meta.get("fields")
+    carried = store.spec.carried
+    if not isinstance(steps, int) or steps < 0 or not isinstance(names, list) or not names:
+        return None
+    if not all(isinstance(n, str) and n in carried for n in names) or len(set(names)) != len(names):
+        return None
+    shapes = {n: (steps, *store.spec.fields[n].shape[2:]) for n in names}
+    dtypes = {n: np.dtype(store.spec.fields[n].dtype) for n in names}
+    sizes = [steps * 8, *(int(np.prod(shapes[n])) * dtypes[n].itemsize for n in names)]
+    if sum(sizes) != len(payload):
+        return None
+    offsets = np.cumsum([0, *sizes])
+    keys = np.frombuffer(payload, np.int64, steps)
+    values = {
+        n: np.frombuffer(payload, dtypes[n], int(np.prod(shapes[n])), int(offsets[i + 1])).reshape(shapes[n])
+        for i, n in enumerate(names)
+    }
+    return keys, values
 
 
 MAX_PENDING = 4
@@ -94,6 +131,7 @@ class ReplayWorker(Worker):
         save_path: Path | None = None,
         save_interval: float = 120.0,
         load: bool = False,
+        refreshed: Mailbox | None = None,
     ) -> None:
         """``feeds``: per trainer it serves, that trainer's batch buffers (one row), its batch stream, and the
         buffers' bell, which that trainer rings when it hands a batch back.
@@ -101,7 +139,8 @@ class ReplayWorker(Worker):
         importance-weight exponent anneals over.
         ``save_path``: where the store is written every ``save_interval`` seconds and at teardown (``replay.save``);
         ``load``: read it back at setup into the empty store (a resumed run, not a restarted worker, which finds
-        its store in shared memory)."""
+        its store in shared memory).
+        ``refreshed``: the mailbox refreshed step targets come to (:func:`refresh_message`)."""
         self.index = index
         self.store, self.source, self.feeds = store, source, list(feeds)
         self._turn = 0  # the feed served first next time: trainers sharing the replay take turns
@@ -113,10 +152,13 @@ class ReplayWorker(Worker):
         self._pending: deque[tuple[int, int]] = deque()
         self.save_path, self.load = save_path, load
         self._saves = Every(save_interval)
+        self.refreshed = refreshed
+        self.refreshes = {"refreshed_steps": 0, "stale_refreshes": 0, "refused_refreshes": 0}
         self.t_insert = self.t_sample = 0.0
         self._t_start = time.perf_counter()
 
     def setup(self) -> None:
+        self.store.repair()  # what a kill of the last incarnation left half done
         if self.load and self.save_path is not None and self.save_path.exists():
             self.store.load(self.save_path)
         self._reports.restart()
@@ -127,6 +169,7 @@ class ReplayWorker(Worker):
         for _, _, bell in self.feeds:  # before the flags are read: a hand-back after that read rings again
             clear(bell)
         work = self._apply_trained()
+        work += self._refresh()
         work += self._insert()
         work += self._serve()
         if not work:
@@ -162,6 +205,22 @@ class ReplayWorker(Worker):
                 state[buf] = FREE
             applied += len(done)
         return applied
+
+    def _refresh(self) -> int:
+        """Write the refreshed targets that came to the steps whose chunk still holds them."""
+        if self.refreshed is None:
+            return 0
+        mails = self.refreshed.recv(0.0)
+        for mail in mails:
+            got = _refreshed(self.store, mail)
+            if got is None:
+                self.refreshes["refused_refreshes"] += 1
+                continue
+            keys, fields = got
+            counts = [self.store.write_steps(keys, name, values) for name, values in fields.items()]
+            self.refreshes["refreshed_steps"] += counts[0][0]  # the same steps for every field
+            self.refreshes["stale_refreshes"] += counts[0][1]
+        return len(mails)
 
     def _wait(self) -> None:
         """Block until a trainer hands a batch back or, with room for them, segments come; at most
@@ -245,6 +304,8 @@ class ReplayWorker(Worker):
             t_insert=self.t_insert,
             t_sample=self.t_sample,
         )
+        if any(self.refreshes.values()):  # a run with reanalysis (this incarnation's counts)
+            meta.update(self.refreshes)
         self.reporter.report("replay", meta)
 
 

@@ -22,7 +22,7 @@ from srl.api.config import ConfigError, EnvConfig
 from srl.api.config.search import SearchConfig
 from srl.envs.multiagent import AGENT
 from srl.envs.turns import HISTORY_KEY, MASK_KEY, OpenSpielGame, SeatedGame, game
-from srl.search.tree import Trees
+from srl.search.tree import Searched, Trees
 
 GAME_ID = "srl.envs.turns:game"
 
@@ -115,17 +115,6 @@ class GameModel:
 
 Evaluate = Callable[[Mapping[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
 """The network on a batch of observations (by part): logits ``[N, A]`` and values ``[N]`` (the mover's view)."""
-
-
-@dataclass
-class Searched:
-    """A batch's searches: the action each row plays, its policy and value targets, and whether it was searched
-    (a row that is a seat waiting for the opponent is not: its action is never played, its targets are 0)."""
-
-    actions: np.ndarray
-    policy: np.ndarray
-    value: np.ndarray
-    searched: np.ndarray
 
 
 class GameSearch:

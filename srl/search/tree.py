@@ -40,6 +40,7 @@ would save at most a fifth of AlphaZero's search.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -81,6 +82,17 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis of values with ``-inf`` for excluded entries (at least one finite)."""
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
+
+
+@dataclass
+class Searched:
+    """A batch's searches: the action each row plays, its policy and value targets, and whether it was searched
+    (a game's row that is a seat waiting for the opponent is not: its action is never played, its targets are 0)."""
+
+    actions: np.ndarray
+    policy: np.ndarray
+    value: np.ndarray
+    searched: np.ndarray
 
 
 class Trees:

@@ -8,8 +8,8 @@ so the CLI can print one line and exit non-zero. Configs are never mutated
 after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
 One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn`` and ``r2d2``, ``sac`` and ``td3``,
-``alphazero`` with its ``search`` (in ``search``), ``params``, ``stage``, ``league``, ``replay``, ``text``, ``ray``,
-``run``), the root in ``experiment``, typed building in
+``alphazero`` and ``muzero`` with their ``search`` and ``reanalyze`` (in ``search``), ``params``, ``stage``,
+``league``, ``replay``, ``text``, ``ray``, ``run``), the root in ``experiment``, typed building in
 ``parse`` and the YAML / ``--set`` reading in ``load``; every public name is imported from this package.
 """
 
@@ -37,7 +37,7 @@ from srl.api.config.ray import RayConfig
 from srl.api.config.replay import ReplayConfig
 from srl.api.config.run import RunConfig
 from srl.api.config.sac import SACConfig, TD3Config
-from srl.api.config.search import AlphaZeroConfig, SearchConfig
+from srl.api.config.search import AlphaZeroConfig, MuZeroConfig, ReanalyzeConfig, SearchConfig
 from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
@@ -53,10 +53,12 @@ __all__ = [
     "ExperimentConfig",
     "LeagueConfig",
     "ModelConfig",
+    "MuZeroConfig",
     "PPOConfig",
     "ParamsConfig",
     "R2D2Config",
     "RayConfig",
+    "ReanalyzeConfig",
     "ReplayConfig",
     "RunConfig",
     "SACConfig",

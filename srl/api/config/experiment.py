@@ -21,12 +21,12 @@ from srl.api.config.ray import RayConfig
 from srl.api.config.replay import ReplayConfig
 from srl.api.config.run import RunConfig
 from srl.api.config.sac import SACConfig, TD3Config
-from srl.api.config.search import AlphaZeroConfig
+from srl.api.config.search import AlphaZeroConfig, MuZeroConfig, ReanalyzeConfig
 from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
 
-ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "sac", "td3", "alphazero")
+ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "sac", "td3", "alphazero", "muzero")
 """The typed sections an algorithm reads its settings from, whose number fields a population may search."""
 
 FIXED_ON_RESUME = (
@@ -78,6 +78,10 @@ class ExperimentConfig:
     """SAC hyper-parameters (``algorithm: sac``)."""
     alphazero: AlphaZeroConfig = field(default_factory=AlphaZeroConfig)
     """AlphaZero hyper-parameters and its search (``algorithm: alphazero``)."""
+    muzero: MuZeroConfig = field(default_factory=MuZeroConfig)
+    """MuZero hyper-parameters and its search (``algorithm: muzero``)."""
+    reanalyze: ReanalyzeConfig = field(default_factory=ReanalyzeConfig)
+    """Workers that search stored steps again with the newest network (``alphazero``, ``muzero``)."""
     td3: TD3Config = field(default_factory=TD3Config)
     """TD3 hyper-parameters (``algorithm: td3``)."""
     params: ParamsConfig = field(default_factory=ParamsConfig)

@@ -76,3 +76,71 @@ class AlphaZeroConfig:
         for name in ("nstep", "batch_size", "target_every"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "must be > 0 or null")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MuZeroConfig:
+    """MuZero (``algorithm: muzero``): a learned model (representation, dynamics, prediction) that acts by searching
+    its own latent states (``search``), trained from a replay by unrolling the model ``unroll`` steps along the
+    stored actions, to each step's reward, n-step value and search policy."""
+
+    lr: float = 1e-3
+    """Adam learning rate."""
+    adam_eps: float = 1e-8
+    """Adam epsilon."""
+    weight_decay: float = 1e-4
+    """L2 weight decay (MuZero's)."""
+    gamma: float = 0.997
+    """Discount of rewards, of the n-step value targets and inside the search."""
+    nstep: int = 10
+    """Steps summed into each value target before bootstrapping from the target network."""
+    unroll: int = 5
+    """K: steps the dynamics network is unrolled per item (items are ``replay.item_length = unroll + 1`` steps)."""
+    batch_size: int = 128
+    """Replay items per learner step."""
+    latent: int = 64
+    """Width of the latent state (scaled to [0, 1] per state, as MuZero does)."""
+    hidden: int = 128
+    """Width of the dynamics' and prediction's hidden layer."""
+    value_support: int = 20
+    """S: the value is predicted as a distribution over the integers ``-S..S`` of the scaled value."""
+    reward_support: int = 5
+    """The same for the reward."""
+    value_weight: float = 0.25
+    """The value loss's weight beside the policy's and the reward's (MuZero's reanalyse uses 0.25)."""
+    target_every: int = 100
+    """Learner steps between copies of the network into the target network the value targets bootstrap from."""
+    max_grad_norm: float | None = 5.0
+    """Gradient-norm clip; ``None`` disables it."""
+    search: SearchConfig = field(default_factory=lambda: SearchConfig(simulations=16))
+    """How each step is searched (the latent model's; an evaluation draws no noise)."""
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "adam_eps", "value_weight"):
+            check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        check(0.0 <= self.gamma <= 1.0, "gamma", f"must be in [0, 1], got {self.gamma}")
+        for name in ("nstep", "unroll", "batch_size", "latent", "hidden", "value_support", "reward_support"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        check(self.target_every >= 1, "target_every", f"must be >= 1, got {self.target_every}")
+        check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "must be > 0 or null")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReanalyzeConfig:
+    """Reanalyze workers (``reanalyze`` section): each searches steps stored in a replay again with the newest
+    network and writes the refreshed search targets back to them, by key (MuZero's Reanalyse; an algorithm whose
+    acting policy stores search targets: ``alphazero``, ``muzero``)."""
+
+    workers: int = 0
+    """Reanalyze workers in the run (0: none), dealt to the replays in turn; each sits with its replay."""
+    share: float = 0.5
+    """Steps re-searched per step trained on (a trained item counts its ``replay.item_length`` steps), in
+    ``[0, 1]``: the workers hold back when they are ahead of it (and fall behind it when too few to keep up)."""
+    batch: int = 64
+    """Stored steps searched together (one batched search)."""
+
+    def __post_init__(self) -> None:
+        check(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
+        check(0.0 <= self.share <= 1.0, "share", f"{self.share} is outside [0, 1]")
+        check(self.batch >= 1, "batch", f"must be >= 1, got {self.batch}")

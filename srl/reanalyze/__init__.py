@@ -1,0 +1,1 @@
+"""Reanalysis: workers that search stored steps again with the newest network and refresh their targets."""
