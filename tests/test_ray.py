@@ -219,6 +219,30 @@ def test_actors_on_two_nodes_fill_a_replay_on_the_trainers_node(cluster, tmp_pat
     assert 0 <= queued <= 32 * segment, replay
 
 
+def test_a_reanalyze_worker_sits_beside_its_replay_and_refreshes_its_steps_across_nodes(cluster, tmp_path):
+    """MuZero with a reanalyze worker: placed on the replay's node, it attaches to the replay's store there and
+    mails refreshed search policies back; the replay writes them, refusing none."""
+    c, nodes = cluster
+    small = ("model.hidden=[32]", "muzero.latent=16", "muzero.hidden=32", "muzero.batch_size=32")
+    cfg = _cfg(
+        c,
+        *small,
+        "muzero.search.simulations=4",
+        "replay.min_size=200",
+        "run.total_env_steps=8000",
+        "run.target_return=null",
+        "run.eval_episodes=0",
+        "reanalyze.workers=1",
+        config="configs/cartpole_muzero.yaml",
+    )
+    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
+    workers = json.loads((tmp_path / "run" / "workers.json").read_text())
+    assert workers["reanalyze0"]["node_id"] == workers["replay0"]["node_id"] == c.head_node.node_id
+    replay = summary["replays"]["replay0"]
+    assert replay["refreshed_steps"] > 0 and replay["refused_refreshes"] == 0, replay
+    assert summary["reanalyze"]["reanalyzed_steps"] >= replay["refreshed_steps"] and summary["restarts"] == {}
+
+
 def test_a_policys_memory_is_carried_per_env_across_nodes(cluster, tmp_path):
     """The memory probe (tests/test_memory.py) under Ray: on each actor node a policy worker batches the requests
     of two actors, the states travel in the segments to the trainer's node over TCP, and every row of every

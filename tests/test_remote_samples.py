@@ -371,3 +371,31 @@ def test_segments_lost_across_nodes_are_counted_as_dropped_across_an_actors_rest
     controller.note_restart("actor0", "killed", dropped_segments=1)
     controller.handle("actor", {"worker": "actor0", "env_steps": 32, "lost_segments": 2}, {})
     assert controller.summary(None)["dropped_segments"] == 3 + 1 + 2
+
+
+def test_a_mailbox_in_a_pipe_folder_too_deep_for_a_socket_path_still_binds_and_leaves_no_file(tmp_path):
+    """A Unix socket's path holds 107 bytes: a mailbox of a pipe folder deeper than that (a long TMPDIR) is a Linux
+    abstract socket named after its path instead, reached the same way by every worker; a short one stays a file
+    in the folder."""
+    from srl.base.channel import IPC_PATH_MAX, ipc_address
+    from srl.system.remote_records import MailReader, MailWriter
+
+    assert ipc_address(tmp_path, "mail_x") == f"ipc://{tmp_path}/mail_x"
+    deep = tmp_path / ("d" * (IPC_PATH_MAX - len(str(tmp_path))))
+    deep.mkdir()
+    address = ipc_address(deep, "mail_refresh0")
+    assert address.startswith("ipc://@srl-") and address == ipc_address(deep, "mail_refresh0")
+    assert address != ipc_address(deep, "mail_refresh1")
+    ctx = zmq.Context.instance()
+    reader, writer = MailReader(address, "token", ctx), MailWriter(address, "token", ctx)
+    try:
+        got: list = []
+        deadline = time.monotonic() + 30.0
+        while not got and time.monotonic() < deadline:
+            writer.send({"seq": 1}, b"x")
+            got = reader.recv(0.2)
+        assert got[0] == ({"seq": 1}, b"x")
+        assert not list(deep.iterdir())
+    finally:
+        writer.close()
+        reader.close()

@@ -53,8 +53,8 @@ def test_a_replay_per_node_group_feeds_each_of_its_trainers() -> None:
     topology = make_plan(cfg).topology
     replays = [w for w in topology.workers if w.role.name == "replay"]
     assert [(w.name, w.group, [e.name for e in w.serves]) for w in replays] == [
-        ("replay0", -1, ["replay0", "batches0", "batches1"]),
-        ("replay1", -2, ["replay1", "batches2", "batches3"]),
+        ("replay0", -1, ["replay0", "batches0", "batches1", "refresh0"]),  # refresh: reanalyzed targets come back
+        ("replay1", -2, ["replay1", "batches2", "batches3", "refresh1"]),
     ]
     trainers = [w for w in topology.workers if w.role.name == "trainer"]
     assert [([e.name for e in w.connects], w.group) for w in trainers] == [

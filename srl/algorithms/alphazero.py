@@ -28,7 +28,7 @@ from srl.algorithms.acting import TensorActing, as_tensors
 from srl.algorithms.adam import Adam
 from srl.algorithms.dqn import BOOT, require_discrete
 from srl.algorithms.grad_clip import GradClipper, clip_all
-from srl.algorithms.replay_batch import batch_rows, batch_tensor, frozen_copy, require_batch_fits
+from srl.algorithms.replay_batch import TargetLearner, batch_rows, batch_tensor, frozen_copy, require_batch_fits
 from srl.algorithms.search_math import policy_loss
 from srl.api.algorithm import AlgorithmContext, PlanView
 from srl.api.config import AlphaZeroConfig, ConfigError
@@ -105,12 +105,13 @@ class AlphaZeroPolicy(TensorActing):
         return np.concatenate([self.policy.flat_state(), self.value.flat_state()])
 
 
-class AlphaZero:
+class AlphaZero(TargetLearner):
     """The learner (see the module's docstring)."""
 
     section = "alphazero"
     settings = AlphaZeroConfig
     on_policy = False
+    pairs = (("policy", "target_policy"), ("value", "target"))
 
     def __init__(self, ctx: AlgorithmContext) -> None:
         cfg = _settings(ctx)
@@ -197,29 +198,3 @@ class AlphaZero:
     def policy_state(self) -> np.ndarray:
         """The network's flat state (what :class:`AlphaZeroPolicy` loads)."""
         return np.concatenate([self.policy.flat_state(), self.value.flat_state()])
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy.state_dict(),
-            "value": self.value.state_dict(),
-            "target_policy": self.target_policy.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "learner_steps": self.learner_steps,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.value.load_state_dict(state["value"])
-        self.target_policy.load_state_dict(state["target_policy"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.learner_steps = int(state["learner_steps"])
-
-    def synchronize(self) -> None:
-        """Data-parallel replicas: start from rank 0's network, the target a copy of it."""
-        if self.collective is not None:
-            tensors = [*self.policy.state_dict().values(), *self.value.state_dict().values()]
-            self.collective.broadcast_([t for t in tensors if t.dtype == torch.float32])
-            self.target_policy.load_state_dict(self.policy.state_dict())
-            self.target.load_state_dict(self.value.state_dict())

@@ -16,7 +16,6 @@ rates over every env of the run.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +26,7 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.dqn_math import double_q_target, epsilon_ladder, linear_epsilon, q_target, td_loss
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.replay_batch import (
+    TargetLearner,
     batch_rows,
     batch_tensor,
     fold_observations,
@@ -151,7 +151,7 @@ class EpsilonGreedy:
         return {"epsilon": float(self.current)}
 
 
-class DQN:
+class DQN(TargetLearner):
     """Double DQN with an optional dueling head, n-step returns from the replay, prioritized replay's weights,
     a hard-copied or Polyak-averaged target network, Adam and a gradient-norm clip.
 
@@ -162,6 +162,7 @@ class DQN:
     section = "dqn"
     settings = DQNConfig
     on_policy = False
+    pairs = (("q", "target"),)
 
     def __init__(self, ctx: AlgorithmContext) -> None:
         cfg = dqn_settings(ctx)
@@ -247,26 +248,6 @@ class DQN:
     def policy_state(self) -> np.ndarray:
         """The online network's flat state (what :class:`QPolicy` loads)."""
         return self.q.flat_state()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "q": self.q.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "learner_steps": self.learner_steps,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.q.load_state_dict(state["q"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.learner_steps = int(state["learner_steps"])
-
-    def synchronize(self) -> None:
-        """Data-parallel replicas: start from rank 0's online network and statistics, the target a copy of it."""
-        if self.collective is not None:
-            self.collective.broadcast_([t for t in self.q.state_dict().values() if t.dtype == torch.float32])
-            self.target.load_state_dict(self.q.state_dict())
 
     # ------------------------------------------------------------------ internals
     @torch.no_grad()

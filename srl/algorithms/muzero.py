@@ -23,7 +23,6 @@ gradient into each dynamics step is halved, as in MuZero. Each item's priority i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +33,14 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.alphazero import SEARCH_POLICY
 from srl.algorithms.dqn import BOOT, require_discrete
 from srl.algorithms.grad_clip import GradClipper, clip_all
-from srl.algorithms.replay_batch import batch_rows, batch_tensor, fold_observations, frozen_copy, require_batch_fits
+from srl.algorithms.replay_batch import (
+    TargetLearner,
+    batch_rows,
+    batch_tensor,
+    fold_observations,
+    frozen_copy,
+    require_batch_fits,
+)
 from srl.algorithms.search_math import categorical_loss, from_categorical, policy_loss, unroll_targets
 from srl.api.algorithm import AlgorithmContext, PlanView
 from srl.api.config import ConfigError, MuZeroConfig
@@ -131,12 +137,13 @@ class MuZeroPolicy(NetActing):
         }
 
 
-class MuZero:
+class MuZero(TargetLearner):
     """The learner (see the module's docstring)."""
 
     section = "muzero"
     settings = MuZeroConfig
     on_policy = False
+    pairs = (("net", "target"),)
 
     def __init__(self, ctx: AlgorithmContext) -> None:
         cfg = _settings(ctx)
@@ -242,24 +249,3 @@ class MuZero:
     def policy_state(self) -> np.ndarray:
         """The network's flat state (what :class:`MuZeroPolicy` loads)."""
         return self.net.flat_state()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "net": self.net.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "learner_steps": self.learner_steps,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.learner_steps = int(state["learner_steps"])
-
-    def synchronize(self) -> None:
-        """Data-parallel replicas: start from rank 0's network, the target a copy of it."""
-        if self.collective is not None:
-            tensors = list(self.net.state_dict().values())
-            self.collective.broadcast_([t for t in tensors if t.dtype == torch.float32])
-            self.target.load_state_dict(self.net.state_dict())

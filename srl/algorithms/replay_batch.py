@@ -1,5 +1,6 @@
-"""What the algorithms that learn from a replay (DQN, SAC, TD3) share: reading its batch onto the trainer's
-device, moving a target network, and folding a batch into observation statistics."""
+"""What the algorithms that learn from a replay (DQN, SAC, TD3, AlphaZero, MuZero) share: reading its batch onto the
+trainer's device, moving a target network, folding a batch into observation statistics, and a learner's checkpoint
+of online networks and their targets."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.device import field
 from srl.api.worker import Collective
 
-__all__ = ["batch_rows", "batch_tensor", "fold_observations", "follow", "frozen_copy", "require_batch_fits"]
+__all__ = [
+    "TargetLearner",
+    "batch_rows",
+    "batch_tensor",
+    "fold_observations",
+    "follow",
+    "frozen_copy",
+    "require_batch_fits",
+]
 
 
 def batch_tensor(batch: Mapping[str, np.ndarray], name: str, device: torch.device) -> torch.Tensor:
@@ -63,3 +72,34 @@ def require_batch_fits(section: str, batch_size: int, cfg: ExperimentConfig, ite
             f"{section}.batch_size: a batch of {batch_size} {items} is larger than the replay "
             f"(replay.max_size={cfg.replay.max_size})"
         )
+
+
+class TargetLearner:
+    """A learner of online networks, each with a target copy, one optimizer and a count of its steps (DQN,
+    AlphaZero, MuZero): its checkpoint holds each network's state under its attribute's name, and data-parallel
+    replicas start from rank 0's networks (weights and statistics), each target a copy of its online network."""
+
+    pairs: tuple[tuple[str, str], ...]
+    """``(online, target)`` attribute names of each network and its target (also their checkpoint keys)."""
+    collective: Collective | None
+    optimizer: Any
+    learner_steps: int
+
+    def state_dict(self) -> dict[str, Any]:
+        nets = {name: getattr(self, name).state_dict() for pair in self.pairs for name in pair}
+        return {**nets, "optimizer": self.optimizer.state_dict(), "learner_steps": self.learner_steps}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for name in (name for pair in self.pairs for name in pair):
+            getattr(self, name).load_state_dict(state[name])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.learner_steps = int(state["learner_steps"])
+
+    def synchronize(self) -> None:
+        if self.collective is None:
+            return
+        for online, _ in self.pairs:
+            tensors = getattr(self, online).state_dict().values()
+            self.collective.broadcast_([t for t in tensors if t.dtype == torch.float32])
+        for online, target in self.pairs:
+            getattr(self, target).load_state_dict(getattr(self, online).state_dict())

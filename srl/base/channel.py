@@ -16,6 +16,7 @@ returned without further waiting.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import select
@@ -309,6 +310,21 @@ def make_pipe_dir() -> Path:
     folder = Path(tempfile.mkdtemp(prefix=f"{PIPE_DIR_PREFIX}{os.getpid()}-"))
     (folder / PIPE_DIR_MARKER).touch(mode=0o600)
     return folder
+
+
+IPC_PATH_MAX = 107
+"""Bytes of a Unix socket's path (``sockaddr_un.sun_path`` less its NUL): longer ``ipc://`` paths cannot bind."""
+
+
+def ipc_address(folder: Path, name: str) -> str:
+    """The ZeroMQ ``ipc://`` address of socket ``name`` of a run's pipe folder: its file there where the path fits
+    :data:`IPC_PATH_MAX`; else (a deep temp folder) a Linux abstract socket named after that path, which leaves
+    no file and goes with its last socket. Only for sockets whose messages carry the run's token: an abstract
+    socket has no folder's permissions in front of it."""
+    path = f"{folder}/{name}"
+    if len(path.encode()) <= IPC_PATH_MAX:
+        return f"ipc://{path}"
+    return f"ipc://@srl-{hashlib.sha256(path.encode()).hexdigest()[:32]}"
 
 
 def sweep_stale_pipe_dirs() -> int:

@@ -22,7 +22,7 @@ import numpy as np
 import zmq
 
 from srl.api.worker import Reporter
-from srl.base.channel import Channel, FifoChannel, InProcChannel, make_pipe_dir
+from srl.base.channel import Channel, FifoChannel, InProcChannel, ipc_address, make_pipe_dir
 from srl.base.seqlock import VersionedBuffer
 from srl.base.shm import ShmArray, new_tag
 from srl.runtime.plan import Plan
@@ -362,7 +362,7 @@ class SharedFabric(Fabric):
 
     def mailbox(self, endpoint: Endpoint, read: bool) -> Mailbox:
         """A ZeroMQ ipc socket in the run's pipe folder (removed with it; a restarted reader binds it again)."""
-        address, token = f"ipc://{self.dir}/mail_{endpoint.name}", self.token()
+        address, token = ipc_address(self.dir, f"mail_{endpoint.name}"), self.token()
         ctx: zmq.Context = zmq.Context.instance()
         if read:
             return self._get(f"mr_{endpoint.name}", lambda: MailReader(address, token, ctx))
@@ -380,7 +380,7 @@ class SharedFabric(Fabric):
         return self._get(key, lambda: VersionedBuffer.attach_shared(f"{self.tag}_{key}", size, np.float32))
 
     def param_address(self, server: Endpoint) -> str:
-        return f"ipc://{self.dir}/param_{server.name}"
+        return ipc_address(self.dir, f"param_{server.name}")
 
     def token(self) -> str:
         if self._token is None:  # written by create(), in the run's private (0700) directory
