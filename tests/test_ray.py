@@ -229,7 +229,7 @@ def test_a_reanalyze_worker_sits_beside_its_replay_and_refreshes_its_steps_acros
         *small,
         "muzero.search.simulations=4",
         "replay.min_size=200",
-        "run.total_env_steps=8000",
+        "run.total_env_steps=3000",
         "run.target_return=null",
         "run.eval_episodes=0",
         "reanalyze.workers=1",

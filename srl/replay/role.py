@@ -35,7 +35,7 @@ BATCHES = StreamKind("batches", "batches{}", channel=SAMPLE_WIDTH, pool="srl.rep
 back."""
 REFRESH = StreamKind("refresh", "refresh{}", bound=True, mail=True)
 """Replay ``r``'s mailbox of refreshed step targets (a reanalyze worker's searches), written back to the stored
-steps by key (:meth:`ReplayWorker.refresh`)."""
+steps by key (:func:`srl.replay.worker.refresh_message`)."""
 BATCH_BUFFERS = 2
 """Batch buffers per replay: the trainer trains on one while the replay fills the other."""
 
