@@ -57,6 +57,11 @@ def _settings(ctx: AlgorithmContext) -> MuZeroConfig:
     return ctx.args if isinstance(ctx.args, MuZeroConfig) else ctx.cfg.muzero
 
 
+def _halve(grad: Tensor) -> Tensor:
+    """The gradient into each dynamics step, halved (MuZero's: the unrolled steps' gradients add up otherwise)."""
+    return grad * 0.5
+
+
 def _scaled(x: Tensor) -> Tensor:
     """Each latent state min-max scaled to ``[0, 1]`` (MuZero's: keeps the dynamics' inputs in one range)."""
     lo = x.min(dim=1, keepdim=True).values
@@ -192,7 +197,7 @@ class MuZero(TargetLearner):
         obs = {name: batch_tensor(batch, name, self.device) for name in self.parts}
         actions = batch_tensor(batch, "actions", self.device).long()
         weights = batch_tensor(batch, "weights", self.device).float()
-        searched = batch_tensor(batch, SEARCH_POLICY, self.device).float()
+        search_policy = batch_tensor(batch, SEARCH_POLICY, self.device).float()
         with torch.no_grad():
             boot = {name: batch_rows(batch, BOOT + name, self.device) for name in self.parts}
             _, boot_values = self.target.predict(self.target.represent(boot))
@@ -207,31 +212,29 @@ class MuZero(TargetLearner):
                 batch_tensor(batch, "truncated", self.device).bool(),
             )
         latent = net.represent({name: x[0] for name, x in obs.items()})
-        losses, first_value = [], torch.zeros(n, device=self.device)
-        stats = {"policy_loss": 0.0, "value_loss": 0.0, "reward_loss": 0.0}
+        p_losses, v_losses, r_losses = [], [], []
         for k in range(length):
             if k:
                 latent, reward_logits = net.dynamics(latent, actions[k - 1])
-                latent.register_hook(lambda grad: grad * 0.5)
-                r_loss = categorical_loss(reward_logits, t.rewards[k - 1], cfg.reward_support) * t.reward_mask[k - 1]
-            else:
-                r_loss = torch.zeros(n, device=self.device)
+                latent.register_hook(_halve)
+                r_losses.append(categorical_loss(reward_logits, t.rewards[k - 1], cfg.reward_support))
             logits, value_logits = net.predict(latent)
-            legal = obs[ACTION_MASK][k] > 0 if ACTION_MASK in obs else None
-            p_loss = policy_loss(logits, searched[k], legal) * t.policy_mask[k]
-            v_loss = categorical_loss(value_logits, t.values[k], cfg.value_support) * t.value_mask[k]
-            step = p_loss + cfg.value_weight * v_loss + r_loss
-            losses.append(step if k == 0 else step / unroll)
             if k == 0:
                 first_value = from_categorical(value_logits.detach(), cfg.value_support)
-            for name, x in (("policy_loss", p_loss), ("value_loss", v_loss), ("reward_loss", r_loss)):
-                stats[name] += float(x.detach().mean()) / length
-        loss = (weights * torch.stack(losses).sum(0)).mean()
+            legal = obs[ACTION_MASK][k] > 0 if ACTION_MASK in obs else None
+            p_losses.append(policy_loss(logits, search_policy[k], legal))
+            v_losses.append(categorical_loss(value_logits, t.values[k], cfg.value_support))
+        p_loss = torch.stack(p_losses) * t.policy_mask  # [K + 1, N]
+        v_loss = torch.stack(v_losses) * t.value_mask
+        r_loss = torch.stack(r_losses) * t.reward_mask  # [K, N]
+        step = p_loss + cfg.value_weight * v_loss
+        per_item = step[0] + (step[1:].sum(0) + r_loss.sum(0)) / unroll  # the unrolled steps weigh 1 / K
+        loss = (weights * per_item).mean()
         self.optimizer.zero_grad()
         loss.backward()
         if self.collective is not None:
             self.collective.mean_([p.grad for p in self.optimizer.params if p.grad is not None])
-        stats.update(clip_all({"net": self.clipper}))
+        stats = clip_all({"net": self.clipper})
         self.optimizer.step()
         fold_observations(net.encoder, {name: x[0] for name, x in obs.items()}, self.collective)
         self.learner_steps += 1
@@ -240,6 +243,9 @@ class MuZero(TargetLearner):
         error = (first_value - t.values[0]).abs()
         stats.update(
             loss=float(loss.detach()),
+            policy_loss=float(p_loss.detach().mean()),
+            value_loss=float(v_loss.detach().mean()),
+            reward_loss=float(r_loss.detach().mean()),
             value_mean=float(first_value.mean()),
             target_mean=float(t.values[0].mean()),
             learner_steps=float(self.learner_steps),

@@ -58,8 +58,8 @@ class ItemReader:
         """Per step, its observation row (one gather in a batch instead of three array operations)."""
         self._parts = tuple((part, f"boot_{part}") for part in spec.obs_fields)
         self._alive = "alive" in spec.fields
-        windows = spec.item_length > 1 and not spec.sequences  # several steps: their rewards and ends too
-        self._carried = ("actions", *(("rewards", "terminated", "truncated") if windows else ()), *spec.carried)
+        ends = ("rewards", "terminated", "truncated") if spec.windows else ()
+        self._carried = ("actions", *ends, *spec.carried)
         steps = spec.capacity * spec.steps
         self._returns = np.zeros(steps, np.float32)
         self._discounts = np.zeros(steps, np.float32)

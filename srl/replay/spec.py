@@ -188,6 +188,12 @@ class ReplaySpec:
         )
 
     @property
+    def windows(self) -> bool:
+        """Whether batches are transitions of several steps, which carry their steps' ``rewards`` and episode ends
+        besides their n-step targets (a learner that unrolls a model along them: MuZero)."""
+        return self.item_length > 1 and not self.sequences
+
+    @property
     def sequences(self) -> bool:
         """Whether batches are sequences (the layout carries a recurrent policy's state) or transitions."""
         return MEMORY in self.fields
@@ -287,7 +293,7 @@ class ReplaySpec:
                 out[part] = out[f"boot_{part}"] = FieldSpec((*lead, *shape), dtype)
         actions = self.fields["actions"]
         out["actions"] = FieldSpec((*lead, *actions.shape[2:]), actions.dtype)
-        if self.sequences or self.item_length > 1:
+        if self.sequences or self.windows:
             out["rewards"] = FieldSpec(lead, "float32")
             out["terminated"] = out["truncated"] = FieldSpec(lead, "bool")
         if self.sequences:

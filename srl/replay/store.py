@@ -346,22 +346,26 @@ class ReplayStore:
         return rng.integers(first, end, count) * self._T + rng.integers(0, self._T, count)
 
     def _step_rows(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Flat step rows of step keys, and which keys are live (their chunk not overwritten since)."""
+        """Flat step rows of step keys, and their chunk keys."""
         chunk_keys, steps = np.divmod(np.asarray(keys, np.int64), self._T)
-        live = (chunk_keys >= 0) & self.slots.live(chunk_keys % self.spec.capacity, chunk_keys)
-        return (chunk_keys % self.spec.capacity) * self._T + steps, live
+        return (chunk_keys % self.spec.capacity) * self._T + steps, chunk_keys
+
+    def _live(self, chunk_keys: np.ndarray) -> np.ndarray:
+        """Which chunk keys are live (their chunk not overwritten since)."""
+        return (chunk_keys >= 0) & self.slots.live(chunk_keys % self.spec.capacity, chunk_keys)
 
     def read_steps(self, keys: np.ndarray, out: Mapping[str, np.ndarray]) -> np.ndarray:
         """The observation parts of steps ``keys`` ``[N]`` into ``out[part]`` ``[N, ...]``; returns which were
         live once read (a row whose chunk was overwritten meanwhile may hold parts of either, and is not)."""
-        rows, _ = self._step_rows(keys)
+        rows, chunk_keys = self._step_rows(keys)
         self._reader.read_observations(rows, out)
-        return self._step_rows(keys)[1]  # after the read: the insert retires a chunk before overwriting it
+        return self._live(chunk_keys)  # after the read: the insert retires a chunk before overwriting it
 
     def write_steps(self, keys: np.ndarray, name: str, values: np.ndarray) -> tuple[int, int]:
         """Overwrite step field ``name`` (a carried one: a search's policy) of steps ``keys``; a step whose chunk
         was overwritten since its key was drawn is left alone. Returns ``(applied, stale)``."""
-        rows, live = self._step_rows(keys)
+        rows, chunk_keys = self._step_rows(keys)
+        live = self._live(chunk_keys)
         self._reader.write_steps(name, rows[live], np.asarray(values)[live])
         return int(live.sum()), int(len(live) - live.sum())
 

@@ -60,10 +60,10 @@ class LatentSearch:
             self._latents = torch.zeros((b, self.settings.simulations + 1, latent.shape[1]), device=latent.device)
         trees, latents = self._trees, self._latents
         rows = torch.arange(b, device=latent.device)
-        root_legal = np.ones((b, a), bool) if legal is None else np.asarray(legal, bool)
+        everything = np.ones((b, a), bool)  # below the root every action is open
+        root_legal = everything if legal is None else np.asarray(legal, bool)
         trees.reset(logits.cpu().numpy(), values.cpu().numpy(), root_legal, rng)
         latents[:, 0] = latent
-        everything = np.ones((b, a), bool)
         discounts, terminal = np.full(b, self.gamma), np.zeros(b, bool)
         for _ in range(self.settings.simulations):
             parents, actions = trees.select()  # no latent state is terminal: every tree expands one

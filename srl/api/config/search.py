@@ -44,6 +44,17 @@ class SearchConfig:
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
 
 
+def _check_learner(cfg: AlphaZeroConfig | MuZeroConfig, counts: tuple[str, ...]) -> None:
+    """What a learner from search's settings share: positive rates and weights, a discount in [0, 1], counts of
+    at least 1 (``counts``: its own besides the common ones), a clip > 0 or none."""
+    for name in ("lr", "adam_eps", "value_weight"):
+        check(getattr(cfg, name) > 0, name, f"must be > 0, got {getattr(cfg, name)}")
+    check(0.0 <= cfg.gamma <= 1.0, "gamma", f"must be in [0, 1], got {cfg.gamma}")
+    for name in ("nstep", "batch_size", "target_every", *counts):
+        check(getattr(cfg, name) >= 1, name, f"must be >= 1, got {getattr(cfg, name)}")
+    check(cfg.max_grad_norm is None or cfg.max_grad_norm > 0, "max_grad_norm", "must be > 0 or null")
+
+
 @dataclass(frozen=True, kw_only=True)
 class AlphaZeroConfig:
     """AlphaZero (``algorithm: alphazero``): a policy-value network that acts by searching the real game
@@ -70,12 +81,7 @@ class AlphaZeroConfig:
     """How each move is searched (training games and evaluation alike; an evaluation draws no noise)."""
 
     def __post_init__(self) -> None:
-        for name in ("lr", "adam_eps", "value_weight"):
-            check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
-        check(0.0 <= self.gamma <= 1.0, "gamma", f"must be in [0, 1], got {self.gamma}")
-        for name in ("nstep", "batch_size", "target_every"):
-            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-        check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "must be > 0 or null")
+        _check_learner(self, ())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,14 +122,8 @@ class MuZeroConfig:
     """How each step is searched (the latent model's; an evaluation draws no noise)."""
 
     def __post_init__(self) -> None:
-        for name in ("lr", "adam_eps", "value_weight"):
-            check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
         check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
-        check(0.0 <= self.gamma <= 1.0, "gamma", f"must be in [0, 1], got {self.gamma}")
-        for name in ("nstep", "unroll", "batch_size", "latent", "hidden", "value_support", "reward_support"):
-            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-        check(self.target_every >= 1, "target_every", f"must be >= 1, got {self.target_every}")
-        check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "must be > 0 or null")
+        _check_learner(self, ("unroll", "latent", "hidden", "value_support", "reward_support"))
 
 
 @dataclass(frozen=True, kw_only=True)
