@@ -252,6 +252,23 @@ def test_masked_actions_are_never_searched_or_targeted_whatever_their_prior():
         assert np.isinf(trees.logits[0, 0, 2]) and np.isfinite(trees.logits[0, 0, [0, 1, 3]]).all()
 
 
+def test_the_prior_rule_is_the_network_alone_its_best_legal_move_or_a_draw_from_it():
+    """``prior``: no simulation; without draws the most likely legal action plays, with them each legal action
+    about as often as its prior says; the target is the prior and the value the network's."""
+    logits = np.log(np.array([[0.1, 0.5, 0.3, 0.1]]))
+    legal = np.array([[True, False, True, True]])
+    trees = Trees(1, 4, SearchConfig(rule="prior"))
+    assert trees.simulations == 0
+    trees.reset(logits, np.array([0.25]), legal)
+    assert trees.root_action().tolist() == [2] and trees.root_value().tolist() == [0.25]
+    np.testing.assert_allclose(trees.policy()[0], [0.2, 0.0, 0.6, 0.2])
+    rng, counts = np.random.default_rng(0), np.zeros(4)
+    for _ in range(4000):
+        trees.reset(logits, np.zeros(1), legal, rng)
+        counts[trees.root_action()[0]] += 1
+    np.testing.assert_allclose(counts / counts.sum(), [0.2, 0.0, 0.6, 0.2], atol=0.03)
+
+
 def test_a_move_good_for_the_opponent_is_avoided_when_values_change_sides():
     """Two-player, discount -1: after action 0 the opponent to move is winning (+0.9 from its view, and every
     position below agrees, each from its own player's view), after action 1 losing: the search plays 1 and backs
@@ -276,7 +293,7 @@ def test_a_move_good_for_the_opponent_is_avoided_when_values_change_sides():
 def test_bad_search_settings_are_one_line():
     for kwargs, needle in (
         ({"simulations": 1}, "search.simulations: a search takes at least 2 simulations, got 1"),
-        ({"rule": "uct"}, "search.rule: 'uct' is not one of gumbel, puct"),
+        ({"rule": "uct"}, "search.rule: 'uct' is not one of gumbel, puct, prior"),
         ({"considered": 1}, "search.considered: at least 2 actions, got 1"),
         ({"dirichlet_fraction": 1.5}, "search.dirichlet_fraction: 1.5 is outside [0, 1]"),
     ):
@@ -379,6 +396,8 @@ def test_srl_bench_search_reports_both_ways_and_refuses_bad_sizes_in_one_line():
     assert mine["trees"] == 2 and mine["simulations"] == 3 and mine["simulations_per_s_batched"] > 0
     with pytest.raises(ConfigError, match="^--config: algorithm dqn does not act by searching$"):
         bench_policy_search(load_config("configs/cartpole_dqn.yaml"), [1], 0.01)
+    with pytest.raises(ConfigError, match="^muzero.search.rule: prior plays the network alone, an evaluation's"):
+        bench_policy_search(load_config("configs/cartpole_muzero.yaml", ["muzero.search.rule=prior"]), [1], 0.01)
 
 
 # --------------------------------------------------------------------------- learning from search: the math
@@ -473,6 +492,10 @@ def test_alphazero_trains_from_replay_items_that_carry_each_search(tmp_path):
 
     _, (policy,), _ = load_policies(tmp_path / "run", ["alphazero.search.simulations=3"])
     assert policy.search.settings.simulations == 3  # type: ignore[attr-defined]
+    from srl.league.match import play_match  # the network alone plays whole games (no search), as srl eval does
+
+    alone_cfg, (alone,), _ = load_policies(tmp_path / "run", ["alphazero.search.rule=prior"])
+    assert play_match(alone_cfg, alone, "random", 4, 0).games == 4
     with pytest.raises(ConfigError, match="does not fit its own config"):
         load_policies(tmp_path / "run", ["model.hidden=[7]"])
 
@@ -486,6 +509,8 @@ def test_alphazero_settings_and_envs_it_cannot_search_are_one_line(tmp_path):
         make_plan(_alphazero_config(tmp_path, "env.kwargs.history=false"))
     with pytest.raises(ConfigError, match=r"^alphazero\.nstep: 9-step returns are longer than the stored"):
         make_plan(_alphazero_config(tmp_path, "alphazero.nstep=9"))
+    with pytest.raises(ConfigError, match=r"^alphazero\.search\.rule: prior plays the network alone, an evaluat"):
+        make_plan(_alphazero_config(tmp_path, "alphazero.search.rule=prior"))
 
 
 # --------------------------------------------------------------------------- MuZero
@@ -592,6 +617,8 @@ def test_muzero_settings_it_cannot_run_with_are_one_line(tmp_path):
         make_plan(load_config("configs/cartpole_muzero.yaml", ["replay.item_length=4"]))
     with pytest.raises(ConfigError, match=r"^algorithm: muzero needs a Discrete action space"):
         make_plan(load_config("configs/cartpole_muzero.yaml", ["env.id=Pendulum-v1"]))
+    with pytest.raises(ConfigError, match=r"^muzero\.search\.rule: prior plays the network alone, an evaluation"):
+        make_plan(load_config("configs/cartpole_muzero.yaml", ["muzero.search.rule=prior"]))
     with pytest.raises(ConfigError, match=r"^muzero\.unroll: must be >= 1, got 0"):
         load_config("configs/cartpole_muzero.yaml", ["muzero.unroll=0"])
 

@@ -32,6 +32,7 @@ from srl.algorithms.replay_batch import TargetLearner, batch_rows, batch_tensor,
 from srl.algorithms.search_math import policy_loss
 from srl.api.algorithm import AlgorithmContext, PlanView
 from srl.api.config import AlphaZeroConfig, ConfigError
+from srl.api.config.search import require_search
 from srl.api.device import torch_device
 from srl.api.schema import Field
 from srl.api.spaces import ACTION_MASK, GAME_HISTORY, OBS, obs_parts
@@ -141,7 +142,7 @@ class AlphaZero(TargetLearner):
     @staticmethod
     def check(plan: PlanView) -> None:
         """A game it can search on, Discrete actions with a legal-move mask, items long enough for its n-step
-        returns, batches the replay can hold."""
+        returns, a search to learn from, batches the replay can hold."""
         cfg = plan.cfg
         GameModel(cfg.env)
         for policy in plan.policies:
@@ -153,6 +154,7 @@ class AlphaZero(TargetLearner):
                 f"alphazero.nstep: {cfg.alphazero.nstep}-step returns are longer than the stored sequences "
                 f"(workers.segment_length={cfg.workers.segment_length})"
             )
+        require_search("alphazero", cfg.alphazero.search)
         require_batch_fits("alphazero", cfg.alphazero.batch_size, cfg)
 
     # ------------------------------------------------------------------ Algorithm

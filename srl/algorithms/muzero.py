@@ -44,6 +44,7 @@ from srl.algorithms.replay_batch import (
 from srl.algorithms.search_math import categorical_loss, from_categorical, policy_loss, unroll_targets
 from srl.api.algorithm import AlgorithmContext, PlanView
 from srl.api.config import ConfigError, MuZeroConfig
+from srl.api.config.search import require_search
 from srl.api.device import torch_device
 from srl.api.schema import Field
 from srl.api.spaces import ACTION_MASK, GAME_HISTORY, obs_parts
@@ -172,7 +173,8 @@ class MuZero(TargetLearner):
 
     @staticmethod
     def check(plan: PlanView) -> None:
-        """Discrete actions, no recurrent core, items of ``unroll + 1`` steps, batches the replay can hold."""
+        """Discrete actions, no recurrent core, items of ``unroll + 1`` steps, a search to learn from, batches the
+        replay can hold."""
         cfg = plan.cfg
         for policy in plan.policies:
             require_discrete(policy.action_space, cfg)
@@ -183,6 +185,7 @@ class MuZero(TargetLearner):
                 f"replay.item_length: muzero unrolls its model {cfg.muzero.unroll} steps along each item "
                 f"(muzero.unroll), so items are {cfg.muzero.unroll + 1} steps; got {cfg.replay.item_length}"
             )
+        require_search("muzero", cfg.muzero.search)
         require_batch_fits("muzero", cfg.muzero.batch_size, cfg)
 
     # ------------------------------------------------------------------ Algorithm

@@ -30,7 +30,7 @@ def _search(trees: Sequence[Trees], rng: np.random.Generator, actions: int, dept
         b = t.batch
         t.reset(rng.normal(size=(b, actions)), rng.normal(size=b), np.ones((b, actions), bool), rng)
         level = np.zeros((b, t.visits.shape[1]), np.int64)
-        for _ in range(t.settings.simulations):
+        for _ in range(t.simulations):
             parents, _ = t.select()
             rows = np.arange(b)
             child = level[rows, parents] + 1

@@ -145,7 +145,7 @@ class GameSearch:
         nodes = [[states[r]] for r in rows]
         draw = rng if rng is not None else np.random.default_rng(0)
         b, a = len(rows), model.actions
-        for _ in range(self.settings.simulations):
+        for _ in range(trees.simulations):
             parents, actions = trees.select()
             grow = np.flatnonzero(~trees.revisits)
             children = model.step([nodes[t][parents[t]] for t in grow], actions[grow], draw)

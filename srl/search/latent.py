@@ -65,7 +65,7 @@ class LatentSearch:
         trees.reset(logits.cpu().numpy(), values.cpu().numpy(), root_legal, rng)
         latents[:, 0] = latent
         discounts, terminal = np.full(b, self.gamma), np.zeros(b, bool)
-        for _ in range(self.settings.simulations):
+        for _ in range(trees.simulations):
             parents, actions = trees.select()  # no latent state is terminal: every tree expands one
             parent_rows = latents[rows, torch.from_numpy(parents).to(latent.device)]
             child, rewards, logits, values = model.recurrent(parent_rows, torch.from_numpy(actions).to(latent.device))

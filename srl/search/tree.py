@@ -4,7 +4,7 @@ Every tree of the batch takes one simulation at a time, in step with the others,
 are evaluated in one batch (by whoever holds the model: a policy worker, an actor's game clones):
 
     trees.reset(logits, values, legal, rng)          # the roots, evaluated
-    for _ in range(settings.simulations):
+    for _ in range(trees.simulations):
         parents, actions = trees.select()            # each tree's next edge to expand (or a terminal revisited)
         ...                                          # evaluate the children: a game step or a dynamics network
         trees.expand(logits, values, legal, rewards, discounts, terminal)   # the new nodes, backed up
@@ -29,6 +29,8 @@ The rules (Danihelka et al., "Policy improvement by planning with Gumbel", 2022,
 - ``puct``: ``q + c_puct * P(a) * sqrt(N(s)) / (1 + N(a))`` with the same normalised completed Q, and Dirichlet
   noise on the root's prior when ``dirichlet_fraction`` > 0; the action played is the most visited, the target the
   visit counts.
+- ``prior``: no simulation (:attr:`Trees.simulations` is 0): the root's prior plays, its most likely legal action
+  (with Gumbel draws, a draw from it); the network alone, to set beside its search.
 
 Why vectorized numpy over all trees, not one tree at a time nor native code: one simulation is a few array
 operations per tree level over every tree at once, so Python's cost is per level, not per tree. Measured
@@ -102,6 +104,8 @@ class Trees:
 
     def __init__(self, batch: int, actions: int, settings: SearchConfig) -> None:
         self.settings = settings
+        self.simulations = 0 if settings.rule == "prior" else settings.simulations
+        """Simulations each search takes (none for ``prior``)."""
         b, n, a = batch, settings.simulations + 1, actions
         self.visits = np.zeros((b, n), np.int64)
         self.value_sum = np.zeros((b, n))
@@ -167,7 +171,7 @@ class Trees:
         self.value[:, 0] = values
         self.value_sum[:, 0] = values
         self.visits[:, 0] = 1
-        self.gumbel[:] = rng.gumbel(size=self.gumbel.shape) if rng is not None and s.rule == "gumbel" else 0.0
+        self.gumbel[:] = rng.gumbel(size=self.gumbel.shape) if rng is not None and s.rule != "puct" else 0.0
         self.considered[:] = np.minimum(s.considered, legal.sum(axis=1))
         self.new_node = 1
 
@@ -311,7 +315,7 @@ class Trees:
         """The search's value of each root ``[B]``: PUCT's mean of what was backed up through it; Gumbel's the
         completed Q expected under the improved policy (its visits are spread by the schedule, not by merit, so
         their mean would weigh a bad action as much as the good one)."""
-        if self.settings.rule == "puct":
+        if self.settings.rule != "gumbel":
             return self.value_sum[:, 0] / self.visits[:, 0]
         root = np.zeros(self.batch, np.int64)
         n, q = self._children(self._rows, root)
@@ -319,7 +323,9 @@ class Trees:
         return (self.policy() * completed).sum(axis=1)
 
     def policy(self) -> np.ndarray:
-        """The policy target ``[B, A]``: Gumbel's improved policy, or PUCT's visit distribution."""
+        """The policy target ``[B, A]``: Gumbel's improved policy, PUCT's visit distribution, or the prior."""
+        if self.settings.rule == "prior":
+            return _softmax(self.logits[:, 0])
         root = np.zeros(self.batch, np.int64)
         n, q = self._children(self._rows, root)
         if self.settings.rule == "puct":
@@ -328,7 +334,9 @@ class Trees:
 
     def root_action(self) -> np.ndarray:
         """The action each search plays ``[B]``: Gumbel's best (by ``g + logits + sigma(q)``) of the most visited,
-        or PUCT's most visited (the higher prior among ties)."""
+        or PUCT's most visited (the higher prior among ties), or the prior's choice (``g + logits``)."""
+        if self.settings.rule == "prior":
+            return (self.gumbel + self.logits[:, 0]).argmax(axis=1)
         root = np.zeros(self.batch, np.int64)
         n, q = self._children(self._rows, root)
         logits = self.logits[:, 0]

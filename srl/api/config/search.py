@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from srl.api.config.errors import check
+from srl.api.config.errors import ConfigError, check
 
-RULES = ("gumbel", "puct")
+RULES = ("gumbel", "puct", "prior")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,7 +17,9 @@ class SearchConfig:
     simulations: int = 32
     """Simulations per search (at least 2): each expands one node of every tree."""
     rule: str = "gumbel"
-    """``gumbel`` (Gumbel-top-k and sequential halving at the root) or ``puct``."""
+    """``gumbel`` (Gumbel-top-k and sequential halving at the root), ``puct``, or ``prior``: no search, the
+    network alone (its most likely legal move; a draw from its prior when exploring), an evaluation's baseline
+    (``srl eval --set alphazero.search.rule=prior``) that training refuses."""
     considered: int = 16
     """Gumbel: actions considered at the root (fewer when fewer are legal)."""
     c_visit: float = 50.0
@@ -42,6 +44,15 @@ class SearchConfig:
         )
         for name in ("c_visit", "c_scale", "c_puct", "dirichlet_alpha"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+
+
+def require_search(section: str, settings: SearchConfig) -> None:
+    """A training run searches: ``prior`` (the network alone) is an evaluation's setting."""
+    if settings.rule == "prior":
+        raise ConfigError(
+            f"{section}.search.rule: prior plays the network alone, an evaluation's setting (srl eval --set "
+            f"{section}.search.rule=prior); training learns from a search: gumbel or puct"
+        )
 
 
 def _check_learner(cfg: AlphaZeroConfig | MuZeroConfig, counts: tuple[str, ...]) -> None:

@@ -1,0 +1,152 @@
+"""LightZero's AlphaZero on tic-tac-toe, trained with its own self-play config and measured against OpenSpiel's MCTS.
+
+Not part of srl: run it in a virtual environment with ``lightzero==0.2.0`` (README.md in this folder).
+
+    # train with LightZero's zoo config (tictactoe_alphazero_sp_mode_config), saving the network every --every s
+    python scripts/peers/lightzero_alphazero.py train --minutes 30 --every 120 --out runs/peers/lz_ttt_s0 --seed 0
+    # each saved network, searching as LightZero's evaluator does, against OpenSpiel's MCTS bot (seats alternate)
+    python scripts/peers/lightzero_alphazero.py eval runs/peers/lz_ttt_s0 --opponent-simulations 1000 --games 100
+
+Training is LightZero's own entry (``lzero.entry.train_alphazero``) with its published settings; the only changes
+are ``cuda=False`` and a learner that saves the network, with the wall time and env steps, every ``--every``
+seconds, and stops the run after ``--minutes``. The PyPI wheel of lightzero 0.2.0 carries no compiled AlphaZero
+tree (``ctree_alphazero`` needs a CMake build from the repository), so the search is its Python tree
+(``mcts_ctree=False``).
+
+The opponent is the same bot ``srl eval --opponent mcts:N`` plays: ``pyspiel.MCTSBot`` with UCT c = 2, one random
+rollout per leaf, solving, N simulations a move. LightZero's network plays through its eval mode (its search of
+``min(800, 4 x 25)`` = 100 simulations, the most visited move); the two games (LightZero's ``TicTacToeEnv`` and
+OpenSpiel's state) are stepped together, the cells numbered alike (row * 3 + column).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def _config(seed: int, out: Path):
+    from zoo.board_games.tictactoe.config.tictactoe_alphazero_sp_mode_config import create_config, main_config
+
+    main_config.policy.cuda = False
+    main_config.policy.mcts_ctree = False
+    main_config.env.alphazero_mcts_ctree = False
+    main_config.exp_name = str(out / "lightzero")
+    return main_config, create_config
+
+
+class _TimeUp(Exception):
+    pass
+
+
+def train(args: argparse.Namespace) -> None:
+    import lzero.entry.train_alphazero as entry
+    import torch
+    from ding.worker import BaseLearner
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    index = out / "snapshots.jsonl"
+
+    class TimedLearner(BaseLearner):
+        """LightZero's learner, saving the network every ``--every`` seconds and stopping at ``--minutes``."""
+
+        next_save = args.every
+
+        def train(self, data, envstep=-1, policy_kwargs=None):
+            result = super().train(data, envstep, policy_kwargs)
+            elapsed = time.perf_counter() - start
+            if elapsed >= self.next_save or elapsed >= args.minutes * 60:
+                name = f"snapshot_{int(elapsed):05d}.pth.tar"
+                torch.save(self._policy.state_dict(), out / name)
+                record = {"file": name, "wall_seconds": round(elapsed, 1), "env_steps": int(envstep)}
+                with open(index, "a") as f:
+                    f.write(json.dumps(record | {"train_iter": self.train_iter}) + "\n")
+                TimedLearner.next_save += args.every
+            if elapsed >= args.minutes * 60:
+                raise _TimeUp
+            return result
+
+    entry.BaseLearner = TimedLearner
+    try:
+        entry.train_alphazero(list(_config(args.seed, out)), seed=args.seed, max_env_step=int(1e12))
+    except _TimeUp:
+        pass
+    print(json.dumps({"out": str(out), "wall_seconds": round(time.perf_counter() - start, 1)}))
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    import numpy as np
+    import pyspiel
+    import torch
+    from ding.config import compile_config
+    from ding.policy import create_policy
+    from zoo.board_games.tictactoe.envs.tictactoe_env import TicTacToeEnv
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.run)
+    cfg, create_cfg = _config(0, Path("/tmp/lightzero_eval"))
+    cfg = compile_config(cfg, seed=0, env=None, auto=True, create_cfg=create_cfg, save_cfg=False)
+    policy = create_policy(cfg.policy, enable_field=["learn", "eval"])
+    game = pyspiel.load_game("tic_tac_toe")
+    env_cfg = cfg.env.copy()
+    env_cfg.battle_mode = "self_play_mode"
+    for line in (out / "snapshots.jsonl").read_text().splitlines():
+        snap = json.loads(line)
+        state_dict = torch.load(out / snap["file"], map_location="cpu", weights_only=True)
+        policy.learn_mode.load_state_dict(state_dict)
+        wins = draws = losses = 0
+        for g in range(args.games):
+            bot = pyspiel.MCTSBot(
+                game, pyspiel.RandomRolloutEvaluator(1, g), 2.0, args.opponent_simulations, 1000, True, g, False
+            )
+            env = TicTacToeEnv(env_cfg)
+            obs = env.reset()
+            state = game.new_initial_state()
+            peer_seat = g % 2
+            while not state.is_terminal():
+                if state.current_player() == peer_seat:
+                    action = int(policy.eval_mode.forward({0: obs})[0]["action"])
+                else:
+                    action = int(bot.step(state))
+                state.apply_action(action)
+                obs = env.step(action).obs
+            outcome = np.sign(state.returns()[peer_seat])
+            wins, draws, losses = wins + (outcome > 0), draws + (outcome == 0), losses + (outcome < 0)
+        record = snap | {
+            "opponent": f"mcts:{args.opponent_simulations}",
+            "games": args.games,
+            "win_rate": wins / args.games,
+            "draw_rate": draws / args.games,
+            "loss_rate": losses / args.games,
+            "score": (wins + 0.5 * draws) / args.games,
+        }
+        with open(out / "evals.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(json.dumps(record), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--minutes", type=float, default=30.0)
+    t.add_argument("--every", type=float, default=120.0, help="seconds between saved networks")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=2, help="torch threads")
+    t.add_argument("--out", required=True)
+    e = sub.add_parser("eval")
+    e.add_argument("run")
+    e.add_argument("--opponent-simulations", type=int, default=1000)
+    e.add_argument("--games", type=int, default=100)
+    e.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    train(args) if args.command == "train" else evaluate(args)
+
+
+if __name__ == "__main__":
+    main()
