@@ -312,7 +312,8 @@ class Trees:
         return self._children(self._rows, np.zeros(self.batch, np.int64))[0]
 
     def root_value(self) -> np.ndarray:
-        """The search's value of each root ``[B]``: PUCT's mean of what was backed up through it; Gumbel's the
+        """The search's value of each root ``[B]``: PUCT's mean of what was backed up through it (``prior``: the
+        network's value); Gumbel's the
         completed Q expected under the improved policy (its visits are spread by the schedule, not by merit, so
         their mean would weigh a bad action as much as the good one)."""
         if self.settings.rule != "gumbel":
