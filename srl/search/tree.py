@@ -313,9 +313,8 @@ class Trees:
 
     def root_value(self) -> np.ndarray:
         """The search's value of each root ``[B]``: PUCT's mean of what was backed up through it (``prior``: the
-        network's value); Gumbel's the
-        completed Q expected under the improved policy (its visits are spread by the schedule, not by merit, so
-        their mean would weigh a bad action as much as the good one)."""
+        network's value); Gumbel's the completed Q expected under the improved policy (its visits are spread by the
+        schedule, not by merit, so their mean would weigh a bad action as much as the good one)."""
         if self.settings.rule != "gumbel":
             return self.value_sum[:, 0] / self.visits[:, 0]
         root = np.zeros(self.batch, np.int64)
