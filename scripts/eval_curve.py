@@ -3,6 +3,7 @@
     python scripts/eval_curve.py RUN_DIR --opponent mcts:100 --opponent mcts:1000 --games 200 \
         --setting search= --setting alone=alphazero.search.rule=prior --jobs 2 --out curve.jsonl
     python scripts/eval_curve.py --plot curve.jsonl --out docs/img/curve.png --title "..."
+    python scripts/eval_curve.py --plot "run A=a.jsonl" --plot "run B=b.jsonl" --out both.png  # side by side
 
 Each record is one ``srl eval CHECKPOINT --opponent O --episodes G --set ...`` (seats alternating), with the
 checkpoint's policy version, and the training time and env steps at which the run's metrics first show that
@@ -74,20 +75,27 @@ def plot(args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [json.loads(line) for line in Path(args.plot).read_text().splitlines() if line.strip()]
-    lines: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for r in records:
-        lines.setdefault((r["opponent"], r["setting"]), []).append((r["train_minutes"], r["score"]))
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for (opponent, setting), points in sorted(lines.items()):
+    lines: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    games = set()
+    for item in args.plot:
+        label, _, path = item.rpartition("=")
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                games.add(r["games"])
+                key = (label, r["opponent"], r["setting"])
+                lines.setdefault(key, []).append((r["train_minutes"], r["score"]))
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for (label, opponent, setting), points in sorted(lines.items()):
         points.sort()
         style = "-" if setting == "search" else "--"
-        ax.plot(*zip(*points), style, marker="o", label=f"{setting} vs {opponent}")
+        name = f"{setting} vs {opponent}" + (f" ({label})" if label else "")
+        ax.plot(*zip(*points), style, marker="o", label=name)
     ax.set_xlabel("training minutes")
-    ax.set_ylabel(f"score over {records[0]['games']} games (win 1, draw 0.5)")
+    ax.set_ylabel(f"score over {'/'.join(map(str, sorted(games)))} games (win 1, draw 0.5)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the points, not over them
     ax.set_title(args.title)
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
@@ -101,7 +109,9 @@ def main() -> None:
     p.add_argument("--games", type=int, default=200)
     p.add_argument("--setting", action="append", help="name=key=value,... (repeatable; default: search=)")
     p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--plot", help="draw this curve file instead of evaluating")
+    p.add_argument(
+        "--plot", action="append", help="draw this curve file ([label=]path, repeatable) instead of evaluating"
+    )
     p.add_argument("--title", default="")
     p.add_argument("--out", required=True, help="curve file to append to, or the image with --plot")
     args = p.parse_args()

@@ -229,14 +229,22 @@ def test_a_reanalyze_worker_sits_beside_its_replay_and_refreshes_its_steps_acros
         *small,
         "muzero.search.simulations=4",
         "replay.min_size=200",
-        "run.total_env_steps=3000",
+        "run.total_env_steps=1000000000",  # the first refreshed steps end the run, however fast the machine
         "run.target_return=null",
         "run.eval_episodes=0",
+        "run.log_interval_seconds=0.2",
         "reanalyze.workers=1",
         config="configs/cartpole_muzero.yaml",
     )
-    summary = train(cfg, run_dir=tmp_path / "run", progress=None)
-    workers = json.loads((tmp_path / "run" / "workers.json").read_text())
+    run_dir, stop = tmp_path / "run", threading.Event()
+    thread, summary = _train_in_thread(cfg, run_dir, stop)
+    try:
+        _wait_for_record(run_dir, lambda r: r.get("replay0_refreshed_steps", 0) > 0)
+    finally:
+        stop.set()
+        thread.join(300)
+    assert not thread.is_alive() and "error" not in summary, summary.get("error")
+    workers = json.loads((run_dir / "workers.json").read_text())
     assert workers["reanalyze0"]["node_id"] == workers["replay0"]["node_id"] == c.head_node.node_id
     replay = summary["replays"]["replay0"]
     assert replay["refreshed_steps"] > 0 and replay["refused_refreshes"] == 0, replay

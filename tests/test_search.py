@@ -657,6 +657,23 @@ def test_a_refresh_message_round_trips_and_one_that_does_not_fit_the_store_is_re
         assert _refreshed(store, bad) is None, bad[0]
 
 
+def test_a_replays_refresh_counts_are_summed_over_its_restarts():
+    """A restarted replay worker counts refreshed steps from 0 again: the run keeps what its earlier starts wrote."""
+    from srl.replay.worker import ReplayReports
+
+    reports = ReplayReports(None)  # type: ignore[arg-type]  # it reads no run facts
+    base = {"replay": 0, "size": 500.0, "rejected_segments": 1}
+    reports.handle("replay0", {**base, "refreshed_steps": 300, "stale_refreshes": 2, "refused_refreshes": 0}, {})
+    reports.restarted("replay0")
+    reports.handle("replay0", {**base, "rejected_segments": 0}, {})  # nothing refreshed yet in this start
+    assert reports.summary()["replays"]["replay0"]["refreshed_steps"] == 300
+    again = {**base, "rejected_segments": 2, "refreshed_steps": 40, "stale_refreshes": 1, "refused_refreshes": 0}
+    reports.handle("replay0", again, {})
+    stats = reports.summary()["replays"]["replay0"]
+    assert (stats["refreshed_steps"], stats["stale_refreshes"], stats["rejected_segments"]) == (340, 3, 3), stats
+    assert reports.record()["replay0_refreshed_steps"] == 340
+
+
 def test_reanalyze_workers_refresh_stored_targets_at_their_share_and_bad_settings_are_one_line(tmp_path):
     """An inline MuZero run with a reanalyze worker: it re-searches a fifth as many steps as the trainer trains on
     (each trained item is 6 steps), in batches of 64, and the replay writes every one it is sent; no worker of the

@@ -62,6 +62,9 @@ PRIORITIES = "priorities"
 INSERTED = "inserted_env_steps"
 """The batch buffer's field that carries the trainer's share of the env steps the replay has taken in (its
 progress): all of them, or an equal part for each trainer that shares the replay."""
+REFRESH_COUNTS = ("refreshed_steps", "stale_refreshes", "refused_refreshes")
+"""What a replay counts of the refreshed targets that came (:meth:`ReplayWorker._refresh`): steps written, steps
+whose chunk had been overwritten since they were read, and messages refused."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ class ReplayWorker(Worker):
         self.save_path, self.load = save_path, load
         self._saves = Every(save_interval)
         self.refreshed = refreshed
-        self.refreshes = {"refreshed_steps": 0, "stale_refreshes": 0, "refused_refreshes": 0}
+        self.refreshes = dict.fromkeys(REFRESH_COUNTS, 0)
         self.t_insert = self.t_sample = 0.0
         self._t_start = time.perf_counter()
 
@@ -304,7 +307,7 @@ class ReplayWorker(Worker):
             t_insert=self.t_insert,
             t_sample=self.t_sample,
         )
-        if any(self.refreshes.values()):  # a run with reanalysis (this incarnation's counts)
+        if any(self.refreshes.values()):  # a run with reanalysis (this incarnation's counts; the run adds them up)
             meta.update(self.refreshes)
         self.reporter.report("replay", meta)
 
@@ -383,17 +386,21 @@ class ReplayBatches:
 
 class ReplayReports:
     """The replay workers' reports (the :class:`~srl.api.report.Aggregator` of their kind): each store's size
-    and counters (``replay0_size``, ...; they live in shared memory, so they carry on across its restarts), and the
-    messages it refused, which its process counts (kept across restarts here)."""
+    and counters (``replay0_size``, ...; they live in shared memory, so they carry on across its restarts), and what
+    its process counts (the messages it refused, the refreshed steps it wrote), kept across restarts here."""
+
+    COUNTED = ("rejected_segments", *REFRESH_COUNTS)
+    """What a replay worker's process counts from its own start."""
 
     def __init__(self, facts: RunFacts) -> None:
         self.counts = Counts()
         self.stats: dict[str, dict[str, Any]] = {}
 
     def handle(self, worker: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
-        self.counts.set(worker, {"rejected_segments": int(meta.get("rejected_segments", 0))})
+        self.counts.set(worker, {k: int(meta[k]) for k in self.COUNTED if k in meta})
         stats = {k: v for k, v in meta.items() if k not in ("replay", "worker") and not k.startswith("t_")}
-        self.stats[worker] = {**stats, "rejected_segments": int(self.counts.of(worker, "rejected_segments"))}
+        counted = {k: int(self.counts.of(worker, k)) for k in self.COUNTED if k in stats or self.counts.of(worker, k)}
+        self.stats[worker] = {**stats, **counted}
 
     def record(self) -> dict[str, Any]:
         return {f"{worker}_{k}": v for worker, stats in self.stats.items() for k, v in stats.items()}
