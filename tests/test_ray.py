@@ -344,10 +344,13 @@ def test_a_population_spread_over_two_trainer_nodes_copies_across_them(cluster, 
         c.wait_for_nodes()
         sets = ["ray.trainer_nodes=2", "population.members=2", f"population.hyperparameters=[{{{lr}}}]"]
         # a gap of 3 keeps a copy from going the wrong way on the noise of two untrained members' first windows
-        sets += ["population.interval=3000", "population.min_gap=3", "run.total_env_steps=60000"]
+        # no budget ends the run: it stops once the restarted worker has decided again and 60k env steps are
+        # done, so a fast machine cannot finish before the kill
+        sets += ["population.interval=3000", "population.min_gap=3", "run.total_env_steps=1000000000"]
         sets += ["run.eval_episodes=10"]
         cfg = load_config(ROOT / "configs" / "cartpole_pbt.yaml", [*_on_cluster(c), *sets])
-        thread, summary = _train_in_thread(cfg, run)
+        stop = threading.Event()
+        thread, summary = _train_in_thread(cfg, run, stop)
         try:
             state = run / "population" / "state.json"
             copied = _wait_for(state, lambda d: any(r["target"] == 1 for r in d["lineage"]))
@@ -355,11 +358,14 @@ def test_a_population_spread_over_two_trainer_nodes_copies_across_them(cluster, 
             os.kill(workers["population0"]["pid"], signal.SIGKILL)
             old = workers["population0"]["pid"]
             _wait_for(run / "workers.json", lambda d: d.get("population0", {}).get("pid", old) != old)
+            _wait_for(state, lambda d: d["decisions"] > copied["decisions"])
+            _wait_for_steps(run, 60000)
         finally:
+            stop.set()
             thread.join(SAFETY_NET)
     finally:
         c.remove_node(second)
-    assert not thread.is_alive() and summary["stop_reason"] == "env_steps", summary.get("error")
+    assert not thread.is_alive() and summary["stop_reason"] == "requested", summary.get("error")
     assert summary["restarts"] == {"population0": 1}, summary["restarts"]
     workers = json.loads((run / "workers.json").read_text())
     trainer_nodes = {c.head_node.node_id, second.node_id}  # either trainer group may land on either node

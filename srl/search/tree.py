@@ -106,7 +106,7 @@ class Trees:
         self.settings = settings
         self.simulations = 0 if settings.rule == "prior" else settings.simulations
         """Simulations each search takes (none for ``prior``)."""
-        b, n, a = batch, settings.simulations + 1, actions
+        b, n, a = batch, self.simulations + 1, actions
         self.visits = np.zeros((b, n), np.int64)
         self.value_sum = np.zeros((b, n))
         """The sum of the values backed up through a node, from the view of its player to move."""
