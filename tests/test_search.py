@@ -478,9 +478,10 @@ def test_alphazero_trains_from_replay_items_that_carry_each_search(tmp_path):
     cfg = _alphazero_config(tmp_path)
     plan = make_plan(cfg)
     spec = replay_spec(plan, 0)
-    assert spec.carried == ("search_policy", "searched")
+    assert spec.carried == ("search_policy", "search_value", "searched")
     fields = spec.batch_fields(4)
     assert fields["search_policy"].shape == (1, 4, 9) and fields["searched"].shape == (1, 4)
+    assert fields["search_value"].shape == (1, 4)
     assert replay_spec(make_plan(load_config("configs/cartpole_dqn.yaml", ["runtime=inline"])), 0).carried == ()
     summary = train(cfg, tmp_path / "run", progress=None)
     assert "error" not in summary and summary["trained_samples"] > 0, summary.get("error")
@@ -511,6 +512,24 @@ def test_alphazero_settings_and_envs_it_cannot_search_are_one_line(tmp_path):
         make_plan(_alphazero_config(tmp_path, "alphazero.nstep=9"))
     with pytest.raises(ConfigError, match=r"^alphazero\.search\.rule: prior plays the network alone, an evaluat"):
         make_plan(_alphazero_config(tmp_path, "alphazero.search.rule=prior"))
+    with pytest.raises(ConfigError, match=r"^alphazero\.search_value_share: 1\.5 is outside \[0, 1\]$"):
+        _alphazero_config(tmp_path, "alphazero.search_value_share=1.5")
+
+
+def test_the_value_target_mixes_the_search_value_into_searched_positions_only():
+    """A searched position's target is (1 - share) x its return + share x the search's value; a position that
+    was not searched (a seat waiting for the opponent) keeps its return, whatever its stored search value."""
+    from srl.algorithms.search_math import value_target
+
+    returns = torch.tensor([1.0, -1.0, 0.5, 0.0, 1.0])
+    search_value = torch.tensor([0.2, 0.4, -0.6, 0.9, 7.0])
+    searched = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])
+    for share in (0.0, 0.25, 1.0):
+        want = [
+            (1 - share) * r + share * v if s else r
+            for r, v, s in zip(returns.tolist(), search_value.tolist(), searched.tolist())
+        ]
+        torch.testing.assert_close(value_target(returns, search_value, searched, share), torch.tensor(want))
 
 
 # --------------------------------------------------------------------------- MuZero

@@ -4,15 +4,16 @@ Acting (:class:`AlphaZeroPolicy`, in the policy workers, batching the rows of ma
 that is its player's move is searched on a copy of the game rebuilt from its observation
 (:class:`srl.search.games.GameSearch`; the env is an OpenSpiel game with ``env.kwargs.history: true``), the network
 evaluating each simulation's new positions of every tree at once; the row plays the search's action and writes the
-search's policy (``search_policy``) and whether it searched (``searched``) into its segment. A seat waiting for the
+search's policy (``search_policy``), its value of the position (``search_value``) and whether it searched
+(``searched``) into its segment. A seat waiting for the
 opponent is not searched. Self-play explores by the search's own draws (Gumbel noise, or Dirichlet noise with PUCT);
 an evaluation searches without them.
 
 Learning (:meth:`AlphaZero.train`): the policy head is fitted to the searches' policies on the searched steps, the
 value head to the n-step returns the replay computes, bootstrapped from a target network's value (with ``gamma``
 1 and ``nstep`` past a game's end, its outcome), on every step: the value of a position is its observer's return,
-whichever seat moves. Each item's priority is its largest value error. The math is in
-:mod:`srl.algorithms.search_math`.
+whichever seat moves; ``search_value_share`` mixes the search's value into a searched position's target. Each
+item's priority is its largest value error. The math is in :mod:`srl.algorithms.search_math`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.dqn import BOOT, require_discrete
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.replay_batch import TargetLearner, batch_rows, batch_tensor, frozen_copy, require_batch_fits
-from srl.algorithms.search_math import policy_loss
+from srl.algorithms.search_math import policy_loss, value_target
 from srl.api.algorithm import AlgorithmContext, PlanView
 from srl.api.config import AlphaZeroConfig, ConfigError
 from srl.api.config.search import require_search
@@ -40,8 +41,9 @@ from srl.api.worker import Priorities, TrainResult
 from srl.nets.distributions import mask_logits
 from srl.search.games import GameModel, GameSearch
 
-SEARCH_POLICY, SEARCHED = "search_policy", "searched"
-"""The acting policy's outputs: the search's policy over the actions, and 1 where the row was searched."""
+SEARCH_POLICY, SEARCH_VALUE, SEARCHED = "search_policy", "search_value", "searched"
+"""The acting policy's outputs: the search's policy over the actions, its value of the row's position (the
+mover's view), and 1 where the row was searched."""
 
 
 def _settings(ctx: AlgorithmContext) -> AlphaZeroConfig:
@@ -68,7 +70,11 @@ class AlphaZeroPolicy(TensorActing):
         self._split = policy.flat_size()
 
     def output_fields(self) -> tuple[Field, ...]:
-        return (Field(SEARCH_POLICY, (self.search.model.actions,), "float32"), Field(SEARCHED, (), "int8"))
+        return (
+            Field(SEARCH_POLICY, (self.search.model.actions,), "float32"),
+            Field(SEARCH_VALUE, (), "float32"),
+            Field(SEARCHED, (), "int8"),
+        )
 
     @torch.no_grad()
     def _evaluate(self, obs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -83,6 +89,7 @@ class AlphaZeroPolicy(TensorActing):
         return {
             "actions": found.actions,
             SEARCH_POLICY: found.policy.astype(np.float32),
+            SEARCH_VALUE: found.value.astype(np.float32),
             SEARCHED: found.searched.astype(np.int8),
         }
 
@@ -161,7 +168,7 @@ class AlphaZero(TargetLearner):
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         """One learner step on ``N`` replay items of ``L`` steps: the observation parts and their bootstrap parts
         (``boot_P``) ``[L, N, ...]``, ``returns`` and ``discounts`` ``[L, N]``, the searches' ``search_policy
-        [L, N, A]`` and ``searched [L, N]``, ``weights [N]`` and ``keys [N]``."""
+        [L, N, A]``, ``search_value`` and ``searched [L, N]``, ``weights [N]`` and ``keys [N]``."""
         length, n = batch["actions"].shape[:2]
         obs = {name: batch_rows(batch, name, self.device) for name in self.parts}
         boot = {name: batch_rows(batch, BOOT + name, self.device) for name in self.parts}
@@ -170,7 +177,10 @@ class AlphaZero(TargetLearner):
         target_policy = batch_rows(batch, SEARCH_POLICY, self.device).float()
         with torch.no_grad():
             bootstrap = self.target(boot)
-            target = batch_rows(batch, "returns", self.device) + batch_rows(batch, "discounts", self.device) * bootstrap
+            discounts = batch_rows(batch, "discounts", self.device)
+            returns = batch_rows(batch, "returns", self.device) + discounts * bootstrap
+            search_value = batch_rows(batch, SEARCH_VALUE, self.device).float()
+            target = value_target(returns, search_value, searched, self.cfg.search_value_share)
         logits, values = policy_value(self.policy, self.value, obs)
         legal = obs[ACTION_MASK] > 0 if ACTION_MASK in obs else None
         p_loss = policy_loss(logits, target_policy, legal) * searched

@@ -5,6 +5,8 @@
   neighbouring integer points of a support ``[-S, S]`` (a two-hot vector); a predicted distribution over the
   support maps back by its expectation and ``h``'s inverse.
 - The policy is fitted to the search's policy target over the legal actions only.
+- AlphaZero's value target may mix the n-step return with the search's own value of the position
+  (:func:`value_target`): the outcome of one game is a noisy sample, the search's value a biased but steadier one.
 - A model unrolled along a stored item (MuZero) meets the item's episode end: past a termination its positions are
   absorbing (reward and value 0, no policy), past a time limit they are unknown (no target at all)
   (:func:`unroll_targets`).
@@ -66,6 +68,13 @@ def policy_loss(logits: Tensor, target: Tensor, legal: Tensor | None) -> Tensor:
         logits = logits.masked_fill(~legal, float("-inf"))
     logp = torch.log_softmax(logits, dim=-1)
     return -(target * torch.where(target > 0, logp, torch.zeros_like(logp))).sum(-1)
+
+
+def value_target(returns: Tensor, search_value: Tensor, searched: Tensor, weight: float) -> Tensor:
+    """The value target of each position ``[N]``: ``(1 - weight)`` times its n-step return (bootstrapped) plus
+    ``weight`` times the search's root value, where the position was searched (``searched`` 1); the return alone
+    where it was not (a seat waiting for the opponent has no search of its own)."""
+    return torch.where(searched > 0, (1.0 - weight) * returns + weight * search_value, returns)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from srl.nets.mlp import init_linear
 from srl.nets.normalizer import RunningMeanStd
 from srl.nets.policy import Flattened, ObsEncoder
 
-__all__ = ["QNetwork"]
+__all__ = ["MonotonicMixer", "QNetwork"]
 
 
 class QNetwork(Flattened):
@@ -106,3 +106,23 @@ class QNetwork(Flattened):
     def _best(self, q: Tensor, obs: Mapping[str, Tensor]) -> Tensor:
         legal = self.legal(obs)
         return (q if legal is None else mask_logits(q, legal)).argmax(dim=-1)
+
+
+class MonotonicMixer(nn.Module):
+    """QMIX's mixer: the agents' chosen values ``[M, N]`` and the global state ``[M, S]`` -> the team's value
+    ``[M]``, by the rule it is handed (:func:`srl.algorithms.qmix_math.monotonic_mix`, which takes the weights'
+    absolute values). The weights come from hypernetworks on the state (QMIX's two-layer ones, ``hyper`` wide);
+    the final bias from a small network of its own."""
+
+    def __init__(self, agents: int, state_dim: int, embed: int = 32, hyper: int = 64) -> None:
+        super().__init__()
+        self.agents, self.embed = agents, embed
+        self.w1 = nn.Sequential(nn.Linear(state_dim, hyper), nn.ReLU(), nn.Linear(hyper, agents * embed))
+        self.b1 = nn.Linear(state_dim, embed)
+        self.w2 = nn.Sequential(nn.Linear(state_dim, hyper), nn.ReLU(), nn.Linear(hyper, embed))
+        self.b2 = nn.Sequential(nn.Linear(state_dim, embed), nn.ReLU(), nn.Linear(embed, 1))
+
+    def forward(self, q: Tensor, alive: Tensor, state: Tensor, mix: Callable[..., Tensor]) -> Tensor:
+        m = len(q)
+        w1 = self.w1(state).view(m, self.agents, self.embed)
+        return mix(q, alive, w1, self.b1(state), self.w2(state), self.b2(state).squeeze(-1))

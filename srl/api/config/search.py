@@ -84,6 +84,9 @@ class AlphaZeroConfig:
     """Replay items per learner step."""
     value_weight: float = 1.0
     """The value loss's weight beside the policy's."""
+    search_value_share: float = 0.0
+    """The share of the search's root value in a searched position's value target, the rest its n-step return
+    (0: the return alone, AlphaZero's; 0.5: the mean of the game's outcome and the search's value)."""
     target_every: int = 100
     """Learner steps between copies of the network into the target network the bootstrap reads."""
     max_grad_norm: float | None = 1.0
@@ -93,6 +96,11 @@ class AlphaZeroConfig:
 
     def __post_init__(self) -> None:
         _check_learner(self, ())
+        check(
+            0.0 <= self.search_value_share <= 1.0,
+            "search_value_share",
+            f"{self.search_value_share} is outside [0, 1]",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
