@@ -36,6 +36,7 @@ ALGORITHMS = {
     "lm_ppo": "srl.text.algorithm:LMPPO",
     "dqn": "srl.algorithms.dqn:DQN",
     "r2d2": "srl.algorithms.r2d2:R2D2",
+    "qmix": "srl.algorithms.qmix:QMIX",
     "sac": "srl.algorithms.sac:SAC",
     "td3": "srl.algorithms.sac:TD3",
     "alphazero": "srl.algorithms.alphazero:AlphaZero",
@@ -212,6 +213,11 @@ def discount(cfg: ExperimentConfig) -> float:
     return float(getattr(algorithm_settings(cfg), "gamma", DEFAULT_DISCOUNT))
 
 
+def settings_name(cfg: ExperimentConfig) -> str:
+    """Where a config names the algorithm's settings: its section (``ppo``), else ``algorithm_args``."""
+    return getattr(algorithm_class(cfg), "section", None) or "algorithm_args"
+
+
 def reads_state(cfg: ExperimentConfig) -> bool:
     """Whether the algorithm's critic reads the env's global state (its settings' ``critic_input`` is ``state``):
     segments then carry the state for the trainer."""
@@ -253,6 +259,7 @@ def context(
     collective: Collective | None = None,
     device: str = "cpu",
     state_space: spaces.Space | None = None,
+    agents: int = 1,
 ) -> AlgorithmContext:
     return AlgorithmContext(
         obs_space,
@@ -264,6 +271,7 @@ def context(
         collective,
         device,
         state_space,
+        agents,
     )
 
 
@@ -280,6 +288,8 @@ def make_algorithm(
     collective: Collective | None = None,
     device: str = "cpu",
     state_space: spaces.Space | None = None,
+    agents: int = 1,
 ) -> Algorithm:
-    """What the trainer runs for this config (``state_space``: the global state its critic reads, if any)."""
-    return algorithm_class(cfg)(context(obs_space, action_space, cfg, seed, collective, device, state_space))
+    """What the trainer runs for this config (``state_space``: the global state its critic reads, if any;
+    ``agents``: the policy's columns of one environment)."""
+    return algorithm_class(cfg)(context(obs_space, action_space, cfg, seed, collective, device, state_space, agents))

@@ -375,7 +375,7 @@ def test_load_policy_refuses_what_is_not_a_policy(tmp_path):
     [
         (
             "algorithm=ppo2",
-            "algorithm: 'ppo2' is neither a built-in name (alphazero, dqn, lm_ppo, muzero, ppo, r2d2, sac, td3) nor 'package.module:attr'",
+            "algorithm: 'ppo2' is neither a built-in name (alphazero, dqn, lm_ppo, muzero, ppo, qmix, r2d2, sac, td3) nor 'package.module:attr'",
         ),
         ("algorithm=no_such_pkg.mod:Algo", "algorithm: cannot import module 'no_such_pkg.mod'"),
         ("model.encoder=examples.custom_network:Missing", "model.encoder: 'examples.custom_network' has no attribute"),

@@ -162,7 +162,7 @@ class DQN(TargetLearner):
     section = "dqn"
     settings = DQNConfig
     on_policy = False
-    pairs = (("q", "target"),)
+    pairs: tuple[tuple[str, str], ...] = (("q", "target"),)
 
     def __init__(self, ctx: AlgorithmContext) -> None:
         cfg = dqn_settings(ctx)
@@ -266,7 +266,7 @@ class DQN(TargetLearner):
         self.optimizer.zero_grad()
         loss.backward()
         if self.collective is not None:
-            self.collective.mean_([p.grad for p in self.q.parameters() if p.grad is not None])
+            self.collective.mean_([p.grad for p in self.optimizer.params if p.grad is not None])
         stats = clip_all({"q": self.clipper})
         self.optimizer.step()
         self.learner_steps += 1
@@ -274,12 +274,14 @@ class DQN(TargetLearner):
         return stats
 
     def _update_target(self) -> None:
-        """A hard copy every ``target_every`` learner steps, or a Polyak step after each; the target's buffers
-        (observation statistics) are copied with it, so it normalizes as the weights it holds were trained to."""
+        """A hard copy every ``target_every`` learner steps, or a Polyak step after each, of every network into its
+        target (:attr:`pairs`); the target's buffers (observation statistics) are copied with it, so it normalizes
+        as the weights it holds were trained to."""
         cfg = self.cfg
         if cfg.target_update == "hard" and self.learner_steps % cfg.target_every != 0:
             return
-        follow(self.target, self.q, 1.0 if cfg.target_update == "hard" else cfg.tau)
+        for online, target in self.pairs:
+            follow(getattr(self, target), getattr(self, online), 1.0 if cfg.target_update == "hard" else cfg.tau)
 
     def _update_normalizers(self, obs: Obs) -> None:
         """Fold the batch into the running observation statistics after the step (merged across replicas)."""

@@ -196,6 +196,8 @@ class AlgorithmContext:
     state_space: spaces.Space | None = None
     """The env's global state when the critic reads it (``ppo.critic_input: state``): segments then carry it as
     ``state...`` fields (and ``final_state...``), and ``models.value()`` builds the critic on it."""
+    agents: int = 1
+    """The policy's columns of one environment: the agents of a team (a multi-agent env's), 1 otherwise."""
 
 
 class PolicyView(Protocol):
@@ -222,6 +224,10 @@ class PolicyView(Protocol):
     def columns_per_slot(self) -> int:
         """Its columns of one slot: a segment is ``[workers.segment_length, columns_per_slot]``."""
 
+    @property
+    def agents_per_env(self) -> int:
+        """Its columns of one environment: the agents it plays in each (1 in a single-agent env)."""
+
 
 class PlanView(Protocol):
     """What an algorithm's ``check`` reads of the plan (``srl.runtime.plan.Plan``): the env probed once."""
@@ -232,6 +238,10 @@ class PlanView(Protocol):
     @property
     def policies(self) -> Sequence[PolicyView]:
         """The run's policies, each with its spaces and its own config."""
+
+    @property
+    def game_players(self) -> int:
+        """The players of the turn-based game the env is (0: it is not one)."""
 
 
 class AlgorithmClass(Protocol):
@@ -249,6 +259,8 @@ class AlgorithmClass(Protocol):
       warning as the run starts, since its settings change nothing;
     - ``on_policy: ClassVar[bool]``: True (the default) when it learns from on-policy segments, False when it
       learns from a replay;
+    - ``team_items: ClassVar[bool]``: True when its replay items hold every agent of an environment together, a
+      team's sequences (QMIX): the batch's fields gain an agent axis after the item axis;
     - ``check(plan: PlanView) -> None`` (a static or class method): raise ConfigError naming the setting at
       fault when the probed env does not suit the settings; called once per run by ``make_plan``;
     - ``prepare(cfg: ExperimentConfig) -> None`` (a static or class method): work before the plan is made,

@@ -22,10 +22,16 @@ from typing import Protocol
 import gymnasium as gym
 import numpy as np
 
+from srl.api.config import ConfigError
 from srl.api.spaces import Observation
 
 LIFE_LOSS = "life_loss"
 """Info key an environment sets when ``terminated`` marks a lost life, not the end of the game."""
+
+
+class NoGlobalState(ConfigError):
+    """An algorithm asked for the env's global state and the env has none; the plan names the setting that asked
+    (``ppo.critic_input``, ``qmix.critic_input``)."""
 
 
 @dataclass

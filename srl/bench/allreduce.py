@@ -180,7 +180,9 @@ def gradient_reductions(plan: Plan, batch: Mapping[str, np.ndarray] | None = Non
 
     cfg, one = plan.cfg, plan.only("srl bench costs")
     counter = CountingCollective()
-    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, counter, state_space=one.state_space)
+    algo = make_algorithm(
+        one.obs_space, one.action_space, cfg, cfg.seed, counter, state_space=one.state_space, agents=one.agents_per_env
+    )
     if batch is None:
         batch = segment_batch(one, cfg, np.random.default_rng(cfg.seed))
     algo.train(batch, 0.0)

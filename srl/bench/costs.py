@@ -377,7 +377,13 @@ def update_seconds(
     there, each update waited for)."""
     cfg, one = plan.cfg, plan.only("srl bench costs")
     algo = make_algorithm(
-        one.obs_space, one.action_space, cfg, cfg.seed, device=str(device), state_space=one.state_space
+        one.obs_space,
+        one.action_space,
+        cfg,
+        cfg.seed,
+        device=str(device),
+        state_space=one.state_space,
+        agents=one.agents_per_env,
     )
     return 1.0 / update_rate(algo, prefetched(batch, device), samples, seconds, device)
 

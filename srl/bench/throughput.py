@@ -306,7 +306,15 @@ def bench_compute(cfg: ExperimentConfig, seconds: float, device: str = "cpu") ->
     batch_obs = random_obs(one, rng, (C,))  # one slot per forward pass, as in the sampling path
     infer = timed_rate(lambda i: policy.act(batch_obs), C, seconds / 2)
     curve = inference_curve(policy, one, rng, cap_sizes(w.max_inference_batch))
-    algo = make_algorithm(one.obs_space, one.action_space, cfg, cfg.seed, device=device, state_space=one.state_space)
+    algo = make_algorithm(
+        one.obs_space,
+        one.action_space,
+        cfg,
+        cfg.seed,
+        device=device,
+        state_space=one.state_space,
+        agents=one.agents_per_env,
+    )
     batch = segment_batch(one, cfg, rng)
     samples = int(batch["rewards"].size)
     update = update_rate(algo, prefetched(batch, dev), samples, seconds / 2, dev)

@@ -122,6 +122,61 @@ def coop_targets(**kwargs: Any) -> CoopTargets:
     return CoopTargets(**kwargs)
 
 
+class TwoStep(_Episodic):
+    """The two-step cooperative game of the QMIX paper (Rashid et al. 2018, section 6.1), for two agents who both
+    see which of three states they are in (one-hot; ``state()`` is the same). In the first state neither is paid
+    and agent 0's action picks the next: ``2A`` pays 7 whatever both do, ``2B`` pays 0, 1, 1 or 8 as their actions
+    are (0, 0), (0, 1), (1, 0) or (1, 1); then the episode ends. Both agents get the payoff. The best team goes to
+    2B and scores 8; a team value that is a sum of the agents' values cannot represent 2B's payoffs well enough to
+    prefer it to 7 (VDN), a monotonic mix can (QMIX)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "two_step_v0"}
+    PAYOFF_2B = ((0.0, 1.0), (1.0, 8.0))
+
+    def __init__(self) -> None:
+        self.possible_agents = ["agent_0", "agent_1"]
+        self.agents: list[str] = []
+        self._space = gym.spaces.Box(0.0, 1.0, (3,), np.float32)
+        self.state_space = self._space
+        self._rng = np.random.default_rng(0)
+        self._state = 0
+        self._t = 0
+
+    def state(self) -> np.ndarray:
+        return np.eye(3, dtype=np.float32)[self._state]
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return self._space
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return gym.spaces.Discrete(2)
+
+    def _begin(self) -> None:
+        self._state = 0
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        return {agent: self.state() for agent in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        first, second = int(actions["agent_0"]), int(actions["agent_1"])
+        done = self._state != 0
+        if done:
+            reward = 7.0 if self._state == 1 else self.PAYOFF_2B[first][second]
+        else:
+            reward, self._state = 0.0, 1 + first
+        obs = self._observe()
+        agents = list(self.agents)
+        if done:
+            self.agents = []
+        infos: dict[str, dict] = {a: {} for a in agents}
+        return obs, dict.fromkeys(agents, reward), dict.fromkeys(agents, done), dict.fromkeys(agents, False), infos
+
+
+def two_step() -> TwoStep:
+    """``env.id: srl.envs.ma_testing:two_step``."""
+    return TwoStep()
+
+
 class TwoKinds(_Episodic):
     """Two kinds of agent with different spaces, for runs of several policies: ``reds`` red agents see their own
     target among 4 (``Box(4)``) and pick one of 4; ``blues`` blue agents see their target among 3 and two

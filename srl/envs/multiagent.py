@@ -37,7 +37,7 @@ import numpy as np
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.config.policies import AgentRule, map_agents
-from srl.api.env import SlotGroup, SlotStep
+from srl.api.env import NoGlobalState, SlotGroup, SlotStep
 from srl.api.plugins import instance_of
 from srl.api.spaces import OBS, STATE, Observation, ObsPart, UnsupportedSpace, check_spaces, flatten_obs, obs_parts
 
@@ -177,7 +177,7 @@ class ParallelSlot:
         mapping = map_agents(rules, self.agents, cfg.id)
         wants = set(mapping) if state is True else set() if state is False else set(state)
         if wants and self.state_space is None:
-            raise ConfigError(f"ppo.critic_input: state: env {cfg.id!r} has no global state (state_space, state())")
+            raise NoGlobalState(f"env {cfg.id!r} has no global state (state_space, state())")
         self._groups = [
             _Group(first, cfg.id, policy, ids, num_envs, policy in wants, agent_id) for policy, ids in mapping.items()
         ]

@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from srl.api.config import ConfigError, EnvConfig
 from srl.api.config.policies import DEFAULT_POLICY, AgentRule, map_agents, policy_names
-from srl.api.env import LIFE_LOSS, GroupedSlot, MemberSlot, OneGroup, Slot, SlotGroup, SlotStep
+from srl.api.env import LIFE_LOSS, GroupedSlot, MemberSlot, NoGlobalState, OneGroup, Slot, SlotGroup, SlotStep
 from srl.api.spaces import Observation, flatten_obs, obs_parts
 from srl.envs.factory import create_env, make_env, wrap_env
 from srl.envs.multiagent import ParallelSlot, SplitSlot, is_parallel_env
@@ -138,7 +138,7 @@ def _make(
             slot = TurnSlot(cfg, num_envs, first(env), lambda: create_env(cfg), cfg.agent_id)
             if state:
                 slot.close()
-                raise ConfigError(f"ppo.critic_input: state: turn-based game {cfg.id!r} has no global state")
+                raise NoGlobalState(f"turn-based game {cfg.id!r} has no global state")
             return slot
         if is_parallel_env(env):
             return ParallelSlot(cfg, num_envs, first(env), lambda: create_env(cfg), state, cfg.agent_id, rules)
@@ -155,7 +155,7 @@ def _make(
             slot = GymSlot(cfg, num_envs, first(wrap_env(cfg, env)))
     if state:
         slot.close()
-        raise ConfigError(f"ppo.critic_input: state: env {cfg.id!r} has no global state (a multi-agent env's state())")
+        raise NoGlobalState(f"env {cfg.id!r} has no global state (a multi-agent env's state())")
     return slot
 
 

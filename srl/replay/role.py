@@ -20,7 +20,7 @@ from srl.replay.worker import INSERTED, PRIORITIES, ReplayBatches, ReplayWorker,
 from srl.runtime.build import BuildContext
 from srl.runtime.topology import Endpoint, Hop, Layout, Report, Role, StreamKind, WorkerSpec, trainer_group
 from srl.system.streams import FILLING, SAMPLE_WIDTH, PoolLayout
-from srl.wiring import algorithm_settings
+from srl.wiring import algorithm_class, algorithm_settings
 
 if TYPE_CHECKING:
     from srl.runtime.fabric import Fabric
@@ -58,9 +58,12 @@ def sampling(plan: Plan, policy: int) -> Sampling:
 
 
 def replay_spec(plan: Plan, replay: int) -> ReplaySpec:
-    """The store of replay ``replay``: chunks of its policy's segments, as the ``replay`` section shapes it."""
+    """The store of replay ``replay``: chunks of its policy's segments, as the ``replay`` section shapes it (an
+    environment's agents together where the algorithm learns from a team's steps: ``team_items``)."""
     k = replay // replays_per_policy(plan)
-    return ReplaySpec.of(plan.policies[k].layout, plan.cfg.replay, sampling(plan, k).batch_size)
+    policy = plan.policies[k]
+    team = policy.agents_per_env if getattr(algorithm_class(policy.cfg), "team_items", False) else 1
+    return ReplaySpec.of(policy.layout, plan.cfg.replay, sampling(plan, k).batch_size, team)
 
 
 def batch_layout(plan: Plan, endpoint: Endpoint) -> PoolLayout:

@@ -3,7 +3,10 @@
 A *chunk* is one column of an actor's segment: every field of the pool layout with the environment axis
 removed (observation fields ``T + 1`` rows, step fields ``T``, segment-scoped fields 1). An *item* is a window
 of ``item_length`` (L) consecutive steps inside one chunk, starting every ``item_stride`` (S) steps at offsets
-``0, S, .., T - L``, so a chunk holds ``(T - L) / S + 1`` items and nothing is stored twice.
+``0, S, .., T - L``, so a chunk holds ``(T - L) / S + 1`` items and nothing is stored twice. Where the algorithm
+learns from a team's steps together (``team_items``: QMIX), a chunk is one environment's ``team`` consecutive
+columns instead (every agent of it, env-major as the multi-agent slots lay them out): each field gains an agent axis
+after the column axis, ``[rows, B / team, team, ...]``, and an item is the team's window.
 
 Two kinds of batch (:meth:`ReplaySpec.batch_fields`): *transitions*, each step with the n-step target the replay
 computes (DQN, SAC, TD3), and, where the layout carries a recurrent policy's state (:data:`MEMORY`),
@@ -22,10 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from srl.api.config.errors import ConfigError
 from srl.api.config.replay import ReplayConfig
 from srl.api.schema import ALIVE, MEMORY, STREAM_FIELDS, FieldSpec
-from srl.api.spaces import FINAL_PREFIX
+from srl.api.spaces import FINAL_PREFIX, STATE
 from srl.base.rate_limiter import RateLimiter, least_error_buffer
 from srl.base.sumtree import SumTree
 from srl.system.streams import PoolLayout
@@ -47,7 +52,8 @@ class ReplaySpec:
     fields: Mapping[str, FieldSpec]
     """The segment layout inserted: ``[rows, B, ...]`` per field, as in the actors' pool."""
     obs_fields: tuple[str, ...]
-    """The observation parts the acting policy reads (what a sampled batch carries)."""
+    """The observation parts the acting policy reads, and the env's global state where the segments carry it
+    (what a sampled batch carries)."""
     capacity: int
     """Chunks kept (segment columns)."""
     item_length: int
@@ -64,16 +70,32 @@ class ReplaySpec:
     """Observation parts kept as frames (:meth:`chunk_shape`) and restacked when read."""
     item_stride: int = 1
     """Steps between the starts of a chunk's consecutive items."""
+    team: int = 1
+    """Segment columns per chunk: 1, or an environment's agents (:meth:`teams`)."""
 
     @classmethod
-    def of(cls, layout: PoolLayout, cfg: ReplayConfig, max_sample_batch: int) -> ReplaySpec:
-        """The store for segments of ``layout`` sampled in batches of at most ``max_sample_batch`` items.
+    def of(cls, layout: PoolLayout, cfg: ReplayConfig, max_sample_batch: int, team: int = 1) -> ReplaySpec:
+        """The store for segments of ``layout`` sampled in batches of at most ``max_sample_batch`` items; ``team``
+        > 1: each chunk (and item) holds that many consecutive columns, an environment's agents.
 
         Raises ConfigError naming the ``replay`` field that cannot work with this layout, and
         NotImplementedError for items longer than a step where the layout has segment-scoped fields (the
         recurrent state at an item's start is only kept at a chunk's first step).
         """
         steps, columns = layout.fields["actions"].shape[:2]
+        fields = dict(layout.fields)
+        if team > 1:
+            if MEMORY not in fields:
+                raise ConfigError(
+                    "model.core: a team's items are sequences its learner unrolls: set model.core to gru or lstm"
+                )
+            if cfg.frame_stacks:
+                raise ConfigError("replay.frame_stacks: a team's items keep every frame (no frame stacks)")
+            assert columns % team == 0, f"{columns} columns are not whole teams of {team}"
+            fields = {
+                k: FieldSpec((f.shape[0], f.shape[1] // team, team, *f.shape[2:]), f.dtype) for k, f in fields.items()
+            }
+            columns //= team
         if cfg.item_length > steps:
             raise ConfigError(f"replay.item_length: {cfg.item_length} steps do not fit in segments of {steps}")
         if layout.segment_scoped and cfg.item_length > 1:
@@ -110,9 +132,11 @@ class ReplaySpec:
                     f"replay.frame_stacks: observation part {part!r} keeps its final observations, as parts that "
                     "are not images do; frame stacks are for image parts"
                 )
+        # the env's global state, where the algorithm reads it (QMIX's mixer), is read as the observations are
+        state = tuple(k for k in fields if k == STATE or k.startswith(f"{STATE}."))
         spec = cls(
-            dict(layout.fields),
-            layout.obs_fields,
+            fields,
+            (*layout.obs_fields, *state),
             capacity,
             cfg.item_length,
             cfg.sampler,
@@ -125,6 +149,7 @@ class ReplaySpec:
             max_sample_batch,
             tuple(cfg.frame_stacks),
             cfg.item_stride,
+            team,
         )
         return spec._with_buffer(cfg.error_buffer)
 
@@ -159,6 +184,13 @@ class ReplaySpec:
     def columns(self) -> int:
         """B: chunks per inserted segment, at most."""
         return self.fields["actions"].shape[1]
+
+    def teams(self, segment: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """A segment's fields ``[rows, b, ...]`` as chunks of :attr:`team` columns ``[rows, b / team, team, ...]``
+        (views)."""
+        if self.team == 1:
+            return segment
+        return {k: x.reshape(x.shape[0], -1, self.team, *x.shape[2:]) for k, x in segment.items()}
 
     @property
     def items_per_chunk(self) -> int:
@@ -281,9 +313,11 @@ class ReplaySpec:
         Both: the acting policy's own step fields (:attr:`carried`) ``[L, N, ...]`` as stored; ``alive [L, N]`` bool
         where the layout has it (a step its agent did not take, having left the env
         early, holds no transition); ``weights [N]`` float32 importance weights; ``keys [N]`` int64, which a
-        priority update names the items by.
+        priority update names the items by. A team's items (:attr:`team` > 1) have an agent axis after ``N`` in
+        every field but ``weights`` and ``keys``: ``rewards [L, N, team]``, ``MEMORY [N, team, state]``.
         """
         lead = (self.item_length, batch)
+        per_step = (*lead, *self.fields["rewards"].shape[2:])  # [L, N] (and the team's agents)
         out: dict[str, FieldSpec] = {}
         for part in self.obs_fields:
             shape, dtype = self.fields[part].shape[2:], self.fields[part].dtype
@@ -294,14 +328,14 @@ class ReplaySpec:
         actions = self.fields["actions"]
         out["actions"] = FieldSpec((*lead, *actions.shape[2:]), actions.dtype)
         if self.sequences or self.windows:
-            out["rewards"] = FieldSpec(lead, "float32")
-            out["terminated"] = out["truncated"] = FieldSpec(lead, "bool")
+            out["rewards"] = FieldSpec(per_step, "float32")
+            out["terminated"] = out["truncated"] = FieldSpec(per_step, "bool")
         if self.sequences:
             out[MEMORY] = FieldSpec((batch, *self.fields[MEMORY].shape[2:]), self.fields[MEMORY].dtype)
         else:
             out["returns"] = out["discounts"] = FieldSpec(lead, "float32")
         if "alive" in self.fields:  # a multi-agent env's: which steps its agent took (it may leave early)
-            out["alive"] = FieldSpec(lead, "bool")
+            out["alive"] = FieldSpec(per_step, "bool")
         for name in self.carried:
             out[name] = FieldSpec((*lead, *self.fields[name].shape[2:]), self.fields[name].dtype)
         out["weights"] = FieldSpec((batch,), "float32")

@@ -139,8 +139,8 @@ class ReplayStore:
 
     @property
     def inserted_steps(self) -> int:
-        """Environment steps (segment columns times T) ever inserted, kept across restarts."""
-        return self.slots.next_key * self.spec.steps
+        """Steps of segment columns (columns times T) ever inserted, kept across restarts."""
+        return self.slots.next_key * self.spec.steps * self.spec.team
 
     def _unread(self) -> int:
         """Items a queue has not handed out yet."""
@@ -167,7 +167,9 @@ class ReplayStore:
 
     def insert(self, segment: Mapping[str, np.ndarray]) -> np.ndarray:
         """Store every column of ``segment`` (the pool layout's fields, ``[rows, b, ...]``, ``b <= B``) as one chunk
-        each; returns their chunk keys. A RuntimeError if the rate limiter holds it (ask :meth:`can_insert`)."""
+        each (each team of columns, :attr:`ReplaySpec.team`); returns their chunk keys. A RuntimeError if the rate
+        limiter holds it (ask :meth:`can_insert`)."""
+        segment = self.spec.teams(segment)
         columns = self._check_segment(segment)
         n_items = columns * self.spec.items_per_chunk
         if not self.limiter.can_insert(n_items):

@@ -213,6 +213,7 @@ def build_trainer(ctx: BuildContext) -> Worker:
         collective=collective,
         device=cfg.workers.trainer_device,
         state_space=policy.state_space,
+        agents=policy.agents_per_env,
     )
     trainer = TrainerWorker(
         index,

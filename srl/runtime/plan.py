@@ -14,7 +14,7 @@ import gymnasium as gym
 import torch
 
 from srl.api.config import ConfigError, ExperimentConfig, build
-from srl.api.env import SlotGroup
+from srl.api.env import NoGlobalState, SlotGroup
 from srl.api.plugins import resolve
 from srl.api.schema import sample_schema
 from srl.api.spaces import action_spec, describe, obs_parts
@@ -28,6 +28,7 @@ from srl.wiring import (
     check_algorithm,
     learns_on_policy,
     reads_state,
+    settings_name,
 )
 from srl.wiring import ROLES as ROLE_TABLE
 
@@ -105,7 +106,10 @@ def make_plan(cfg: ExperimentConfig, null_trainer: bool = False) -> Plan:
     algorithm settings, or settings the algorithm's ``check`` finds unfit for the probed env)."""
     names = cfg.policy_names
     on_state = [n for n in names if reads_state(cfg.for_policy(n))]
-    probed = probe_groups(cfg.env, cfg.agents, on_state, names if cfg.members > 1 else ())
+    try:
+        probed = probe_groups(cfg.env, cfg.agents, on_state, names if cfg.members > 1 else ())
+    except NoGlobalState as exc:
+        raise ConfigError(f"{settings_name(cfg)}.critic_input: state: {exc}") from None
     by_name = {g.policy: g for g in probed.groups}
     if cfg.stage.worker is not None:  # a wrong name is one line now, not a failing worker later
         resolve(cfg.stage.worker, {}, "stage.worker")

@@ -7,7 +7,7 @@ key, type or value raises :class:`ConfigError` whose message names the field,
 so the CLI can print one line and exit non-zero. Configs are never mutated
 after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
-One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn`` and ``r2d2``, ``sac`` and ``td3``,
+One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn``, ``r2d2`` and ``qmix``, ``sac`` and ``td3``,
 ``alphazero`` and ``muzero`` with their ``search`` and ``reanalyze`` (in ``search``), ``params``, ``stage``,
 ``league``, ``replay``, ``text``, ``ray``, ``run``), the root in ``experiment``, typed building in
 ``parse`` and the YAML / ``--set`` reading in ``load``; every public name is imported from this package.
@@ -15,7 +15,7 @@ One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn`` and ``
 
 from __future__ import annotations
 
-from srl.api.config.dqn import DQNConfig, R2D2Config
+from srl.api.config.dqn import DQNConfig, QMixConfig, R2D2Config
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import ConfigError
 from srl.api.config.experiment import FIXED_ON_RESUME, ExperimentConfig
@@ -56,6 +56,7 @@ __all__ = [
     "MuZeroConfig",
     "PPOConfig",
     "ParamsConfig",
+    "QMixConfig",
     "R2D2Config",
     "RayConfig",
     "ReanalyzeConfig",

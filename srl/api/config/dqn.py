@@ -107,3 +107,36 @@ class R2D2Config(DQNConfig):
         check(self.burn_in >= 0, "burn_in", f"must be >= 0, got {self.burn_in}")
         check(0.0 <= self.eta <= 1.0, "eta", f"must be in [0, 1], got {self.eta}")
         check(self.rescale_eps >= 0, "rescale_eps", f"must be >= 0, got {self.rescale_eps}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QMixConfig(R2D2Config):
+    """QMIX (Rashid et al. 2018) and VDN (Sunehag et al. 2018): a team of agents sharing one recurrent Q network,
+    learning one team value that mixes the agents' values of their chosen actions, from sequences that hold every
+    agent of an environment. Everything of ``r2d2`` applies to the agents' network and the sequences."""
+
+    mixer: Literal["qmix", "vdn"] = "qmix"
+    """``qmix``: a monotonic mix whose weights hypernetworks make from the global state; ``vdn``: the sum."""
+    mixing_embed: int = 32
+    """QMIX: the mixer's hidden width."""
+    hypernet_hidden: int = 64
+    """QMIX: the hidden width of the hypernetworks that make the mixer's weights."""
+    critic_input: Literal["state", "obs"] = "state"
+    """What the mixer reads: the env's global state (``state``: segments carry it), or the agents' observations
+    joined (``obs``: an env without a global state)."""
+    team_reward: Literal["sum", "mean"] = "sum"
+    """The team's reward from its agents' rewards: their ``sum`` (EPyMARL's) or their ``mean`` (an env that
+    already hands every agent the shared reward)."""
+    value_rescale: bool = False
+    """Learn Q in rescaled units (off: a mix of rescaled values is not the rescaled team value)."""
+    nstep: int = 1
+    """Steps summed into each team return before bootstrapping, within the sequence (QMIX's: 1)."""
+    burn_in: int = 0
+    """Steps at each sequence's start that only rebuild the recurrent state (whole episodes need none)."""
+    dueling: bool = False
+    """A dueling head on the agents' network (QMIX's agents have none)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("mixing_embed", "hypernet_hidden"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")

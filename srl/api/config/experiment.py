@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from srl.api.config.dqn import DQNConfig, R2D2Config
+from srl.api.config.dqn import DQNConfig, QMixConfig, R2D2Config
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import check, did_you_mean
 from srl.api.config.league import LeagueConfig
@@ -26,7 +26,7 @@ from srl.api.config.stage import StageConfig
 from srl.api.config.text import TextConfig
 from srl.api.config.workers import WorkersConfig
 
-ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "sac", "td3", "alphazero", "muzero")
+ALGORITHM_SECTIONS = ("ppo", "dqn", "r2d2", "qmix", "sac", "td3", "alphazero", "muzero")
 """The typed sections an algorithm reads its settings from, whose number fields a population may search."""
 
 FIXED_ON_RESUME = (
@@ -74,6 +74,8 @@ class ExperimentConfig:
     """DQN hyper-parameters (``algorithm: dqn``)."""
     r2d2: R2D2Config = field(default_factory=R2D2Config)
     """R2D2 hyper-parameters (``algorithm: r2d2``)."""
+    qmix: QMixConfig = field(default_factory=QMixConfig)
+    """QMIX and VDN hyper-parameters (``algorithm: qmix``): a team's value mixed from its agents'."""
     sac: SACConfig = field(default_factory=SACConfig)
     """SAC hyper-parameters (``algorithm: sac``)."""
     alphazero: AlphaZeroConfig = field(default_factory=AlphaZeroConfig)
