@@ -77,6 +77,37 @@ def test_mpe_simple_spread_is_three_columns_per_env():
         slot.close()
 
 
+@pytest.mark.parametrize(
+    ("env", "obs", "actions", "length"),
+    [("lbforaging:Foraging-8x8-2p-2f-coop-v3", (12,), 6, 50), ("rware:rware-tiny-2ag-v2", (71,), 5, 500)],
+)
+def test_gymnasium_envs_of_several_agents_are_one_column_per_agent(env, obs, actions, length):
+    """LBF and RWARE (Tuple spaces, one reward per agent) through srl.envs.gym_agents: two columns per env, each
+    agent's own observation and reward, and every agent's episode ending with the env's, at its time limit at the
+    latest."""
+    cfg = EnvConfig(id="srl.envs.gym_agents:parallel", kwargs={"env": env})
+    probed = probe_spaces(cfg)
+    assert (probed.obs.shape, probed.action.n, probed.agents, probed.state) == (obs, actions, 2, None)
+    slot = make_slot(cfg, 3)
+    rng = np.random.default_rng(0)
+    try:
+        slot.reset(seed=0)
+        ends, steps = np.zeros(6, int), 0
+        while ends.min() == 0:
+            step = slot.step(rng.integers(0, actions, 6))
+            steps += 1
+            assert step.obs["obs"].shape == (6, *obs) and step.reward.shape == (6,)
+            assert (step.episode_end[0::2] == step.episode_end[1::2]).all()  # both agents of an env end together
+            ends += step.episode_end
+        assert steps <= length
+    finally:
+        slot.close()
+    with pytest.raises(ConfigError, match=r"^env\.kwargs\.env: 'CartPole-v1' is not an env of several agents"):
+        probe_spaces(EnvConfig(id="srl.envs.gym_agents:parallel", kwargs={"env": "CartPole-v1"}))
+    with pytest.raises(ConfigError, match=r"^env\.kwargs\.env: 'lbforaging:NoSuchEnv-v0' cannot be made"):
+        probe_spaces(EnvConfig(id="srl.envs.gym_agents:parallel", kwargs={"env": "lbforaging:NoSuchEnv-v0"}))
+
+
 def test_bench_sampling_refuses_a_multi_agent_env_in_one_line():
     proc = subprocess.run(
         [sys.executable, "-m", "srl.cli.main", "bench", "sampling", "--config", "configs/mpe_simple_spread_ippo.yaml"],
