@@ -245,6 +245,21 @@ def test_what_a_dead_agent_observed_did_and_was_paid_changes_nothing_in_the_team
     np.testing.assert_allclose(a.priorities.values, b.priorities.values, rtol=1e-6)
 
 
+def test_the_mixer_reads_states_standardized_from_the_first_batch_on():
+    """The mixer folds a batch's states into its running statistics before it mixes with them: a first batch whose
+    states are scaled and shifted gives the same team values, and so the same loss, as the plain one."""
+    first, spec = _learner()
+    second, _ = _learner()
+    batch = _team_batch(spec, 8, 0)
+    scaled = {k: v.copy() for k, v in batch.items()}
+    scaled["state"] = batch["state"] * 1000.0 + 5.0
+    a, b = first.train(batch, 0.0), second.train(scaled, 0.0)
+    assert a.stats["loss"] == pytest.approx(b.stats["loss"], rel=1e-4)
+    assert float(second.target_mixer.normalizer.mean.mean()) == pytest.approx(
+        float(second.mixer.normalizer.mean.mean())
+    )
+
+
 def test_the_team_reward_and_episode_ends_equal_a_plain_loop():
     """The team is paid the sum (or mean) of its living agents' rewards; its episode ends at a step after which no agent
     goes on, truncated where any agent's was; an agent that ended while the other goes on ends nothing."""

@@ -41,7 +41,7 @@ from srl.algorithms.grad_clip import GradClipper
 from srl.algorithms.qmix_math import chosen_values, double_q, monotonic_mix, vdn_mix
 from srl.algorithms.r2d2 import R2D2
 from srl.algorithms.r2d2_math import sequence_priority, sequence_targets
-from srl.algorithms.replay_batch import frozen_copy, require_batch_fits
+from srl.algorithms.replay_batch import fold_observations, frozen_copy, require_batch_fits
 from srl.api.algorithm import AlgorithmContext, PlanView
 from srl.api.config import ConfigError, QMixConfig
 from srl.api.schema import MEMORY
@@ -132,6 +132,9 @@ class QMIX(R2D2):
             self._tensor(batch, "alive").float() if "alive" in batch else torch.ones(length, n, k, device=self.device)
         )
         state = self._state(batch)
+        if cfg.mixer == "qmix":  # the mixer's state statistics, before its first use: both mixers read them
+            fold_observations(self.mixer, {STATE: state[:length].reshape(-1, state.shape[-1])}, self.collective)
+            self.target_mixer.normalizer.load_state_dict(self.mixer.normalizer.state_dict())
         with torch.no_grad():
             q_next = self.target.unroll(obs, seq).reshape(length + 1, n, k, -1)
             legal = self.q.legal(obs)
@@ -154,6 +157,7 @@ class QMIX(R2D2):
         if "alive" in batch:
             steps = {name: x[self._alive_rows(columns)] for name, x in steps.items()}
         self._update_normalizers(steps)
+
         priorities = sequence_priority(td.abs(), weight, cfg.eta)
         stats.update(
             loss=float(loss.detach()),

@@ -70,7 +70,7 @@ from srl.bench.throughput import (
     update_rate,
 )
 from srl.capacity.model import Costs
-from srl.replay.role import sampling
+from srl.replay.role import sampling, team
 from srl.runtime.build import build_worker
 from srl.runtime.fabric import InlineFabric
 from srl.runtime.plan import Plan, make_plan
@@ -323,7 +323,7 @@ def replay_costs(plan: Plan, rng: np.random.Generator) -> tuple[dict[str, Any], 
     cfg, one = plan.cfg, plan.only("srl bench costs")
     targets = sampling(plan, 0)
     replay = cfg.replay if cfg.replay.sampler != "fifo" else dataclasses.replace(cfg.replay, sampler="uniform")
-    spec = open_spec(replay, one.layout, targets.batch_size)
+    spec = open_spec(replay, one.layout, targets.batch_size, team(plan, 0))
     segments = [random_segment(one.layout.fields, rng, replay.frame_stacks) for _ in range(4)]
     store = full_store(spec, segments)
     rows = store_rates(store, segments, targets, REPEATS, NUMBER, rng, _timing)

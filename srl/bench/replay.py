@@ -121,10 +121,11 @@ def _spec(cfg: ExperimentConfig, layout: PoolLayout, batch: int, sampler: Sample
     return open_spec(dataclasses.replace(cfg.replay, sampler=sampler, alpha=ALPHA, beta=BETA), layout, batch)
 
 
-def open_spec(replay: ReplayConfig, layout: PoolLayout, batch: int) -> ReplaySpec:
-    """``replay``'s store for segments of ``layout``, sampled in batches of ``batch`` items, its rate limiter wide
-    open: a measurement of the store, not of the ratio it keeps (a fifo queue cannot be opened so)."""
-    return ReplaySpec.of(layout, dataclasses.replace(replay, error_buffer=OPEN), batch)
+def open_spec(replay: ReplayConfig, layout: PoolLayout, batch: int, team: int = 1) -> ReplaySpec:
+    """``replay``'s store for segments of ``layout``, sampled in batches of ``batch`` items (of ``team`` columns
+    each), its rate limiter wide open: a measurement of the store, not of the ratio it keeps (a fifo queue cannot
+    be opened so)."""
+    return ReplaySpec.of(layout, dataclasses.replace(replay, error_buffer=OPEN), batch, team)
 
 
 def batch_buffers(spec: ReplaySpec) -> dict[str, np.ndarray]:

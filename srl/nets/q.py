@@ -16,7 +16,7 @@ import torch
 from gymnasium import spaces
 from torch import Tensor, nn
 
-from srl.api.spaces import UnsupportedSpace, action_spec, mask_part, obs_parts
+from srl.api.spaces import STATE, UnsupportedSpace, action_spec, mask_part, obs_parts
 from srl.nets.distributions import mask_logits
 from srl.nets.memory import Recurrent, Sequences, encode
 from srl.nets.mlp import init_linear
@@ -112,17 +112,26 @@ class MonotonicMixer(nn.Module):
     """QMIX's mixer: the agents' chosen values ``[M, N]`` and the global state ``[M, S]`` -> the team's value
     ``[M]``, by the rule it is handed (:func:`srl.algorithms.qmix_math.monotonic_mix`, which takes the weights'
     absolute values). The weights come from hypernetworks on the state (QMIX's two-layer ones, ``hyper`` wide);
-    the final bias from a small network of its own."""
+    the final bias from a small network of its own. The state is standardized by running statistics first (the
+    learner folds each batch's states in before it mixes them, :meth:`normalizer_inputs`): an env's raw state
+    (LBF's grid coordinates, up to the grid's size) would otherwise scale the mixer's weights, and the team's
+    first values, with it."""
 
     def __init__(self, agents: int, state_dim: int, embed: int = 32, hyper: int = 64) -> None:
         super().__init__()
         self.agents, self.embed = agents, embed
+        self.normalizer = RunningMeanStd(state_dim)
         self.w1 = nn.Sequential(nn.Linear(state_dim, hyper), nn.ReLU(), nn.Linear(hyper, agents * embed))
         self.b1 = nn.Linear(state_dim, embed)
         self.w2 = nn.Sequential(nn.Linear(state_dim, hyper), nn.ReLU(), nn.Linear(hyper, embed))
         self.b2 = nn.Sequential(nn.Linear(state_dim, embed), nn.ReLU(), nn.Linear(embed, 1))
 
+    def normalizer_inputs(self, inputs: Mapping[str, Tensor]) -> list[tuple[RunningMeanStd, Tensor]]:
+        """The running statistics and what folds into them: the states ``[M, S]`` of ``inputs[STATE]``."""
+        return [(self.normalizer, inputs[STATE])]
+
     def forward(self, q: Tensor, alive: Tensor, state: Tensor, mix: Callable[..., Tensor]) -> Tensor:
         m = len(q)
+        state = self.normalizer.normalize(state)
         w1 = self.w1(state).view(m, self.agents, self.embed)
         return mix(q, alive, w1, self.b1(state), self.w2(state), self.b2(state).squeeze(-1))

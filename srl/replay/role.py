@@ -61,9 +61,14 @@ def replay_spec(plan: Plan, replay: int) -> ReplaySpec:
     """The store of replay ``replay``: chunks of its policy's segments, as the ``replay`` section shapes it (an
     environment's agents together where the algorithm learns from a team's steps: ``team_items``)."""
     k = replay // replays_per_policy(plan)
-    policy = plan.policies[k]
-    team = policy.agents_per_env if getattr(algorithm_class(policy.cfg), "team_items", False) else 1
-    return ReplaySpec.of(policy.layout, plan.cfg.replay, sampling(plan, k).batch_size, team)
+    return ReplaySpec.of(plan.policies[k].layout, plan.cfg.replay, sampling(plan, k).batch_size, team(plan, k))
+
+
+def team(plan: Plan, policy: int) -> int:
+    """Columns per replay item of policy ``policy``: its agents of one env where the algorithm learns from a
+    team's steps together (``team_items``), else 1."""
+    one = plan.policies[policy]
+    return one.agents_per_env if getattr(algorithm_class(one.cfg), "team_items", False) else 1
 
 
 def batch_layout(plan: Plan, endpoint: Endpoint) -> PoolLayout:
