@@ -314,7 +314,7 @@ def test_settings_and_envs_qmix_cannot_learn_are_one_line():
         plan(env={"id": "CartPole-v1"})
     with pytest.raises(ConfigError, match=r"^env\.id: 'CartPole-v1' has one agent; qmix mixes"):
         plan("qmix.critic_input=obs", env={"id": "CartPole-v1"})
-    with pytest.raises(ConfigError, match=r"^model\.core: qmix's agents act with memory; set model\.core"):
+    with pytest.raises(ConfigError, match=r"^model\.core: qmix learns a recurrent Q network; set model\.core"):
         plan("model.core=none")
     with pytest.raises(ConfigError, match=r"^qmix\.burn_in: 2 steps leave none of each sequence"):
         plan("qmix.burn_in=2")

@@ -39,9 +39,9 @@ from srl.algorithms.dqn import require_discrete
 from srl.algorithms.dqn_math import td_loss
 from srl.algorithms.grad_clip import GradClipper
 from srl.algorithms.qmix_math import chosen_values, double_q, monotonic_mix, vdn_mix
-from srl.algorithms.r2d2 import R2D2
+from srl.algorithms.r2d2 import R2D2, require_sequences
 from srl.algorithms.r2d2_math import sequence_priority, sequence_targets
-from srl.algorithms.replay_batch import fold_observations, frozen_copy, require_batch_fits
+from srl.algorithms.replay_batch import fold_observations, frozen_copy
 from srl.api.algorithm import AlgorithmContext, PlanView
 from srl.api.config import ConfigError, QMixConfig
 from srl.api.schema import MEMORY
@@ -106,15 +106,7 @@ class QMIX(R2D2):
             raise ConfigError(
                 f"env.id: {cfg.env.id!r} has one agent; qmix mixes the values of a team of several (use r2d2 or dqn)"
             )
-        if cfg.model.core == "none":
-            raise ConfigError("model.core: qmix's agents act with memory; set model.core to gru or lstm")
-        length, burn_in = cfg.replay.item_length, cfg.qmix.burn_in
-        if burn_in >= length:
-            raise ConfigError(
-                f"qmix.burn_in: {burn_in} steps leave none of each sequence (replay.item_length={length}) to train "
-                "on; make the burn-in shorter than the sequence"
-            )
-        require_batch_fits("qmix", cfg.qmix.batch_size, cfg, "sequences")
+        require_sequences(cfg, "qmix")
 
     # ------------------------------------------------------------------ Algorithm
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:

@@ -33,13 +33,27 @@ from srl.algorithms.dqn_math import td_loss
 from srl.algorithms.r2d2_math import sequence_priority, sequence_targets
 from srl.algorithms.replay_batch import require_batch_fits
 from srl.api.algorithm import Obs, PlanView
-from srl.api.config import ConfigError, R2D2Config
+from srl.api.config import ConfigError, ExperimentConfig, R2D2Config
 from srl.api.schema import MEMORY
 from srl.api.worker import Priorities, TrainResult
 from srl.nets.distributions import mask_logits
 from srl.nets.memory import Sequences, carried_rows
 
-__all__ = ["R2D2"]
+__all__ = ["R2D2", "require_sequences"]
+
+
+def require_sequences(cfg: ExperimentConfig, section: str) -> None:
+    """What a learner from stored sequences needs (R2D2, QMIX): a recurrent core, a burn-in shorter than the
+    sequences, batches the replay can hold; one line naming the setting otherwise."""
+    if cfg.model.core == "none":
+        raise ConfigError(f"model.core: {section} learns a recurrent Q network; set model.core to lstm or gru")
+    length, burn_in = cfg.replay.item_length, getattr(cfg, section).burn_in
+    if burn_in >= length:
+        raise ConfigError(
+            f"{section}.burn_in: {burn_in} steps leave none of each sequence (replay.item_length={length}) to train "
+            "on; make the burn-in shorter than the sequence"
+        )
+    require_batch_fits(section, getattr(cfg, section).batch_size, cfg, "sequences")
 
 
 class R2D2(DQN):
@@ -53,18 +67,9 @@ class R2D2(DQN):
     @staticmethod
     def check(plan: PlanView) -> None:
         """Discrete actions, a recurrent core, and sequences long enough to train on after their burn-in."""
-        cfg = plan.cfg
         for policy in plan.policies:
-            require_discrete(policy.action_space, cfg)
-        if cfg.model.core == "none":
-            raise ConfigError("model.core: r2d2 learns a recurrent Q network; set model.core to lstm or gru")
-        length, burn_in = cfg.replay.item_length, cfg.r2d2.burn_in
-        if burn_in >= length:
-            raise ConfigError(
-                f"r2d2.burn_in: {burn_in} steps leave none of each sequence (replay.item_length={length}) to train "
-                "on; make the burn-in shorter than the sequence"
-            )
-        require_batch_fits("r2d2", cfg.r2d2.batch_size, cfg, "sequences")
+            require_discrete(policy.action_space, plan.cfg)
+        require_sequences(plan.cfg, "r2d2")
 
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         """One learner step on ``N`` sequences of ``L`` steps (:meth:`ReplaySpec.batch_fields`, sequences): for
