@@ -5,9 +5,8 @@ that is its player's move is searched on a copy of the game rebuilt from its obs
 (:class:`srl.search.games.GameSearch`; the env is an OpenSpiel game with ``env.kwargs.history: true``), the network
 evaluating each simulation's new positions of every tree at once; the row plays the search's action and writes the
 search's policy (``search_policy``), its value of the position (``search_value``) and whether it searched
-(``searched``) into its segment. A seat waiting for the
-opponent is not searched. Self-play explores by the search's own draws (Gumbel noise, or Dirichlet noise with PUCT);
-an evaluation searches without them.
+(``searched``) into its segment. A seat waiting for the opponent is not searched. Self-play explores by the search's
+own draws (Gumbel noise, or Dirichlet noise with PUCT); an evaluation searches without them.
 
 Learning (:meth:`AlphaZero.train`): the policy head is fitted to the searches' policies on the searched steps, the
 value head to the n-step returns the replay computes, bootstrapped from a target network's value (with ``gamma``
