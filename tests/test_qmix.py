@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from srl.algorithms.qmix_math import chosen_values, double_q, monotonic_mix, vdn_mix
+from srl.algorithms.dqn_math import greedy_values
+from srl.algorithms.qmix_math import chosen_values, monotonic_mix, vdn_mix
 from srl.api.config import ConfigError, ReplayConfig
 from srl.api.schema import MEMORY, FieldSpec
 from srl.nets.q import MonotonicMixer
@@ -63,7 +64,7 @@ def test_double_q_values_each_agents_greedy_legal_online_action_by_the_target_ne
     online, target = torch.randn(2, 5, 3, 4), torch.randn(2, 5, 3, 4)
     legal = torch.rand(2, 5, 3, 4) > 0.4
     legal[..., 1] |= ~legal.any(-1)  # at least one legal action each
-    got = double_q(online, target, legal)
+    got = greedy_values(online, target, legal)
     for t in range(2):
         for b in range(5):
             for a in range(3):
@@ -72,7 +73,7 @@ def test_double_q_values_each_agents_greedy_legal_online_action_by_the_target_ne
                 assert float(got[t, b, a]) == float(target[t, b, a, best])
     actions = torch.randint(0, 4, (2, 5, 3))
     torch.testing.assert_close(chosen_values(online, actions), online.gather(-1, actions.unsqueeze(-1)).squeeze(-1))
-    torch.testing.assert_close(double_q(online, target), chosen_values(target, online.argmax(-1)))
+    torch.testing.assert_close(greedy_values(online, target), chosen_values(target, online.argmax(-1)))
 
 
 def _two_step_game(mixing: str) -> tuple[int, float]:

@@ -16,7 +16,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["double_q_target", "dueling", "epsilon_ladder", "linear_epsilon", "polyak_", "q_target", "td_loss"]
+from srl.nets.distributions import mask_logits
+
+__all__ = [
+    "double_q_target",
+    "dueling",
+    "epsilon_ladder",
+    "greedy_values",
+    "linear_epsilon",
+    "polyak_",
+    "q_target",
+    "td_loss",
+]
 
 
 def dueling(value: Tensor, advantages: Tensor) -> Tensor:
@@ -60,6 +71,15 @@ def double_q_target(
     _check_rows(q_next_target, returns, discounts)
     best = _masked(q_next_online, legal, discounts).argmax(dim=-1)
     return _bootstrap(q_next_target, best, returns, discounts)
+
+
+def greedy_values(pick: Tensor, values: Tensor, legal: Tensor | None = None) -> Tensor:
+    """``values`` ``[..., A]`` at the action ``pick`` ``[..., A]`` prefers among the ``legal`` ones (``[..., A]``;
+    None: all), ``[...]``: with ``pick`` the online network's values and ``values`` the target's, double Q's
+    bootstrap value (a row with no legal action takes action 0)."""
+    if legal is not None:
+        pick = mask_logits(pick, legal)
+    return values.gather(-1, pick.argmax(dim=-1, keepdim=True)).squeeze(-1)
 
 
 def _check_rows(q: Tensor, returns: Tensor, discounts: Tensor) -> None:

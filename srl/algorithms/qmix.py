@@ -38,7 +38,7 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.dqn import require_discrete
 from srl.algorithms.dqn_math import td_loss
 from srl.algorithms.grad_clip import GradClipper
-from srl.algorithms.qmix_math import chosen_values, double_q, monotonic_mix, vdn_mix
+from srl.algorithms.qmix_math import chosen_values, monotonic_mix, vdn_mix
 from srl.algorithms.r2d2 import R2D2, require_sequences
 from srl.algorithms.r2d2_math import sequence_priority, sequence_targets
 from srl.algorithms.replay_batch import fold_observations, frozen_copy
@@ -129,9 +129,7 @@ class QMIX(R2D2):
             self.target_mixer.normalizer.load_state_dict(self.mixer.normalizer.state_dict())
         with torch.no_grad():
             q_next = self.target.unroll(obs, seq).reshape(length + 1, n, k, -1)
-            legal = self.q.legal(obs)
-            pick = q_all.detach() if cfg.double_q else q_next
-            agent_next = double_q(pick, q_next, None if legal is None else legal.reshape(q_next.shape))
+            agent_next = self._values(q_all.detach(), q_next, obs)  # [L + 1, N, K], double Q per agent
             # the row after the last step: its agents as that step's
             values = self._mix("target_mixer", agent_next, torch.cat([alive, alive[-1:]]), state)  # [L + 1, N]
             rewards, terminated, truncated = self._team_steps(batch)

@@ -12,8 +12,8 @@ A team of ``N`` agents shares one reward. Each agent's Q network values its own 
   long as raising one agent's value never lowers the team's.
 
 An agent that is not alive (dead, or not yet in the env) enters every mix as 0: its value and its gradient weigh
-nothing. Targets are double Q per agent (:func:`double_q`): each agent's greedy legal action under the online
-network, valued by the target network, then mixed by the target mixer on the next state.
+nothing. Targets are double Q per agent (:func:`srl.algorithms.dqn_math.greedy_values`): each agent's greedy legal
+action under the online network, valued by the target network, then mixed by the target mixer on the next state.
 """
 
 from __future__ import annotations
@@ -22,22 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["chosen_values", "double_q", "monotonic_mix", "vdn_mix"]
+__all__ = ["chosen_values", "monotonic_mix", "vdn_mix"]
 
 
 def chosen_values(q: Tensor, actions: Tensor) -> Tensor:
     """Each agent's value of its chosen action ``[..., N]``, from its values ``[..., N, A]`` and ``actions``
     ``[..., N]``."""
     return q.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-
-
-def double_q(online: Tensor, target: Tensor, legal: Tensor | None = None) -> Tensor:
-    """Each agent's next value ``[..., N]``: the target network's ``target`` ``[..., N, A]`` at the action the online
-    network's ``online`` prefers among the ``legal`` ones (``[..., N, A]`` bool; None: all)."""
-    if legal is not None:
-        # an agent with no legal action (dead) takes action 0; its value is masked out by the mix
-        online = online.masked_fill(~legal, float("-inf")).nan_to_num(neginf=torch.finfo(online.dtype).min)
-    return chosen_values(target, online.argmax(dim=-1))
 
 
 def vdn_mix(q: Tensor, alive: Tensor) -> Tensor:

@@ -29,14 +29,13 @@ import torch
 from torch import Tensor
 
 from srl.algorithms.dqn import DQN, require_discrete
-from srl.algorithms.dqn_math import td_loss
+from srl.algorithms.dqn_math import greedy_values, td_loss
 from srl.algorithms.r2d2_math import sequence_priority, sequence_targets
 from srl.algorithms.replay_batch import require_batch_fits
 from srl.api.algorithm import Obs, PlanView
 from srl.api.config import ConfigError, ExperimentConfig, R2D2Config
 from srl.api.schema import MEMORY
 from srl.api.worker import Priorities, TrainResult
-from srl.nets.distributions import mask_logits
 from srl.nets.memory import Sequences, carried_rows
 
 __all__ = ["R2D2", "require_sequences"]
@@ -132,6 +131,4 @@ class R2D2(DQN):
         by the online network (double Q) or by the target network."""
         pick = q_online if self.cfg.double_q else q_target
         legal = self.q.legal(obs)
-        if legal is not None:
-            pick = mask_logits(pick, legal.reshape(pick.shape))
-        return q_target.gather(-1, pick.argmax(dim=-1, keepdim=True)).squeeze(-1)
+        return greedy_values(pick, q_target, None if legal is None else legal.reshape(pick.shape))
