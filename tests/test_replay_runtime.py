@@ -267,8 +267,8 @@ def test_one_dqn_shared_by_a_multi_agent_env_s_agents_trains_through_their_colum
     ("config", "min_size"), [("configs/cartpole_masked_r2d2.yaml", 48), ("configs/pendulum_sac.yaml", 500), (QMIX, 32)]
 )
 def test_r2d2_sac_and_qmix_resume_with_the_replay_they_saved(tmp_path: Path, config: str, min_size: int) -> None:
-    """R2D2's sequences (with their stored states), SAC's transitions and QMIX's team items come back on resume: the resumed run
-    starts from every saved item, refills nothing and trains on."""
+    """R2D2's sequences (with their stored states), SAC's transitions and QMIX's team items come back on resume:
+    the resumed run starts from every saved item, refills nothing and trains on."""
     run = tmp_path / "run"
     settings = ["runtime=inline", "run.target_return=null", "run.eval_episodes=1", "replay.save=true"]
     cfg = load_config(config, [*settings, f"replay.min_size={min_size}", "run.total_env_steps=3000"])
