@@ -287,6 +287,27 @@ def test_the_team_reward_and_episode_ends_equal_a_plain_loop():
                 assert (terminated[t, i], truncated[t, i]) == (over and not cut, cut)
 
 
+def test_standardized_team_rewards_use_the_statistics_of_every_step_taken_so_far_and_resume_with_them():
+    """``standardize_rewards``: each batch's team rewards less the mean, over the std, of every team reward of a
+    step some agent took, in this batch and those before (not of steps no agent took); a learner restored from
+    the checkpoint standardizes the next batch as the one that went on."""
+    algo, _ = _learner()
+    rng = np.random.default_rng(4)
+    seen = []
+    for _ in range(3):
+        rewards = (rng.random((5, 8)) < 0.1).astype(np.float32) * 0.5  # sparse, as LBF's
+        steps = rng.random((5, 8)) < 0.9
+        seen.append(rewards[steps])
+        got = algo._standardized(rewards, steps)
+        everything = np.concatenate(seen).astype(np.float64)
+        want = (rewards - everything.mean()) / everything.std()  # up to the statistics' tiny prior count
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    restored, _ = _learner()
+    restored.load_state_dict(algo.state_dict())
+    rewards, steps = rng.random((5, 8)).astype(np.float32), np.ones((5, 8), bool)
+    np.testing.assert_array_equal(restored._standardized(rewards, steps), algo._standardized(rewards, steps))
+
+
 def test_settings_and_envs_qmix_cannot_learn_are_one_line():
     from srl.api.config import config_from
     from srl.runtime.plan import make_plan

@@ -15,8 +15,8 @@ every agent's sequence over the same ``replay.item_length`` steps, with each age
 2. mixes the agents' values of the actions they took into the team's value (``mixer``: QMIX's monotonic
    hypernetwork mix on the global state, or VDN's sum), an agent that is not alive weighing nothing;
 3. values each next row by double Q per agent, mixed by the target mixer on that row's state, and makes n-step
-   targets of the team's reward (the ``sum`` or ``mean`` of its agents') within the sequence; the team's episode
-   ends where every agent's has;
+   targets of the team's reward (the ``sum`` or ``mean`` of its agents', standardized by its running statistics
+   with ``standardize_rewards``) within the sequence; the team's episode ends where every agent's has;
 4. trains the team values of the steps after the burn-in, weighted by the item's importance weight, and hands
    back the item's priority ``eta max |td| + (1 - eta) mean |td|``.
 
@@ -41,12 +41,13 @@ from srl.algorithms.grad_clip import GradClipper
 from srl.algorithms.qmix_math import chosen_values, monotonic_mix, vdn_mix
 from srl.algorithms.r2d2 import R2D2, require_sequences
 from srl.algorithms.r2d2_math import sequence_priority, sequence_targets
-from srl.algorithms.replay_batch import fold_observations, frozen_copy
+from srl.algorithms.replay_batch import fold, fold_observations, frozen_copy
 from srl.api.algorithm import AlgorithmContext, PlanView
 from srl.api.config import ConfigError, QMixConfig
 from srl.api.schema import MEMORY
 from srl.api.spaces import STATE, obs_parts
 from srl.api.worker import Priorities, TrainResult
+from srl.nets.normalizer import RunningMeanStd
 from srl.nets.q import MonotonicMixer
 
 __all__ = ["QMIX"]
@@ -83,6 +84,7 @@ class QMIX(R2D2):
             params += list(self.mixer.parameters())
         self.optimizer = Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
         self.clipper = GradClipper(params, cfg.max_grad_norm)
+        self.reward_stats = RunningMeanStd(())  # the team's rewards, standardized by it (standardize_rewards)
 
     @staticmethod
     def check(plan: PlanView) -> None:
@@ -133,6 +135,8 @@ class QMIX(R2D2):
             # the row after the last step: its agents as that step's
             values = self._mix("target_mixer", agent_next, torch.cat([alive, alive[-1:]]), state)  # [L + 1, N]
             rewards, terminated, truncated = self._team_steps(batch)
+            if cfg.standardize_rewards:
+                rewards = self._standardized(rewards, np.asarray(alive.sum(dim=-1).cpu() > 0))
             eps = cfg.rescale_eps if cfg.value_rescale else None
             target = sequence_targets(rewards, terminated, truncated, values, cfg.gamma, cfg.nstep, eps)
         actions = self._tensor(batch, "actions").long()
@@ -159,7 +163,21 @@ class QMIX(R2D2):
         )
         return TrainResult(stats, Priorities(np.asarray(batch["keys"]), priorities.float().cpu().numpy()))
 
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "reward_stats": self.reward_stats.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.reward_stats.load_state_dict(state["reward_stats"])
+
     # ------------------------------------------------------------------ internals
+    def _standardized(self, rewards: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """The team's rewards ``[L, N]`` less their running mean, over their running std, once the rewards of the
+        ``steps`` some agent took are folded into those statistics (EPyMARL's, with no clip)."""
+        fold(self.reward_stats, torch.as_tensor(rewards[steps]), self.collective)
+        mean, var = float(self.reward_stats.mean), float(self.reward_stats.var)
+        return ((rewards - mean) / math.sqrt(var + 1e-8)).astype(np.float32)
+
     def _mix(self, mixer: str, q: Tensor, alive: Tensor, state: Tensor) -> Tensor:
         """The team values ``[..., N]`` of agents' values ``q`` ``[..., N, K]`` by the named mixer (VDN: the sum),
         on ``state`` ``[..., N, W]``."""

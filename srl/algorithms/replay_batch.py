@@ -14,11 +14,13 @@ from srl.algorithms.dqn_math import polyak_
 from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.device import field
 from srl.api.worker import Collective
+from srl.nets.normalizer import RunningMeanStd
 
 __all__ = [
     "TargetLearner",
     "batch_rows",
     "batch_tensor",
+    "fold",
     "fold_observations",
     "follow",
     "frozen_copy",
@@ -59,10 +61,16 @@ def fold_observations(encoder: Any, obs: Mapping[str, torch.Tensor], collective:
     """Fold a batch into ``encoder``'s running observation statistics, merged across data-parallel replicas."""
     inputs = getattr(encoder, "normalizer_inputs", None)
     for rms, x in [] if inputs is None else inputs(obs):
-        mean, var, count = rms.moments(x)
-        if collective is not None:
-            mean, var, count = collective.merge_moments(mean, var, count)
-        rms.update_moments(mean, var, count)
+        fold(rms, x, collective)
+
+
+def fold(rms: RunningMeanStd, x: torch.Tensor, collective: Collective | None) -> None:
+    """Fold a batch into running statistics ``rms``, its moments merged across data-parallel replicas first, so
+    every replica folds in the same."""
+    mean, var, count = rms.moments(x)
+    if collective is not None:
+        mean, var, count = collective.merge_moments(mean, var, count)
+    rms.update_moments(mean, var, count)
 
 
 def require_batch_fits(section: str, batch_size: int, cfg: ExperimentConfig, items: str = "items") -> None:

@@ -127,6 +127,10 @@ class QMixConfig(R2D2Config):
     team_reward: Literal["sum", "mean"] = "sum"
     """The team's reward from its agents' rewards: their ``sum`` (EPyMARL's) or their ``mean`` (an env that
     already hands every agent the shared reward)."""
+    standardize_rewards: bool = False
+    """Learn from the team's rewards standardized by their running mean and std (EPyMARL's ``standardise_rewards``):
+    a sparse reward stands out, and every step without one pays a little less than nothing, so the agents' values
+    of what they have not tried stay above those of what they have (LBF's foraging teams explore by it)."""
     value_rescale: bool = False
     """Learn Q in rescaled units (off: a mix of rescaled values is not the rescaled team value)."""
     nstep: int = 1
