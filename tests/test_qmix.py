@@ -308,6 +308,45 @@ def test_standardized_team_rewards_use_the_statistics_of_every_step_taken_so_far
     np.testing.assert_array_equal(restored._standardized(rewards, steps), algo._standardized(rewards, steps))
 
 
+def test_a_population_member_takes_new_settings_live_and_only_those_its_trainer_can():
+    """``reconfigure``: Adam's step and epsilon and the clip's threshold change at once, and the next targets read
+    the new discount; settings the actors read (exploration) are refused for a population in one line."""
+    from srl.api.config import config_from
+    from srl.runtime.plan import make_plan
+
+    algo, spec = _learner()
+    batch = _team_batch(spec, 8, 0)
+    algo.reconfigure(dataclasses.replace(algo.cfg, lr=0.125, adam_eps=0.25, max_grad_norm=3.0, gamma=0.5))
+    assert (algo.optimizer.lr, algo.optimizer.eps, algo.clipper.max_norm) == (0.125, 0.25, 3.0)
+    assert algo.train(batch, 0.0).stats["loss"] > 0 and algo.cfg.gamma == 0.5
+    population = {"members": 2, "hyperparameters": [{"key": "qmix.epsilon_end", "min": 0.01, "max": 0.1}]}
+    with pytest.raises(
+        ConfigError, match=r"^population\.hyperparameters\[0\]\.key: qmix\.epsilon_end: qmix takes only "
+    ):
+        make_plan(config_from({**TWO_STEP, "population": population}, ["runtime=inline"]))
+
+
+def test_pbt_over_qmix_brings_the_member_that_cannot_learn_to_the_payoff_of_8_by_a_copy(tmp_path):
+    """Two QMIX teams on the two-step game, one with a learning rate too small to learn: scored by greedy
+    episodes, it copies the other (networks, mixer, Adam) and a perturbed learning rate, and plays 8 too."""
+    import json
+
+    import srl
+
+    lr = {"key": "qmix.lr", "min": 1e-8, "max": 0.1, "log": True, "initial": [0.005, 1e-8], "resample": 0.0}
+    population = {"members": 2, "interval": 3000, "score": "eval", "eval_episodes": 5, "hyperparameters": [lr]}
+    run = tmp_path / "run"
+    summary = srl.train(
+        {**TWO_STEP, "population": population}, ["runtime=inline", "run.total_env_steps=20000"], run_dir=run
+    )
+    assert "error" not in summary, summary.get("error")
+    lineage = [json.loads(line) for line in (run / "population.jsonl").read_text().splitlines()]
+    assert any(r["event"] == "exploit" and (r["target"], r["source"]) == (1, 0) for r in lineage), lineage
+    assert any(r["event"] == "explore" and r["target"] == 1 and r["new"]["qmix.lr"] > 1e-3 for r in lineage)
+    returns = {name: p["final_eval_return_mean"] for name, p in summary["policies"].items()}
+    assert returns == pytest.approx({"member0": 8.0, "member1": 8.0}, abs=0.01)
+
+
 def test_settings_and_envs_qmix_cannot_learn_are_one_line():
     from srl.api.config import config_from
     from srl.runtime.plan import make_plan

@@ -163,6 +163,10 @@ class DQN(TargetLearner):
     settings = DQNConfig
     on_policy = False
     pairs: tuple[tuple[str, str], ...] = (("q", "target"),)
+    live_settings = frozenset({"lr", "adam_eps", "max_grad_norm", "target_every", "tau"})
+    """What :meth:`reconfigure` takes while training (a population member's explore). The rest shape the
+    networks, the replay's batches (``gamma``, ``nstep``: the replay sums the returns) or the actors' exploration
+    (``epsilon_*``), none of which a member's trainer can change."""
 
     def __init__(self, ctx: AlgorithmContext) -> None:
         cfg = dqn_settings(ctx)
@@ -248,6 +252,13 @@ class DQN(TargetLearner):
     def policy_state(self) -> np.ndarray:
         """The online network's flat state (what :class:`QPolicy` loads)."""
         return self.q.flat_state()
+
+    def reconfigure(self, settings: DQNConfig) -> None:
+        """New settings between updates (:attr:`live_settings`): every update reads ``self.cfg``; Adam's step and
+        epsilon and the clip's threshold are set here."""
+        self.cfg = settings
+        self.optimizer.lr, self.optimizer.eps = settings.lr, settings.adam_eps
+        self.clipper.max_norm = settings.max_grad_norm
 
     # ------------------------------------------------------------------ internals
     @torch.no_grad()

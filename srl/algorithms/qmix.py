@@ -93,11 +93,11 @@ class QMIX(R2D2):
         cfg = plan.cfg
         for policy in plan.policies:
             require_discrete(policy.action_space, cfg)
-        if len(plan.policies) > 1:
-            names = ", ".join(p.name for p in plan.policies)
+        bases = cfg.base_policies  # a population's members are teams of their own, each of one policy
+        if len(bases) > 1:
             raise ConfigError(
-                f"agents: qmix learns one team's value, and the agents rules map its agents to {len(plan.policies)} "
-                f"policies ({names}): map every agent to one policy"
+                f"agents: qmix learns one team's value, and the agents rules map its agents to {len(bases)} "
+                f"policies ({', '.join(bases)}): map every agent to one policy"
             )
         if plan.game_players:
             raise ConfigError(

@@ -62,6 +62,8 @@ class R2D2(DQN):
     section = "r2d2"
     settings = R2D2Config
     cfg: R2D2Config
+    live_settings = DQN.live_settings | {"gamma", "eta"}
+    """DQN's, and what the learner's own targets and priorities read (it makes them from the stored sequences)."""
 
     @staticmethod
     def check(plan: PlanView) -> None:

@@ -32,7 +32,10 @@ name:
 - ``reconfigure(settings)`` on the instance: take new settings (its typed
   section) between updates. A population's members change hyperparameters
   live through it; an algorithm without it trains in a population whose
-  ``hyperparameters`` are empty only.
+  ``hyperparameters`` are empty only. ``live_settings``, where it names them,
+  are the settings it takes that way (the DQN family's actors explore by
+  settings its trainer cannot change); a population searching another is
+  refused in one line.
 
 ``ctx.args`` is the typed settings object (None for a plugin without
 ``settings``). Networks come through ``ctx.models`` (built by the runtime from

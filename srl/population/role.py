@@ -67,8 +67,8 @@ def build(ctx: BuildContext) -> Worker:
 
 def check(plan: Plan) -> None:
     """What the population needs of the env, the algorithm and the layout: not a turn-based game; its searched
-    keys in the algorithm's own section and a ``reconfigure`` to take them live; an interval of at least one
-    update."""
+    keys in the algorithm's own section, among its ``live_settings`` where it names them, and a ``reconfigure`` to
+    take them live; an interval of at least one update."""
     cfg = plan.cfg
     if plan.game_players:
         raise ConfigError(
@@ -76,11 +76,16 @@ def check(plan: Plan) -> None:
             "(they average 0); a league ranks players of a game"
         )
     pop, cls = cfg.population, algorithm_class(cfg)
-    section = getattr(cls, "section", None)
+    section, live = getattr(cls, "section", None), getattr(cls, "live_settings", None)
     for i, h in enumerate(pop.hyperparameters):
         if h.section != section:
             reads = f"the {section} section" if section else "algorithm_args"
             raise ConfigError(f"population.hyperparameters[{i}].key: {h.key}: {cfg.algorithm} reads {reads}")
+        if live is not None and h.field not in live:
+            raise ConfigError(
+                f"population.hyperparameters[{i}].key: {h.key}: {cfg.algorithm} takes only "
+                f"{', '.join(sorted(live))} while it trains"
+            )
     if pop.hyperparameters and not callable(getattr(cls, "reconfigure", None)):
         raise ConfigError(f"population.hyperparameters: {cfg.algorithm} takes no new settings while it trains")
     member = plan.policies[0]
