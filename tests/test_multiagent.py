@@ -84,10 +84,21 @@ def test_mpe_simple_spread_is_three_columns_per_env():
 def test_gymnasium_envs_of_several_agents_are_one_column_per_agent(env, obs, actions, length):
     """LBF and RWARE (Tuple spaces, one reward per agent) through srl.envs.gym_agents: two columns per env, each
     agent's own observation and reward, and every agent's episode ending with the env's, at its time limit at the
-    latest."""
+    latest. The global state is both agents' observations joined."""
+    from srl.envs.gym_agents import parallel
+
     cfg = EnvConfig(id="srl.envs.gym_agents:parallel", kwargs={"env": env})
     probed = probe_spaces(cfg)
-    assert (probed.obs.shape, probed.action.n, probed.agents, probed.state) == (obs, actions, 2, None)
+    assert (probed.obs.shape, probed.action.n, probed.agents, probed.state.shape) == (obs, actions, 2, (2 * obs[0],))
+    one = parallel(env)
+    try:
+        seen, _ = one.reset(seed=1)
+        for _ in range(3):
+            np.testing.assert_array_equal(one.state(), np.concatenate([seen["agent_0"], seen["agent_1"]]))
+            assert one.state() in one.state_space
+            seen = one.step({"agent_0": 1, "agent_1": 2})[0]
+    finally:
+        one.close()
     slot = make_slot(cfg, 3)
     rng = np.random.default_rng(0)
     try:

@@ -4,9 +4,11 @@ spaces are Tuples with one entry per agent, whose ``step`` takes a tuple of acti
 agent. ``env.id: srl.envs.gym_agents:parallel`` with ``env.kwargs: {env: "lbforaging:Foraging-8x8-2p-2f-coop-v3"}``
 (the module before the colon is imported first, which registers the envs); other kwargs go to ``gymnasium.make``.
 
-Agents are ``agent_0 .. agent_{N-1}``, in the Tuple's order. Such envs have no global state: QMIX's mixer reads
-the agents' observations joined (``qmix.critic_input: obs``). An episode ends for every agent at once, as these
-envs end it (``terminated`` and ``truncated`` are one flag each, or one per agent).
+Agents are ``agent_0 .. agent_{N-1}``, in the Tuple's order. Such envs have no global state of their own; where
+every agent's observation is a Box, the env's ``state()`` is their observations joined, in the agents' order
+(EPyMARL's state for LBF and RWARE), for MAPPO's critic (``ppo.critic_input: state``) and QMIX's mixer. An
+episode ends for every agent at once, as these envs end it (``terminated`` and ``truncated`` are one flag each, or
+one per agent).
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ class GymAgents(ParallelEnv):
         self.agents: list[str] = []
         self._obs = dict(zip(self.possible_agents, obs.spaces))
         self._actions = dict(zip(self.possible_agents, actions.spaces))
+        self._last: tuple[np.ndarray, ...] = ()
+        if all(isinstance(space, gym.spaces.Box) for space in obs.spaces):
+            low = np.concatenate([np.ravel(space.low) for space in obs.spaces]).astype(np.float32)
+            high = np.concatenate([np.ravel(space.high) for space in obs.spaces]).astype(np.float32)
+            self.state_space = gym.spaces.Box(low, high, dtype=np.float32)
 
     def observation_space(self, agent: str) -> gym.spaces.Space:
         return self._obs[agent]
@@ -50,14 +57,19 @@ class GymAgents(ParallelEnv):
     def action_space(self, agent: str) -> gym.spaces.Space:
         return self._actions[agent]
 
+    def state(self) -> np.ndarray:
+        """Every agent's newest observation, joined in the agents' order."""
+        return np.concatenate([np.ravel(o) for o in self._last]).astype(np.float32)
+
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         obs, _ = self.env.reset(seed=seed, options=options)
-        self.agents = list(self.possible_agents)
+        self.agents, self._last = list(self.possible_agents), tuple(obs)
         return dict(zip(self.agents, obs)), {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         agents = list(self.agents)
         obs, rewards, terminated, truncated, _ = self.env.step(tuple(int(actions[a]) for a in self.possible_agents))
+        self._last = tuple(obs)
         done, cut = _per_agent(terminated, len(agents)), _per_agent(truncated, len(agents))
         over = bool(np.all(done | cut))  # the env goes on while any agent does: nobody leaves before the end
         self.agents = [] if over else agents
