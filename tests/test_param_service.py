@@ -241,8 +241,13 @@ def test_a_departed_reader_costs_no_send(ctx, tmp_path) -> None:
         gone.pump()
         stays.pump()
         _pump(server, [], lambda: len(server._pending) == 2)
-        gone.close()
-        time.sleep(1.0)  # let the disconnect reach the server (its I/O thread drops the pipe)
+        monitor = server._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        try:
+            gone.close()
+            assert monitor.poll(30_000), "the server never saw the reader go"  # its I/O thread dropped the pipe
+        finally:
+            server._sock.disable_monitor()
+            monitor.close()
         root.write(0, np.ones(SIZE, np.float32))
         _pump(server, [stays], lambda: stays.version() == 0)
         server.poll()
