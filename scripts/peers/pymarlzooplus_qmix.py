@@ -1,10 +1,15 @@
 """Peer baseline: QMIX or VDN from PyMARLzoo+ (EPyMARL's algorithms) on LBF or RWARE.
 
-It runs in its own venv: /work/pmz-venv/bin/python scripts/peers/pymarlzooplus_qmix.py.
-It is not part of srl.
+It runs in its own venv and is not part of srl. The package's own requirements pull another torch and many
+optional envs, so it is installed without them, with what QMIX and VDN on LBF and RWARE import:
+
+    python3.11 -m venv VENV && VENV/bin/pip install torch==2.13.0
+    VENV/bin/pip install --no-deps 'pymarlzooplus==1.1.*'
+    VENV/bin/pip install 'numpy<2' pyyaml sacred rich gymnasium lbforaging==2.0.0 rware==2.0.0 'setuptools<81' \\
+        opencv-python-headless==4.11.0.86 seaborn matplotlib pandas scikit-learn pyglet==1.5.27
 
 Usage:
-    /work/pmz-venv/bin/python scripts/peers/pymarlzooplus_qmix.py --algo qmix \\
+    VENV/bin/python scripts/peers/pymarlzooplus_qmix.py --algo qmix \\
         --env lbforaging:Foraging-8x8-2p-2f-coop-v3 --seed 0 --t-max 20000 --out runs/peers/pmz_qmix_lbf_s0.jsonl
 
 The settings are the package's own. The script reads config/default.yaml, then config/envs/gymma.yaml,
