@@ -56,6 +56,28 @@ def worker_pids(run: Path) -> dict[str, int]:
         return {}
 
 
+def train_killing(run: Path, config: str, settings: list[str], ready: Callable[[], object], kill: list[str]) -> dict:
+    """``srl train config`` into ``run`` with ``settings``; once ``ready()`` holds, each worker named in ``kill``
+    killed with SIGKILL in turn, each restarted before the next; the run's summary, once it ended with exit 0."""
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", config, "--quiet", "--run-dir", str(run)]
+    for setting in settings:
+        cmd += ["--set", setting]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_while_running(ready, proc)
+        first = worker_pids(run)
+        for name in kill:
+            os.kill(first[name], signal.SIGKILL)
+            wait_while_running(lambda name=name: worker_pids(run).get(name) not in (None, first[name]), proc)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    return json.loads(out)
+
+
 def last_record(run: Path) -> dict:
     """A run's newest complete ``metrics.jsonl`` record, or {} before the first."""
     metrics = run / "metrics.jsonl"

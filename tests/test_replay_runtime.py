@@ -4,14 +4,10 @@ worker, an actor and a trainer killed with SIGKILL are survived, and the replay 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import last_record, wait_while_running, worker_pids
+from conftest import last_record, train_killing
 
 from srl.api.config import ConfigError, load_config
 from srl.runtime.plan import make_plan
@@ -86,23 +82,10 @@ def test_kill_9_of_the_replay_worker_an_actor_and_the_trainer_is_survived_and_no
     back, and every item inserted is still there at the end. The actor restarts alone, the trainer from its
     checkpoint."""
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "srl.cli.main", "train", DQN, "--quiet", "--run-dir", str(run)]
-    for setting in _short("run.total_env_steps=16000", "run.checkpoint_interval_seconds=0.1"):
-        cmd += ["--set", setting]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_while_running(lambda: last_record(run).get("replay0_size", 0) >= 2_000, proc)
-        first = worker_pids(run)
-        for name in ("replay0", "actor0", "trainer0"):
-            os.kill(first[name], signal.SIGKILL)
-            wait_while_running(lambda name=name: worker_pids(run).get(name) not in (None, first[name]), proc)
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
-    summary = json.loads(out)
+    settings = _short("run.total_env_steps=16000", "run.checkpoint_interval_seconds=0.1")
+    summary = train_killing(
+        run, DQN, settings, lambda: last_record(run).get("replay0_size", 0) >= 2_000, ["replay0", "actor0", "trainer0"]
+    )
     assert summary["restarts"] == {"actor0": 1, "replay0": 1, "trainer0": 1}
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     sizes = [r.get("replay0_size", 0) for r in records]
@@ -119,24 +102,10 @@ def test_kill_9_of_qmix_s_replay_worker_and_trainer_keeps_every_team_item(tmp_pa
     SIGKILL as single items do: every item inserted is still there, and what the kill lost is at most the segments
     handed to the replay and not yet inserted. The trainer restarts from its checkpoint, with its mixer."""
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "srl.cli.main", "train", QMIX, "--quiet", "--run-dir", str(run)]
     settings = ["run.total_env_steps=12000", "run.checkpoint_interval_seconds=0.1", "run.eval_episodes=1"]
-    for setting in settings:
-        cmd += ["--set", setting]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_while_running(lambda: last_record(run).get("updates", 0) >= 5, proc)
-        first = worker_pids(run)
-        for name in ("replay0", "trainer0"):
-            os.kill(first[name], signal.SIGKILL)
-            wait_while_running(lambda name=name: worker_pids(run).get(name) not in (None, first[name]), proc)
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
-    summary = json.loads(out)
+    summary = train_killing(
+        run, QMIX, settings, lambda: last_record(run).get("updates", 0) >= 5, ["replay0", "trainer0"]
+    )
     assert summary["restarts"] == {"replay0": 1, "trainer0": 1}
     sizes = [json.loads(line).get("replay0_size", 0) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert sizes == sorted(sizes)
