@@ -199,13 +199,13 @@ def test_qmix_learns_the_two_step_games_payoff_of_8_where_vdn_settles_for_7(mixe
     assert summary["final_eval_return_mean"] == pytest.approx(payoff, abs=0.01)
 
 
-def _learner(mixer: str = "qmix"):
+def _learner(mixer: str = "qmix", *overrides: str):
     from srl.api.config import config_from
     from srl.replay.role import replay_spec
     from srl.runtime.plan import make_plan
     from srl.wiring import make_algorithm
 
-    plan = make_plan(config_from(TWO_STEP, [f"qmix.mixer={mixer}", "runtime=inline"]))
+    plan = make_plan(config_from(TWO_STEP, [f"qmix.mixer={mixer}", "runtime=inline", *overrides]))
     [policy] = plan.policies
     algo = make_algorithm(policy.obs_space, policy.action_space, plan.cfg, 0, state_space=policy.state_space, agents=2)
     return algo, replay_spec(plan, 0)
@@ -309,16 +309,23 @@ def test_standardized_team_rewards_use_the_statistics_of_every_step_taken_so_far
 
 
 def test_a_population_member_takes_new_settings_live_and_only_those_its_trainer_can():
-    """``reconfigure``: Adam's step and epsilon and the clip's threshold change at once, and the next targets read
-    the new discount; settings the actors read (exploration) are refused for a population in one line."""
+    """``reconfigure``: Adam's step and epsilon, the clip's threshold and the targets' discount change at once: the
+    next update is the one a learner built with those settings makes. Settings the actors read (exploration) are
+    refused for a population in one line."""
     from srl.api.config import config_from
     from srl.runtime.plan import make_plan
 
     algo, spec = _learner()
     batch = _team_batch(spec, 8, 0)
-    algo.reconfigure(dataclasses.replace(algo.cfg, lr=0.125, adam_eps=0.25, max_grad_norm=3.0, gamma=0.5))
-    assert (algo.optimizer.lr, algo.optimizer.eps, algo.clipper.max_norm) == (0.125, 0.25, 3.0)
-    assert algo.train(batch, 0.0).stats["loss"] > 0 and algo.cfg.gamma == 0.5
+    algo.reconfigure(dataclasses.replace(algo.cfg, lr=0.125, adam_eps=0.25, max_grad_norm=0.5, gamma=0.5))
+    assert (algo.optimizer.lr, algo.optimizer.eps, algo.clipper.max_norm) == (0.125, 0.25, 0.5)
+    built, _ = _learner("qmix", "qmix.lr=0.125", "qmix.adam_eps=0.25", "qmix.max_grad_norm=0.5", "qmix.gamma=0.5")
+    got, want = algo.train(batch, 0.0), built.train(batch, 0.0)
+    assert got.stats == pytest.approx(want.stats) and got.stats["target_mean"] != pytest.approx(
+        _learner()[0].train(batch, 0.0).stats["target_mean"]
+    )
+    for a, b in zip(algo.q.parameters(), built.q.parameters()):
+        torch.testing.assert_close(a, b)
     population = {"members": 2, "hyperparameters": [{"key": "qmix.epsilon_end", "min": 0.01, "max": 0.1}]}
     with pytest.raises(
         ConfigError, match=r"^population\.hyperparameters\[0\]\.key: qmix\.epsilon_end: qmix takes only "
