@@ -46,9 +46,10 @@ class GymAgents(ParallelEnv):
         self._obs = dict(zip(self.possible_agents, obs.spaces))
         self._actions = dict(zip(self.possible_agents, actions.spaces))
         self._last: tuple[np.ndarray, ...] = ()
-        if all(isinstance(space, gym.spaces.Box) for space in obs.spaces):
-            low = np.concatenate([np.ravel(space.low) for space in obs.spaces]).astype(np.float32)
-            high = np.concatenate([np.ravel(space.high) for space in obs.spaces]).astype(np.float32)
+        boxes = [space for space in obs.spaces if isinstance(space, gym.spaces.Box)]
+        if len(boxes) == len(obs.spaces):
+            low = np.concatenate([np.ravel(box.low) for box in boxes]).astype(np.float32)
+            high = np.concatenate([np.ravel(box.high) for box in boxes]).astype(np.float32)
             self.state_space = gym.spaces.Box(low, high, dtype=np.float32)
 
     def observation_space(self, agent: str) -> gym.spaces.Space:
