@@ -56,9 +56,15 @@ def worker_pids(run: Path) -> dict[str, int]:
         return {}
 
 
-def train_killing(run: Path, config: str, settings: list[str], ready: Callable[[], object], kill: list[str]) -> dict:
+def train_killing(
+    run: Path, config: str, settings: list[str], ready: Callable[[], object], kill: list[str], freeze: str | None = None
+) -> dict:
     """``srl train config`` into ``run`` with ``settings``; once ``ready()`` holds, each worker named in ``kill``
-    killed with SIGKILL in turn, each restarted before the next; the run's summary, once it ended with exit 0."""
+    killed with SIGKILL in turn, each restarted before the next; the run's summary, once it ended with exit 0.
+    ``freeze``: one of ``kill`` stopped (SIGSTOP) from ``ready()`` until its own kill. A replay run's trainer so
+    frozen holds its actors back (the replay's rate limiter), so the run cannot end before every kill, however fast
+    the machine."""
+    assert freeze is None or freeze in kill
     cmd = [sys.executable, "-m", "srl.cli.main", "train", config, "--quiet", "--run-dir", str(run)]
     for setting in settings:
         cmd += ["--set", setting]
@@ -66,6 +72,8 @@ def train_killing(run: Path, config: str, settings: list[str], ready: Callable[[
     try:
         wait_while_running(ready, proc)
         first = worker_pids(run)
+        if freeze is not None:
+            os.kill(first[freeze], signal.SIGSTOP)
         for name in kill:
             os.kill(first[name], signal.SIGKILL)
             wait_while_running(lambda name=name: worker_pids(run).get(name) not in (None, first[name]), proc)

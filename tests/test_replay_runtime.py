@@ -80,12 +80,12 @@ def test_two_trainers_sharing_one_replay_take_its_batches_in_turn(tmp_path: Path
 def test_kill_9_of_the_replay_worker_an_actor_and_the_trainer_is_survived_and_no_item_is_lost(tmp_path: Path) -> None:
     """The replay worker restarts alone and attaches to its store in shared memory: the replay's size never goes
     back, and every item inserted is still there at the end. The actor restarts alone, the trainer from its
-    checkpoint."""
+    checkpoint. The trainer is frozen from the first kill until its own, which holds the actors back, so the run
+    cannot end before every kill however fast the machine."""
     run = tmp_path / "run"
     settings = _short("run.total_env_steps=16000", "run.checkpoint_interval_seconds=0.1")
-    summary = train_killing(
-        run, DQN, settings, lambda: last_record(run).get("replay0_size", 0) >= 2_000, ["replay0", "actor0", "trainer0"]
-    )
+    full = lambda: last_record(run).get("replay0_size", 0) >= 2_000  # noqa: E731
+    summary = train_killing(run, DQN, settings, full, ["replay0", "actor0", "trainer0"], freeze="trainer0")
     assert summary["restarts"] == {"actor0": 1, "replay0": 1, "trainer0": 1}
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     sizes = [r.get("replay0_size", 0) for r in records]
@@ -100,12 +100,12 @@ def test_kill_9_of_the_replay_worker_an_actor_and_the_trainer_is_survived_and_no
 def test_kill_9_of_qmix_s_replay_worker_and_trainer_keeps_every_team_item(tmp_path: Path) -> None:
     """QMIX's team items (three agents' sequences each, with their stored states) survive the replay worker's
     SIGKILL as single items do: every item inserted is still there, and what the kill lost is at most the segments
-    handed to the replay and not yet inserted. The trainer restarts from its checkpoint, with its mixer."""
+    handed to the replay and not yet inserted. The trainer restarts from its checkpoint, with its mixer; it is
+    frozen from the first kill until its own, so the run cannot end first however fast the machine."""
     run = tmp_path / "run"
     settings = ["run.total_env_steps=12000", "run.checkpoint_interval_seconds=0.1", "run.eval_episodes=1"]
-    summary = train_killing(
-        run, QMIX, settings, lambda: last_record(run).get("updates", 0) >= 5, ["replay0", "trainer0"]
-    )
+    trained = lambda: last_record(run).get("updates", 0) >= 5  # noqa: E731
+    summary = train_killing(run, QMIX, settings, trained, ["replay0", "trainer0"], freeze="trainer0")
     assert summary["restarts"] == {"replay0": 1, "trainer0": 1}
     sizes = [json.loads(line).get("replay0_size", 0) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert sizes == sorted(sizes)
