@@ -306,6 +306,18 @@ def test_standardized_team_rewards_use_the_statistics_of_every_step_taken_so_far
     restored.load_state_dict(algo.state_dict())
     rewards, steps = rng.random((5, 8)).astype(np.float32), np.ones((5, 8), bool)
     np.testing.assert_array_equal(restored._standardized(rewards, steps), algo._standardized(rewards, steps))
+    # the team's rewards the targets are made of: the living agents' sums, standardized over the steps some took
+    batch = {
+        "rewards": rng.random((5, 8, 2)).astype(np.float32),
+        "terminated": np.zeros((5, 8, 2), bool),
+        "truncated": np.zeros((5, 8, 2), bool),
+        "alive": rng.random((5, 8, 2)) < 0.7,
+    }
+    plain, _ = _learner()
+    sums = plain._team_steps(batch)[0]
+    on, _ = _learner("qmix", "qmix.standardize_rewards=true")
+    taken = batch["alive"].any(axis=-1)
+    np.testing.assert_allclose(on._team_steps(batch)[0], plain._standardized(sums, taken), rtol=1e-6)
 
 
 def test_a_population_member_takes_new_settings_live_and_only_those_its_trainer_can():

@@ -135,8 +135,6 @@ class QMIX(R2D2):
             # the row after the last step: its agents as that step's
             values = self._mix("target_mixer", agent_next, torch.cat([alive, alive[-1:]]), state)  # [L + 1, N]
             rewards, terminated, truncated = self._team_steps(batch)
-            if cfg.standardize_rewards:
-                rewards = self._standardized(rewards, np.asarray(alive.sum(dim=-1).cpu() > 0))
             eps = cfg.rescale_eps if cfg.value_rescale else None
             target = sequence_targets(rewards, terminated, truncated, values, cfg.gamma, cfg.nstep, eps)
         actions = self._tensor(batch, "actions").long()
@@ -198,14 +196,17 @@ class QMIX(R2D2):
         return torch.cat(parts, dim=-1)
 
     def _team_steps(self, batch: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The team's reward and episode ends ``[L, N]``: the sum (or the mean) of its living agents' rewards; its
-        episode ends at a step after which no agent goes on (each ended there or had left), cut by a time limit
+        """The team's reward and episode ends ``[L, N]``: the sum (or the mean) of its living agents' rewards
+        (standardized with ``standardize_rewards``, the statistics folding in this batch's steps some agent took);
+        its episode ends at a step after which no agent goes on (each ended there or had left), cut by a time limit
         (truncated) where any agent's was."""
         ended = np.asarray(batch["terminated"]) | np.asarray(batch["truncated"])
         alive = np.asarray(batch["alive"]) if "alive" in batch else np.ones_like(ended)
         rewards = np.where(alive, np.asarray(batch["rewards"], np.float32), np.float32(0.0)).sum(axis=-1)
         if self.cfg.team_reward == "mean":
             rewards /= np.maximum(alive.sum(axis=-1), 1)
+        if self.cfg.standardize_rewards:
+            rewards = self._standardized(rewards, np.asarray(alive.any(axis=-1)))
         end = (ended | ~alive).all(axis=-1) & ended.any(axis=-1)
         truncated = end & np.asarray(batch["truncated"]).any(axis=-1)
         return rewards, end & ~truncated, truncated
