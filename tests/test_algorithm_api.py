@@ -133,6 +133,7 @@ def test_the_discount_is_the_algorithm_s():
     assert discount(_cfg(f"{HERE}:Probe")) == 0.99
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["train", "plan"])
 def test_srl_refuses_bad_algorithm_args_in_one_line_before_any_worker_starts(tmp_path, command):
     where = ["--run-dir", str(tmp_path / "run")] if command == "train" else ["--nodes", "1", "--cores-per-node", "2"]

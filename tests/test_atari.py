@@ -184,6 +184,7 @@ def test_policy_and_value_nets_take_uint8_images() -> None:
 @pytest.mark.parametrize(
     "dtype,native,warned", [("bfloat16", False, True), ("bfloat16", True, False), ("float32", False, False)]
 )
+@pytest.mark.slow
 def test_a_bfloat16_cnn_on_a_cpu_without_bfloat16_kernels_is_warned_about(
     tmp_path, monkeypatch, dtype, native, warned
 ) -> None:

@@ -476,6 +476,7 @@ def test_plan_exit_code_in_a_fresh_process(tmp_path, costs_file):
 
 
 # ---------------------------------------------------------------------------------------------- cost measurement
+@pytest.mark.slow
 def test_cost_measurements_run_the_real_paths():
     """Each piece of ``srl bench costs`` except the parameter service (``bench_params`` is tested on its own),
     very briefly, on CartPole: positive, finite numbers that make a valid Costs."""

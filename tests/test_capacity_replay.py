@@ -167,6 +167,7 @@ def test_costs_replay_terms_round_trip_and_errors():
 
 
 # ---------------------------------------------------------------------------------------------- measured on DQN
+@pytest.mark.slow
 def test_bench_costs_measures_the_replay_of_a_dqn_config_and_srl_plan_reads_it(tmp_path, capsys):
     """``srl bench costs`` on CartPole's DQN, very briefly (only the costs that matter on one node; the cross-node
     ones are the on-policy code paths, tested in test_capacity.py): the replay terms measured from the real store,

@@ -91,6 +91,7 @@ def test_sigterm_before_the_config_is_read_exits_130_and_leaves_nothing(tmp_path
     assert not run.exists() and not _left_behind(proc.pid, run)
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_run_starts_stops_it_cleanly_with_130(tmp_path):
     """The env sends SIGTERM when the controller first makes it (before the run directory and any worker exist):
     the run starts, stops at once as interrupted, and leaves nothing behind."""
@@ -105,6 +106,7 @@ def test_sigterm_while_the_run_starts_stops_it_cleanly_with_130(tmp_path):
     assert not _left_behind(proc.pid, run)
 
 
+@pytest.mark.slow
 def test_an_inherited_ignored_sigint_stays_ignored_and_sigterm_still_stops_the_run(tmp_path):
     """``srl train ... &`` from a script starts with SIGINT ignored: it stays so for the whole run."""
     run = tmp_path / "run"
@@ -155,6 +157,7 @@ def _ignored(pid: int, sig: int) -> bool:
     return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
 
 
+@pytest.mark.slow
 def test_wall_seconds_leave_out_the_shell_that_execs_srl(tmp_path):
     """A shell that sleeps and then execs ``srl train`` hands over its process, and the process's start with it:
     the sleep is not the run's. Two clock marks bound what srl may count: the shell's, written just before the
@@ -214,6 +217,7 @@ def test_progress_to_a_file_is_one_plain_line_per_record():
     assert stream.getvalue() == out  # no empty line at the end
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["cartpole_ppo.yaml", "cartpole_dqn.yaml"])
 def test_a_second_signal_ends_the_wait_for_slow_workers_and_still_leaves_the_summary_and_nothing_else(tmp_path, config):
     """The actor's envs take a minute to close, so the first SIGINT leaves the run waiting for it; a second one,
@@ -253,6 +257,7 @@ def test_a_signal_during_a_shielded_cleanup_raises_only_once_the_cleanup_is_done
     assert steps[-1] == "cleaning up"
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_script_that_trains_in_a_loop_through_the_python_api(tmp_path):
     """``srl.train`` stops the run cleanly, writes its summary, and then raises KeyboardInterrupt: the script's
     loop does not go on to its next run."""

@@ -26,6 +26,7 @@ def test_shipped_config_loads_and_round_trips(tmp_path):
     assert load_config(path) == cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", sorted(str(p) for p in Path("configs").glob("*.yaml")))
 def test_every_shipped_config_loads_round_trips_and_builds_its_env(tmp_path, path):
     """What the README promises for each file in configs/: it loads, saves back unchanged, and its env exists
@@ -157,6 +158,7 @@ def test_configs_are_frozen():
         (["--set", "workers.policy_workers=1", "--set", "workers.policy_device=cuda:99"], "policy_device: cuda:99"),
     ],
 )
+@pytest.mark.slow
 def test_cli_prints_one_line_and_exits_non_zero(tmp_path, args, needle):
     proc = subprocess.run(
         [sys.executable, "-m", "srl.cli.main", "train", CARTPOLE, "--run-dir", str(tmp_path / "run"), *args],
@@ -196,6 +198,7 @@ def test_a_bad_config_is_refused_before_torch_or_gymnasium_is_imported(tmp_path,
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("srl: error: ")
 
 
+@pytest.mark.slow
 def test_instance_of_asks_without_importing():
     """Which kind of env a factory returned is asked without importing the backends the run does not use."""
     code = (

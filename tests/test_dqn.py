@@ -192,6 +192,7 @@ def _replica(rank: int, store: str, out: str) -> None:
         coll.close()
 
 
+@pytest.mark.slow
 def test_data_parallel_replicas_stay_identical(tmp_path: Path) -> None:
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_replica, args=(r, str(tmp_path / "store"), str(tmp_path))) for r in (0, 1)]

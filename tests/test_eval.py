@@ -55,6 +55,7 @@ def _tiny_run(run: Path, env: dict, steps: int = 200) -> Path:
 @pytest.mark.parametrize(
     "config,steps,episodes", [("configs/cartpole_ppo.yaml", 2000, 3), ("configs/pong_ppo.yaml", 512, 1)]
 )
+@pytest.mark.slow
 def test_eval_writes_a_playable_video_of_the_first_episode(tmp_path, config, steps, episodes) -> None:
     run = tmp_path / "run"
     train(load_config(config, [*TINY, f"run.total_env_steps={steps}"]), run, progress=None)
@@ -81,6 +82,7 @@ def test_eval_writes_a_playable_video_of_the_first_episode(tmp_path, config, ste
     ],
     ids=["aec", "parallel", "vmas"],
 )
+@pytest.mark.slow
 def test_eval_films_the_first_episode_of_a_multi_agent_env_to_its_last_step(tmp_path, env) -> None:
     run = _tiny_run(tmp_path / "run", env)
     video = tmp_path / "game.mp4"
@@ -154,6 +156,7 @@ def test_no_frames_is_one_line_and_writes_nothing(tmp_path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_eval_refuses_missing_or_foreign_targets(tmp_path) -> None:
     missing = _srl_eval(str(tmp_path / "nothing"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no such run directory" in missing.stderr
@@ -180,6 +183,7 @@ def test_eval_of_a_run_whose_env_was_in_the_training_scripts_main_says_to_move_i
     assert "to an importable module" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["inline", "local"])
 def test_eval_worker_reports_during_training_and_keeps_the_best_policy(tmp_path, runtime) -> None:
     run = tmp_path / "run"

@@ -53,6 +53,7 @@ def _train(config: str, tmp_path: Path, *overrides: str) -> dict:
 INLINE = ("--set", "runtime=inline")
 
 
+@pytest.mark.slow
 def test_custom_algorithm_a2c_solves_cartpole(tmp_path):
     summary = _train("examples/a2c.yaml", tmp_path, *INLINE)
     assert summary["solved"] and summary["solved_return_mean"] >= 475, summary
@@ -68,6 +69,7 @@ def test_custom_algorithm_a2c_solves_cartpole(tmp_path):
     assert json.loads(proc.stdout.strip().splitlines()[-1])["return_mean"] > 200
 
 
+@pytest.mark.slow
 def test_custom_network_trains_cartpole(tmp_path):
     summary = _train("examples/custom_network.yaml", tmp_path, *INLINE)
     assert summary["solved"] and summary["solved_return_mean"] >= 475, summary
@@ -78,6 +80,7 @@ def test_custom_network_trains_cartpole(tmp_path):
     assert any(k.startswith("encoder.blocks.") for k in keys)  # the plugin's own layers were trained
 
 
+@pytest.mark.slow
 def test_custom_dataflow_a_stage_drops_stale_segments():
     """examples/fresh_segments.yaml adds a stage by configuration, and solves under the inline runtime
     (deterministic). Its segments reach the stage fresh there, as in a run whose trainer binds; with staleness
@@ -93,6 +96,7 @@ def test_custom_dataflow_a_stage_drops_stale_segments():
     assert summary["dropped_segments"] == 0  # the stage's decisions are not losses
 
 
+@pytest.mark.slow
 def test_custom_dataflow_under_local_a_killed_stage_restarts_alone(tmp_path):
     """The same file under the local runtime: the stage is its own process; killed with -9 mid-run, it restarts
     alone and the run solves. The trainer is frozen (SIGSTOP) from the first env steps (the first snapshot is out)
@@ -134,6 +138,7 @@ def test_a_role_added_by_config_reports_under_the_inline_runtime():
     assert summary["restarts"] == {}
 
 
+@pytest.mark.slow
 def test_a_role_added_by_config_under_local_is_its_own_process_and_restarts_alone(tmp_path):
     """kill -9 of the role's worker: it is restarted alone, counted, and reports again (a version after the one
     it measured before it died), into the records and the summary."""
@@ -210,6 +215,7 @@ def test_dict_observations_and_multidiscrete_actions_learn(tmp_path, runtime):
     assert summary["solved"] and summary["solved_return_mean"] >= 0.75, summary
 
 
+@pytest.mark.slow
 def test_dict_observations_through_a_policy_worker(tmp_path):
     summary = srl.train(
         "configs/goal_grid_ppo.yaml", ["workers.policy_workers=1", "workers.actors=2"], run_dir=tmp_path / "run"
@@ -229,6 +235,7 @@ def _readme_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 
 
+@pytest.mark.slow
 def test_readme_shell_blocks_run_as_written_one_after_the_other(tmp_path):
     """Every ``bash`` block of the README, run as written by bash in one folder, in order: the quick start trains
     and solves, and the next block plays, plots and resumes its run. The test command is the one ``.ci/run``
@@ -260,6 +267,7 @@ def test_readme_shell_blocks_run_as_written_one_after_the_other(tmp_path):
     assert calls and all(c.startswith("install -e .") and c.removeprefix("install -e .") in extras for c in calls)
 
 
+@pytest.mark.slow
 def test_readme_python_api_block_runs_and_runs_again(tmp_path):
     """The README's Python API block, as written, run twice from one folder: the first run solves; the second,
     with the config's budget cut (it only has to start and finish), trains into a run directory of its own."""

@@ -29,6 +29,7 @@ def _versions(run: Path) -> list[int]:
     return [json.loads(line)["policy_version"] for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_kill_9_of_an_actor_a_policy_worker_and_the_trainer_mid_run_is_survived(tmp_path) -> None:
     """Each restarts alone; the trainer from its newest checkpoint, publishing above what readers hold. The
     trainer is frozen (SIGSTOP) from its first checkpoint until it is killed, so the run cannot solve before
@@ -76,6 +77,7 @@ def test_kill_9_of_an_actor_a_policy_worker_and_the_trainer_mid_run_is_survived(
     assert not list(private_tmp.iterdir())
 
 
+@pytest.mark.slow
 def test_an_env_that_keeps_raising_is_restarted_and_the_run_completes(tmp_path) -> None:
     cfg = load_config(
         CARTPOLE,
@@ -186,6 +188,7 @@ def _lose_run_dir(run: Path, tmp: Path, lose: Callable[[subprocess.Popen], None]
     return proc, err
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_run_with_one_line(small_disk: Path, tmp_path: Path) -> None:
     run = small_disk / "run"
     proc, err = _lose_run_dir(run, tmp_path / "tmp", lambda proc: _fill(small_disk / "filler", proc))
@@ -207,6 +210,7 @@ def _fill(path: Path, proc: subprocess.Popen) -> None:
         os.close(fd)
 
 
+@pytest.mark.slow
 def test_a_deleted_run_directory_stops_the_run_with_one_line(tmp_path: Path) -> None:
     def delete(proc: subprocess.Popen) -> None:
         while run.exists():  # a checkpoint written meanwhile may make one attempt fail

@@ -13,6 +13,7 @@ from srl.api.config import load_config
 from srl.runtime.train import train
 
 
+@pytest.mark.slow
 def test_cartpole_config_solves_alike_under_the_inline_and_the_local_runtime(tmp_path):
     """The shipped config solves under both runtimes for seeds 1-3, and the inline runtime needs no more env steps
     than the local one: it polls its workers in the order the local runtime runs them when the trainer binds, so
@@ -38,6 +39,7 @@ def test_cartpole_config_solves_alike_under_the_inline_and_the_local_runtime(tmp
     assert inline <= 1.5 * local and local <= 2.5 * inline, solved_at
 
 
+@pytest.mark.slow
 def test_bench_sampling_reports_both_paths_and_their_ratio():
     proc = subprocess.run(
         [
@@ -108,6 +110,7 @@ def test_the_sampling_window_opens_once_every_actor_has_reported():
         silent.rate()
 
 
+@pytest.mark.slow
 def test_bench_train_reports_throughput_lag_and_time_shares():
     proc = subprocess.run(
         [
@@ -134,6 +137,7 @@ def test_bench_train_reports_throughput_lag_and_time_shares():
     assert 0 < result["time_fractions"]["trainer0/train"] <= 1
 
 
+@pytest.mark.slow
 def test_continuous_actions_learn_pendulum(tmp_path):
     cfg = load_config("configs/pendulum_ppo.yaml", ["runtime=inline"])
     summary = train(cfg, tmp_path / "run", progress=None)
@@ -141,6 +145,7 @@ def test_continuous_actions_learn_pendulum(tmp_path):
     assert summary["final_eval_return_mean"] >= -400
 
 
+@pytest.mark.slow
 def test_two_data_parallel_trainers_solve_cartpole(tmp_path):
     # Two actors, each feeding its own trainer one segment per update: the same global batch as the shipped
     # config, reduced across the trainers (gloo) every minibatch.
@@ -165,6 +170,7 @@ def test_bench_solve_refuses_a_seed_override_it_would_report_under_another_seed(
         bench_solve("configs/cartpole_ppo.yaml", 1, ["ppo.lr=0.001", "seed=2"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("runtime", "budget"), [("inline", 100_000)])
 def test_dqn_solves_cartpole_from_its_replay_within_100k_env_steps(tmp_path, runtime, budget):
     """The shipped DQN config: the mean of the last 20 training episodes (with the actors' exploration) reaches

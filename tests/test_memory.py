@@ -271,6 +271,7 @@ def _shipped() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "configs" / "cartpole_masked_lstm.yaml").read_text())
 
 
+@pytest.mark.slow
 def test_masked_cartpole_needs_the_memory(tmp_path: Path) -> None:
     """CartPole with its velocities hidden: the shipped LSTM config passes a return of 150 within 200k env steps
     under the inline runtime (it solves 475 within the shipped budget: docs/benchmarks.md); the same run
@@ -354,6 +355,7 @@ def test_the_trainer_sees_the_states_the_actor_acted_with(memory: str, tmp_path:
                           "model.core=lstm", "model.core_size=16", "run.total_env_steps=3000"]),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_the_states_the_actors_acted_with_reach_the_trainer_with_cnns_and_agents(
     config: str, overrides: list[str], tmp_path: Path
 ) -> None:

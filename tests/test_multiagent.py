@@ -160,6 +160,7 @@ def test_an_agent_done_before_the_others_leaves_its_column_idle_until_the_env_en
         slot.close()
 
 
+@pytest.mark.slow
 def test_agents_that_finish_apart_still_learn(tmp_path):
     """Only the steps an agent acted in are samples (the ``alive`` field); agent_0 plays 4 steps, agent_1 8, so
     a perfect team's mean return is 6 and a random one's 1.5."""
@@ -295,6 +296,7 @@ def test_mappo_with_a_critic_on_the_global_state_learns_the_cooperative_task(ove
     assert summary["solved"] and summary["solved_return_mean"] >= 6.5, summary
 
 
+@pytest.mark.slow
 def test_the_agent_id_switch_lets_one_shared_policy_act_per_agent(tmp_path):
     """Every agent sees the same observation (both targets, no index). Knowing only that, a shared policy scores
     at most 5 of 8 (it can name one target per step: 3/4 of steps pay 1/2, the steps with equal targets 1);
@@ -374,6 +376,7 @@ def test_a_vmas_env_is_one_batched_slot_of_worlds_times_agents():
         slot.close()
 
 
+@pytest.mark.slow
 def test_a_vmas_run_trains_end_to_end(tmp_path):
     summary = srl.train(
         {

@@ -29,6 +29,7 @@ from srl.testing.netcluster import NetCluster, NetClusterError, Shape, main, net
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
     pytest.mark.xdist_group("netcluster"),
+    pytest.mark.slow,
     pytest.mark.skipif(
         sys.platform != "linux" or os.geteuid() != 0 or shutil.which("ip") is None,
         reason="network namespaces need Linux, root and iproute2 (CI runs as root on Linux)",

@@ -152,6 +152,7 @@ def test_reader_rejects_a_snapshot_of_the_wrong_shape(ctx, tmp_path) -> None:
         fake.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["flat", "hierarchical"])
 def test_local_run_root_egress_follows_the_topology(tmp_path, mode) -> None:
     """3 policy workers in 3 groups, fan-out 2: flat -> the root serves 3 readers; hierarchical -> the root
@@ -191,6 +192,7 @@ def test_local_run_root_egress_follows_the_topology(tmp_path, mode) -> None:
         assert all(service[f"relay{g}"]["received"] >= 2 for g in range(3))
 
 
+@pytest.mark.slow
 def test_bench_params_root_egress_flat_grows_hierarchical_stays_at_the_relays() -> None:
     import json
     import subprocess

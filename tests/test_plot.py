@@ -130,6 +130,7 @@ def test_step_ticks_are_few_and_short_at_millions_of_steps(tmp_path):
     assert "1M" in [t.get_text() for t in fig.axes[0].get_xticklabels()]
 
 
+@pytest.mark.slow
 def test_plot_population_draws_the_lineage_the_schedules_and_the_returns(tmp_path):
     """A short population run (copies at every 2,000 member steps): one lineage panel, one per searched
     hyperparameter, one of returns, each member's curve in each; and one line for a run that is no population."""

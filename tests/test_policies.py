@@ -151,6 +151,7 @@ def _assert_both_learned(summary: dict, run: Path) -> None:
     assert "red/return_mean" in record and "blue/policy_loss" in record
 
 
+@pytest.mark.slow
 def test_two_policies_learn_with_their_own_trainers_inline(tmp_path):
     summary = srl.train(_cfg(), run_dir=tmp_path / "run")
     _assert_both_learned(summary, tmp_path / "run")
@@ -162,6 +163,7 @@ def test_two_policies_learn_with_their_own_trainers_inline(tmp_path):
         loaded.act({"green_0": obs["red_1"]})
 
 
+@pytest.mark.slow
 def test_two_policies_learn_under_the_local_runtime_with_a_shared_policy_worker_and_relays(tmp_path):
     """Processes, one policy worker serving both policies, two data-parallel trainers per policy, a relay
     per group of readers; then ``srl eval`` plays the run directory with both policies."""

@@ -358,6 +358,7 @@ def test_population_settings_the_plan_refuses_are_one_line(more, needle):
     assert str(err.value).startswith(needle) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_the_lineage_and_its_members_are_evaluated_and_loaded(tmp_path, capsys):
     """``srl train --resume``: the population worker reads its state back (counters, values, decisions), the
     members' trainers their values from their checkpoints, and the lineage goes on in the same files. Then

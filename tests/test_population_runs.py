@@ -8,6 +8,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import start_endless_training, wait_while_running, worker_pids
 
@@ -35,6 +36,7 @@ def _newest(folder: Path) -> int:
     return max((int(p.stem.split("_")[1]) for p in folder.glob("ckpt_*.pt")), default=-1)
 
 
+@pytest.mark.slow
 def test_pbt_brings_every_member_to_475_by_copying_the_one_that_learns(tmp_path):
     """The shipped configs/cartpole_pbt.yaml: 4 members, 3 of them with a learning rate of 1e-6: each of those
     copies a member that learns (weights and optimizer, then a perturbed learning rate), and by 120k env steps
@@ -62,6 +64,7 @@ def test_pbt_brings_every_member_to_475_by_copying_the_one_that_learns(tmp_path)
     assert summary["population"]["best"] in returns and summary["final_eval_return_mean"] >= 475
 
 
+@pytest.mark.slow
 def test_the_population_worker_and_a_members_trainer_killed_mid_run_come_back_where_they_were(tmp_path):
     """Members of two data-parallel trainers each (trainers 0-1 and 2-3), which take each copy together at their
     lockstep. SIGKILL to the population worker: it restarts, reads its state back and goes on with the same
@@ -122,6 +125,7 @@ def test_the_population_worker_and_a_members_trainer_killed_mid_run_come_back_wh
     assert adopted["trainer0"] == adopted["trainer1"] and adopted["trainer2"] == adopted["trainer3"] >= 1, adopted
 
 
+@pytest.mark.slow
 def test_each_policy_of_a_multi_agent_env_has_a_population_whose_teams_are_evaluated_and_loaded(tmp_path):
     """Reds and blues of :class:`~srl.envs.ma_testing.TwoKinds` (random play: 2 and 2.7 of 8), 2 members of
     each policy; member 1 of both starts at a learning rate of 1e-6. Red member 1 copies red member 0 and blue

@@ -112,6 +112,7 @@ def _two_step_game(mixing: str) -> tuple[int, float]:
         return int(greedy[0, 0]), float(team(start, greedy)[0])
 
 
+@pytest.mark.slow
 def test_in_the_two_step_game_qmix_finds_the_payoff_of_8_that_vdn_cannot_represent():
     """VDN's sum fits 2B's payoffs at best as 6.5 for the joint action worth 8, below 2A's 7, so it steers to 2A;
     QMIX's monotonic mix represents 2B, values it at 8 and steers there (the QMIX paper, section 6.1)."""
@@ -189,6 +190,7 @@ TWO_STEP = {
 @pytest.mark.parametrize(
     ("mixer", "runtime", "payoff"), [("qmix", "inline", 8.0), ("qmix", "local", 8.0), ("vdn", "inline", 7.0)]
 )
+@pytest.mark.slow
 def test_qmix_learns_the_two_step_games_payoff_of_8_where_vdn_settles_for_7(mixer, runtime, payoff, tmp_path):
     """The whole system on the QMIX paper's game: actors acting per agent, the replay's team items, the mixer.
     Greedy, a QMIX team goes to 2B for 8; a VDN team values 2B below 2A's 7 and takes 7."""
@@ -345,6 +347,7 @@ def test_a_population_member_takes_new_settings_live_and_only_those_its_trainer_
         make_plan(config_from({**TWO_STEP, "population": population}, ["runtime=inline"]))
 
 
+@pytest.mark.slow
 def test_pbt_over_qmix_brings_the_member_that_cannot_learn_to_the_payoff_of_8_by_a_copy(tmp_path):
     """Two QMIX teams on the two-step game, one with a learning rate too small to learn: scored by greedy
     episodes, it copies the other (networks, mixer, Adam) and a perturbed learning rate, and plays 8 too."""

@@ -292,6 +292,7 @@ def test_r2d2_on_box_actions_is_one_line() -> None:
 # --------------------------------------------------------------------------- learning
 
 
+@pytest.mark.slow
 def test_masked_cartpole_is_learned_with_memory(tmp_path: Path) -> None:
     """The shipped config under the inline runtime: with its velocities hidden, CartPole needs memory (a
     feed-forward Q network stays near 50); R2D2 reaches a mean of 200 over 20 episodes within 120k env steps."""

@@ -96,6 +96,7 @@ def test_filling_to_min_size_is_never_held_and_sampling_waits_for_it() -> None:
     slack=st.sampled_from([0.0, 0.5, 3.0]),
     moves=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.booleans()), min_size=50, max_size=300),
 )
+@pytest.mark.slow
 def test_every_reached_state_lets_some_side_move(
     spi: float, min_size: int, max_insert: int, max_sample: int, slack: float, moves: list
 ) -> None:

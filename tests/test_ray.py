@@ -39,7 +39,7 @@ from srl.testing.netcluster import ray_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # under pytest-xdist (.ci/run) the module is one unit of work: one worker holds its cluster, the other runs the rest
-pytestmark = pytest.mark.xdist_group("ray")
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
 
 
 def _descendants(pid: int) -> set[int]:

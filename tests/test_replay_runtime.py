@@ -28,6 +28,7 @@ def _short(*overrides: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("actors", [1, 2])
 def test_the_rate_limiter_holds_the_samples_per_insert_of_a_local_run(tmp_path: Path, actors: int) -> None:
     """Measured samples per insert (past ``min_size``) within 5% of the setting, with one actor and with two."""
@@ -64,6 +65,7 @@ def test_a_replay_per_node_group_feeds_each_of_its_trainers() -> None:
     assert [w.connects[0].name for w in actors] == ["replay0", "replay0", "replay1", "replay1"]
 
 
+@pytest.mark.slow
 def test_two_trainers_sharing_one_replay_take_its_batches_in_turn(tmp_path: Path) -> None:
     """Both data-parallel trainers of a one-machine run sample the one replay both actors fill; the rate limiter
     holds their samples together at the setting."""
@@ -77,6 +79,7 @@ def test_two_trainers_sharing_one_replay_take_its_batches_in_turn(tmp_path: Path
     assert summary["time_fractions"]["trainer0/train"] > 0 and summary["time_fractions"]["trainer1/train"] > 0
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_replay_worker_an_actor_and_the_trainer_is_survived_and_no_item_is_lost(tmp_path: Path) -> None:
     """The replay worker restarts alone and attaches to its store in shared memory: the replay's size never goes
     back, and every item inserted is still there at the end. The actor restarts alone, the trainer from its
@@ -97,6 +100,7 @@ def test_kill_9_of_the_replay_worker_an_actor_and_the_trainer_is_survived_and_no
     assert replay["size"] == replay["inserted"] == replay["inserted_steps"]  # below max_size: nothing evicted
 
 
+@pytest.mark.slow
 def test_kill_9_of_qmix_s_replay_worker_and_trainer_keeps_every_team_item(tmp_path: Path) -> None:
     """QMIX's team items (three agents' sequences each, with their stored states) survive the replay worker's
     SIGKILL as single items do: every item inserted is still there, and what the kill lost is at most the segments
@@ -134,6 +138,7 @@ def test_bad_replay_settings_are_one_line_each(overrides: list[str], said: str) 
         make_plan(load_config(DQN, overrides))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("save", [True, False])
 def test_a_resumed_run_reloads_its_saved_replay_or_says_it_refills(tmp_path: Path, save: bool) -> None:
     """``replay.save``: the replay is written beside the checkpoints and a resumed run starts with every item;
@@ -199,6 +204,7 @@ def test_a_resumed_run_counts_the_replays_it_refills_by_their_placement(
     assert [w for w in warnings if any(r in w for r in refilled)] == warnings and len(warnings) == len(refilled)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_explores_at_the_rate_its_env_steps_reached(tmp_path: Path) -> None:
     """The actors' linear epsilon decays over the run's env steps: a resumed run goes on from where they were,
     not from ``epsilon_start``."""
@@ -214,6 +220,7 @@ def test_a_resumed_run_explores_at_the_rate_its_env_steps_reached(tmp_path: Path
     assert resumed and all(eps == pytest.approx(1 - steps / 8000, abs=0.05) for steps, eps in resumed), resumed
 
 
+@pytest.mark.slow
 def test_one_dqn_shared_by_a_multi_agent_env_s_agents_trains_through_their_columns(tmp_path: Path) -> None:
     """MPE2's simple_spread (3 agents, discrete actions): every agent is a column of the one DQN's replay."""
     overrides = _short(
@@ -235,6 +242,7 @@ def test_one_dqn_shared_by_a_multi_agent_env_s_agents_trains_through_their_colum
 @pytest.mark.parametrize(
     ("config", "min_size"), [("configs/cartpole_masked_r2d2.yaml", 48), ("configs/pendulum_sac.yaml", 500), (QMIX, 32)]
 )
+@pytest.mark.slow
 def test_r2d2_sac_and_qmix_resume_with_the_replay_they_saved(tmp_path: Path, config: str, min_size: int) -> None:
     """R2D2's sequences (with their stored states), SAC's transitions and QMIX's team items come back on resume:
     the resumed run starts from every saved item, refills nothing and trains on."""

@@ -17,6 +17,7 @@ from srl.system.checkpoint import checkpoints, load_checkpoint
 SHORT = ["run.target_return=null", "run.eval_episodes=0", "run.total_env_steps=6000"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime,start", [("inline", "auto"), ("local", "exec")])
 def test_resume_continues_counters_statistics_and_metrics(tmp_path, runtime, start) -> None:
     run = tmp_path / "run"
@@ -112,6 +113,7 @@ def test_a_full_disk_skips_periodic_checkpoints_and_fails_the_final_one_leaving_
     assert load_checkpoint(run / "checkpoints" / files[0])["format"] == "srl-checkpoint-v2"
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_trainer_without_restarts_fails_the_run_and_resume_finishes_it(tmp_path) -> None:
     """With restarts off a dead trainer ends the run (with them on it restarts: see test_faults.py)."""
     import os
@@ -215,6 +217,7 @@ def test_resume_keeps_the_actors_reward_scaling_statistics(tmp_path) -> None:
     assert (second[:, 2] >= first[:, 2] + 1024).all()  # counted on from the saved statistics, not from zero
 
 
+@pytest.mark.slow
 def test_resume_continues_wall_time_episodes_and_the_return_window(tmp_path) -> None:
     """Across a resume the records' wall time and episodes go on from where the run stopped (so a plot over wall
     time never draws backwards), and the first record after it has the return of the restored window."""

@@ -302,6 +302,7 @@ def _wait_for_updates(run: Path, versions: int = 2, timeout: float = 60.0) -> No
 @pytest.mark.parametrize(
     "runtime, sig", [("local", signal.SIGINT), ("local", signal.SIGTERM), ("inline", signal.SIGTERM)]
 )
+@pytest.mark.slow
 def test_signal_stops_cleanly(tmp_path, runtime, sig):
     run, private_tmp = tmp_path / "run", tmp_path / "tmp"
     private_tmp.mkdir()  # the run's own temporary folder: other runs on the machine cannot disturb the check
@@ -406,6 +407,7 @@ def test_the_first_signal_asks_for_a_stop_the_second_raises_and_the_handlers_are
     assert entered == [before]
 
 
+@pytest.mark.slow
 def test_nothing_of_a_run_killed_with_sigkill_remains_after_the_next_run(tmp_path):
     """kill -9 of a whole run leaves its pipe folder (pipes, sockets, token) and its segments; the next
     ``srl train`` on the machine removes them."""
@@ -512,6 +514,7 @@ def test_continuous_actions_run_end_to_end(tmp_path):
     assert -2000 < summary["final_eval_return_mean"] <= 0  # Pendulum returns are negative
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["inline", "local"])
 def test_worker_failure_ends_the_run_with_one_clear_error(tmp_path, runtime):
     proc = subprocess.run(
@@ -557,6 +560,7 @@ def test_a_run_directory_is_never_shared(tmp_path):
     assert proc.stderr.strip() == f"srl: error: {tmp_path / 'run'}: already holds a run; choose another run directory"
 
 
+@pytest.mark.slow
 def test_exec_start_method_runs_workers_in_fresh_interpreters(tmp_path):
     cfg = load_config(
         CARTPOLE,

@@ -230,6 +230,7 @@ def test_the_critics_join_the_action_to_the_observation_s_features() -> None:
     assert twin.q1.torso[0].in_features == 3 + 2  # features of the observation (no torso of their own) + action
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("algorithm", "runtime"), [("sac", "inline"), ("sac", "local"), ("td3", "local")])
 def test_pendulum_is_learned_from_a_replay(tmp_path: Path, algorithm: str, runtime: str) -> None:
     """The shipped Pendulum config: the mean of the last 20 episodes reaches -250 within 30k env steps (a random

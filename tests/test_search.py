@@ -609,6 +609,7 @@ def test_a_latent_search_looks_ahead_through_the_models_dynamics(rule):
     assert again.actions.tolist() == [1, 1, 0]
 
 
+@pytest.mark.slow
 def test_muzero_learns_cartpole_by_searching_its_own_model(tmp_path):
     """MuZero under the local runtime (an actor searching, a replay, a trainer unrolling the model) lifts CartPole's
     return from a random policy's ~22 to 100 (the mean of 10 episodes, with the search's own exploration) within
@@ -693,6 +694,7 @@ def test_a_replays_refresh_counts_are_summed_over_its_restarts():
     assert reports.record()["replay0_refreshed_steps"] == 340
 
 
+@pytest.mark.slow
 def test_reanalyze_workers_refresh_stored_targets_at_their_share_and_bad_settings_are_one_line(tmp_path):
     """An inline MuZero run with a reanalyze worker: it re-searches a fifth as many steps as the trainer trains on
     (each trained item is 6 steps), in batches of 64, and the replay writes every one it is sent; no worker of the
@@ -718,6 +720,7 @@ def test_reanalyze_workers_refresh_stored_targets_at_their_share_and_bad_setting
     assert not [p for p in runtime if "reanalyze" in p.read_text().lower() or "muzero" in p.read_text().lower()]
 
 
+@pytest.mark.slow
 def test_a_reanalyze_worker_killed_with_sigkill_is_restarted_alone_and_refreshes_again(tmp_path):
     """Under the local runtime the reanalyze worker attaches to the replay's shared store; killed -9 mid-run, it is
     restarted alone (counted), attaches again and its refreshed targets keep landing; once stopped, nothing of
@@ -782,6 +785,7 @@ def test_a_reanalyze_worker_killed_with_sigkill_is_restarted_alone_and_refreshes
     assert not list(private_tmp.iterdir())
 
 
+@pytest.mark.slow
 def test_muzero_resumes_with_its_network_target_and_saved_replay(tmp_path):
     """A resumed MuZero run starts from its checkpoint (network, target network, optimizer) and from every item it
     saved, refills nothing, and trains on."""

@@ -244,6 +244,7 @@ def _replica(rank: int, store: str, out: str, critic: str) -> None:
         coll.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("critic", ["decentralized", "centralized"])
 def test_data_parallel_replicas_stay_identical_where_synchronized(tmp_path: Path, critic: str) -> None:
     ctx = mp.get_context("spawn")

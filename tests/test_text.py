@@ -617,6 +617,7 @@ def test_a_reward_model_learns_the_oracles_preferences_and_scores_a_task(digit_m
         _task(digit_model, reward_args=["x"])
 
 
+@pytest.mark.slow
 def test_the_pipeline_makes_a_missing_reward_model_once(digit_model: Path, tmp_path: Path) -> None:
     from srl.text.reward_model import ensure_reward_model
 

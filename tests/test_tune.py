@@ -31,6 +31,7 @@ def test_the_grid_keeps_every_trainers_batch_and_holds_the_configs_own_layout():
     assert rank_key(1100.0, more) < rank_key(1000.0, one)  # a clear gain wins over fewer processes
 
 
+@pytest.mark.slow
 def test_a_tiny_search_gives_keys_srl_train_accepts(tmp_path, capsys, monkeypatch):
     """One model-ranked layout beside the config's own, each trained in a fresh process: the winner's --set keys
     build the config, and the overlay it writes applies the same keys.

@@ -252,6 +252,7 @@ def test_league_slot_plays_bots_their_share_of_games_and_their_moves_are_the_bot
     assert drawn_again == drawn and again == games
 
 
+@pytest.mark.slow
 def test_a_league_learns_tic_tac_toe_and_srl_eval_plays_it_against_opponents(tmp_path):
     """Self-play against a PFSP league; random against random scores about 0.5 with seats alternating."""
     import json
@@ -375,6 +376,7 @@ def _train_until(cfg, run, ready, resume=None) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_a_league_runs_under_the_local_runtime_and_resumes_with_its_pool(tmp_path):
     """Actors in their own processes read the pool the league worker (a process too) writes; a resumed run
     goes on with the same pool and rounds."""
