@@ -7,8 +7,8 @@ so that pip keeps the CPU wheel:
     VENV/bin/pip install 'benchmarl==1.5.*' torch==2.13.0     # brings torchrl 0.11.1, tensordict 0.11.0
 
 Usage:
-    VENV/bin/python scripts/peers/benchmarl_qmix.py --algo qmix --task balance --seed 1 \\
-        --frames 1000000 --out runs/peers/benchmarl_qmix_balance_s1.jsonl
+    VENV/bin/python scripts/peers/benchmarl_qmix.py --algo qmix --task navigation --seed 1 \\
+        --frames 600000 --out runs/peers/benchmarl_qmix_navigation_s1.jsonl
 
 The settings are the package's own: its ``base_experiment.yaml`` (lr 5e-5, gamma 0.99, soft target updates with tau
 0.005, epsilon 0.8 -> 0.01 over a third of the frames, 6,000 frames collected by 10 vectorized worlds per iteration,
@@ -23,7 +23,7 @@ agent's episode return), as BenchMARL logs them.
 
 Output: one JSON line per iteration, with env_steps (frames collected), wall_seconds (since the experiment was
 set up; evaluation included), return_mean (the mean return of the episodes that ended in the iteration's batch,
-NaN where none ended) and, after an evaluation, eval_return_mean; and a last line with "final": true.
+null where none ended) and, after an evaluation, eval_return_mean; and a last line with "final": true.
 """
 
 import argparse
@@ -72,7 +72,7 @@ class JsonLines(Callback):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", choices=["qmix", "vdn"], default="qmix")
-    parser.add_argument("--task", default="balance", help="a VMAS task BenchMARL names (balance, navigation, ...)")
+    parser.add_argument("--task", default="navigation", help="a VMAS task BenchMARL names (balance, navigation, ...)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--frames", type=int, default=1_000_000, help="frames (world steps) to collect")
     parser.add_argument("--out", required=True, help="JSON-lines output file")
