@@ -241,8 +241,21 @@ def test_a_departed_reader_costs_no_send(ctx, tmp_path) -> None:
     stays = RemoteSnapshot(ctx, server.address, SIZE, TOKEN)
     try:
         gone.pump()
+        _pump(server, [], lambda: len(server._pending) == 1)
+        (gone_id,) = server._pending
         stays.pump()
         _pump(server, [], lambda: len(server._pending) == 2)
+
+        def routed() -> bool:
+            """Whether the server's socket still routes to the departed reader (ROUTER_MANDATORY says when not)."""
+            try:
+                server._sock.send_multipart([gone_id, b""], flags=zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                if exc.errno == zmq.EHOSTUNREACH:
+                    return False
+                raise
+            return True
+
         monitor = server._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         try:
             gone.close()
@@ -250,6 +263,8 @@ def test_a_departed_reader_costs_no_send(ctx, tmp_path) -> None:
         finally:
             server._sock.disable_monitor()
             monitor.close()
+        # The I/O thread reports the disconnect before the socket has taken the pipe's end: wait for that too.
+        _pump(None, [], lambda: not routed(), timeout=30.0)
         root.write(0, np.ones(SIZE, np.float32))
         _pump(server, [stays], lambda: stays.version() == 0)
         server.poll()
