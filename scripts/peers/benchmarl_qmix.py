@@ -60,10 +60,10 @@ class JsonLines(Callback):
 
     def on_evaluation_end(self, rollouts):
         returns = []
+        group = next(iter(self.experiment.group_map))
         for rollout in rollouts:  # one greedy episode each, cut at its first done as the package's logger does
             done = rollout.get(("next", "done")).reshape(rollout.batch_size[0], -1).any(-1)
             end = int(done.nonzero()[0, 0]) + 1 if done.any() else rollout.batch_size[0]
-            group = next(iter(self.experiment.group_map))
             returns.append(float(rollout.get(("next", group, "reward"))[:end].sum(0).mean()))
         self.eval_return = sum(returns) / len(returns)
         self.write(env_steps=int(self.experiment.total_frames), eval_return_mean=self.eval_return)
