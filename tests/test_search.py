@@ -475,7 +475,7 @@ def test_alphazero_trains_from_replay_items_that_carry_each_search(tmp_path):
     from srl.runtime.plan import make_plan
     from srl.runtime.train import train
 
-    cfg = _alphazero_config(tmp_path)
+    cfg = _alphazero_config(tmp_path, "alphazero.mirror=true")  # trains on mirrored positions too
     plan = make_plan(cfg)
     spec = replay_spec(plan, 0)
     assert spec.carried == ("search_policy", "search_value", "searched")
@@ -514,6 +514,43 @@ def test_alphazero_settings_and_envs_it_cannot_search_are_one_line(tmp_path):
         make_plan(_alphazero_config(tmp_path, "alphazero.search.rule=prior"))
     with pytest.raises(ConfigError, match=r"^alphazero\.search_value_share: 1\.5 is outside \[0, 1\]$"):
         _alphazero_config(tmp_path, "alphazero.search_value_share=1.5")
+    make_plan(_alphazero_config(tmp_path, "alphazero.mirror=true"))  # tic-tac-toe's cells mirror
+    with pytest.raises(ConfigError, match=r"^alphazero\.mirror: mirroring needs board planes \[C, H, W\] .* 65 actions$"):
+        make_plan(_alphazero_config(tmp_path, "alphazero.mirror=true", "env.kwargs.name=othello"))
+
+
+@pytest.mark.parametrize(
+    ("name", "mirrored"), [("connect_four", lambda a: 6 - a), ("tic_tac_toe", lambda a: a - a % 3 + 2 - a % 3)]
+)
+def test_a_mirrored_position_is_the_game_played_with_mirrored_moves(name, mirrored):
+    """mirror_planes / mirror_actions turn the observation and legal moves of a position into those of the game
+    played with every move mirrored, as OpenSpiel plays it; a row not flipped is left as it was."""
+    import pyspiel
+
+    from srl.algorithms.search_math import mirror_actions, mirror_planes
+
+    game = pyspiel.load_game(name)
+    shape = game.observation_tensor_shape()
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        state, twin = game.new_initial_state(), game.new_initial_state()
+        for _ in range(rng.integers(1, 6)):
+            move = int(rng.choice(state.legal_actions()))
+            state.apply_action(move)
+            twin.apply_action(mirrored(move))
+        planes = torch.tensor([state.observation_tensor(), state.observation_tensor()]).reshape(2, *shape)
+        flip = torch.tensor([True, False])
+        out = mirror_planes(planes, flip)
+        torch.testing.assert_close(out[0], torch.tensor(twin.observation_tensor()).reshape(shape))
+        torch.testing.assert_close(out[1], planes[1])
+        legal = torch.tensor([state.legal_actions_mask(), state.legal_actions_mask()])
+        out = mirror_actions(legal, flip, shape[-1])
+        assert out[0].tolist() == twin.legal_actions_mask() and out[1].tolist() == legal[1].tolist()
+        policy = torch.rand(1, game.num_distinct_actions())
+        twice = mirror_actions(mirror_actions(policy, flip[:1], shape[-1]), flip[:1], shape[-1])
+        torch.testing.assert_close(twice, policy)
+        moved = mirror_actions(torch.arange(policy.shape[1])[None], flip[:1], shape[-1])[0]
+        assert all(int(moved[mirrored(a)]) == a for a in range(policy.shape[1]))  # action a's value moves to a's mirror
 
 
 def test_the_value_target_mixes_the_search_value_into_searched_positions_only():

@@ -12,7 +12,8 @@ Learning (:meth:`AlphaZero.train`): the policy head is fitted to the searches' p
 value head to the n-step returns the replay computes, bootstrapped from a target network's value (with ``gamma``
 1 and ``nstep`` past a game's end, its outcome), on every step: the value of a position is its observer's return,
 whichever seat moves; ``search_value_share`` mixes the search's value into a searched position's target. Each
-item's priority is its largest value error. The math is in :mod:`srl.algorithms.search_math`.
+item's priority is its largest value error. With ``mirror`` set, a random half of each batch's positions are mirrored
+left to right, with their policy targets and legal moves. The math is in :mod:`srl.algorithms.search_math`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from srl.algorithms.adam import Adam
 from srl.algorithms.dqn import BOOT, require_discrete
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.replay_batch import TargetLearner, batch_rows, batch_tensor, frozen_copy, require_batch_fits
-from srl.algorithms.search_math import policy_loss, value_target
+from srl.algorithms.search_math import mirror_actions, mirror_planes, policy_loss, value_target
 from srl.api.algorithm import AlgorithmContext, PlanView
 from srl.api.config import AlphaZeroConfig, ConfigError
 from srl.api.config.search import require_search
@@ -47,6 +48,27 @@ mover's view), and 1 where the row was searched."""
 
 def _settings(ctx: AlgorithmContext) -> AlphaZeroConfig:
     return ctx.args if isinstance(ctx.args, AlphaZeroConfig) else ctx.cfg.alphazero
+
+
+def board_planes(space: Any) -> tuple[str, ...]:
+    """The observation parts that are board planes ``[C, H, W]`` (what ``alphazero.mirror`` mirrors)."""
+    return tuple(p.name for p in obs_parts(space) if p.name != GAME_HISTORY and len(p.shape) == 3)
+
+
+def require_mirror(obs_space: Any, actions: int) -> int:
+    """The board's width, where positions of this game can be mirrored: board planes in the observation, all of
+    one shape ``[C, H, W]``, and ``W`` actions (one per column) or ``H * W`` (one per cell). One line if not."""
+    planes = board_planes(obs_space)
+    shapes = {p.shape[1:] for p in obs_parts(obs_space) if p.name in planes}
+    if len(shapes) == 1:
+        ((height, width),) = shapes
+        if actions in (width, height * width):
+            return int(width)
+    raise ConfigError(
+        "alphazero.mirror: mirroring needs board planes [C, H, W] in the observation and one action per column or "
+        f"per cell; this game observes {({p.name: p.shape for p in obs_parts(obs_space) if p.name != GAME_HISTORY})} "
+        f"with {actions} actions"
+    )
 
 
 def policy_value(policy: Any, value: Any, obs: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
@@ -126,6 +148,8 @@ class AlphaZero(TargetLearner):
         self.cfg, self.collective = cfg, ctx.collective
         self.device = torch_device(ctx.device, "trainer device")
         self.parts = tuple(p.name for p in obs_parts(ctx.obs_space) if p.name != GAME_HISTORY)
+        self.planes = board_planes(ctx.obs_space) if cfg.mirror else ()
+        self.width = require_mirror(ctx.obs_space, int(ctx.action_space.n)) if cfg.mirror else 0
         self.policy = ctx.models.policy().to(self.device)
         self.value = ctx.models.value(shared_encoder=self.policy.encoder).to(self.device)
         self.target_policy = frozen_copy(ctx.models.policy().to(self.device), self.policy)
@@ -153,6 +177,8 @@ class AlphaZero(TargetLearner):
         GameModel(cfg.env)
         for policy in plan.policies:
             require_discrete(policy.action_space, cfg)
+            if cfg.alphazero.mirror:
+                require_mirror(policy.obs_space, int(policy.action_space.n))
         if cfg.model.core != "none":
             raise ConfigError(f"model.core: alphazero has no recurrent network; use none, not {cfg.model.core!r}")
         if cfg.alphazero.nstep > cfg.workers.segment_length:
@@ -174,6 +200,12 @@ class AlphaZero(TargetLearner):
         weights = batch_tensor(batch, "weights", self.device).float().repeat(length)
         searched = batch_rows(batch, SEARCHED, self.device).float()
         target_policy = batch_rows(batch, SEARCH_POLICY, self.device).float()
+        if self.planes:
+            flip = torch.rand(length * n, device=self.device) < 0.5
+            obs.update({name: mirror_planes(obs[name], flip) for name in self.planes})
+            if ACTION_MASK in obs:
+                obs[ACTION_MASK] = mirror_actions(obs[ACTION_MASK], flip, self.width)
+            target_policy = mirror_actions(target_policy, flip, self.width)
         with torch.no_grad():
             bootstrap = self.target(boot)
             discounts = batch_rows(batch, "discounts", self.device)

@@ -5,6 +5,9 @@
   neighbouring integer points of a support ``[-S, S]`` (a two-hot vector); a predicted distribution over the
   support maps back by its expectation and ``h``'s inverse.
 - The policy is fitted to the search's policy target over the legal actions only.
+- A board game whose rules are the same mirrored left to right (Connect Four, tic-tac-toe) trains on positions
+  mirrored at random (:func:`mirror_planes`, :func:`mirror_actions`): a mirrored position's policy is the
+  mirrored policy and its value the same, so every game played teaches its mirror image as well.
 - AlphaZero's value target may mix the n-step return with the search's own value of the position
   (:func:`value_target`): the outcome of one game is a noisy sample, the search's value a biased but steadier one.
 - A model unrolled along a stored item (MuZero) meets the item's episode end: past a termination its positions are
@@ -68,6 +71,19 @@ def policy_loss(logits: Tensor, target: Tensor, legal: Tensor | None) -> Tensor:
         logits = logits.masked_fill(~legal, float("-inf"))
     logp = torch.log_softmax(logits, dim=-1)
     return -(target * torch.where(target > 0, logp, torch.zeros_like(logp))).sum(-1)
+
+
+def mirror_planes(planes: Tensor, flip: Tensor) -> Tensor:
+    """Board planes ``[N, C, H, W]`` with the rows where ``flip`` ``[N]`` (bool) is set mirrored left to right."""
+    return torch.where(flip.view(-1, 1, 1, 1), planes.flip(-1), planes)
+
+
+def mirror_actions(x: Tensor, flip: Tensor, width: int) -> Tensor:
+    """Per-action values ``[N, A]`` (a policy, a legal-move mask) of a board ``width`` columns wide, mirrored
+    where ``flip`` ``[N]`` is set: an action names a column (``A == width``: Connect Four) or a cell, row-major
+    (``A`` a multiple of ``width``: tic-tac-toe), and its mirror is the same row's other end."""
+    grid = x.reshape(x.shape[0], -1, width)
+    return torch.where(flip.view(-1, 1, 1), grid.flip(-1), grid).reshape(x.shape)
 
 
 def value_target(returns: Tensor, search_value: Tensor, searched: Tensor, weight: float) -> Tensor:

@@ -91,6 +91,10 @@ class AlphaZeroConfig:
     """Learner steps between copies of the network into the target network the bootstrap reads."""
     max_grad_norm: float | None = 1.0
     """Gradient-norm clip; ``None`` disables it."""
+    mirror: bool = False
+    """Train on half of each batch's positions mirrored left to right (their policy targets and legal moves too):
+    for games whose rules are the same mirrored (Connect Four, tic-tac-toe), whose observation is board planes
+    ``[C, H, W]`` and whose actions name the board's columns or cells."""
     search: SearchConfig = field(default_factory=SearchConfig)
     """How each move is searched (training games and evaluation alike; an evaluation draws no noise)."""
 
