@@ -14,29 +14,11 @@ from pathlib import Path
 import pytest
 
 from srl.base.shm import list_segments
+from srl.testing.chaos import children_of, last_record
+
+__all__ = ["children_of", "last_record"]  # the tests' helpers, shared with the chaos harness
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _is_mp_helper(proc: Path) -> bool:
-    """multiprocessing's resource tracker lives for the whole session once 'spawn' was used; not a leak."""
-    try:
-        return b"resource_tracker" in (proc / "cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def children_of(pid: int) -> set[int]:
-    """Live (non-zombie) child processes of ``pid`` (Linux /proc), multiprocessing helpers excluded."""
-    out = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == str(pid) and fields[0] != "Z" and not _is_mp_helper(stat.parent):
-            out.add(int(stat.parent.name))
-    return out
 
 
 def wait_while_running(cond: Callable[[], object], proc: subprocess.Popen, timeout: float = 120.0) -> None:
@@ -84,13 +66,6 @@ def train_killing(
             proc.wait()
     assert proc.returncode == 0, err
     return json.loads(out)
-
-
-def last_record(run: Path) -> dict:
-    """A run's newest complete ``metrics.jsonl`` record, or {} before the first."""
-    metrics = run / "metrics.jsonl"
-    lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []  # complete lines only
-    return json.loads(lines[-1]) if lines else {}
 
 
 def _children() -> set[int]:

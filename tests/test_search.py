@@ -515,7 +515,9 @@ def test_alphazero_settings_and_envs_it_cannot_search_are_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"^alphazero\.search_value_share: 1\.5 is outside \[0, 1\]$"):
         _alphazero_config(tmp_path, "alphazero.search_value_share=1.5")
     make_plan(_alphazero_config(tmp_path, "alphazero.mirror=true"))  # tic-tac-toe's cells mirror
-    with pytest.raises(ConfigError, match=r"^alphazero\.mirror: mirroring needs board planes \[C, H, W\] .* 65 actions$"):
+    with pytest.raises(
+        ConfigError, match=r"^alphazero\.mirror: mirroring needs board planes \[C, H, W\] .* 65 actions$"
+    ):
         make_plan(_alphazero_config(tmp_path, "alphazero.mirror=true", "env.kwargs.name=othello"))
 
 

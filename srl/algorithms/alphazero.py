@@ -55,19 +55,20 @@ def board_planes(space: Any) -> tuple[str, ...]:
     return tuple(p.name for p in obs_parts(space) if p.name != GAME_HISTORY and len(p.shape) == 3)
 
 
-def require_mirror(obs_space: Any, actions: int) -> int:
+def require_mirror(obs_space: Any, action_space: Any) -> int:
     """The board's width, where positions of this game can be mirrored: board planes in the observation, all of
     one shape ``[C, H, W]``, and ``W`` actions (one per column) or ``H * W`` (one per cell). One line if not."""
+    actions = int(action_space.n)  # Discrete: require_discrete comes first
     planes = board_planes(obs_space)
     shapes = {p.shape[1:] for p in obs_parts(obs_space) if p.name in planes}
     if len(shapes) == 1:
         ((height, width),) = shapes
         if actions in (width, height * width):
             return int(width)
+    seen = {p.name: p.shape for p in obs_parts(obs_space) if p.name != GAME_HISTORY}
     raise ConfigError(
         "alphazero.mirror: mirroring needs board planes [C, H, W] in the observation and one action per column or "
-        f"per cell; this game observes {({p.name: p.shape for p in obs_parts(obs_space) if p.name != GAME_HISTORY})} "
-        f"with {actions} actions"
+        f"per cell; this game observes {seen} with {actions} actions"
     )
 
 
@@ -149,7 +150,7 @@ class AlphaZero(TargetLearner):
         self.device = torch_device(ctx.device, "trainer device")
         self.parts = tuple(p.name for p in obs_parts(ctx.obs_space) if p.name != GAME_HISTORY)
         self.planes = board_planes(ctx.obs_space) if cfg.mirror else ()
-        self.width = require_mirror(ctx.obs_space, int(ctx.action_space.n)) if cfg.mirror else 0
+        self.width = require_mirror(ctx.obs_space, ctx.action_space) if cfg.mirror else 0
         self.policy = ctx.models.policy().to(self.device)
         self.value = ctx.models.value(shared_encoder=self.policy.encoder).to(self.device)
         self.target_policy = frozen_copy(ctx.models.policy().to(self.device), self.policy)
@@ -178,7 +179,7 @@ class AlphaZero(TargetLearner):
         for policy in plan.policies:
             require_discrete(policy.action_space, cfg)
             if cfg.alphazero.mirror:
-                require_mirror(policy.obs_space, int(policy.action_space.n))
+                require_mirror(policy.obs_space, policy.action_space)
         if cfg.model.core != "none":
             raise ConfigError(f"model.core: alphazero has no recurrent network; use none, not {cfg.model.core!r}")
         if cfg.alphazero.nstep > cfg.workers.segment_length:

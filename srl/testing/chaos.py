@@ -1,0 +1,396 @@
+"""Faults at random moments in a running run, and the run's invariants checked after it.
+
+Each role has a test of its own where it is killed once, at a chosen moment. A long run meets faults at moments
+nobody chose: one worker killed while another restarts, a trainer killed during a checkpoint, a stall during a
+replay save. This harness starts ``srl train`` itself (the local runtime, or Ray where the config says so), and
+from a seeded schedule injects, one after another:
+
+- ``kill``: SIGKILL of a random worker of any role (``workers.json`` says which process is which);
+- ``stall``: SIGSTOP of a random worker, then SIGCONT ``stall_seconds`` later.
+
+Faults start once the run has its first checkpoint (a trainer killed before it has nothing to restart from, which
+the run reports as fatal on purpose). The gap to the next fault is drawn from an exponential law, its mean in
+seconds (``every``: a soak) or in env steps (``every_steps``: a run whose faults do not depend on the machine's
+speed, as CI needs). Every fault is a line of ``chaos.jsonl`` in the run directory: when, what, which worker and
+process, and whether it landed (the process was still there).
+
+After the run the harness checks, and writes to ``chaos_report.json`` beside it:
+
+- the run ended with exit 0 and no error;
+- each worker's restarts in ``summary.json`` lie between the kills seen recovered (a new process in
+  ``workers.json``) and the kills that landed: no kill went unrestarted, no worker restarted without one;
+- policy versions never went back (every ``*policy_version`` of ``metrics.jsonl``);
+- a replay never lost an item: its size never went back (its store lives in shared memory on the node and
+  outlives its worker, so the bound on items lost to a replay worker's kill is 0);
+- nothing was left: no process of the run, no shared-memory segment, no file in the run's own temporary folder
+  (where its named pipes live);
+- where ``expect_return`` is given, the run still reached it (its final greedy evaluation).
+
+As a command (exit 1 and one line per breach when an invariant does not hold)::
+
+    python -m srl.testing.chaos configs/cartpole_ppo.yaml --run-dir runs/chaos --seed 1 --every 20 \\
+        --faults kill,stall --expect-return 475 [--set KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srl.base.shm import list_segments
+
+FAULTS = ("kill", "stall")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When faults come and which."""
+
+    seed: int = 0
+    every: float | None = 20.0
+    """Mean seconds between faults (an exponential gap), or None to count in env steps."""
+    every_steps: int | None = None
+    """Mean env steps between faults (the run's own count, from ``metrics.jsonl``), where ``every`` is None."""
+    faults: tuple[str, ...] = FAULTS
+    stall_seconds: float = 3.0
+    workers: str = ""
+    """A regular expression over worker names (``actor|replay``); empty: every worker."""
+
+    def __post_init__(self) -> None:
+        if (self.every is None) == (self.every_steps is None):
+            raise ValueError(
+                "chaos: give the mean gap between faults in seconds (--every) or env steps (--every-steps)"
+            )
+        if (self.every is not None and self.every <= 0) or (self.every_steps is not None and self.every_steps <= 0):
+            raise ValueError("chaos: the mean gap between faults must be positive")
+        unknown = sorted(set(self.faults) - set(FAULTS))
+        if unknown or not self.faults:
+            raise ValueError(f"chaos: faults {unknown or '(none)'}: choose from {', '.join(FAULTS)}")
+        if self.stall_seconds <= 0:
+            raise ValueError(f"chaos: stall_seconds {self.stall_seconds} must be positive")
+
+
+@dataclass
+class Report:
+    """What a chaos run did and found."""
+
+    returncode: int
+    faults: dict[str, int]
+    landed_kills: dict[str, int]
+    recovered_kills: dict[str, int]
+    restarts: dict[str, int]
+    breaches: list[str]
+    summary: dict[str, Any] = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.breaches
+
+
+# --------------------------------------------------------------------------- processes and run files
+def _is_mp_helper(proc: Path) -> bool:
+    """multiprocessing's resource tracker lives as long as the process that started it; not a worker."""
+    try:
+        return b"resource_tracker" in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def children_of(pid: int) -> set[int]:
+    """Live (non-zombie) child processes of ``pid`` (Linux /proc), multiprocessing helpers excluded."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == str(pid) and fields[0] != "Z" and not _is_mp_helper(stat.parent):
+            out.add(int(stat.parent.name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def worker_processes(run: Path) -> dict[str, int]:
+    """A run's ``workers.json`` as worker name -> pid (a Ray run's entries carry their node too), or {} before it
+    is written."""
+    try:
+        found = json.loads((run / "workers.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {name: int(v["pid"] if isinstance(v, dict) else v) for name, v in found.items()}
+
+
+def last_record(run: Path) -> dict[str, Any]:
+    """A run's newest complete ``metrics.jsonl`` record, or {} before the first."""
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []  # complete lines only
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []
+    return [json.loads(line) for line in lines]
+
+
+def _checkpointed(run: Path) -> bool:
+    return any(run.glob("**/checkpoints/ckpt_*.pt"))
+
+
+# --------------------------------------------------------------------------- the harness
+class Injector:
+    """Draws and injects the faults of a schedule into a run's workers, logging each to ``chaos.jsonl``."""
+
+    def __init__(self, run: Path, schedule: Schedule) -> None:
+        self.run, self.schedule = run, schedule
+        self.rng = random.Random(schedule.seed)
+        self.pattern = re.compile(schedule.workers) if schedule.workers else None
+        self.log = (run / "chaos.jsonl").open("a")
+        self.start = time.monotonic()
+        self.next_at = self._gap(0.0)
+        self.stalled: dict[int, float] = {}  # pid -> when to resume it
+        self.faults: Counter[str] = Counter()
+        self.landed: Counter[str] = Counter()
+        self.pending: dict[str, int] = {}  # worker -> the pid killed, until workers.json names another
+        self.recovered: Counter[str] = Counter()
+
+    def _gap(self, now: float) -> float:
+        mean = self.schedule.every if self.schedule.every is not None else self.schedule.every_steps
+        assert mean is not None
+        return now + self.rng.expovariate(1.0 / mean)
+
+    def _clock(self) -> float:
+        """Where the schedule counts: seconds since the first fault could come, or the run's env steps."""
+        if self.schedule.every is not None:
+            return time.monotonic() - self.start
+        return float(last_record(self.run).get("env_steps", 0))
+
+    def step(self) -> None:
+        """Resume stalls that are due, note recoveries, and inject the next fault when its moment has come."""
+        now = time.monotonic()
+        for pid, due in list(self.stalled.items()):
+            if now >= due:
+                self._signal(pid, signal.SIGCONT)
+                del self.stalled[pid]
+        pids = worker_processes(self.run)
+        for name, old in list(self.pending.items()):
+            if pids.get(name, old) != old:
+                self.recovered[name] += 1
+                del self.pending[name]
+        clock = self._clock()
+        if clock < self.next_at:
+            return
+        self.next_at = self._gap(clock)
+        names = sorted(n for n in pids if self.pattern is None or self.pattern.search(n))
+        if not names:
+            return
+        kind = self.rng.choice(self.schedule.faults)
+        name = self.rng.choice(names)
+        pid = pids[name]
+        landed = alive(pid)
+        if landed and kind == "kill" and name not in self.pending:  # a stalled worker may be killed too
+            landed = self._signal(pid, signal.SIGKILL)
+            if landed:
+                self.pending[name] = pid
+                self.landed[name] += 1
+        elif landed and kind == "stall" and pid not in self.stalled:
+            landed = self._signal(pid, signal.SIGSTOP)
+            if landed:
+                self.stalled[pid] = now + self.schedule.stall_seconds
+        else:
+            landed = False  # gone already, killed and not restarted yet, or stalled already
+        self.faults[kind] += 1
+        record = {"t": round(now - self.start, 3), "fault": kind, "worker": name, "pid": pid, "landed": landed}
+        if self.schedule.every is None:
+            record["env_steps"] = int(clock)
+        self.log.write(json.dumps(record) + "\n")
+        self.log.flush()
+
+    @staticmethod
+    def _signal(pid: int, sig: int) -> bool:
+        try:
+            os.kill(pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def close(self) -> None:
+        """Resume every stalled process still there (a stopped process would outlive the run)."""
+        for pid in self.stalled:
+            self._signal(pid, signal.SIGCONT)
+        self.stalled.clear()
+        self.log.close()
+
+
+def run(
+    config: str | Path,
+    run_dir: Path,
+    schedule: Schedule,
+    settings: Sequence[str] = (),
+    expect_return: float | None = None,
+    timeout: float = 3600.0,
+    ready: Callable[[Path], bool] = _checkpointed,
+) -> Report:
+    """``srl train config`` into ``run_dir`` with ``settings``, faults injected by ``schedule`` from the moment
+    ``ready(run_dir)`` holds (its first checkpoint) until the run ends; then the invariants (module docstring).
+    ``timeout``: seconds after which the run is killed and reported as a breach (a hang)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="srl-chaos-"))  # the run's own temporary folder: its named pipes
+    cmd = [sys.executable, "-m", "srl.cli.main", "train", str(config), "--quiet", "--run-dir", str(run_dir)]
+    for setting in settings:
+        cmd += ["--set", setting]
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen: set[int] = set()
+    breaches: list[str] = []
+    injector: Injector | None = None
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                breaches.append(f"the run did not end within {timeout:.0f} s (a hang); killed")
+                break
+            seen |= children_of(proc.pid) | set(worker_processes(run_dir).values())
+            if injector is None and ready(run_dir):
+                injector = Injector(run_dir, schedule)
+            if injector is not None:
+                injector.step()
+            time.sleep(0.05)
+    finally:
+        if injector is not None:
+            injector.close()
+        if proc.poll() is None:  # hung, or the harness itself was interrupted: nothing of the run outlives it
+            for pid in sorted(seen | children_of(proc.pid)):
+                Injector._signal(pid, signal.SIGKILL)
+            proc.kill()
+        out, err = proc.communicate()
+    try:
+        summary = json.loads(out) if out.strip() else {}
+    except ValueError:
+        summary = {}
+    report = Report(
+        returncode=proc.returncode,
+        faults=dict(injector.faults) if injector else {},
+        landed_kills=dict(injector.landed) if injector else {},
+        recovered_kills=dict(injector.recovered) if injector else {},
+        restarts=dict(summary.get("restarts", {})),
+        breaches=breaches,
+        summary=summary,
+    )
+    _check(report, run_dir, proc.pid, seen, tmp, err, expect_return)
+    shutil.rmtree(tmp, ignore_errors=True)
+    (run_dir / "chaos_report.json").write_text(
+        json.dumps({k: v for k, v in asdict(report).items() if k != "summary"}, indent=1) + "\n"
+    )
+    return report
+
+
+def _check(
+    report: Report, run: Path, pid: int, seen: set[int], tmp: Path, err: str, expect_return: float | None
+) -> None:
+    """The invariants of the module's docstring, each breach one line in ``report.breaches``."""
+    breaches, summary = report.breaches, report.summary
+    if report.returncode != 0 or "error" in summary:
+        last = err.strip().splitlines()[-1:] or [""]
+        breaches.append(f"the run ended with exit {report.returncode}: {summary.get('error') or last[0]}")
+    for name in sorted(set(report.landed_kills) | set(report.restarts)):
+        landed, recovered = report.landed_kills.get(name, 0), report.recovered_kills.get(name, 0)
+        restarts = report.restarts.get(name, 0)
+        if not recovered <= restarts <= landed:
+            breaches.append(f"{name}: {restarts} restarts for {landed} kills that landed ({recovered} seen restarted)")
+    records = _records(run)
+    for key in sorted(
+        {k for r in records for k in r if k.endswith("policy_version") or re.fullmatch(r"replay\d+_size", k)}
+    ):
+        values = [r[key] for r in records if key in r]
+        back = next(((a, b) for a, b in itertools.pairwise(values) if b < a), None)
+        if back is not None:
+            breaches.append(f"metrics {key} went back from {back[0]} to {back[1]}")
+    deadline = time.monotonic() + 10.0  # the run has exited; give the kernel a moment to reap what it killed
+    while (left := sorted(p for p in seen if alive(p))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if left:
+        breaches.append(f"processes left behind: {left}")
+    segments = list_segments(str(pid))
+    if segments:
+        breaches.append(f"shared memory left behind: {segments}")
+    files = sorted(p.name for p in tmp.iterdir()) if tmp.exists() else []
+    if files:
+        breaches.append(f"temporary files left behind: {files}")
+    if expect_return is not None:
+        got = summary.get("final_eval_return_mean")
+        if got is None or not math.isfinite(got) or got < expect_return:
+            breaches.append(f"final evaluation {got} is below {expect_return}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m srl.testing.chaos", description=__doc__.split("\n\n")[0])
+    parser.add_argument("config")
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    gap = parser.add_mutually_exclusive_group()
+    gap.add_argument("--every", type=float, help="mean seconds between faults (default 20)")
+    gap.add_argument("--every-steps", type=int, help="mean env steps between faults")
+    parser.add_argument("--faults", default=",".join(FAULTS), help=f"from {', '.join(FAULTS)}")
+    parser.add_argument("--stall-seconds", type=float, default=3.0)
+    parser.add_argument("--workers", default="", help="a regular expression over the worker names to fault")
+    parser.add_argument("--expect-return", type=float)
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run counts as hung")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    try:
+        schedule = Schedule(
+            seed=args.seed,
+            every=args.every if args.every is not None or args.every_steps is not None else 20.0,
+            every_steps=args.every_steps,
+            faults=tuple(f for f in args.faults.split(",") if f),
+            stall_seconds=args.stall_seconds,
+            workers=args.workers,
+        )
+    except ValueError as exc:
+        print(f"srl: error: {exc}", file=sys.stderr)
+        return 2
+    report = run(args.config, args.run_dir, schedule, args.settings, args.expect_return, args.timeout)
+    for line in report.breaches:
+        print(f"breach: {line}", file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "faults": report.faults,
+                "kills_landed": sum(report.landed_kills.values()),
+                "restarts": report.restarts,
+                "breaches": len(report.breaches),
+                "final_eval_return_mean": report.summary.get("final_eval_return_mean"),
+                "stop_reason": report.summary.get("stop_reason"),
+            }
+        )
+    )
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
