@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -221,3 +222,112 @@ def test_a_deleted_run_directory_stops_the_run_with_one_line(tmp_path: Path) -> 
     assert proc.returncode == 1
     assert err == f"srl: error: run directory {run}: deleted or moved (metrics not written)\n"
     assert not run.exists()  # nothing wrote into a new one
+
+
+# --------------------------------------------------------------------------- faults at random (srl.testing.chaos)
+def _sleepers(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) for _ in range(n)]
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_injector_kills_and_stalls_workers_by_its_seeded_schedule_and_sees_them_restarted(tmp_path) -> None:
+    """On real processes named in a workers.json: the same seed draws the same faults; a stall is resumed when
+    due; a kill counts as recovered once workers.json names another process for that worker; every fault is a
+    chaos.jsonl line."""
+    from srl.testing.chaos import Injector, Schedule
+
+    procs = _sleepers(3)
+    try:
+        (tmp_path / "workers.json").write_text(json.dumps({f"w{i}": p.pid for i, p in enumerate(procs)}))
+        (tmp_path / "metrics.jsonl").write_text("")
+        injector = Injector(tmp_path, Schedule(seed=4, every=None, every_steps=10, stall_seconds=0.2))
+        steps = 0
+        while sum(injector.faults.values()) < 8:
+            steps += 7  # the run's env steps, as its metrics say
+            with (tmp_path / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps({"env_steps": steps}) + "\n")
+            injector.step()
+            for name, pid in list(injector.pending.items()):  # a supervisor: the killed worker starts again
+                (new,) = _sleepers(1)
+                procs.append(new)
+                pids = json.loads((tmp_path / "workers.json").read_text())
+                (tmp_path / "workers.json").write_text(json.dumps({**pids, name: new.pid}))
+        log = [json.loads(line) for line in (tmp_path / "chaos.jsonl").read_text().splitlines()]
+        killed = {r["pid"] for r in log if r["fault"] == "kill" and r["landed"]}
+        stalled = set(injector.stalled) - killed  # a stalled worker may be killed as well
+        deadline = time.monotonic() + 30  # a signal is delivered when the process next runs
+        while not all(_state(pid) == "T" for pid in stalled) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stalled and all(_state(pid) == "T" for pid in stalled)
+        deadline = time.monotonic() + 30
+        while injector.stalled and time.monotonic() < deadline:
+            injector.step()
+            time.sleep(0.05)
+        while any(_state(pid) == "T" for pid in stalled) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not injector.stalled and not any(_state(pid) == "T" for pid in stalled)  # resumed
+        injector.close()
+        assert len(log) == sum(injector.faults.values()) >= 8
+        assert {r["fault"] for r in log} == {"kill", "stall"}
+        kills = Counter(r["worker"] for r in log if r["fault"] == "kill" and r["landed"])
+        assert kills == injector.landed and injector.recovered == injector.landed  # each seen restarted
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    # the same seed draws the same faults at the same env steps (on workers gone already: none of them lands)
+    draws = []
+    for copy in ("a", "b"):
+        run = tmp_path / copy
+        run.mkdir()
+        (run / "workers.json").write_text(json.dumps({f"w{i}": p.pid for i, p in enumerate(procs)}))
+        (run / "metrics.jsonl").write_text("")
+        injector = Injector(run, Schedule(seed=4, every=None, every_steps=10))
+        for steps in range(0, 500, 7):
+            with (run / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps({"env_steps": steps}) + "\n")
+            injector.step()
+        injector.close()
+        draws.append(
+            [
+                (r["fault"], r["worker"], r["env_steps"], r["landed"])
+                for r in map(json.loads, (run / "chaos.jsonl").read_text().splitlines())
+            ]
+        )
+    assert draws[0] == draws[1] and len(draws[0]) > 20 and not any(landed for *_, landed in draws[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("config", "every_steps"), [("configs/cartpole_ppo.yaml", 2500), ("configs/cartpole_dqn.yaml", 8000)]
+)
+def test_a_run_under_random_kills_and_stalls_keeps_every_invariant_and_still_solves(tmp_path, config, every_steps):
+    """CI's short chaos run: faults at random env steps from the first checkpoint until the run solves; the
+    harness checks exit 0, restarts against kills, versions and replay sizes that never go back, nothing left
+    behind, and the final greedy evaluation at the target."""
+    from srl.testing.chaos import Schedule, run
+
+    schedule = Schedule(seed=1, every=None, every_steps=every_steps, stall_seconds=2.0)
+    report = run(config, tmp_path / "run", schedule, ["run.checkpoint_interval_seconds=1"], expect_return=475)
+    assert report.ok, report.breaches
+    assert sum(report.landed_kills.values()) >= 2 and report.faults.get("stall", 0) >= 1, report.faults
+    assert report.summary["solved"]
+    saved = json.loads((tmp_path / "run" / "chaos_report.json").read_text())
+    assert saved["breaches"] == [] and saved["landed_kills"] == report.landed_kills
+
+
+@pytest.mark.slow
+def test_the_harness_reports_a_run_that_a_fault_ended(tmp_path) -> None:
+    """A run that cannot restart (workers.max_restarts 0) ends at the first kill: a breach, one line, and still
+    nothing of it left behind."""
+    from srl.testing.chaos import Schedule, run
+
+    schedule = Schedule(seed=2, every=None, every_steps=1000, faults=("kill",), workers="actor")
+    settings = ["workers.max_restarts=0", "run.checkpoint_interval_seconds=1"]
+    report = run(CARTPOLE, tmp_path / "run", schedule, settings, expect_return=475)
+    assert report.returncode == 1 and report.landed_kills == {"actor0": 1}
+    assert report.breaches[0].startswith("the run ended with exit 1: actor0: exited with code -9"), report.breaches
+    assert not [b for b in report.breaches if "left behind" in b]

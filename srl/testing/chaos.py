@@ -170,7 +170,7 @@ class Injector:
         self.pattern = re.compile(schedule.workers) if schedule.workers else None
         self.log = (run / "chaos.jsonl").open("a")
         self.start = time.monotonic()
-        self.next_at = self._gap(0.0)
+        self.next_at = self._gap(self._clock())
         self.stalled: dict[int, float] = {}  # pid -> when to resume it
         self.faults: Counter[str] = Counter()
         self.landed: Counter[str] = Counter()
