@@ -331,3 +331,22 @@ def test_the_harness_reports_a_run_that_a_fault_ended(tmp_path) -> None:
     assert report.returncode == 1 and report.landed_kills == {"actor0": 1}
     assert report.breaches[0].startswith("the run ended with exit 1: actor0: exited with code -9"), report.breaches
     assert not [b for b in report.breaches if "left behind" in b]
+
+
+def test_the_chaos_command_refuses_bad_input_in_one_line_before_any_run(tmp_path, capsys) -> None:
+    from srl.testing.chaos import main
+
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "metrics.jsonl").write_text("")
+    cases = {
+        "chaos: faults node, cut need --netcluster": ["--faults", "kill,node"],
+        "chaos: faults ['boom']: choose from kill, stall, node, cut": ["--faults", "boom"],
+        "chaos: the mean gap between faults must be positive": ["--every", "0"],
+        "ppo.lr: must be > 0, got -1.0": ["--set", "ppo.lr=-1"],
+        f"chaos: run directory {tmp_path / 'used'} is not empty": ["--run-dir", str(tmp_path / "used")],
+    }
+    for line, argv in cases.items():
+        assert main([CARTPOLE, "--run-dir", str(tmp_path / "new"), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"srl: error: {line}") and err.count("\n") == 1, err
+    assert not (tmp_path / "new").exists()

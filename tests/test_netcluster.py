@@ -219,6 +219,26 @@ def test_a_crashed_node_s_group_is_placed_again_when_the_node_returns(cluster, t
     assert not [s for s in c.shm(victim) if s.startswith("srl_")]  # the run's end freed the new group's memory
 
 
+def test_random_kills_stalls_crashes_and_cuts_across_the_nodes_keep_every_invariant(cluster, tmp_path):
+    """srl.testing.chaos on the cluster: workers killed and stalled, actor nodes crashed and cut off, at random env
+    steps from the first checkpoint; the run still solves, with exit 0, restarts that match the kills, versions
+    that never went back, and no process or shared memory left on any node."""
+    from srl.testing.chaos import Schedule, run
+
+    c = cluster
+    faults = ("kill", "stall", "node", "cut")
+    schedule = Schedule(seed=3, every=None, every_steps=5000, faults=faults, stall_seconds=2.0, outage_seconds=5.0)
+    settings = _sets(c, "run.checkpoint_interval_seconds=1")
+    config = ROOT / "configs" / "cartpole_ppo.yaml"
+    report = run(config, tmp_path / "run", schedule, settings, expect_return=475, timeout=SAFETY_NET, cluster=c)
+    assert report.ok, report.breaches
+    assert sum(report.faults.values()) >= 3, report.faults
+    log = [json.loads(line) for line in (tmp_path / "run" / "chaos.jsonl").read_text().splitlines()]
+    crashed = [r for r in log if r.get("fault") == "node" and r["landed"]]
+    assert all(r["workers"] for r in crashed)  # a crashed node held workers, each counted as killed
+    assert all(not c.nodes[i].down and not c.nodes[i].cut for i in range(3))  # every node back after
+
+
 def test_a_rate_limited_link_carries_no_more_than_its_rate(cluster):
     """Node 2's link shaped live to 8 Mbit/s: 2 MB from node 2 to the head take at least 2 s (tbf, which every
     kernel has); unshaped again, the same bytes take less."""

@@ -6,7 +6,13 @@ replay save. This harness starts ``srl train`` itself (the local runtime, or Ray
 from a seeded schedule injects, one after another:
 
 - ``kill``: SIGKILL of a random worker of any role (``workers.json`` says which process is which);
-- ``stall``: SIGSTOP of a random worker, then SIGCONT ``stall_seconds`` later.
+- ``stall``: SIGSTOP of a random worker, then SIGCONT ``stall_seconds`` later;
+
+and, on a cluster of network namespaces (:mod:`srl.testing.netcluster`, the run's driver on its head node):
+
+- ``node``: a random actor node crashed (every process in it killed, its ``/dev/shm`` and ``/tmp`` lost), and
+  Ray started on it again ``outage_seconds`` later;
+- ``cut``: a random actor node's link down for ``outage_seconds``.
 
 Faults start once the run has its first checkpoint (a trainer killed before it has nothing to restart from, which
 the run reports as fatal on purpose). The gap to the next fault is drawn from an exponential law, its mean in
@@ -18,18 +24,24 @@ After the run the harness checks, and writes to ``chaos_report.json`` beside it:
 
 - the run ended with exit 0 and no error;
 - each worker's restarts in ``summary.json`` lie between the kills seen recovered (a new process in
-  ``workers.json``) and the kills that landed: no kill went unrestarted, no worker restarted without one;
+  ``workers.json``) and the kills that landed (a crashed node's workers each count one; a cut may or may not
+  cost its node's workers a restart, as Ray decides): no kill went unrestarted, no worker restarted without one;
 - policy versions never went back (every ``*policy_version`` of ``metrics.jsonl``);
 - a replay never lost an item: its size never went back (its store lives in shared memory on the node and
   outlives its worker, so the bound on items lost to a replay worker's kill is 0);
-- nothing was left: no process of the run, no shared-memory segment, no file in the run's own temporary folder
-  (where its named pipes live);
+- nothing was left: no process of the run, no shared-memory segment (on any node of a cluster), no file in the
+  run's own temporary folder (where its named pipes live);
 - where ``expect_return`` is given, the run still reached it (its final greedy evaluation).
 
 As a command (exit 1 and one line per breach when an invariant does not hold)::
 
     python -m srl.testing.chaos configs/cartpole_ppo.yaml --run-dir runs/chaos --seed 1 --every 20 \\
         --faults kill,stall --expect-return 475 [--set KEY=VALUE ...]
+    python -m srl.testing.netcluster up --nodes 3
+    python -m srl.testing.chaos configs/cartpole_ppo.yaml --netcluster srl --faults kill,stall,node,cut ...
+
+The restart check assumes each worker restarts alone, as it does with one trainer per policy (data-parallel
+trainers restart together: a peer's restart counts as one without a kill).
 """
 
 from __future__ import annotations
@@ -51,11 +63,16 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srl.base.shm import list_segments
 
-FAULTS = ("kill", "stall")
+if TYPE_CHECKING:
+    from srl.testing.netcluster import NetCluster
+
+FAULTS = ("kill", "stall", "node", "cut")
+NODE_FAULTS = ("node", "cut")
+"""The faults that need a cluster of network namespaces."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +84,10 @@ class Schedule:
     """Mean seconds between faults (an exponential gap), or None to count in env steps."""
     every_steps: int | None = None
     """Mean env steps between faults (the run's own count, from ``metrics.jsonl``), where ``every`` is None."""
-    faults: tuple[str, ...] = FAULTS
+    faults: tuple[str, ...] = ("kill", "stall")
     stall_seconds: float = 3.0
+    outage_seconds: float = 10.0
+    """How long a crashed node stays down, or a cut link cut."""
     workers: str = ""
     """A regular expression over worker names (``actor|replay``); empty: every worker."""
 
@@ -82,8 +101,8 @@ class Schedule:
         unknown = sorted(set(self.faults) - set(FAULTS))
         if unknown or not self.faults:
             raise ValueError(f"chaos: faults {unknown or '(none)'}: choose from {', '.join(FAULTS)}")
-        if self.stall_seconds <= 0:
-            raise ValueError(f"chaos: stall_seconds {self.stall_seconds} must be positive")
+        if self.stall_seconds <= 0 or self.outage_seconds <= 0:
+            raise ValueError("chaos: stall_seconds and outage_seconds must be positive")
 
 
 @dataclass
@@ -94,6 +113,8 @@ class Report:
     faults: dict[str, int]
     landed_kills: dict[str, int]
     recovered_kills: dict[str, int]
+    excused_restarts: dict[str, int]
+    """Restarts a worker may have had without a kill: one per cut of its node's link."""
     restarts: dict[str, int]
     breaches: list[str]
     summary: dict[str, Any] = field(repr=False)
@@ -143,6 +164,15 @@ def worker_processes(run: Path) -> dict[str, int]:
     return {name: int(v["pid"] if isinstance(v, dict) else v) for name, v in found.items()}
 
 
+def worker_hosts(run: Path) -> dict[str, str]:
+    """Where each worker of a Ray run runs (its node's address, from ``workers.json``); {} for a local run."""
+    try:
+        found = json.loads((run / "workers.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {name: str(v["host"]) for name, v in found.items() if isinstance(v, dict) and "host" in v}
+
+
 def last_record(run: Path) -> dict[str, Any]:
     """A run's newest complete ``metrics.jsonl`` record, or {} before the first (read from the file's end: a long
     run's file is megabytes)."""
@@ -170,8 +200,12 @@ def _checkpointed(run: Path) -> bool:
 class Injector:
     """Draws and injects the faults of a schedule into a run's workers, logging each to ``chaos.jsonl``."""
 
-    def __init__(self, run: Path, schedule: Schedule) -> None:
-        self.run, self.schedule = run, schedule
+    def __init__(self, run: Path, schedule: Schedule, cluster: NetCluster | None = None) -> None:
+        if cluster is None and set(schedule.faults) & set(NODE_FAULTS):
+            raise ValueError(f"chaos: faults {', '.join(NODE_FAULTS)} need a cluster of network namespaces")
+        self.run, self.schedule, self.cluster = run, schedule, cluster
+        self.outages: dict[int, tuple[str, float]] = {}  # node -> (node or cut, when it comes back)
+        self.excused: Counter[str] = Counter()  # restarts a cut may cost a worker
         self.rng = random.Random(schedule.seed)
         self.pattern = re.compile(schedule.workers) if schedule.workers else None
         self.log = (run / "chaos.jsonl").open("a")
@@ -201,6 +235,9 @@ class Injector:
             if now >= due:
                 self._signal(pid, signal.SIGCONT)
                 del self.stalled[pid]
+        for node, (kind, due) in list(self.outages.items()):
+            if now >= due:
+                self._end_outage(node, kind)
         pids = worker_processes(self.run)
         for name, old in list(self.pending.items()):
             if pids.get(name, old) != old:
@@ -214,7 +251,18 @@ class Injector:
         if not names:
             return
         kind = self.rng.choice(self.schedule.faults)
-        name = self.rng.choice(names)
+        if kind in NODE_FAULTS:
+            record = self._node_fault(kind, pids)
+        else:
+            record = self._worker_fault(kind, self.rng.choice(names), pids, now)
+        self.faults[kind] += 1
+        record = {"t": round(now - self.start, 3), "fault": kind, **record}
+        if self.schedule.every is None:
+            record["env_steps"] = int(clock)
+        self.log.write(json.dumps(record) + "\n")
+        self.log.flush()
+
+    def _worker_fault(self, kind: str, name: str, pids: dict[str, int], now: float) -> dict[str, Any]:
         pid = pids[name]
         landed = alive(pid)
         if landed and kind == "kill" and name not in self.pending:  # a stalled worker may be killed too
@@ -228,11 +276,38 @@ class Injector:
                 self.stalled[pid] = now + self.schedule.stall_seconds
         else:
             landed = False  # gone already, killed and not restarted yet, or stalled already
-        self.faults[kind] += 1
-        record = {"t": round(now - self.start, 3), "fault": kind, "worker": name, "pid": pid, "landed": landed}
-        if self.schedule.every is None:
-            record["env_steps"] = int(clock)
-        self.log.write(json.dumps(record) + "\n")
+        return {"worker": name, "pid": pid, "landed": landed}
+
+    def _node_fault(self, kind: str, pids: dict[str, int]) -> dict[str, Any]:
+        """Crash or cut an actor node that is up (never the head: the run's driver lives there)."""
+        cluster = self.cluster
+        assert cluster is not None
+        up = [i for i in range(1, len(cluster.nodes)) if i not in self.outages]
+        if not up:
+            return {"node": None, "landed": False}
+        node = self.rng.choice(up)
+        hosts = worker_hosts(self.run)
+        there = sorted(name for name, host in hosts.items() if host == cluster.ip(node) and name in pids)
+        if kind == "node":
+            cluster.kill(node)
+            for name in there:
+                if name not in self.pending:
+                    self.pending[name] = pids[name]
+                    self.landed[name] += 1
+        else:
+            cluster.cut(node)
+            self.excused.update(there)
+        self.outages[node] = (kind, time.monotonic() + self.schedule.outage_seconds)
+        return {"node": node, "workers": there, "landed": True}
+
+    def _end_outage(self, node: int, kind: str) -> None:
+        assert self.cluster is not None
+        if kind == "node":
+            self.cluster.start(node)
+        else:
+            self.cluster.restore(node)
+        del self.outages[node]
+        self.log.write(json.dumps({"t": round(time.monotonic() - self.start, 3), "back": kind, "node": node}) + "\n")
         self.log.flush()
 
     @staticmethod
@@ -244,10 +319,13 @@ class Injector:
             return False
 
     def close(self) -> None:
-        """Resume every stalled process still there (a stopped process would outlive the run)."""
+        """Resume every stalled process still there (a stopped process would outlive the run); bring every node
+        back."""
         for pid in self.stalled:
             self._signal(pid, signal.SIGCONT)
         self.stalled.clear()
+        for node, (kind, _) in list(self.outages.items()):
+            self._end_outage(node, kind)
         self.log.close()
 
 
@@ -259,18 +337,26 @@ def run(
     expect_return: float | None = None,
     timeout: float = 3600.0,
     ready: Callable[[Path], bool] = _checkpointed,
+    cluster: NetCluster | None = None,
 ) -> Report:
     """``srl train config`` into ``run_dir`` with ``settings``, faults injected by ``schedule`` from the moment
     ``ready(run_dir)`` holds (its first checkpoint) until the run ends; then the invariants (module docstring).
-    ``timeout``: seconds after which the run is killed and reported as a breach (a hang)."""
+    ``timeout``: seconds after which the run is killed and reported as a breach (a hang). ``cluster``: a cluster
+    of network namespaces that is up; the run's driver starts on its head, its workers on its nodes (``settings``
+    place them: :func:`srl.testing.netcluster.ray_settings`)."""
     run_dir = Path(run_dir)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ValueError(f"chaos: run directory {run_dir} is not empty: a chaos run starts a run of its own")
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="srl-chaos-"))  # the run's own temporary folder: its named pipes
     cmd = [sys.executable, "-m", "srl.cli.main", "train", str(config), "--quiet", "--run-dir", str(run_dir)]
     for setting in settings:
         cmd += ["--set", setting]
-    env = dict(os.environ, TMPDIR=str(tmp))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    if cluster is None:
+        proc = subprocess.Popen(cmd, env=dict(os.environ, TMPDIR=str(tmp)), **pipes)
+    else:  # the head keeps this machine's /tmp
+        proc = cluster.popen(0, cmd, env=dict(cluster.env(0), TMPDIR=str(tmp)), **pipes)
     seen: set[int] = set()
     breaches: list[str] = []
     injector: Injector | None = None
@@ -285,7 +371,7 @@ def run(
                 scan_at = time.monotonic() + 1.0
             seen |= set(worker_processes(run_dir).values())
             if injector is None and ready(run_dir):
-                injector = Injector(run_dir, schedule)
+                injector = Injector(run_dir, schedule, cluster)
             if injector is not None:
                 injector.step()
             time.sleep(0.1)
@@ -296,21 +382,25 @@ def run(
             for pid in sorted(seen | children_of(proc.pid)):
                 Injector._signal(pid, signal.SIGKILL)
             proc.kill()
-        out, err = proc.communicate()
-    try:
-        summary = json.loads(out) if out.strip() else {}
-    except ValueError:
+        _, err = proc.communicate()
+    try:  # the run directory's copy: a Ray driver's stdout may carry Ray's own lines too
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
         summary = {}
     report = Report(
         returncode=proc.returncode,
         faults=dict(injector.faults) if injector else {},
         landed_kills=dict(injector.landed) if injector else {},
         recovered_kills=dict(injector.recovered) if injector else {},
+        excused_restarts=dict(injector.excused) if injector else {},
         restarts=dict(summary.get("restarts", {})),
         breaches=breaches,
         summary=summary,
     )
-    _check(report, run_dir, proc.pid, seen, tmp, err, expect_return)
+    segments = list_segments(str(proc.pid))
+    if cluster is not None:
+        segments = [s for i in range(len(cluster.nodes)) for s in cluster.shm(i) if s.startswith("srl_")]
+    _check(report, run_dir, seen, segments, tmp, err, expect_return)
     shutil.rmtree(tmp, ignore_errors=True)
     (run_dir / "chaos_report.json").write_text(
         json.dumps({k: v for k, v in asdict(report).items() if k != "summary"}, indent=1) + "\n"
@@ -319,7 +409,7 @@ def run(
 
 
 def _check(
-    report: Report, run: Path, pid: int, seen: set[int], tmp: Path, err: str, expect_return: float | None
+    report: Report, run: Path, seen: set[int], segments: list[str], tmp: Path, err: str, expect_return: float | None
 ) -> None:
     """The invariants of the module's docstring, each breach one line in ``report.breaches``."""
     breaches, summary = report.breaches, report.summary
@@ -328,9 +418,12 @@ def _check(
         breaches.append(f"the run ended with exit {report.returncode}: {summary.get('error') or last[0]}")
     for name in sorted(set(report.landed_kills) | set(report.restarts)):
         landed, recovered = report.landed_kills.get(name, 0), report.recovered_kills.get(name, 0)
-        restarts = report.restarts.get(name, 0)
-        if not recovered <= restarts <= landed:
-            breaches.append(f"{name}: {restarts} restarts for {landed} kills that landed ({recovered} seen restarted)")
+        restarts, excused = report.restarts.get(name, 0), report.excused_restarts.get(name, 0)
+        if not recovered <= restarts <= landed + excused:
+            cuts = f", {excused} cuts" if excused else ""
+            breaches.append(
+                f"{name}: {restarts} restarts for {landed} kills that landed ({recovered} seen restarted{cuts})"
+            )
     records = _records(run)
     for key in sorted(
         {k for r in records for k in r if k.endswith("policy_version") or re.fullmatch(r"replay\d+_size", k)}
@@ -344,7 +437,6 @@ def _check(
         time.sleep(0.05)
     if left:
         breaches.append(f"processes left behind: {left}")
-    segments = list_segments(str(pid))
     if segments:
         breaches.append(f"shared memory left behind: {segments}")
     files = sorted(p.name for p in tmp.iterdir()) if tmp.exists() else []
@@ -364,13 +456,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     gap = parser.add_mutually_exclusive_group()
     gap.add_argument("--every", type=float, help="mean seconds between faults (default 20)")
     gap.add_argument("--every-steps", type=int, help="mean env steps between faults")
-    parser.add_argument("--faults", default=",".join(FAULTS), help=f"from {', '.join(FAULTS)}")
+    parser.add_argument("--faults", default="kill,stall", help=f"from {', '.join(FAULTS)} (default kill,stall)")
     parser.add_argument("--stall-seconds", type=float, default=3.0)
+    parser.add_argument("--outage-seconds", type=float, default=10.0, help="a crashed node's or a cut's length")
+    parser.add_argument(
+        "--netcluster", metavar="NAME", help="run on this cluster of namespaces (srl.testing.netcluster up)"
+    )
     parser.add_argument("--workers", default="", help="a regular expression over the worker names to fault")
     parser.add_argument("--expect-return", type=float)
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run counts as hung")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
+    from srl.api.config import ConfigError, load_config
+
     try:
         schedule = Schedule(
             seed=args.seed,
@@ -378,12 +476,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             every_steps=args.every_steps,
             faults=tuple(f for f in args.faults.split(",") if f),
             stall_seconds=args.stall_seconds,
+            outage_seconds=args.outage_seconds,
             workers=args.workers,
         )
-    except ValueError as exc:
+        cluster = None
+        if args.netcluster is not None:
+            from srl.testing.netcluster import NetCluster, ray_settings
+
+            cluster = NetCluster.attach(args.netcluster)
+            args.settings = [*ray_settings(cluster.address, len(cluster.nodes) - 1), *args.settings]
+        elif set(schedule.faults) & set(NODE_FAULTS):
+            raise ValueError(f"chaos: faults {', '.join(NODE_FAULTS)} need --netcluster")
+        load_config(args.config, args.settings)  # a config srl train would refuse: its one line, before anything
+        if args.run_dir.exists() and any(args.run_dir.iterdir()):
+            raise ValueError(f"chaos: run directory {args.run_dir} is not empty: a chaos run starts a run of its own")
+    except (ConfigError, ValueError, RuntimeError) as exc:
         print(f"srl: error: {exc}", file=sys.stderr)
         return 2
-    report = run(args.config, args.run_dir, schedule, args.settings, args.expect_return, args.timeout)
+    report = run(args.config, args.run_dir, schedule, args.settings, args.expect_return, args.timeout, cluster=cluster)
     for line in report.breaches:
         print(f"breach: {line}", file=sys.stderr)
     print(
