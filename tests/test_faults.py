@@ -350,3 +350,29 @@ def test_the_chaos_command_refuses_bad_input_in_one_line_before_any_run(tmp_path
         err = capsys.readouterr().err
         assert err.startswith(f"srl: error: {line}") and err.count("\n") == 1, err
     assert not (tmp_path / "new").exists()
+
+
+def test_the_chaos_checks_catch_versions_that_went_back_and_lost_copies(tmp_path) -> None:
+    """The invariants read from a run directory, on hand-made records: a member's version that went back, a
+    population whose count of copies or whose member's values disagree with its lineage."""
+    from srl.testing.chaos import Report, _check
+
+    lines = [{"policy_version": 1, "member0/version": 3}, {"policy_version": 2, "member0/version": 2}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    lineage = [
+        {"event": "exploit", "target": 1, "source": 0, "old": {"ppo.lr": 0.1}},
+        {"event": "explore", "target": 1, "source": 0, "old": {"ppo.lr": 0.2}, "new": {"ppo.lr": 0.25}},
+    ]
+    (tmp_path / "population.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lineage))
+    population = {"copies": 1, "member0/ppo.lr": 0.2, "member1/ppo.lr": 0.25}
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+
+    def breaches(**summary_population) -> list[str]:
+        report = Report(0, {}, {}, {}, {}, {}, [], {"population": {**population, **summary_population}})
+        _check(report, tmp_path, set(), [], tmp, "", None)
+        return report.breaches
+
+    assert breaches() == ["metrics member0/version went back from 3 to 2"]
+    assert breaches(copies=2)[1] == "population: 2 copies counted, 1 in population.jsonl"
+    assert breaches(**{"member1/ppo.lr": 0.1})[1] == "population: member1's ppo.lr is 0.1, its last copy set 0.25"

@@ -26,7 +26,10 @@ After the run the harness checks, and writes to ``chaos_report.json`` beside it:
 - each worker's restarts in ``summary.json`` lie between the kills seen recovered (a new process in
   ``workers.json``) and the kills that landed (a crashed node's workers each count one; a cut may or may not
   cost its node's workers a restart, as Ray decides): no kill went unrestarted, no worker restarted without one;
-- policy versions never went back (every ``*policy_version`` of ``metrics.jsonl``);
+- policy versions never went back (every policy's and population member's in ``metrics.jsonl``), nor the
+  population's copies and decisions;
+- a population's copies were never lost: one exploit record in ``population.jsonl`` per copy counted, and each
+  member's values at the end the ones its last copy set;
 - a replay never lost an item: its size never went back (its store lives in shared memory on the node and
   outlives its worker, so the bound on items lost to a replay worker's kill is 0);
 - nothing was left: no process of the run, no shared-memory segment (on any node of a cluster), no file in the
@@ -408,6 +411,40 @@ def run(
     return report
 
 
+def _never_goes_back(key: str) -> bool:
+    """A metric that only grows: a policy's or a member's version, a replay's size (below its capacity it only
+    grows; at it, it stays), the population's copies and decisions."""
+    return (
+        key.endswith(("policy_version", "/version"))
+        or re.fullmatch(r"replay\d+_size", key) is not None
+        or key in ("population_copies", "population_decisions")
+    )
+
+
+def _population_breaches(run: Path, summary: dict[str, Any]) -> list[str]:
+    """A population's copies are never lost: its lineage (``population.jsonl``) holds one exploit record per copy
+    counted, and every member's values at the end are the ones its last copy set."""
+    population, lineage_file = summary.get("population"), run / "population.jsonl"
+    if not isinstance(population, dict) or not lineage_file.exists():
+        return []
+    lineage = [json.loads(line) for line in lineage_file.read_text().splitlines() if line.strip()]
+    out = []
+    exploits = sum(1 for r in lineage if r.get("event") == "exploit")
+    if population.get("copies") != exploits:
+        out.append(f"population: {population.get('copies')} copies counted, {exploits} in population.jsonl")
+    names = list(dict.fromkeys(k.split("/")[0] for k in population if "/" in k))
+    last = {int(r["target"]): r["new"] for r in lineage if r.get("event") == "explore"}
+    for target, values in sorted(last.items()):
+        for key, value in values.items():
+            got = population.get(f"{names[target]}/{key}") if target < len(names) else None
+            if got is None or not math.isclose(got, value, rel_tol=1e-9):
+                out.append(
+                    f"population: {names[target] if target < len(names) else target}'s {key} is {got}, "
+                    f"its last copy set {value}"
+                )
+    return out
+
+
 def _check(
     report: Report, run: Path, seen: set[int], segments: list[str], tmp: Path, err: str, expect_return: float | None
 ) -> None:
@@ -425,13 +462,12 @@ def _check(
                 f"{name}: {restarts} restarts for {landed} kills that landed ({recovered} seen restarted{cuts})"
             )
     records = _records(run)
-    for key in sorted(
-        {k for r in records for k in r if k.endswith("policy_version") or re.fullmatch(r"replay\d+_size", k)}
-    ):
+    for key in sorted({k for r in records for k in r if _never_goes_back(k)}):
         values = [r[key] for r in records if key in r]
         back = next(((a, b) for a, b in itertools.pairwise(values) if b < a), None)
         if back is not None:
             breaches.append(f"metrics {key} went back from {back[0]} to {back[1]}")
+    breaches.extend(_population_breaches(run, summary))
     deadline = time.monotonic() + 10.0  # the run has exited; give the kernel a moment to reap what it killed
     while (left := sorted(p for p in seen if alive(p))) and time.monotonic() < deadline:
         time.sleep(0.05)
