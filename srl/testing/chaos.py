@@ -196,7 +196,16 @@ def _records(run: Path) -> list[dict[str, Any]]:
 
 
 def _checkpointed(run: Path) -> bool:
-    return any(run.glob("**/checkpoints/ckpt_*.pt"))
+    """Every policy of the run (every population member) has a checkpoint: a trainer killed before its first
+    has nothing to restart from."""
+    from srl.api.config import load_config
+    from srl.system.run_dir import policy_checkpoints
+
+    try:
+        cfg = load_config(run / "config.yaml")
+    except (OSError, ValueError):  # not written yet, or half written
+        return False
+    return all(any(policy_checkpoints(run, cfg, name).glob("ckpt_*.pt")) for name in cfg.policy_names)
 
 
 # --------------------------------------------------------------------------- the harness
