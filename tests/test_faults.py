@@ -370,7 +370,7 @@ def test_the_chaos_checks_catch_versions_that_went_back_and_lost_copies(tmp_path
 
     def breaches(**summary_population) -> list[str]:
         report = Report(0, {}, {}, {}, {}, {}, [], {"population": {**population, **summary_population}})
-        _check(report, tmp_path, set(), [], tmp, "", None)
+        _check(report, tmp_path, {}, [], tmp, "", None)
         return report.breaches
 
     assert breaches() == ["metrics member0/version went back from 3 to 2"]

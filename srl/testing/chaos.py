@@ -149,6 +149,28 @@ def children_of(pid: int) -> set[int]:
     return out
 
 
+def started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None where there is none: with the pid, it names
+    one process, where a pid alone may be a new process's after the old one's end."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _still(seen: dict[int, int | None]) -> list[int]:
+    """The processes of ``seen`` (pid: start time) still running: the same processes, not new ones on old pids."""
+    return sorted(pid for pid, born in seen.items() if born is not None and alive(pid) and started(pid) == born)
+
+
+def _kill(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
     try:
@@ -228,6 +250,7 @@ class Injector:
         self.landed: Counter[str] = Counter()
         self.pending: dict[str, int] = {}  # worker -> the pid killed, until workers.json names another
         self.recovered: Counter[str] = Counter()
+        self.born: dict[int, int | None] = {}  # each worker pid seen: when its process started
 
     def _gap(self, now: float) -> float:
         mean = self.schedule.every if self.schedule.every is not None else self.schedule.every_steps
@@ -251,6 +274,9 @@ class Injector:
             if now >= due:
                 self._end_outage(node, kind)
         pids = worker_processes(self.run)
+        for pid in pids.values():
+            if pid not in self.born:
+                self.born[pid] = started(pid)
         for name, old in list(self.pending.items()):
             if pids.get(name, old) != old:
                 self.recovered[name] += 1
@@ -276,7 +302,7 @@ class Injector:
 
     def _worker_fault(self, kind: str, name: str, pids: dict[str, int], now: float) -> dict[str, Any]:
         pid = pids[name]
-        landed = alive(pid)
+        landed = alive(pid) and started(pid) == self.born.get(pid)  # still the worker's process, not a new one's
         if landed and kind == "kill" and name not in self.pending:  # a stalled worker may be killed too
             landed = self._signal(pid, signal.SIGKILL)
             if landed:
@@ -322,13 +348,11 @@ class Injector:
         self.log.write(json.dumps({"t": round(time.monotonic() - self.start, 3), "back": kind, "node": node}) + "\n")
         self.log.flush()
 
-    @staticmethod
-    def _signal(pid: int, sig: int) -> bool:
-        try:
-            os.kill(pid, sig)
-            return True
-        except ProcessLookupError:
+    def _signal(self, pid: int, sig: int) -> bool:
+        """Signal a worker's process (not a process that took its pid since it ended)."""
+        if pid in self.born and started(pid) != self.born[pid]:
             return False
+        return _kill(pid, sig)
 
     def close(self) -> None:
         """Resume every stalled process still there (a stopped process would outlive the run); bring every node
@@ -369,7 +393,7 @@ def run(
         proc = subprocess.Popen(cmd, env=dict(os.environ, TMPDIR=str(tmp)), **pipes)
     else:  # the head keeps this machine's /tmp
         proc = cluster.popen(0, cmd, env=dict(cluster.env(0), TMPDIR=str(tmp)), **pipes)
-    seen: set[int] = set()
+    seen: dict[int, int | None] = {}  # every process of the run seen: when it started
     breaches: list[str] = []
     injector: Injector | None = None
     deadline, scan_at = time.monotonic() + timeout, 0.0
@@ -379,9 +403,9 @@ def run(
                 breaches.append(f"the run did not end within {timeout:.0f} s (a hang); killed")
                 break
             if time.monotonic() >= scan_at:  # /proc once a second: the harness must not cost the run a core
-                seen |= children_of(proc.pid)
+                seen.update((p, started(p)) for p in children_of(proc.pid) if p not in seen)
                 scan_at = time.monotonic() + 1.0
-            seen |= set(worker_processes(run_dir).values())
+            seen.update((p, started(p)) for p in worker_processes(run_dir).values() if p not in seen)
             if injector is None and ready(run_dir):
                 injector = Injector(run_dir, schedule, cluster)
             if injector is not None:
@@ -391,8 +415,8 @@ def run(
         if injector is not None:
             injector.close()
         if proc.poll() is None:  # hung, or the harness itself was interrupted: nothing of the run outlives it
-            for pid in sorted(seen | children_of(proc.pid)):
-                Injector._signal(pid, signal.SIGKILL)
+            for pid in sorted(set(_still(seen)) | children_of(proc.pid)):
+                _kill(pid, signal.SIGKILL)
             proc.kill()
         _, err = proc.communicate()
     try:  # the run directory's copy: a Ray driver's stdout may carry Ray's own lines too
@@ -455,7 +479,13 @@ def _population_breaches(run: Path, summary: dict[str, Any]) -> list[str]:
 
 
 def _check(
-    report: Report, run: Path, seen: set[int], segments: list[str], tmp: Path, err: str, expect_return: float | None
+    report: Report,
+    run: Path,
+    seen: dict[int, int | None],
+    segments: list[str],
+    tmp: Path,
+    err: str,
+    expect_return: float | None,
 ) -> None:
     """The invariants of the module's docstring, each breach one line in ``report.breaches``."""
     breaches, summary = report.breaches, report.summary
@@ -478,7 +508,7 @@ def _check(
             breaches.append(f"metrics {key} went back from {back[0]} to {back[1]}")
     breaches.extend(_population_breaches(run, summary))
     deadline = time.monotonic() + 10.0  # the run has exited; give the kernel a moment to reap what it killed
-    while (left := sorted(p for p in seen if alive(p))) and time.monotonic() < deadline:
+    while (left := _still(seen)) and time.monotonic() < deadline:
         time.sleep(0.05)
     if left:
         breaches.append(f"processes left behind: {left}")
