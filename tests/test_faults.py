@@ -302,12 +302,13 @@ def test_the_injector_kills_and_stalls_workers_by_its_seeded_schedule_and_sees_t
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("config", "every_steps"), [("configs/cartpole_ppo.yaml", 2500), ("configs/cartpole_dqn.yaml", 8000)]
+    ("config", "every_steps"), [("configs/cartpole_ppo.yaml", 2000), ("configs/cartpole_dqn.yaml", 5000)]
 )
 def test_a_run_under_random_kills_and_stalls_keeps_every_invariant_and_still_solves(tmp_path, config, every_steps):
     """CI's short chaos run: faults at random env steps from the first checkpoint until the run solves; the
     harness checks exit 0, restarts against kills, versions and replay sizes that never go back, nothing left
-    behind, and the final greedy evaluation at the target."""
+    behind, and the final greedy evaluation at the target. Seed 1 draws kill, stall, kill first (the kinds and
+    workers drawn depend on the seed alone); a run meets several gaps of its mean before it solves."""
     from srl.testing.chaos import Schedule, run
 
     schedule = Schedule(seed=1, every=None, every_steps=every_steps, stall_seconds=2.0)
