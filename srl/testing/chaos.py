@@ -74,6 +74,10 @@ if TYPE_CHECKING:
     from srl.testing.netcluster import NetCluster
 
 FAULTS = ("kill", "stall", "node", "cut")
+HARNESS_SETTINGS = ("workers.max_restarts=1000000",)
+"""Set before the caller's settings (which may change it): the bound on a worker's restarts (3 by default) ends a
+run at its fourth death, and a chaos run kills every worker many times; a worker that dies on its own as well is
+caught by the restart check instead (more restarts than kills)."""
 NODE_FAULTS = ("node", "cut")
 """The faults that need a cluster of network namespaces."""
 
@@ -386,7 +390,7 @@ def run(
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="srl-chaos-"))  # the run's own temporary folder: its named pipes
     cmd = [sys.executable, "-m", "srl.cli.main", "train", str(config), "--quiet", "--run-dir", str(run_dir)]
-    for setting in settings:
+    for setting in (*HARNESS_SETTINGS, *settings):
         cmd += ["--set", setting]
     pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     if cluster is None:
