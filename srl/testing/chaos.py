@@ -14,11 +14,11 @@ and, on a cluster of network namespaces (:mod:`srl.testing.netcluster`, the run'
   Ray started on it again ``outage_seconds`` later;
 - ``cut``: a random actor node's link down for ``outage_seconds``.
 
-Faults start once the run has its first checkpoint (a trainer killed before it has nothing to restart from, which
-the run reports as fatal on purpose). The gap to the next fault is drawn from an exponential law, its mean in
-seconds (``every``: a soak) or in env steps (``every_steps``: a run whose faults do not depend on the machine's
-speed, as CI needs). Every fault is a line of ``chaos.jsonl`` in the run directory: when, what, which worker and
-process, and whether it landed (the process was still there).
+Faults start once every policy of the run (every population member) has a checkpoint (a trainer killed before its
+first has nothing to restart from, which the run reports as fatal on purpose). The gap to the next fault is drawn
+from an exponential law, its mean in seconds (``every``: a soak) or in env steps (``every_steps``: a run whose
+faults do not depend on the machine's speed, as CI needs). Every fault is a line of ``chaos.jsonl`` in the run
+directory: when, what, which worker and process, and whether it landed (the process was still there).
 
 After the run the harness checks, and writes to ``chaos_report.json`` beside it:
 
