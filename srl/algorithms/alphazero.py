@@ -50,22 +50,19 @@ def _settings(ctx: AlgorithmContext) -> AlphaZeroConfig:
     return ctx.args if isinstance(ctx.args, AlphaZeroConfig) else ctx.cfg.alphazero
 
 
-def board_planes(space: Any) -> tuple[str, ...]:
-    """The observation parts that are board planes ``[C, H, W]`` (what ``alphazero.mirror`` mirrors)."""
-    return tuple(p.name for p in obs_parts(space) if p.name != GAME_HISTORY and len(p.shape) == 3)
-
-
-def require_mirror(obs_space: Any, action_space: Any) -> int:
-    """The board's width, where positions of this game can be mirrored: board planes in the observation, all of
-    one shape ``[C, H, W]``, and ``W`` actions (one per column) or ``H * W`` (one per cell). One line if not."""
+def require_mirror(obs_space: Any, action_space: Any) -> tuple[tuple[str, ...], int]:
+    """The observation parts that are board planes and the board's width, where positions of this game can be
+    mirrored: board planes in the observation, all of one shape ``[C, H, W]``, and ``W`` actions (one per column)
+    or ``H * W`` (one per cell). One line if not."""
     actions = int(action_space.n)  # Discrete: require_discrete comes first
-    planes = board_planes(obs_space)
-    shapes = {p.shape[1:] for p in obs_parts(obs_space) if p.name in planes}
+    parts = [p for p in obs_parts(obs_space) if p.name != GAME_HISTORY]
+    planes = [p for p in parts if len(p.shape) == 3]
+    shapes = {p.shape[1:] for p in planes}
     if len(shapes) == 1:
         ((height, width),) = shapes
         if actions in (width, height * width):
-            return int(width)
-    seen = {p.name: p.shape for p in obs_parts(obs_space) if p.name != GAME_HISTORY}
+            return tuple(p.name for p in planes), int(width)
+    seen = {p.name: p.shape for p in parts}
     raise ConfigError(
         "alphazero.mirror: mirroring needs board planes [C, H, W] in the observation and one action per column or "
         f"per cell; this game observes {seen} with {actions} actions"
@@ -149,8 +146,7 @@ class AlphaZero(TargetLearner):
         self.cfg, self.collective = cfg, ctx.collective
         self.device = torch_device(ctx.device, "trainer device")
         self.parts = tuple(p.name for p in obs_parts(ctx.obs_space) if p.name != GAME_HISTORY)
-        self.planes = board_planes(ctx.obs_space) if cfg.mirror else ()
-        self.width = require_mirror(ctx.obs_space, ctx.action_space) if cfg.mirror else 0
+        self.planes, self.width = require_mirror(ctx.obs_space, ctx.action_space) if cfg.mirror else ((), 0)
         self.policy = ctx.models.policy().to(self.device)
         self.value = ctx.models.value(shared_encoder=self.policy.encoder).to(self.device)
         self.target_policy = frozen_copy(ctx.models.policy().to(self.device), self.policy)
