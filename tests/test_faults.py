@@ -237,7 +237,7 @@ def test_the_injector_kills_and_stalls_workers_by_its_seeded_schedule_and_sees_t
     """On real processes named in a workers.json: the same seed draws the same faults; a stall is resumed when
     due; a kill counts as recovered once workers.json names another process for that worker; every fault is a
     chaos.jsonl line."""
-    from srl.testing.chaos import Injector, Schedule
+    from srl.testing.chaos import Injector, Schedule, read_workers
 
     procs = _sleepers(3)
     try:
@@ -249,7 +249,7 @@ def test_the_injector_kills_and_stalls_workers_by_its_seeded_schedule_and_sees_t
             steps += 7  # the run's env steps, as its metrics say
             with (tmp_path / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps({"env_steps": steps}) + "\n")
-            injector.step()
+            injector.step(read_workers(tmp_path))
             for name, pid in list(injector.pending.items()):  # a supervisor: the killed worker starts again
                 (new,) = _sleepers(1)
                 procs.append(new)
@@ -264,7 +264,7 @@ def test_the_injector_kills_and_stalls_workers_by_its_seeded_schedule_and_sees_t
         assert stalled and all(_state(pid) == "T" for pid in stalled)
         deadline = time.monotonic() + 30
         while injector.stalled and time.monotonic() < deadline:
-            injector.step()
+            injector.step(read_workers(tmp_path))
             time.sleep(0.05)
         while any(_state(pid) == "T" for pid in stalled) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -289,7 +289,7 @@ def test_the_injector_kills_and_stalls_workers_by_its_seeded_schedule_and_sees_t
         for steps in range(0, 500, 7):
             with (run / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps({"env_steps": steps}) + "\n")
-            injector.step()
+            injector.step(read_workers(run))
         injector.close()
         draws.append(
             [
@@ -361,8 +361,15 @@ def test_the_chaos_checks_catch_versions_that_went_back_and_lost_copies(tmp_path
     lines = [{"policy_version": 1, "member0/version": 3}, {"policy_version": 2, "member0/version": 2}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     lineage = [
-        {"event": "exploit", "target": 1, "source": 0, "old": {"ppo.lr": 0.1}},
-        {"event": "explore", "target": 1, "source": 0, "old": {"ppo.lr": 0.2}, "new": {"ppo.lr": 0.25}},
+        {"event": "exploit", "target": 1, "run_env_steps": 900, "source": 0, "old": {"ppo.lr": 0.1}},
+        {
+            "event": "explore",
+            "target": 1,
+            "run_env_steps": 900,
+            "source": 0,
+            "old": {"ppo.lr": 0.2},
+            "new": {"ppo.lr": 0.25},
+        },
     ]
     (tmp_path / "population.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lineage))
     population = {"copies": 1, "member0/ppo.lr": 0.2, "member1/ppo.lr": 0.25}

@@ -63,12 +63,15 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srl.api.config import ConfigError, load_config
 from srl.base.shm import list_segments
+from srl.cli.plot import read_lineage, read_metrics
+from srl.system.run_dir import policy_checkpoints
 
 if TYPE_CHECKING:
     from srl.testing.netcluster import NetCluster
@@ -183,23 +186,31 @@ def alive(pid: int) -> bool:
         return False
 
 
-def worker_processes(run: Path) -> dict[str, int]:
-    """A run's ``workers.json`` as worker name -> pid (a Ray run's entries carry their node too), or {} before it
-    is written."""
+@dataclass(frozen=True)
+class Placed:
+    """One worker of ``workers.json``: its process, and its node's address (a Ray run's; None for a local run)."""
+
+    pid: int
+    host: str | None = None
+
+
+def read_workers(run: Path) -> dict[str, Placed]:
+    """A run's ``workers.json`` (worker name -> where it runs), or {} before it is written."""
     try:
         found = json.loads((run / "workers.json").read_text())
     except (OSError, ValueError):
         return {}
-    return {name: int(v["pid"] if isinstance(v, dict) else v) for name, v in found.items()}
+    return {
+        name: Placed(int(v["pid"]), v.get("host")) if isinstance(v, dict) else Placed(int(v))
+        for name, v in found.items()
+    }
 
 
-def worker_hosts(run: Path) -> dict[str, str]:
-    """Where each worker of a Ray run runs (its node's address, from ``workers.json``); {} for a local run."""
-    try:
-        found = json.loads((run / "workers.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return {name: str(v["host"]) for name, v in found.items() if isinstance(v, dict) and "host" in v}
+def remember(born: dict[int, int | None], pids: Iterable[int]) -> None:
+    """Note when each process not seen before started (see :func:`started`)."""
+    for pid in pids:
+        if pid not in born:
+            born[pid] = started(pid)
 
 
 def last_record(run: Path) -> dict[str, Any]:
@@ -215,18 +226,9 @@ def last_record(run: Path) -> dict[str, Any]:
     return json.loads(tail[-1]) if tail and (size <= 65536 or len(tail) > 1) else {}
 
 
-def _records(run: Path) -> list[dict[str, Any]]:
-    metrics = run / "metrics.jsonl"
-    lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []
-    return [json.loads(line) for line in lines]
-
-
 def _checkpointed(run: Path) -> bool:
     """Every policy of the run (every population member) has a checkpoint: a trainer killed before its first
     has nothing to restart from."""
-    from srl.api.config import load_config
-    from srl.system.run_dir import policy_checkpoints
-
     try:
         cfg = load_config(run / "config.yaml")
     except (OSError, ValueError):  # not written yet, or half written
@@ -238,7 +240,14 @@ def _checkpointed(run: Path) -> bool:
 class Injector:
     """Draws and injects the faults of a schedule into a run's workers, logging each to ``chaos.jsonl``."""
 
-    def __init__(self, run: Path, schedule: Schedule, cluster: NetCluster | None = None) -> None:
+    def __init__(
+        self,
+        run: Path,
+        schedule: Schedule,
+        cluster: NetCluster | None = None,
+        born: dict[int, int | None] | None = None,
+    ) -> None:
+        """``born``: when each process seen so far started (:func:`remember`), shared with the caller's own."""
         if cluster is None and set(schedule.faults) & set(NODE_FAULTS):
             raise ValueError(f"chaos: faults {', '.join(NODE_FAULTS)} need a cluster of network namespaces")
         self.run, self.schedule, self.cluster = run, schedule, cluster
@@ -254,7 +263,7 @@ class Injector:
         self.landed: Counter[str] = Counter()
         self.pending: dict[str, int] = {}  # worker -> the pid killed, until workers.json names another
         self.recovered: Counter[str] = Counter()
-        self.born: dict[int, int | None] = {}  # each worker pid seen: when its process started
+        self.born = {} if born is None else born
 
     def _gap(self, now: float) -> float:
         mean = self.schedule.every if self.schedule.every is not None else self.schedule.every_steps
@@ -267,8 +276,9 @@ class Injector:
             return time.monotonic() - self.start
         return float(last_record(self.run).get("env_steps", 0))
 
-    def step(self) -> None:
-        """Resume stalls that are due, note recoveries, and inject the next fault when its moment has come."""
+    def step(self, workers: dict[str, Placed]) -> None:
+        """Resume stalls that are due, note recoveries, and inject the next fault when its moment has come;
+        ``workers``: the run's ``workers.json`` now (:func:`read_workers`)."""
         now = time.monotonic()
         for pid, due in list(self.stalled.items()):
             if now >= due:
@@ -277,10 +287,8 @@ class Injector:
         for node, (kind, due) in list(self.outages.items()):
             if now >= due:
                 self._end_outage(node, kind)
-        pids = worker_processes(self.run)
-        for pid in pids.values():
-            if pid not in self.born:
-                self.born[pid] = started(pid)
+        pids = {name: w.pid for name, w in workers.items()}
+        remember(self.born, pids.values())
         for name, old in list(self.pending.items()):
             if pids.get(name, old) != old:
                 self.recovered[name] += 1
@@ -294,7 +302,7 @@ class Injector:
             return
         kind = self.rng.choice(self.schedule.faults)
         if kind in NODE_FAULTS:
-            record = self._node_fault(kind, pids)
+            record = self._node_fault(kind, workers)
         else:
             record = self._worker_fault(kind, self.rng.choice(names), pids, now)
         self.faults[kind] += 1
@@ -320,7 +328,7 @@ class Injector:
             landed = False  # gone already, killed and not restarted yet, or stalled already
         return {"worker": name, "pid": pid, "landed": landed}
 
-    def _node_fault(self, kind: str, pids: dict[str, int]) -> dict[str, Any]:
+    def _node_fault(self, kind: str, workers: dict[str, Placed]) -> dict[str, Any]:
         """Crash or cut an actor node that is up (never the head: the run's driver lives there)."""
         cluster = self.cluster
         assert cluster is not None
@@ -328,13 +336,12 @@ class Injector:
         if not up:
             return {"node": None, "landed": False}
         node = self.rng.choice(up)
-        hosts = worker_hosts(self.run)
-        there = sorted(name for name, host in hosts.items() if host == cluster.ip(node) and name in pids)
+        there = sorted(name for name, w in workers.items() if w.host == cluster.ip(node))
         if kind == "node":
             cluster.kill(node)
             for name in there:
                 if name not in self.pending:
-                    self.pending[name] = pids[name]
+                    self.pending[name] = workers[name].pid
                     self.landed[name] += 1
         else:
             cluster.cut(node)
@@ -407,13 +414,15 @@ def run(
                 breaches.append(f"the run did not end within {timeout:.0f} s (a hang); killed")
                 break
             if time.monotonic() >= scan_at:  # /proc once a second: the harness must not cost the run a core
-                seen.update((p, started(p)) for p in children_of(proc.pid) if p not in seen)
+                remember(seen, children_of(proc.pid))
                 scan_at = time.monotonic() + 1.0
-            seen.update((p, started(p)) for p in worker_processes(run_dir).values() if p not in seen)
+            workers = read_workers(run_dir)
             if injector is None and ready(run_dir):
-                injector = Injector(run_dir, schedule, cluster)
+                injector = Injector(run_dir, schedule, cluster, born=seen)
             if injector is not None:
-                injector.step()
+                injector.step(workers)  # it remembers the workers' processes in ``seen``
+            else:
+                remember(seen, (w.pid for w in workers.values()))
             time.sleep(0.1)
     finally:
         if injector is not None:
@@ -461,10 +470,10 @@ def _never_goes_back(key: str) -> bool:
 def _population_breaches(run: Path, summary: dict[str, Any]) -> list[str]:
     """A population's copies are never lost: its lineage (``population.jsonl``) holds one exploit record per copy
     counted, and every member's values at the end are the ones its last copy set."""
-    population, lineage_file = summary.get("population"), run / "population.jsonl"
-    if not isinstance(population, dict) or not lineage_file.exists():
+    population = summary.get("population")
+    if not isinstance(population, dict) or not (run / "population.jsonl").exists():
         return []
-    lineage = [json.loads(line) for line in lineage_file.read_text().splitlines() if line.strip()]
+    lineage = read_lineage(run)
     out = []
     exploits = sum(1 for r in lineage if r.get("event") == "exploit")
     if population.get("copies") != exploits:
@@ -504,7 +513,10 @@ def _check(
             breaches.append(
                 f"{name}: {restarts} restarts for {landed} kills that landed ({recovered} seen restarted{cuts})"
             )
-    records = _records(run)
+    try:
+        records = read_metrics(run)
+    except ConfigError:  # no metrics.jsonl: a run that never started (its exit says why)
+        records = []
     for key in sorted({k for r in records for k in r if _never_goes_back(k)}):
         values = [r[key] for r in records if key in r]
         back = next(((a, b) for a, b in itertools.pairwise(values) if b < a), None)
@@ -546,8 +558,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run counts as hung")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    from srl.api.config import ConfigError, load_config
-
     try:
         schedule = Schedule(
             seed=args.seed,
