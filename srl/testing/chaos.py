@@ -179,7 +179,7 @@ def _kill(pid: int, sig: int) -> bool:
 
 
 def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
+    """The process exists and is not a zombie (srl.base.shm.pid_alive counts a zombie as alive; a leak must not)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
