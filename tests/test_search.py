@@ -469,13 +469,14 @@ def _alphazero_config(tmp_path, *more: str):
 
 def test_alphazero_trains_from_replay_items_that_carry_each_search(tmp_path):
     """The acting policy's own step fields (the search's policy, whether it searched) ride in the replay's items
-    and batches; DQN's items carry none. An inline run takes its searches, inserts and trains."""
+    and batches; DQN's items carry none. An inline run takes its searches, inserts and trains, its learning rate
+    annealed towards 0 at the run's env-step budget."""
     from srl.api.config import load_config
     from srl.replay.role import replay_spec
     from srl.runtime.plan import make_plan
     from srl.runtime.train import train
 
-    cfg = _alphazero_config(tmp_path, "alphazero.mirror=true")  # trains on mirrored positions too
+    cfg = _alphazero_config(tmp_path, "alphazero.mirror=true", "alphazero.lr_schedule=linear")  # mirrored too
     plan = make_plan(cfg)
     spec = replay_spec(plan, 0)
     assert spec.carried == ("search_policy", "search_value", "searched")
@@ -488,6 +489,8 @@ def test_alphazero_trains_from_replay_items_that_carry_each_search(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     shares = [r["searched_share"] for r in records if "searched_share" in r]
     assert shares and 0.35 < float(np.mean(shares)) < 0.65  # each player searches on its own moves only (about half)
+    lrs = [r["lr"] for r in records if "lr" in r]
+    assert len(lrs) >= 2 and lrs == sorted(lrs, reverse=True) and lrs[-1] < 0.9 * cfg.alphazero.lr
     # srl eval --set: the saved run acts with a stronger search; a setting its weights do not fit is one line
     from srl.loaded import load_policies
 

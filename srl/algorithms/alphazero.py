@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from srl.algorithms.acting import TensorActing, as_tensors
-from srl.algorithms.adam import Adam
+from srl.algorithms.adam import Adam, scheduled_lr
 from srl.algorithms.dqn import BOOT, require_discrete
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.replay_batch import TargetLearner, batch_rows, batch_tensor, frozen_copy, require_batch_fits
@@ -191,6 +191,7 @@ class AlphaZero(TargetLearner):
         """One learner step on ``N`` replay items of ``L`` steps: the observation parts and their bootstrap parts
         (``boot_P``) ``[L, N, ...]``, ``returns`` and ``discounts`` ``[L, N]``, the searches' ``search_policy
         [L, N, A]``, ``search_value`` and ``searched [L, N]``, ``weights [N]`` and ``keys [N]``."""
+        self.optimizer.lr = scheduled_lr(self.cfg.lr, self.cfg.lr_schedule, progress)
         length, n = batch["actions"].shape[:2]
         obs = {name: batch_rows(batch, name, self.device) for name in self.parts}
         boot = {name: batch_rows(batch, BOOT + name, self.device) for name in self.parts}
@@ -232,6 +233,7 @@ class AlphaZero(TargetLearner):
             value_mean=float(values.detach().mean()),
             searched_share=float(searched.mean()),
             learner_steps=float(self.learner_steps),
+            lr=self.optimizer.lr,
         )
         return TrainResult(stats, Priorities(np.asarray(batch["keys"]), priorities))
 

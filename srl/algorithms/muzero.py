@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from srl.algorithms.acting import NetActing, Obs
-from srl.algorithms.adam import Adam
+from srl.algorithms.adam import Adam, scheduled_lr
 from srl.algorithms.alphazero import SEARCH_POLICY
 from srl.algorithms.dqn import BOOT, require_discrete
 from srl.algorithms.grad_clip import GradClipper, clip_all
@@ -195,6 +195,7 @@ class MuZero(TargetLearner):
         ``discounts`` ``[K + 1, N]``, the searches' ``search_policy [K + 1, N, A]``, ``weights [N]`` and
         ``keys [N]``."""
         cfg, net = self.cfg, self.net
+        self.optimizer.lr = scheduled_lr(cfg.lr, cfg.lr_schedule, progress)
         length, n = batch["actions"].shape[:2]
         unroll = length - 1
         obs = {name: batch_tensor(batch, name, self.device) for name in self.parts}
@@ -252,6 +253,7 @@ class MuZero(TargetLearner):
             value_mean=float(first_value.mean()),
             target_mean=float(t.values[0].mean()),
             learner_steps=float(self.learner_steps),
+            lr=self.optimizer.lr,
         )
         return TrainResult(stats, Priorities(np.asarray(batch["keys"]), error.float().cpu().numpy()))
 

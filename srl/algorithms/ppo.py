@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from srl.algorithms.acting import TensorActing
-from srl.algorithms.adam import Adam
+from srl.algorithms.adam import Adam, scheduled_lr
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import explained_variance, gae, normalize_advantages, ppo_loss
 from srl.api.algorithm import ActorNet, AlgorithmContext, CriticNet, Obs, PlanView
@@ -275,8 +275,7 @@ class PPO:
 
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         cfg = self.cfg
-        lr = cfg.lr * (1.0 - progress) if cfg.lr_schedule == "linear" else cfg.lr
-        self.optimizer.lr = max(lr, 1e-8)
+        self.optimizer.lr = lr = scheduled_lr(cfg.lr, cfg.lr_schedule, progress)
         rollout = self._rollout(batch)  # the batch as rows; advantages and targets from the current networks
         sums: dict[str, float] = {}
         count = 0

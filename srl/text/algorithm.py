@@ -43,7 +43,7 @@ from gymnasium import spaces
 from torch import Tensor, nn
 
 from srl.algorithms.acting import TensorActing
-from srl.algorithms.adam import Adam
+from srl.algorithms.adam import Adam, scheduled_lr
 from srl.algorithms.grad_clip import GradClipper, clip_all
 from srl.algorithms.ppo_math import ppo_loss, value_loss
 from srl.algorithms.token_math import (
@@ -346,8 +346,7 @@ class LMPPO:
     def train(self, batch: Mapping[str, np.ndarray], progress: float) -> TrainResult:
         t0 = time.perf_counter()
         ppo, text = self.ppo, self.text
-        lr = ppo.lr * (1.0 - progress) if ppo.lr_schedule == "linear" else ppo.lr
-        self.optimizer.lr = max(lr, 1e-8)
+        self.optimizer.lr = lr = scheduled_lr(ppo.lr, ppo.lr_schedule, progress)
         T, N = batch["rewards"].shape
         rows = T * N
         device = self.device

@@ -4,6 +4,7 @@ rule's constants."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from srl.api.config.errors import ConfigError, check
 
@@ -74,6 +75,8 @@ class AlphaZeroConfig:
 
     lr: float = 1e-3
     """Adam learning rate."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """``linear`` anneals the learning rate to 0 at ``run.total_env_steps``."""
     adam_eps: float = 1e-8
     """Adam epsilon."""
     gamma: float = 1.0
@@ -115,6 +118,8 @@ class MuZeroConfig:
 
     lr: float = 1e-3
     """Adam learning rate."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """``linear`` anneals the learning rate to 0 at ``run.total_env_steps``."""
     adam_eps: float = 1e-8
     """Adam epsilon."""
     weight_decay: float = 1e-4
