@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import last_record, train_killing
@@ -187,6 +188,55 @@ def test_messages_a_replay_refused_stay_counted_across_its_restarts() -> None:
     controller.handle("replay", {"worker": "replay0", "size": 6.0, "rejected_segments": 1}, {})
     assert controller.record()["replay0_rejected_segments"] == 4
     assert controller.summary(None)["rejected_segment_messages"] == 4
+
+
+def test_a_restarted_actor_reports_the_rate_its_schedule_reached_even_before_its_first_step() -> None:
+    """The kill -9 test's actor, in this process: restarted while every buffer of its row waits at a replay that
+    takes none (its trainer frozen), it cannot step, yet it reports. Its explorer starts at ``epsilon_start`` and
+    reaches the rate of the steps it is launched with (``Launch.env_steps``) only at its first step, so those
+    reports must not carry a rate; its first step explores at the rate its earlier start reached."""
+    import time
+
+    from conftest import reporting
+
+    from srl.replay.role import REPLAY
+    from srl.runtime.build import build_worker
+    from srl.runtime.fabric import InlineFabric
+    from srl.runtime.topology import ACTOR
+    from srl.system.controller import Controller
+    from srl.system.params import ParamPublisher
+
+    cfg = load_config(DQN, _short("runtime=inline", "dqn.epsilon_decay_env_steps=500"))
+    plan, end = make_plan(cfg), cfg.dqn.epsilon_end
+    controller = reporting(Controller(cfg, None, time.time(), progress=None))
+    fabric = InlineFabric(plan, controller.handle)
+    ParamPublisher(fabric.params()).publish(0, plan.policies[0].acting_policy().flat_state())
+    spec = plan.topology.get(ACTOR, 0)
+
+    def start(incarnation: int, env_steps: int) -> Any:
+        actor = build_worker(plan, fabric, spec, None, 0.0, 0.0, incarnation=incarnation, env_steps=env_steps)
+        actor.setup()
+        return actor
+
+    first = start(0, 0)
+    while len(first.parked) < first.ring_size:  # every buffer of its row queued at the replay, which takes none
+        first.poll()
+    assert controller.env_steps > 500 and controller.record()["explore_epsilon"] == pytest.approx(end)
+    # SIGKILL (no teardown); the supervisor launches it with the steps it took, then counts the restart
+    launched_with = controller.worker_env_steps(spec.name)
+    dropped = fabric.free_buffers(spec)
+    again = start(1, launched_with)
+    controller.note_restart(spec.name, "killed", dropped)
+    for _ in range(3):
+        assert again.poll() == 0  # parked: no buffer to write to
+        assert controller.record().get("explore_epsilon", end) == pytest.approx(end)
+    replay = fabric.segment_source(plan.topology.get(REPLAY, 0))
+    replay.release(*(int(x) for x in replay.receive(8, 0.0)[0]))  # the replay takes one segment
+    replay.ring()
+    while again.env_steps == 0:
+        again.poll()
+    assert controller.record()["explore_epsilon"] == pytest.approx(end)  # not 1.0: it counts on from its steps
+    again.teardown()
 
 
 @pytest.mark.parametrize(("placement", "refilled"), [("node", []), ("trainer", ["refills 1 replay(s)"])])

@@ -436,7 +436,7 @@ class ActorWorker(Worker):
                 "t_env": self.t_env,
                 "t_wait": self.t_wait,
                 "t_post": self.t_post,
-                **{f"explore_{key}": float(v) for e in self.explorers if e is not None for key, v in e.stats().items()},
+                **self._explore_stats(),
             },
             {
                 "episode_returns": np.asarray(self._done_returns, np.float32),
@@ -447,6 +447,14 @@ class ActorWorker(Worker):
         if self.episodes:
             self._send_episodes()
         self._done_returns, self._done_lengths, self._done_policies = [], [], []
+
+    def _explore_stats(self) -> dict[str, float]:
+        """The explorers' statistics, once this start has stepped. Before its first step an explorer still shows
+        the rate it was made with (``epsilon_start``), not its schedule's at ``explored_steps``: a restarted actor
+        that waits for a buffer would report a fresh run's rate."""
+        if not self.env_steps:
+            return {}
+        return {f"explore_{key}": float(v) for e in self.explorers if e is not None for key, v in e.stats().items()}
 
     def _send_episodes(self) -> None:
         """Each policy's share of the env steps since the last report (its columns of every step) and the returns
@@ -508,3 +516,4 @@ class ActorReports:
 
     def restarted(self, worker: str) -> None:
         self.counts.restarted(worker)
+        self.explore.pop(worker, None)  # its dead start's rate; the new start reports its own once it steps
