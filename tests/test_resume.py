@@ -262,7 +262,7 @@ def test_the_controller_counters_reach_the_next_process_per_policy_and_a_damaged
     owners = np.array([0, 1, 0, 1, 0])
     before.handle(
         "actor",
-        {"worker": "actor0", "env_steps": 64},
+        {"worker": "actor0", "env_steps": 64, "cpu_seconds": 30.0},
         {"episode_returns": np.arange(1.0, 6.0), "episode_policies": owners},
     )
     before.tick(force=True)
@@ -273,6 +273,10 @@ def test_the_controller_counters_reach_the_next_process_per_policy_and_a_damaged
     assert record["episodes"] == 5 and record["wall_seconds"] >= 50.0 and record["return_mean"] == 4.0
     first, second = cfg.policy_names
     assert record[f"{first}/return_mean"] == 3.0 and record[f"{second}/return_mean"] == 3.0  # [1, 3, 5] and [2, 4]
+    assert (
+        record["cost/core_seconds/actor0"] == 30.0
+    )  # what the earlier process's workers spent counts on (no roles here)
+    assert record["cost/core_seconds/driver"] > 0 and record["cost/energy_joules"] >= 10.0 * 30.0
     (tmp_path / "run" / "checkpoints" / "controller.json").write_text('{"wall_seconds": 1.0, "episodes": -1}')
     with pytest.raises(ConfigError, match=r"controller.json: not readable \(episodes: an integer >= 0 expected\)"):
         read_counters(tmp_path / "run")

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+
 def scheduled_lr(lr: float, schedule: str, progress: float) -> float:
     """The learning rate at ``progress`` (in [0, 1]) of a run: ``lr`` throughout (``constant``), or annealed
     linearly towards 0 (``linear``), never below 1e-8."""

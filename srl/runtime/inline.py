@@ -11,6 +11,7 @@ runtime learn alike"). So the runtimes learn alike, and a bug seen under ``runti
 
 from __future__ import annotations
 
+import time
 import traceback
 from pathlib import Path
 
@@ -46,13 +47,17 @@ def run_inline(plan: Plan, controller: Controller, run_dir: Path | None) -> list
                 worker.should_stop = lambda: controller.should_stop() is not None
                 if isinstance(worker, TrainerWorker):
                     worker.hold = lambda: not quiet
+                began = time.process_time()
                 worker.setup()
+                controller.cost.charge(worker.name, time.process_time() - began)
                 workers.append(worker)
             while controller.should_stop() is None:
-                done = 0
+                done, cost, clock = 0, controller.cost, time.process_time()
                 for worker in workers:
                     current = worker.name
                     done += worker.poll()
+                    clock, before = time.process_time(), clock
+                    cost.charge(worker.name, clock - before)  # each worker its polls' CPU
                 quiet = done == 0
                 controller.tick()
         except KeyboardInterrupt:

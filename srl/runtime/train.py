@@ -23,6 +23,7 @@ from srl.runtime.plan import Plan, make_plan
 from srl.runtime.topology import staffed
 from srl.system.checkpoint import checkpoints, load_checkpoint
 from srl.system.controller import Controller
+from srl.system.cost import cost_text, open_meters
 from srl.system.run_dir import Resume, RunDir, RunDirError, default_run_dir, policy_checkpoints, read_counters
 from srl.wiring import prepare_algorithm, unread_sections
 
@@ -159,6 +160,7 @@ def train(
     sweep_stale()  # segments left by runs that were killed with SIGKILL
     sweep_stale_pipe_dirs()  # and their named pipes' folders
     check_devices(cfg)
+    open_meters(cfg)  # an energy counter asked for that this machine lacks is one line, before anything starts
     prepare_algorithm(cfg)  # its settings checked, then its own work before the plan (lm_ppo: missing models)
     plan = make_plan(cfg)
     if resume is not None:
@@ -223,6 +225,7 @@ def _summary(controller: Controller, evals: Mapping[str, Any], resume: Resume | 
     """The run's summary, written to ``summary.json`` (with the counters a resume continues from) and returned;
     a run directory that cannot take it is the summary's ``error``, and the caller still gets it."""
     summary = controller.summary(evals.get("final"))
+    controller.line.note(cost_text(summary["cost"]))
     if "initial" in evals:
         summary["initial_eval_return_mean"] = evals["initial"]["return_mean"]
     summary["run_dir"] = str(rd.path)

@@ -9,6 +9,7 @@ runtime workers call the controller directly.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ import zmq
 
 from srl.api.worker import Reporter
 from srl.base import wire
+from srl.system.cost import process_spent
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +49,13 @@ class DirectReporter:
 
 
 class ZmqReporter:
-    """Worker side of the control channel. Created in the worker's own process (sockets don't survive fork)."""
+    """Worker side of the control channel. Created in the worker's own process (sockets don't survive fork), so
+    every report also carries what the process spent (:func:`srl.system.cost.process_spent`)."""
 
     def __init__(self, address: str, linger_ms: int = 2000, token: str | None = None) -> None:
         """``token``: the run's secret, sent with every report when the channel crosses the network."""
         self._token = token
+        self._began = time.time()
         self._ctx = zmq.Context()  # its own context, so close() can flush it without touching others
         self._sock = self._ctx.socket(zmq.PUSH)
         self._sock.setsockopt(zmq.LINGER, linger_ms)
@@ -59,8 +63,9 @@ class ZmqReporter:
         self._sock.connect(address)
 
     def report(self, kind: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None) -> None:
+        meta = {**meta, **process_spent(self._began)}
         if self._token is not None:
-            meta = {**meta, "token": self._token}
+            meta["token"] = self._token
         self._sock.send_multipart(wire.encode(kind, arrays or {}, meta), copy=False)
 
     def close(self) -> None:

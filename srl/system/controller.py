@@ -23,6 +23,7 @@ import numpy as np
 from srl.api.config import ExperimentConfig
 from srl.api.report import Aggregator
 from srl.base.stop_signals import held
+from srl.system.cost import CostLedger
 from srl.system.progress import ProgressLine
 from srl.system.run_dir import Resume, RunCounters, RunDir, RunDirError
 from srl.system.tally import Tally
@@ -55,6 +56,8 @@ class Controller:
         self.line = ProgressLine(progress)
         self.tally = Tally(cfg, self.warn, resume)
         self.wall_offset = 0.0 if resume is None or resume.counters is None else resume.counters.wall_seconds
+        self.cost = CostLedger(cfg, None if resume is None or resume.counters is None else resume.counters.spent)
+        """What the run spends: core-seconds by role, GPU-seconds, energy, money (its reports' entries)."""
         """Seconds the run ran in earlier processes (a resumed run's): its wall time counts on from them."""
         self.aggregators: dict[str, Aggregator] = {}
         """The report table: each kind's aggregator (:meth:`attach`)."""
@@ -94,6 +97,7 @@ class Controller:
         """Take one worker report (dispatched by the control channel or called directly). Raises KeyError for a
         kind the run has no handler of (the control channel counts and logs it)."""
         worker = str(meta.get("worker", "?"))
+        meta = self.cost.take(worker, meta)
         if "t_total" in meta:
             self.timing[worker] = {k[2:]: float(v) for k, v in meta.items() if k.startswith("t_")}
         if kind == "info":  # a warning: printed on its own line and counted, the run goes on
@@ -159,6 +163,7 @@ class Controller:
         self.restarts[worker] = self.restarts.get(worker, 0) + 1
         self.restart_dropped_segments += dropped_segments
         self.tally.restarted(worker)
+        self.cost.restarted(worker)
         for aggregator in self.aggregators.values():
             aggregator.restarted(worker)
         self.handle(
@@ -198,7 +203,7 @@ class Controller:
 
     def counters(self) -> RunCounters:
         """What a resumed run continues from."""
-        return self.tally.counters(self.wall_seconds)
+        return self.tally.counters(self.wall_seconds, self.cost.spent(self.roles))
 
     # ------------------------------------------------------------------ periodic
     def should_stop(self) -> str | None:
@@ -210,6 +215,7 @@ class Controller:
             self.stop_reason = "requested"
         elif self.tally.solved_at is not None:
             self.stop_reason = "solved"
+            self.cost.reached_target(self.roles, self.wall_seconds, self.tally.solved_env_steps or self.env_steps)
         elif self.tally.env_steps >= run.total_env_steps:
             self.stop_reason = "env_steps"
         elif run.max_wall_seconds is not None and time.time() - self.start_time >= run.max_wall_seconds:
@@ -274,6 +280,7 @@ class Controller:
         for aggregator in self.aggregators.values():
             _merge(rec, aggregator.record())
         rec.update(self.time_fractions())
+        rec.update(self.cost.record(self.roles))
         now_load = {w: busy_fraction(times, self._timing_at_tick.get(w)) for w, times in sorted(self.timing.items())}
         self._timing_at_tick = {w: dict(times) for w, times in self.timing.items()}
         rec.update({f"busy/{w}": b for w, b in now_load.items() if b is not None})
@@ -337,6 +344,7 @@ class Controller:
                 if callable(final := getattr(aggregator, "final", None)):
                     _merge(out, final(final_eval))
         out["policies"] = self._policies_summary(final_eval)
+        out["cost"] = self.cost.summary(self.roles)
         if self.cfg.run.target_return is not None:
             out["target_return"] = self.cfg.run.target_return
             out["solved"] = tally.solved_at is not None

@@ -18,7 +18,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -73,6 +73,9 @@ class RunCounters:
     """The newest episode returns (the window of ``run.return_window``), oldest first."""
     policy_returns: dict[str, list[float]]
     """Each policy's window, by policy name."""
+    spent: dict[str, float] = field(default_factory=dict)
+    """What the run's processes spent (:meth:`srl.system.cost.CostLedger.spent`): core-seconds per role, GPU-seconds,
+    joules; empty in a file written before it was kept."""
 
     @staticmethod
     def parse(data: Any) -> RunCounters:
@@ -86,7 +89,13 @@ class RunCounters:
         if not isinstance(policies, dict):
             raise ValueError("policy_returns: an object expected")
         by_policy = {str(k): _numbers(v, f"policy_returns.{k}") for k, v in policies.items()}
-        return RunCounters(float(wall), steps, episodes, _numbers(data.get("returns"), "returns"), by_policy)
+        spent = data.get("spent", {})
+        if not isinstance(spent, dict) or not all(_is_number(v) and v >= 0 for v in spent.values()):
+            raise ValueError("spent: an object of numbers >= 0 expected")
+        returns = _numbers(data.get("returns"), "returns")
+        return RunCounters(
+            float(wall), steps, episodes, returns, by_policy, {str(k): float(v) for k, v in spent.items()}
+        )
 
 
 def _count(data: dict[str, Any], field: str) -> int:

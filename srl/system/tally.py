@@ -126,10 +126,10 @@ class Tally:
             )
 
     # ------------------------------------------------------------------ across processes
-    def counters(self, wall_seconds: float) -> RunCounters:
-        """What a resumed run continues from (:meth:`restore`)."""
+    def counters(self, wall_seconds: float, spent: dict[str, float]) -> RunCounters:
+        """What a resumed run continues from (:meth:`restore`); ``spent``: what the run spent so far."""
         returns = {name: list(window) for name, window in zip(self.names, self.policy_windows)}
-        return RunCounters(wall_seconds, self.env_steps, self.episodes, list(self.window), returns)
+        return RunCounters(wall_seconds, self.env_steps, self.episodes, list(self.window), returns, spent)
 
     def restore(self, counters: RunCounters) -> None:
         """Continue the episode count and the return windows of the run's earlier processes."""

@@ -9,12 +9,13 @@ after parsing; derive a new one with :func:`dataclasses.replace` instead.
 
 One module per section (``env``, ``workers``, ``model``, ``ppo``, ``dqn``, ``r2d2`` and ``qmix``, ``sac`` and ``td3``,
 ``alphazero`` and ``muzero`` with their ``search`` and ``reanalyze`` (in ``search``), ``params``, ``stage``,
-``league``, ``replay``, ``text``, ``ray``, ``run``), the root in ``experiment``, typed building in
+``league``, ``replay``, ``text``, ``ray``, ``run``, ``cost``), the root in ``experiment``, typed building in
 ``parse`` and the YAML / ``--set`` reading in ``load``; every public name is imported from this package.
 """
 
 from __future__ import annotations
 
+from srl.api.config.cost import CostConfig
 from srl.api.config.dqn import DQNConfig, QMixConfig, R2D2Config
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import ConfigError
@@ -48,6 +49,7 @@ __all__ = [
     "Bot",
     "ConfigError",
     "ConfigNotice",
+    "CostConfig",
     "DQNConfig",
     "EnvConfig",
     "ExperimentConfig",

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from srl.api.config.cost import CostConfig
 from srl.api.config.dqn import DQNConfig, QMixConfig, R2D2Config
 from srl.api.config.env import EnvConfig
 from srl.api.config.errors import check, did_you_mean
@@ -108,6 +109,8 @@ class ExperimentConfig:
     """Stopping and recording."""
     ray: RayConfig = field(default_factory=RayConfig)
     """Placement on a Ray cluster; read only by ``runtime: ray``."""
+    cost: CostConfig = field(default_factory=CostConfig)
+    """How the run's energy is measured or modelled, and the prices of its core-hours, GPU-hours and energy."""
 
     def __post_init__(self) -> None:
         check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
