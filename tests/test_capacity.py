@@ -8,6 +8,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -386,13 +387,53 @@ def test_plan_json_and_text(costs_file, capsys):
     assert "bottleneck: trainer" in text and "workers.policy_workers" in text and "hier." in text
     assert main(["plan", "--costs", str(costs_file), "--nodes", "4", "--cores-per-node", "64", "--markdown"]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 5 and rows[1] == ["|---" * 9 + "|"]  # header, rule, one row per scale
-    assert all(len(r) == 9 for r in rows[:1] + rows[2:])
+    assert len(rows) == 5 and rows[1] == ["|---" * 11 + "|"]  # header, rule, one row per scale
+    assert all(len(r) == 11 for r in rows[:1] + rows[2:])
     assert [r[0] for r in rows[2:]] == ["| 1,000", "| 10,000", "| 100,000"]
     for r, scale in zip(rows[2:], out["scale"]):  # the same numbers as the JSON
         used = scale["actor_nodes"] + scale["trainer_nodes"]
         assert r[1] == f"{used:,} ({scale['actor_nodes']:,} + {scale['trainer_nodes']:,})"
         assert r[5] == scale["bottleneck"]
+        assert r[7] == f"{scale['spend']['kilojoules_per_million_steps']:,.3g}"
+
+
+def test_the_plans_energy_and_money_are_the_nodes_it_uses_at_the_models_watts_and_prices(costs_file, capsys):
+    """Every core of the nodes a layout uses at ``watts_per_core`` (idle nodes given back), per million env steps
+    at the predicted rate; money per hour at the prices; ``--rank energy`` ranks fewer nodes by energy per step,
+    and ``--target-steps`` gives hours, energy and money to the target."""
+    args = ["plan", "--costs", str(costs_file), "--nodes", "16", "--cores-per-node", "64", "--json"]
+    assert main([*args, "--cost", "watts_per_core=5", "--cost", "price_per_core_hour=0.05"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    spend, used = out["spend"], out["layout"]["ray.actor_nodes"] + out["trainer_nodes"]
+    assert spend["cores"] == used * 64 and spend["gpus"] == 0 and spend["watts"] == pytest.approx(used * 64 * 5)
+    per_step = spend["watts"] / out["env_steps_per_second"]
+    assert spend["kilojoules_per_million_steps"] == pytest.approx(per_step * 1e3, rel=1e-5)
+    assert spend["money_per_hour"] == pytest.approx(used * 64 * 0.05)
+    for row in out["scale"]:  # the 1k, 10k and 100k cores of the scale table, each its own energy
+        nodes = row["actor_nodes"] + row["trainer_nodes"]
+        assert row["spend"]["watts"] == pytest.approx(nodes * 64 * 5)
+    assert main([*args, "--rank", "energy", "--target-steps", "2e6"]) == 0
+    ranked = json.loads(capsys.readouterr().out)["energy_ranking"]
+    assert sorted({r["nodes"] for r in ranked}) == [n for n in (1, 2, 4, 8, 16) if n in {r["nodes"] for r in ranked}]
+    energies = [r["spend"]["kilojoules_per_million_steps"] for r in ranked]
+    assert len(ranked) >= 3 and energies == sorted(energies)
+    for r in ranked:
+        target = r["spend"]["to_target"]
+        assert target["hours"] == pytest.approx(2e6 / r["env_steps_per_second"] / 3600)
+        assert target["kilojoules"] == pytest.approx(r["spend"]["kilojoules_per_million_steps"] * 2, rel=1e-5)
+        assert target["money"] is None  # no price given
+    assert main(["plan", "--costs", str(costs_file), "--nodes", "4", "--cores-per-node", "8", "--rank", "energy"]) == 0
+    text = capsys.readouterr().out
+    assert "kJ per 1M env steps" in text and "energy ranking" in text
+
+
+def test_every_stored_costs_file_still_plans(capsys):
+    """The costs files docs/ cites (measured before later fields existed: replay, reanalyze) still load."""
+    files = sorted(Path("docs/data").rglob("costs*.jsonl"))
+    assert len(files) >= 5
+    for path in files:
+        assert main(["plan", "--costs", str(path), "--nodes", "4", "--cores-per-node", "16", "--json"]) == 0, path
+        assert json.loads(capsys.readouterr().out)["env_steps_per_second"] > 0
 
 
 @pytest.mark.parametrize(
@@ -413,6 +454,9 @@ def test_plan_json_and_text(costs_file, capsys):
         (["--costs", "{good}", "--layout", "actors=2"], "--layout 'actors=2': expected KEY=VALUE"),
         (["--costs", "{good}", "--layout", "trainers=two"], "--layout trainers: expected an integer"),
         (["--costs", "{good}", "--layout", "batch_segments=x"], "--layout batch_segments: expected an integer"),
+        (["--costs", "{good}", "--cost", "watts_per_core=-1"], "cost.watts_per_core: must be >= 0, got -1"),
+        (["--costs", "{good}", "--cost", "price_per_kwh=-3"], "cost.price_per_kwh: must be >= 0 or null"),
+        (["--costs", "{good}", "--target-steps", "0"], "--target-steps: must be > 0, got 0"),
         ([], "give --costs FILE or --config CONFIG"),
     ],
 )

@@ -229,8 +229,8 @@ class Costs:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ConfigError(f"{source}: {unknown[0]}: unknown field")
-        # files measured before agents_per_env: single-agent; without the replay terms: no replay
-        optional = _OPTIONAL | {"agents_per_env", *REPLAY}
+        # files measured before agents_per_env: single-agent; without the replay or reanalyze terms: none
+        optional = _OPTIONAL | {"agents_per_env", *REPLAY, "reanalyze_share", "reanalyze_batch"}
         missing = sorted(n for n in names - set(data) if n not in optional)
         if missing:
             raise ConfigError(f"{source}: {missing[0]}: missing")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from srl.api.config import ConfigError
+from srl.api.config import ConfigError, CostConfig
 from srl.capacity.model import (
     Cluster,
     Costs,
@@ -351,3 +351,51 @@ def scale_table(
             )
         )
     return rows
+
+
+# ---------------------------------------------------------------------------------------------- energy and money
+@dataclass(frozen=True)
+class Spend:
+    """What a layout costs to run, by the cost settings' model: every core of the nodes it uses (a node left
+    idle is not charged: it can be given back) at ``watts_per_core``, each GPU trainer's GPU at ``watts_per_gpu``
+    (the planned run keeps them busy), and the prices."""
+
+    cores: int
+    gpus: int
+    watts: float
+    joules_per_million_steps: float
+    money_per_hour: float | None
+
+    def to_target(self, env_steps: float, steps_per_second: float) -> dict[str, float | None]:
+        """Hours, kilojoules and money to a target ``env_steps`` away at ``steps_per_second``."""
+        hours = env_steps / steps_per_second / 3600.0
+        money = None if self.money_per_hour is None else self.money_per_hour * hours
+        return {"hours": hours, "kilojoules": self.joules_per_million_steps * env_steps / 1e9, "money": money}
+
+
+def spend(cluster: Cluster, rec: Recommendation, cost: CostConfig) -> Spend:
+    """The power, energy per million env steps and money per hour of ``rec`` on ``cluster``."""
+    lay = rec.layout
+    cores = cluster.shared_cores or (max(1, lay.actor_nodes + lay.trainer_nodes) * cluster.cores_per_node)
+    gpus = lay.trainers if lay.trainer_device == "gpu" else 0
+    watts = cores * cost.watts_per_core + gpus * cost.watts_per_gpu
+    sps = rec.prediction.steps_per_second
+    per_million = watts * 1e6 / sps if sps > 0 else math.inf
+    return Spend(cores, gpus, watts, per_million, cost.money(cores * 3600.0, gpus * 3600.0, watts * 3600.0))
+
+
+def energy_ladder(
+    costs: Costs, cluster: Cluster, limits: Limits, cost: CostConfig
+) -> list[tuple[Cluster, Recommendation, Spend]]:
+    """The recommended layout on 1, 2, 4, ... and all of ``cluster``'s nodes, least energy per env step first:
+    more nodes finish sooner, but each also draws power, and past the bottleneck it adds power and no speed."""
+    counts = sorted({*(2**k for k in range(int(math.log2(cluster.nodes)) + 1)), cluster.nodes})
+    out = []
+    for n in counts:
+        sub = dataclasses.replace(cluster, nodes=n)
+        try:
+            rec = recommend(costs, sub, limits)
+        except ConfigError:  # too few nodes for this layout's roles
+            continue
+        out.append((sub, rec, spend(sub, rec, cost)))
+    return sorted(out, key=lambda row: (row[2].joules_per_million_steps, row[0].nodes))

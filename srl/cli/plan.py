@@ -3,6 +3,11 @@
     srl plan --costs COSTS.json --nodes N --cores-per-node C [--gpus-per-node G] [--gpu-speedup X]
              [--link-gbps B] [--link-latency-us L] [--max-trainers M] [--json]
     srl plan --config CONFIG [--device cuda] ...   (measures the costs first, as ``srl bench costs`` does)
+    ... [--cost KEY=VALUE ...] [--rank energy] [--target-steps N]
+
+Every layout's power, energy per million env steps and money per hour come from the ``cost`` settings' model
+(the config's, with ``--cost`` overrides); ``--rank energy`` ranks the recommended layouts on 1, 2, 4, ... of the
+nodes by energy per env step, or to a target ``--target-steps`` away (a run's ``solved_env_steps``).
 
 Trainers on GPUs cost what ``srl bench costs --device`` measured there when the costs hold it
 (``device_update_seconds_per_sample``); only without it does ``--gpu-speedup`` scale the CPU's update.
@@ -21,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from srl.api.config import ConfigError
+from srl.api.config import ConfigError, CostConfig
 from srl.capacity.model import (
     STAGES,
     Cluster,
@@ -39,8 +44,11 @@ from srl.capacity.recommend import (
     Limits,
     Recommendation,
     ScaleRow,
+    Spend,
+    energy_ladder,
     recommend,
     scale_table,
+    spend,
     trainer_efficiency,
 )
 from srl.cli import add_overrides, check_device
@@ -108,6 +116,26 @@ def add_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="also predict this layout: the recommended one with KEY changed (a Layout field, e.g. "
         "actors_per_node=2, policy_workers_per_node=0, trainers, envs_per_slot; repeatable)",
+    )
+    p.add_argument(
+        "--cost",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a cost setting for the energy and money figures: watts_per_core, watts_per_gpu, price_per_core_hour, "
+        "price_per_gpu_hour, price_per_kwh (the config's cost section otherwise; repeatable)",
+    )
+    p.add_argument(
+        "--rank",
+        choices=("speed", "energy"),
+        default="speed",
+        help="energy: also rank the recommended layouts on 1, 2, 4, ... nodes by energy per env step (to target)",
+    )
+    p.add_argument(
+        "--target-steps",
+        type=float,
+        default=None,
+        help="env steps to the target return (a run's solved_env_steps): hours, energy and money to it",
     )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
@@ -204,6 +232,8 @@ def _check_args(args: argparse.Namespace) -> None:
     ):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag}: must be > 0, got {value}")
+    if args.target_steps is not None and not (math.isfinite(args.target_steps) and args.target_steps > 0):
+        raise ConfigError(f"--target-steps: must be > 0, got {args.target_steps}")
     if not (math.isfinite(args.link_latency_us) and args.link_latency_us >= 0):
         raise ConfigError(f"--link-latency-us: must be >= 0, got {args.link_latency_us}")
     if not 0.0 <= args.min_trainer_efficiency < 1.0:
@@ -245,6 +275,16 @@ def _config(args: argparse.Namespace) -> Any:
     return load_config(args.config, args.overrides)
 
 
+def _cost(args: argparse.Namespace) -> CostConfig:
+    """The cost settings: the config's (with ``--config``) or the defaults, with ``--cost`` on top."""
+    from srl.api.config import config_from, load_config
+
+    sets = [f"cost.{item}" for item in args.cost]
+    if args.config is not None:
+        return load_config(args.config, [*args.overrides, *sets]).cost
+    return config_from({}, sets).cost
+
+
 def _own_layout(args: argparse.Namespace, costs: Costs, cluster: Cluster) -> tuple[Recommendation | None, str]:
     """With ``--config``: the config's own layout (from its topology) and its prediction on the cluster, or why it
     cannot run there."""
@@ -260,6 +300,7 @@ def _own_layout(args: argparse.Namespace, costs: Costs, cluster: Cluster) -> tup
 
 def run_plan(args: argparse.Namespace) -> int:
     _check_args(args)
+    cost = _cost(args)  # a bad price or watts is one line before anything is measured
     costs = _costs(args)
     cluster = Cluster(
         nodes=args.nodes,
@@ -281,25 +322,42 @@ def run_plan(args: argparse.Namespace) -> int:
         given = Recommendation(layout, predict(costs, cluster, layout))
     own, own_note = _own_layout(args, costs, cluster) if args.config is not None else (None, "")
     rows = scale_table(costs, cluster, SCALES, limits)
+    ladder = energy_ladder(costs, cluster, limits, cost) if args.rank == "energy" else []
+    target = args.target_steps
     if args.markdown:
-        print(scale_markdown(rows))
+        print(scale_markdown(rows, cost))
     elif args.json:
-        out = plan_json(costs, cluster, rec, rows)
-        if given is not None:
-            out["given"] = {"layout": dataclasses.asdict(given.layout), **_prediction_json(given.prediction)}
-        if own is not None:
-            out["config"] = {"layout": dataclasses.asdict(own.layout), **_prediction_json(own.prediction)}
-        elif own_note:
+        out = plan_json(costs, cluster, rec, rows, cost, target)
+        for key, other in (("given", given), ("config", own)):
+            if other is not None:
+                out[key] = {
+                    "layout": dataclasses.asdict(other.layout),
+                    **_prediction_json(other.prediction),
+                    "spend": _spend_json(spend(cluster, other, cost), other, target),
+                }
+        if own is None and own_note:
             out["config"] = {"error": own_note}
+        if ladder:
+            out["energy_ranking"] = [
+                {
+                    "nodes": c.nodes,
+                    "layout": r.settings(),
+                    **_prediction_json(r.prediction),
+                    "spend": _spend_json(sp, r, target),
+                }
+                for c, r, sp in ladder
+            ]
         print(json.dumps(out))
     else:
-        text = plan_text(costs, cluster, rec, rows)
+        text = plan_text(costs, cluster, rec, rows, cost, target)
         if given is not None:
-            text += "\n\n" + given_text(given)
+            text += "\n\n" + given_text(given, cluster, cost, target)
         if own is not None:
-            text += "\n\n" + given_text(own, "the config's layout")
+            text += "\n\n" + given_text(own, cluster, cost, target, "the config's layout")
         elif own_note:
             text += "\n\n" + own_note
+        if ladder:
+            text += "\n\n" + ladder_text(ladder, cost, target)
         print(text)
     return 0
 
@@ -330,13 +388,37 @@ def _allreduce_json(costs: Costs, cluster: Cluster, layout: Layout) -> dict[str,
     }
 
 
-def plan_json(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[ScaleRow]) -> dict[str, Any]:
-    """One object: inputs, prediction (stage capacities, ``null`` where a stage cannot bind), layout, scale table."""
+def _spend_json(sp: Spend, rec: Recommendation, target_steps: float | None) -> dict[str, Any]:
+    """A layout's power, energy per million env steps, money per hour and, given a target, what reaching it takes."""
+    out: dict[str, Any] = {
+        "cores": sp.cores,
+        "gpus": sp.gpus,
+        "watts": round(sp.watts, 1),
+        "kilojoules_per_million_steps": _finite(sp.joules_per_million_steps / 1e3),
+        "money_per_hour": sp.money_per_hour,
+    }
+    if target_steps is not None:
+        out["to_target"] = sp.to_target(target_steps, rec.prediction.steps_per_second)
+    return out
+
+
+def plan_json(
+    costs: Costs,
+    cluster: Cluster,
+    rec: Recommendation,
+    rows: list[ScaleRow],
+    cost: CostConfig,
+    target_steps: float | None = None,
+) -> dict[str, Any]:
+    """One object: inputs, prediction (stage capacities, ``null`` where a stage cannot bind), layout, its spend
+    (by the cost model), scale table."""
     pred = rec.prediction
     return {
         "costs": costs.to_dict(),
         "cluster": dataclasses.asdict(cluster),
+        "cost": dataclasses.asdict(cost),
         **_prediction_json(pred),
+        "spend": _spend_json(spend(cluster, rec, cost), rec, target_steps),
         "layout": rec.settings(),
         "trainer_nodes": rec.layout.trainer_nodes,
         "params": _delivery_json(pred.params),
@@ -351,6 +433,7 @@ def plan_json(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
                 "bottleneck": r.recommendation.prediction.bottleneck,
                 "layout": r.recommendation.settings(),
                 "version_seconds": round(r.version_seconds, 6),
+                "spend": _spend_json(spend(r.cluster, r.recommendation, cost), r.recommendation, target_steps),
                 "flat": _delivery_json(r.flat),
                 "hierarchical": _delivery_json(r.hierarchical),
             }
@@ -384,7 +467,56 @@ def _us(s: float) -> str:
     return f"{s * 1e6:.3g} us" if s < 1e-3 else _secs(s)
 
 
-def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[ScaleRow]) -> str:
+def spend_text(sp: Spend, rec: Recommendation, cost: CostConfig, target_steps: float | None) -> str:
+    """``energy ...`` lines of a layout: per million env steps, power, money per hour, and to a target."""
+    text = (
+        f"energy      {sp.joules_per_million_steps / 1e3:,.3g} kJ per 1M env steps at {_si(sp.watts)}W "
+        f"({sp.cores:,} cores at {cost.watts_per_core:g} W"
+        + (f", {sp.gpus:,} GPUs at {cost.watts_per_gpu:g} W" if sp.gpus else "")
+        + ": the cost model)"
+        + ("" if sp.money_per_hour is None else f"; {sp.money_per_hour:,.4g} per hour")
+    )
+    if target_steps is not None:
+        t = sp.to_target(target_steps, rec.prediction.steps_per_second)
+        money = "" if t["money"] is None else f", {t['money']:,.4g} in money"
+        text += f"\nto target   {target_steps:,.0f} env steps: {_hours(t['hours'])}, {t['kilojoules']:,.4g} kJ{money}"
+    return text
+
+
+def _hours(h: float | None) -> str:
+    return "-" if h is None else (f"{h * 60:.3g} min" if h < 1 else f"{h:,.3g} h")
+
+
+def ladder_text(ladder: list[tuple[Cluster, Recommendation, Spend]], cost: CostConfig, target: float | None) -> str:
+    """The energy ranking: the recommended layout on 1, 2, 4, ... nodes, least energy per env step first."""
+    lines = [
+        "energy ranking (the recommended layout on fewer of the nodes; the cost model's watts)",
+        f"{'nodes':>7} {'env steps/s':>11} {'bottleneck':>10} {'power':>8} {'kJ/1M steps':>11}"
+        + (f" {'to target':>10} {'kJ to target':>12}" if target is not None else "")
+        + (f" {'money/h':>9}" if cost.priced else ""),
+    ]
+    for c, rec, sp in ladder:
+        line = (
+            f"{c.nodes:>7,} {_si(rec.prediction.steps_per_second):>11} {rec.prediction.bottleneck:>10} "
+            f"{_si(sp.watts) + 'W':>8} {sp.joules_per_million_steps / 1e3:>11,.4g}"
+        )
+        if target is not None:
+            t = sp.to_target(target, rec.prediction.steps_per_second)
+            line += f" {_hours(t['hours']):>10} {t['kilojoules']:>12,.4g}"
+        if sp.money_per_hour is not None:
+            line += f" {sp.money_per_hour:>9,.4g}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def plan_text(
+    costs: Costs,
+    cluster: Cluster,
+    rec: Recommendation,
+    rows: list[ScaleRow],
+    cost: CostConfig,
+    target_steps: float | None = None,
+) -> str:
     pred, lay = rec.prediction, rec.layout
     speed = f", GPU update speed-up {costs.gpu_update_speedup:g}x" if costs.gpu_update_speedup else ""
     if costs.device_update_seconds_per_sample is not None:
@@ -400,6 +532,7 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
         "",
         f"predicted   {pred.steps_per_second:,.0f} env steps/s   bottleneck: {pred.bottleneck}",
         "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES) + "   (env steps/s each)",
+        spend_text(spend(cluster, rec, cost), rec, cost, target_steps),
         "",
         "recommended layout"
         + (
@@ -432,7 +565,7 @@ def plan_text(costs: Costs, cluster: Cluster, rec: Recommendation, rows: list[Sc
         "time between versions, in versions)",
         _scale_header(),
     ]
-    lines += [_scale_line(r) for r in rows]
+    lines += [_scale_line(r, spend(r.cluster, r.recommendation, cost)) for r in rows]
     return "\n".join(lines)
 
 
@@ -446,13 +579,22 @@ def _replay_costs(costs: Costs) -> str:
     )
 
 
-def given_text(given: Recommendation, title: str = "given layout") -> str:
+def given_text(
+    given: Recommendation,
+    cluster: Cluster,
+    cost: CostConfig,
+    target_steps: float | None = None,
+    title: str = "given layout",
+) -> str:
     lay, pred = given.layout, given.prediction
     fields = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(lay).items())
     return (
         f"{title} ({fields})\n"
         f"predicted   {pred.steps_per_second:,.0f} env steps/s   bottleneck: {pred.bottleneck}\n"
-        "stages      " + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES)
+        "stages      "
+        + " | ".join(f"{s} {_si(pred.stages[s])}" for s in STAGES)
+        + "\n"
+        + spend_text(spend(cluster, given, cost), given, cost, target_steps)
     )
 
 
@@ -461,24 +603,25 @@ def _idle(cluster: Cluster, lay: Layout) -> str:
     return f"; {idle} node(s) would add nothing" if idle else ""
 
 
-def scale_markdown(rows: list[ScaleRow]) -> str:
+def scale_markdown(rows: list[ScaleRow], cost: CostConfig) -> str:
     """The scale table as Markdown: per row the nodes used, each actor node's split, trainers, the prediction,
-    and the parameter service flat vs hierarchical (readers or relays, root egress per version, delivery, and
-    in brackets the lag that delivery causes, in versions)."""
+    the power and energy per million env steps of the nodes used (the cost model), and the parameter service flat
+    vs hierarchical (readers or relays, root egress per version, delivery, and in brackets the lag that delivery
+    causes, in versions)."""
     lines = [
-        "| cores | nodes (actor + trainer) | per actor node | trainers | env steps/s | bottleneck | version every "
-        "| flat: readers, root egress / version, delivery (lag) "
+        "| cores | nodes (actor + trainer) | per actor node | trainers | env steps/s | bottleneck | power "
+        "| kJ / 1M env steps | version every | flat: readers, root egress / version, delivery (lag) "
         "| hierarchical: relays, fan-out (depth), root egress / version, delivery (lag) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lay, pred, f, h = r.recommendation.layout, r.recommendation.prediction, r.flat, r.hierarchical
-        used = lay.actor_nodes + lay.trainer_nodes
+        used, sp = lay.actor_nodes + lay.trainer_nodes, spend(r.cluster, r.recommendation, cost)
         lines.append(
             f"| {r.cores:,} | {used:,} ({lay.actor_nodes:,} + {lay.trainer_nodes:,}) "
             f"| {lay.actors_per_node} actors, {lay.policy_workers_per_node} PW, {lay.envs_per_slot} envs/slot "
             f"| {lay.trainers:,} {lay.trainer_device.upper()} | {_si(pred.steps_per_second)} | {pred.bottleneck} "
-            f"| {_secs(r.version_seconds)} "
+            f"| {_si(sp.watts)}W | {sp.joules_per_million_steps / 1e3:,.3g} | {_secs(r.version_seconds)} "
             f"| {f.readers:,}, {_bytes(f.root_bytes)}, {_secs(f.seconds)} ({f.seconds / r.version_seconds:.2f}) "
             f"| {h.relays:,}, {h.fan_out} ({h.depth}), {_bytes(h.root_bytes)}, {_secs(h.seconds)} "
             f"({h.seconds / r.version_seconds:.2f}) |"
@@ -488,18 +631,19 @@ def scale_markdown(rows: list[ScaleRow]) -> str:
 
 def _scale_header() -> str:
     return (
-        f"{'cores':>7} {'nodes':>6} {'env steps/s':>11} {'bottleneck':>10} {'version every':>13} | "
+        f"{'cores':>7} {'nodes':>6} {'env steps/s':>11} {'bottleneck':>10} {'kJ/1M steps':>11} {'version every':>13} | "
         f"{'flat: readers':>13} {'root egress':>11} {'delivery':>9} {'lag':>6} | "
         f"{'hier.: relays':>13} {'fan-out':>7} {'depth':>5} {'root egress':>11} {'delivery':>9} {'lag':>6}"
     )
 
 
-def _scale_line(r: ScaleRow) -> str:
+def _scale_line(r: ScaleRow, sp: Spend) -> str:
     pred = r.recommendation.prediction
     f, h = r.flat, r.hierarchical
     return (
         f"{r.cores:>7,} {r.cluster.nodes:>6,} {_si(pred.steps_per_second):>11} {pred.bottleneck:>10} "
-        f"{_secs(r.version_seconds):>13} | {f.readers:>13,} {_bytes(f.root_bytes):>11} {_secs(f.seconds):>9} "
+        f"{sp.joules_per_million_steps / 1e3:>11,.3g} {_secs(r.version_seconds):>13} | {f.readers:>13,} "
+        f"{_bytes(f.root_bytes):>11} {_secs(f.seconds):>9} "
         f"{f.seconds / r.version_seconds:>6.2f} | {h.relays:>13,} {h.fan_out:>7} {h.depth:>5} "
         f"{_bytes(h.root_bytes):>11} {_secs(h.seconds):>9} {h.seconds / r.version_seconds:>6.2f}"
     )
