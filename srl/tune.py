@@ -14,7 +14,10 @@ A full grid sweep of layouts (actors x policy workers x envs per slot) costs ten
    (``summary.json``'s ``trained_samples_per_second``), not env steps sampled: when the trainer binds, more
    actors sample more steps, but what the trainer cannot take in time ages past ``max_policy_lag`` and is
    dropped, so the sampled rate rewards waste (CartPole with 4 actors instead of 1: 1.5x the env steps
-   sampled, the same samples trained, a third of the segments dropped).
+   sampled, the same samples trained, a third of the segments dropped). With ``rank="energy"`` the winner is
+   the one that spends the least energy per sample trained instead (``summary.json``'s ``cost``, over each
+   try's training): since a layout never changes what an update learns from, it needs the same samples to
+   reach a target return, and so the least energy to the target.
 
 The grid: ``workers.actors`` 1-4, ``workers.policy_workers`` 0-2, ``workers.envs_per_slot`` the config's
 halved and doubled up to 4x as long as each trainer's PPO batch stays what the config says
@@ -105,15 +108,28 @@ def rank_key(steps_per_second: float, settings: dict[str, int]) -> tuple[float, 
     return (bucket, processes, -settings["workers.envs_per_slot"], settings["workers.ring_size"])
 
 
-def tune(config: str, seconds: float, overrides: list[str], tries: int = 3, cores: int | None = None) -> dict[str, Any]:
+RANKS = ("speed", "energy")
+
+
+def tune(
+    config: str,
+    seconds: float,
+    overrides: list[str],
+    tries: int = 3,
+    cores: int | None = None,
+    rank: str = "speed",
+) -> dict[str, Any]:
     """Measure ``tries`` model-ranked layouts and the config's own, training about ``seconds`` in all (costs
-    first; each try's start-up comes on top, so every try trains as long); the fastest measured, with every tried
-    layout's prediction and measured env steps/s."""
+    first; each try's start-up comes on top, so every try trains as long); the fastest measured (``rank``
+    ``energy``: the one of least energy per sample trained), with every tried layout's prediction, measured rates
+    and energy per sample."""
     from srl.bench.costs import measure_costs
     from srl.bench.throughput import bench_train
 
     if tries < 1:
         raise ConfigError(f"--tries: must be >= 1, got {tries}")
+    if rank not in RANKS:
+        raise ConfigError(f"--rank: one of {', '.join(RANKS)}, got {rank!r}")
     cfg = load_config(config, overrides)
     if cfg.runtime == "ray":
         raise ConfigError("srl tune: tunes the local runtime's layout on this machine (runtime: ray is srl plan's)")
@@ -137,12 +153,19 @@ def tune(config: str, seconds: float, overrides: list[str], tries: int = 3, core
                 "predicted_steps_per_second": round(predicted(costs, cores, settings), 1),
                 "trained_samples_per_second": result["trained_samples_per_second"],
                 "train_fps": result["train_fps"],
+                "joules_per_trained_sample": result["joules_per_trained_sample"],
+                "core_seconds_per_trained_sample": result["core_seconds_per_trained_sample"],
                 "model_rank": ranked.index(settings) + 1,
             }
         )
-    best = max(tried, key=lambda t: t["trained_samples_per_second"])
+    if rank == "energy":
+        best = min(tried, key=lambda t: t["joules_per_trained_sample"] or math.inf)
+    else:
+        best = max(tried, key=lambda t: t["trained_samples_per_second"])
     return {
         "tune": config,
+        "rank": rank,
+        "energy_method": result["energy_method"],
         "cores": cores,
         "grid_size": len(layouts),
         "seconds_per_try": round(each, 1),
@@ -150,6 +173,8 @@ def tune(config: str, seconds: float, overrides: list[str], tries: int = 3, core
         "best": best["set"],
         "best_trained_samples_per_second": best["trained_samples_per_second"],
         "own_trained_samples_per_second": tried[0]["trained_samples_per_second"],
+        "best_joules_per_trained_sample": best["joules_per_trained_sample"],
+        "own_joules_per_trained_sample": tried[0]["joules_per_trained_sample"],
     }
 
 

@@ -33,8 +33,9 @@ def test_the_grid_keeps_every_trainers_batch_and_holds_the_configs_own_layout():
 
 @pytest.mark.slow
 def test_a_tiny_search_gives_keys_srl_train_accepts(tmp_path, capsys, monkeypatch):
-    """One model-ranked layout beside the config's own, each trained in a fresh process: the winner's --set keys
-    build the config, and the overlay it writes applies the same keys.
+    """One model-ranked layout beside the config's own, each trained in a fresh process, ranked by the energy
+    each spent per sample trained: the winner's --set keys build the config, and the overlay it writes applies the
+    same keys.
 
     Each try here stops at 20k env steps instead of the search's seconds (a loaded machine can be slow enough to
     train little in a second): the actors cannot run more than their sample buffers ahead of the trainer, so by
@@ -43,13 +44,17 @@ def test_a_tiny_search_gives_keys_srl_train_accepts(tmp_path, capsys, monkeypatc
     by_steps = ["run.max_train_seconds=null", "run.total_env_steps=20000"]
     monkeypatch.setattr(throughput, "bench_train", lambda config, s, sets: real(config, s, [*sets, *by_steps]))
     out = tmp_path / "tuned.yaml"
-    assert main(["tune", CARTPOLE, "--seconds", "1", "--tries", "1", "--out", str(out), "--json"]) == 0
+    args = ["tune", CARTPOLE, "--seconds", "1", "--tries", "1", "--rank", "energy", "--out", str(out), "--json"]
+    assert main(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert len(result["tried"]) == 2 and result["tried"][0]["own"] and not result["tried"][1]["own"]
     for t in result["tried"]:
         assert t["predicted_steps_per_second"] > 0 and 0 < t["trained_samples_per_second"] <= t["train_fps"]
-    assert result["best"] in [t["set"] for t in result["tried"]]
-    assert result["best_trained_samples_per_second"] == max(t["trained_samples_per_second"] for t in result["tried"])
+        assert 0 < t["core_seconds_per_trained_sample"] < 0.01  # a CartPole sample is microseconds of CPU
+        if result["energy_method"]["cpu"] == "estimate":  # the model: 10 W per core
+            assert t["joules_per_trained_sample"] == pytest.approx(10 * t["core_seconds_per_trained_sample"])
+    assert result["best"] in [t["set"] for t in result["tried"]] and result["rank"] == "energy"
+    assert result["best_joules_per_trained_sample"] == min(t["joules_per_trained_sample"] for t in result["tried"])
     tuned = load_config(CARTPOLE, result["best"])
     assert load_config(CARTPOLE, overlay_overrides(out)) == tuned
 
@@ -60,6 +65,7 @@ def test_a_tiny_search_gives_keys_srl_train_accepts(tmp_path, capsys, monkeypatc
         (["--tries", "0"], "--tries: must be >= 1"),
         (["--seconds", "0"], "--seconds: must be > 0"),
         (["--set", "runtime=ray"], "srl tune: tunes the local runtime's layout"),
+        (["--set", "cost.watts_per_core=-2"], "cost.watts_per_core: must be >= 0"),
     ],
 )
 def test_bad_tune_input_is_one_line(args, needle, capsys):

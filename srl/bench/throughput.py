@@ -444,12 +444,13 @@ def random_batch(plan: PolicyPlan, rng: np.random.Generator, n: int) -> dict[str
 def bench_train(config: str, seconds: float, overrides: list[str]) -> dict[str, Any]:
     """End-to-end training throughput: ``srl train`` in a fresh process for ``seconds`` from its first env step
     (``run.max_train_seconds``: start-up on top, as the rates leave it out); FPS and time shares."""
-    summary, _ = train_in_fresh_process(
+    summary, records = train_in_fresh_process(
         config, ["run.target_return=null", "run.eval_episodes=0", f"run.max_train_seconds={seconds}", *overrides]
     )
     lags = np.asarray(summary["lag_histogram"], np.float64)  # trained samples by policy lag (versions)
     lag_mean = float(lags @ np.arange(len(lags)) / lags.sum()) if lags.sum() else None
     return {
+        **_spent_per_sample(records, summary["cost"]),
         "bench": "train",
         "config": config,
         "overrides": overrides,
@@ -460,6 +461,22 @@ def bench_train(config: str, seconds: float, overrides: list[str]) -> dict[str, 
         "policy_version": summary["policy_version"],
         "lag_mean": None if lag_mean is None else round(lag_mean, 3),
         "time_fractions": {k: round(v, 3) for k, v in summary["time_fractions"].items()},
+    }
+
+
+def _spent_per_sample(records: list[dict[str, Any]], cost: Mapping[str, Any]) -> dict[str, Any]:
+    """Core-seconds and joules per sample trained, from the first record with a trained sample to the last (what
+    training costs once it runs, start-up left out, as the rates leave it out), and the energy's method."""
+    trained = [r for r in records if r.get("samples")]
+    out: dict[str, Any] = {"energy_method": cost["energy_method"]}
+    if len(trained) < 2 or trained[-1]["samples"] <= trained[0]["samples"]:
+        return {**out, "core_seconds_per_trained_sample": None, "joules_per_trained_sample": None}
+    first, last = trained[0], trained[-1]
+    samples = last["samples"] - first["samples"]
+    return {
+        **out,
+        "core_seconds_per_trained_sample": (last["cost/core_seconds"] - first["cost/core_seconds"]) / samples,
+        "joules_per_trained_sample": (last["cost/energy_joules"] - first["cost/energy_joules"]) / samples,
     }
 
 
