@@ -192,3 +192,25 @@ def test_bench_solve_reports_the_mean_policy_lag_of_the_samples_trained_on():
     from srl.bench.throughput import _mean_lag
 
     assert _mean_lag([1, 1, 2]) == 1.25 and _mean_lag([]) is None and _mean_lag([0, 0]) is None
+
+
+def test_bench_solve_takes_each_runs_cost_to_target_and_their_medians(monkeypatch):
+    """Each seed's core-seconds and energy to its target come from its summary's ``cost.to_target``; a run that
+    did not solve counts as never (its median then none, when most did not)."""
+    from srl.bench import throughput
+
+    def summary(seed: int) -> dict:
+        cost = {"core_seconds": {"total": 9.0 * seed}, "energy_method": {"cpu": "estimate"}}
+        if seed < 3:  # seed 3 does not reach the target
+            cost["to_target"] = {"core_seconds": 2.0 * seed, "energy_joules": 20.0 * seed, "money": None}
+        solved = {"solved_wall_seconds": 1.5 * seed, "solved_env_steps": 1000 * seed} if seed < 3 else {}
+        return {"solved": seed < 3, "wall_seconds": 5.0, "lag_histogram": [1], "cost": cost, **solved}
+
+    monkeypatch.setattr(throughput, "train_in_fresh_process", lambda c, o: (summary(int(o[0][5:])), []))
+    out = throughput.bench_solve("configs/cartpole_ppo.yaml", 3, [])
+    assert [r["solved_core_seconds"] for r in out["per_run"]] == [2.0, 4.0, None]
+    assert [r["solved_energy_joules"] for r in out["per_run"]] == [20.0, 40.0, None]
+    assert out["median_solved_core_seconds"] == 4.0 and out["median_solved_energy_joules"] == 40.0
+    assert out["median_solved_wall_seconds"] == 3.0 and out["solved"] == 2
+    monkeypatch.setattr(throughput, "train_in_fresh_process", lambda c, o: (summary(3), []))
+    assert throughput.bench_solve("configs/cartpole_ppo.yaml", 2, [])["median_solved_core_seconds"] is None

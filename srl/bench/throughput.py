@@ -188,14 +188,16 @@ def bench_sampling(cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
 
 
 def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
-    """Time from the program's start (``wall_seconds``) to solved, for ``runs`` seeds, each ``srl train`` in a fresh
-    process. The seeds are 1 to ``runs``: an override of ``seed`` would be reported under the wrong one, so it is
-    refused."""
+    """Time from the program's start (``wall_seconds``) to solved, and what it cost (core-seconds, energy and its
+    method, money where priced: ``summary.json``'s ``cost.to_target``), for ``runs`` seeds, each ``srl train`` in
+    a fresh process. The seeds are 1 to ``runs``: an override of ``seed`` would be reported under the wrong one,
+    so it is refused."""
     if any(o.partition("=")[0].strip() == "seed" for o in overrides):
         raise ConfigError("--set seed: srl bench solve runs seeds 1 to --runs itself")
     results = []
     for seed in range(1, runs + 1):
         summary, _ = train_in_fresh_process(config, [f"seed={seed}", *overrides])
+        target = summary["cost"].get("to_target") or {}
         results.append(
             {
                 "seed": seed,
@@ -204,19 +206,29 @@ def bench_solve(config: str, runs: int, overrides: list[str]) -> dict[str, Any]:
                 "solved_env_steps": summary.get("solved_env_steps"),
                 "wall_seconds": summary["wall_seconds"],
                 "lag_mean": _mean_lag(summary.get("lag_histogram") or []),
+                "solved_core_seconds": target.get("core_seconds"),
+                "solved_energy_joules": target.get("energy_joules"),
+                "solved_money": target.get("money"),
+                "core_seconds": summary["cost"]["core_seconds"],
+                "energy_method": summary["cost"]["energy_method"],
             }
         )
-    times = [r["solved_wall_seconds"] if r["solved"] else float("inf") for r in results]
-    steps = [r["solved_env_steps"] if r["solved"] else float("inf") for r in results]
-    median, median_steps = float(np.median(times)), float(np.median(steps))
+
+    def median(key: str) -> float:
+        return float(np.median([r[key] if r["solved"] else float("inf") for r in results]))
+
+    median_wall, median_steps = median("solved_wall_seconds"), median("solved_env_steps")
+    median_cores, median_joules = median("solved_core_seconds"), median("solved_energy_joules")
     return {
         "bench": "solve",
         "config": config,
         "overrides": overrides,
         "runs": runs,
         "solved": sum(r["solved"] for r in results),
-        "median_solved_wall_seconds": round(median, 2) if np.isfinite(median) else None,
+        "median_solved_wall_seconds": round(median_wall, 2) if np.isfinite(median_wall) else None,
         "median_solved_env_steps": int(median_steps) if np.isfinite(median_steps) else None,
+        "median_solved_core_seconds": round(median_cores, 2) if np.isfinite(median_cores) else None,
+        "median_solved_energy_joules": round(median_joules, 1) if np.isfinite(median_joules) else None,
         "per_run": results,
     }
 
