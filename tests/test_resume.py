@@ -113,6 +113,73 @@ def test_a_full_disk_skips_periodic_checkpoints_and_fails_the_final_one_leaving_
     assert load_checkpoint(run / "checkpoints" / files[0])["format"] == "srl-checkpoint-v2"
 
 
+def test_a_record_a_full_disk_cuts_short_is_cut_back_whole(tmp_path):
+    """``write_all``: the bytes a full disk took of a record are taken back, so the file ends at a whole record."""
+    import errno
+
+    from srl.base.fileio import write_all
+
+    class FillsUp:  # an unbuffered file on a disk that fills up after 5 more bytes
+        def __init__(self, f):
+            self.f, self.room = f, None
+
+        def write(self, data):
+            if self.room is not None:
+                if self.room == 0:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                data, self.room = data[: self.room], 0
+            return self.f.write(data)
+
+        def tell(self):
+            return self.f.tell()
+
+        def truncate(self, size):
+            return self.f.truncate(size)
+
+    with open(tmp_path / "log", "ab", buffering=0) as f:
+        file = FillsUp(f)
+        write_all(file, b'{"a": 1}\n')
+        file.room = 5
+        with pytest.raises(OSError, match="No space left"):
+            write_all(file, b'{"b": 2}\n')
+        file.room = None  # room again
+        write_all(file, b'{"c": 3}\n')
+    assert (tmp_path / "log").read_bytes() == b'{"a": 1}\n{"c": 3}\n'
+
+
+def test_a_disk_full_for_a_while_skips_the_records_and_the_run_goes_on(tmp_path, monkeypatch):
+    """While the run directory's disk is full the controller's writes (metrics, counters) are skipped with one
+    warning, and a second once they go through again; the run ends as it would have, its records whole."""
+    import errno
+
+    from srl.system import run_dir
+
+    real, real_atomic, calls = run_dir.write_all, run_dir.atomic_write_text, {"n": 0, "full": False}
+
+    def full_for_a_while(file, data):  # each record (after the third) and the counters written after it
+        calls["n"] += 1
+        calls["full"] = 3 <= calls["n"] <= 6
+        if calls["full"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(file, data)
+
+    def counters(path, text):
+        if calls["full"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_atomic(path, text)
+
+    monkeypatch.setattr(run_dir, "write_all", full_for_a_while)
+    monkeypatch.setattr(run_dir, "atomic_write_text", counters)
+    cfg = load_config("configs/cartpole_ppo.yaml", ["runtime=inline", *SHORT, "run.total_env_steps=12000"])
+    summary = train(cfg, tmp_path / "run", progress=None)
+    assert "error" not in summary and summary["stop_reason"] == "env_steps" and calls["n"] > 8
+    full = [w for w in summary["warnings"] if "No space left on device (metrics not written)" in w]
+    again = [w for w in summary["warnings"] if "written again, 8 write(s) skipped" in w]  # 4 records, 4 counters
+    assert len(full) == 1 and len(again) == 1, summary["warnings"]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == calls["n"] - 4 and json.loads((tmp_path / "run" / "summary.json").read_text())
+
+
 @pytest.mark.slow
 def test_kill_9_of_the_trainer_without_restarts_fails_the_run_and_resume_finishes_it(tmp_path) -> None:
     """With restarts off a dead trainer ends the run (with them on it restarts: see test_faults.py)."""

@@ -10,6 +10,7 @@ power loss.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Callable
@@ -61,10 +62,18 @@ def atomic_write_text(path: PathLike, text: str, encoding: str = "utf-8") -> Non
 
 def write_all(file: BinaryIO, data: bytes) -> None:
     """Write all of ``data`` to an unbuffered file, whose ``write`` may take less (a full disk takes what fits; the
-    next call raises the reason), so an error surfaces in the caller and no record is cut short unnoticed."""
+    next call raises the reason), or none of it: where a write fails, the file is cut back to where it was before
+    the OSError is raised, so no record is left half-written (a full disk that frees up later takes the next
+    records whole)."""
+    start = file.tell()
     view = memoryview(data)
-    while view:
-        view = view[file.write(view) or 0 :]
+    try:
+        while view:
+            view = view[file.write(view) or 0 :]
+    except OSError:
+        with contextlib.suppress(OSError):
+            file.truncate(start)
+        raise
 
 
 def _fsync_dir(directory: Path) -> None:

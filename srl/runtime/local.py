@@ -11,6 +11,7 @@ shared-memory segment and pipe of the run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -38,7 +39,7 @@ from srl.runtime.supervisor import Launch, Supervisor
 from srl.runtime.topology import Endpoint, Stream, WorkerSpec
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller, stop_on_signals
-from srl.system.run_dir import write_run_file
+from srl.system.run_dir import RunDirFull, write_run_file
 from srl.system.tracebacks import error_report
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,8 @@ class LocalPlacement:
         """``workers.json``: which process is which worker, for operators (and fault-injection tests)."""
         if self.run_dir is not None:
             pids = {name: proc.pid for name, proc in self.procs.items()}
-            write_run_file(self.run_dir / "workers.json", json.dumps(pids, indent=1) + "\n")
+            with contextlib.suppress(RunDirFull):  # the disk is full: the next start writes it (the run warns)
+                write_run_file(self.run_dir / "workers.json", json.dumps(pids, indent=1) + "\n")
 
 
 def _start(method: str, plan: Plan, fabric: SharedFabric, launch: Launch, run_dir: Path | None) -> WorkerProcess:

@@ -64,7 +64,7 @@ from srl.runtime.supervisor import Launch, StartError, Supervisor
 from srl.runtime.topology import TRAINER_NODE, Endpoint, Restart, Stream, WorkerSpec, trainer_group
 from srl.system.control import ControlReceiver
 from srl.system.controller import Controller, stop_on_signals
-from srl.system.run_dir import write_run_file
+from srl.system.run_dir import RunDirFull, write_run_file
 
 log = logging.getLogger(__name__)
 
@@ -482,7 +482,8 @@ class RayPlacement:
         if self.run_dir is None:
             return
         where = {name: w.info for name, w in self.workers.items() if w.ref is not None and w.info is not None}
-        write_run_file(self.run_dir / "workers.json", json.dumps(where, indent=1) + "\n")
+        with contextlib.suppress(RunDirFull):  # the disk is full: the next start writes it (the run warns)
+            write_run_file(self.run_dir / "workers.json", json.dumps(where, indent=1) + "\n")
 
     # ------------------------------------------------------------------ stop
     def stop(self, receiver: ControlReceiver) -> list[np.ndarray] | None:

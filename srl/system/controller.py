@@ -25,7 +25,7 @@ from srl.api.report import Aggregator
 from srl.base.stop_signals import held
 from srl.system.cost import CostLedger
 from srl.system.progress import ProgressLine
-from srl.system.run_dir import Resume, RunCounters, RunDir, RunDirError
+from srl.system.run_dir import Resume, RunCounters, RunDir, RunDirError, RunDirFull
 from srl.system.tally import Tally
 
 MIN_RECORD_SECONDS = 0.1
@@ -72,6 +72,7 @@ class Controller:
         it."""
         self._shown: set[str] = set()  # tracebacks printed so far: a restart that fails alike does not repeat one
         self.restarts: dict[str, int] = {}
+        self._skipped_writes = 0  # run directory writes skipped since its disk filled up
         self.restart_dropped_segments = 0
         self.timing: dict[str, dict[str, float]] = {}
         """Each worker's cumulative phase seconds (``total``, ``wait``, ...), from the ``t_`` entries of its reports."""
@@ -150,12 +151,23 @@ class Controller:
             self.line.note(text.rstrip("\n"))
 
     def _write(self, write: Callable[[RunDir], None]) -> None:
-        """Write to the run directory; a lost one (deleted, a full disk) ends the run with one line."""
-        if self.run_dir is not None:
-            try:
-                write(self.run_dir)
-            except RunDirError as exc:
-                self.fail(str(exc))
+        """Write to the run directory; a lost one (deleted or moved) ends the run with one line. While its disk is
+        full the writes are skipped (one warning, and another once they go through again) and the run goes on."""
+        if self.run_dir is None:
+            return
+        try:
+            write(self.run_dir)
+        except RunDirFull as exc:
+            self._skipped_writes += 1
+            if self._skipped_writes == 1:
+                self.warn(f"{exc}: skipped while the disk is full; the run goes on")
+            return
+        except RunDirError as exc:
+            self.fail(str(exc))
+            return
+        if self._skipped_writes:
+            self.warn(f"run directory {self.run_dir.path}: written again, {self._skipped_writes} write(s) skipped")
+            self._skipped_writes = 0
 
     def note_restart(self, worker: str, cause: str, dropped_segments: int) -> None:
         """The runtime restarted ``worker`` after ``cause``: counted, said, and its new start counts from 0 (its

@@ -12,6 +12,7 @@ the run with it. A deleted directory raises nothing on a file held open, so each
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -30,7 +31,16 @@ from srl.base.tb_scalars import ScalarWriter
 
 
 class RunDirError(RuntimeError):
-    """The run directory cannot be written (deleted or moved, a full disk, a network filesystem that failed)."""
+    """The run directory cannot be written (deleted or moved, a network filesystem that failed)."""
+
+
+class RunDirFull(RunDirError):
+    """The disk under the run directory is full (or its quota spent) now: this write was skipped, nothing of it
+    left half-written, and the next one is tried again."""
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""The errors of a disk that may free up again."""
 
 
 def _lost_line(path: Path, reason: str, what: str) -> str:
@@ -38,11 +48,13 @@ def _lost_line(path: Path, reason: str, what: str) -> str:
 
 
 def write_run_file(path: Path, text: str) -> None:
-    """Atomically write ``text`` to ``path``, a file of the run directory; a failure raises RunDirError."""
+    """Atomically write ``text`` to ``path``, a file of the run directory; a failure raises RunDirError
+    (RunDirFull on a full disk, the file as it was)."""
     try:
         atomic_write_text(path, text)
     except OSError as exc:
-        raise RunDirError(_lost_line(path.parent, exc.strerror or str(exc), path.name)) from None
+        error = RunDirFull if exc.errno in FULL else RunDirError
+        raise error(_lost_line(path.parent, exc.strerror or str(exc), path.name)) from None
 
 
 def policy_checkpoints(run_dir: Path, cfg: ExperimentConfig, policy: str) -> Path:
@@ -203,11 +215,17 @@ class RunDir:
     @contextlib.contextmanager
     def _writing(self, what: str) -> Iterator[None]:
         """Around a write of ``what``: raise RunDirError when the directory is gone (deleted or moved: its
-        ``metrics.jsonl`` is no longer the file this run opened) or the write fails."""
+        ``metrics.jsonl`` is no longer the file this run opened) or the write fails; RunDirFull, and the directory
+        not taken as lost, when the disk is full."""
         if self.lost is None:
             try:
                 if _identity(os.stat(self.path / "metrics.jsonl")) == self._identity:
-                    yield
+                    try:
+                        yield
+                    except OSError as exc:
+                        if exc.errno in FULL:  # not lost: later writes are tried again
+                            raise RunDirFull(_lost_line(self.path, exc.strerror or "disk full", what)) from None
+                        raise
                     return
                 reason = "deleted or moved"
             except FileNotFoundError:
