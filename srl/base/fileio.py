@@ -64,8 +64,9 @@ def write_all(file: BinaryIO, data: bytes) -> None:
     """Write all of ``data`` to an unbuffered file, whose ``write`` may take less (a full disk takes what fits; the
     next call raises the reason), or none of it: where a write fails, the file is cut back to where it was before
     the OSError is raised, so no record is left half-written (a full disk that frees up later takes the next
-    records whole)."""
-    start = file.tell()
+    records whole). The file's size, not its position, says where the record began: a file opened to append writes
+    at its end wherever its position is, and a record cut back leaves the position past the end."""
+    start = os.fstat(file.fileno()).st_size
     view = memoryview(data)
     try:
         while view:
@@ -73,6 +74,7 @@ def write_all(file: BinaryIO, data: bytes) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             file.truncate(start)
+            file.seek(start)
         raise
 
 

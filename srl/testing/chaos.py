@@ -7,6 +7,13 @@ from a seeded schedule injects, one after another:
 
 - ``kill``: SIGKILL of a random worker of any role (``workers.json`` says which process is which);
 - ``stall``: SIGSTOP of a random worker, then SIGCONT ``stall_seconds`` later;
+- ``disk``: the run directory's disk filled up, then freed ``stall_seconds`` later. For this fault the run runs
+  in a mount namespace of its own (``unshare --mount``, as root) with its run directory on a tmpfs of
+  ``disk_mb`` (the namespace and the tmpfs go with the run's last process, whatever ends it); the harness
+  reads the run's files through ``/proc/PID/root`` and fills that tmpfs, and the run directory is copied out
+  when the run ends. A run that reaches its end while the disk is full cannot write its final checkpoint or
+  summary: that exit 1 (its printed summary says how it ended, and the error) is the documented one, and not
+  counted as a breach;
 
 and, on a cluster of network namespaces (:mod:`srl.testing.netcluster`, the run's driver on its head node):
 
@@ -50,6 +57,7 @@ trainers restart together: a peer's restart counts as one without a kill).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -76,13 +84,24 @@ from srl.system.run_dir import policy_checkpoints
 if TYPE_CHECKING:
     from srl.testing.netcluster import NetCluster
 
-FAULTS = ("kill", "stall", "node", "cut")
+FAULTS = ("kill", "stall", "disk", "node", "cut")
 HARNESS_SETTINGS = ("workers.max_restarts=1000000",)
 """Set before the caller's settings (which may change it): the bound on a worker's restarts (3 by default) ends a
 run at its fourth death, and a chaos run kills every worker many times; a worker that dies on its own as well is
 caught by the restart check instead (more restarts than kills)."""
 NODE_FAULTS = ("node", "cut")
 """The faults that need a cluster of network namespaces."""
+SMALL_DISK = """
+run=$1; mb=$2; shift 2
+mount -t tmpfs -o size="$mb"m srl-chaos "$run" || exit 97
+"$@"; rc=$?
+stage=$(mktemp -d) && cp -a "$run/." "$stage/" && umount "$run" && cp -a "$stage/." "$run/" && rm -rf "$stage"
+exit $rc
+"""
+"""The ``disk`` fault's run, in a mount namespace of its own (``sh -c SMALL_DISK sh RUN_DIR MB CMD...``): the run
+directory on a tmpfs of ``MB`` MiB, copied out onto the real one when the run ends."""
+FILL = ".chaos-fill"
+"""The file that fills a run directory's disk."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +119,8 @@ class Schedule:
     """How long a crashed node stays down, or a cut link cut."""
     workers: str = ""
     """A regular expression over worker names (``actor|replay``); empty: every worker."""
+    disk_mb: int = 256
+    """The ``disk`` fault's tmpfs under the run directory, in MiB."""
 
     def __post_init__(self) -> None:
         if (self.every is None) == (self.every_steps is None):
@@ -113,6 +134,8 @@ class Schedule:
             raise ValueError(f"chaos: faults {unknown or '(none)'}: choose from {', '.join(FAULTS)}")
         if self.stall_seconds <= 0 or self.outage_seconds <= 0:
             raise ValueError("chaos: stall_seconds and outage_seconds must be positive")
+        if self.disk_mb < 1:
+            raise ValueError(f"chaos: disk_mb must be >= 1, got {self.disk_mb}")
 
 
 @dataclass
@@ -215,7 +238,8 @@ def remember(born: dict[int, int | None], pids: Iterable[int]) -> None:
 
 def last_record(run: Path) -> dict[str, Any]:
     """A run's newest complete ``metrics.jsonl`` record, or {} before the first (read from the file's end: a long
-    run's file is megabytes)."""
+    run's file is megabytes). A line that does not parse is skipped: read while a full disk made the run cut a
+    record back and write the next in its place, the end of the file can change under the read."""
     try:
         with (run / "metrics.jsonl").open("rb") as f:
             size = f.seek(0, os.SEEK_END)
@@ -223,7 +247,10 @@ def last_record(run: Path) -> dict[str, Any]:
             tail = f.read().split(b"\n")[:-1]  # complete lines only
     except OSError:
         return {}
-    return json.loads(tail[-1]) if tail and (size <= 65536 or len(tail) > 1) else {}
+    for line in reversed(tail[1:] if size > 65536 else tail):  # the first may be the end of a line cut by the seek
+        with contextlib.suppress(ValueError):
+            return dict(json.loads(line))
+    return {}
 
 
 def _checkpointed(run: Path) -> bool:
@@ -246,11 +273,16 @@ class Injector:
         schedule: Schedule,
         cluster: NetCluster | None = None,
         born: dict[int, int | None] | None = None,
+        view: Path | None = None,
     ) -> None:
-        """``born``: when each process seen so far started (:func:`remember`), shared with the caller's own."""
+        """``born``: when each process seen so far started (:func:`remember`), shared with the caller's own.
+        ``view``: where the run's own files are seen while it runs (``run`` itself, or through ``/proc/PID/root``
+        for a run in a mount namespace of its own); ``chaos.jsonl`` goes to ``run``."""
         if cluster is None and set(schedule.faults) & set(NODE_FAULTS):
             raise ValueError(f"chaos: faults {', '.join(NODE_FAULTS)} need a cluster of network namespaces")
         self.run, self.schedule, self.cluster = run, schedule, cluster
+        self.view = run if view is None else view
+        self.full_until: float | None = None  # while the disk fault holds the run directory's disk full
         self.outages: dict[int, tuple[str, float]] = {}  # node -> (node or cut, when it comes back)
         self.excused: Counter[str] = Counter()  # restarts a cut may cost a worker
         self.rng = random.Random(schedule.seed)
@@ -274,7 +306,7 @@ class Injector:
         """Where the schedule counts: seconds since the first fault could come, or the run's env steps."""
         if self.schedule.every is not None:
             return time.monotonic() - self.start
-        return float(last_record(self.run).get("env_steps", 0))
+        return float(last_record(self.view).get("env_steps", 0))
 
     def step(self, workers: dict[str, Placed]) -> None:
         """Resume stalls that are due, note recoveries, and inject the next fault when its moment has come;
@@ -287,6 +319,8 @@ class Injector:
         for node, (kind, due) in list(self.outages.items()):
             if now >= due:
                 self._end_outage(node, kind)
+        if self.full_until is not None and now >= self.full_until:
+            self._free_disk()
         pids = {name: w.pid for name, w in workers.items()}
         remember(self.born, pids.values())
         for name, old in list(self.pending.items()):
@@ -303,6 +337,8 @@ class Injector:
         kind = self.rng.choice(self.schedule.faults)
         if kind in NODE_FAULTS:
             record = self._node_fault(kind, workers)
+        elif kind == "disk":
+            record = self._fill_disk(now)
         else:
             record = self._worker_fault(kind, self.rng.choice(names), pids, now)
         self.faults[kind] += 1
@@ -349,6 +385,28 @@ class Injector:
         self.outages[node] = (kind, time.monotonic() + self.schedule.outage_seconds)
         return {"node": node, "workers": there, "landed": True}
 
+    def _fill_disk(self, now: float) -> dict[str, Any]:
+        """Fill the run directory's disk (its tmpfs) with one file, to be deleted ``stall_seconds`` later."""
+        if self.full_until is not None:
+            return {"landed": False}  # full already
+        filled = 0
+        try:
+            with open(self.view / FILL, "wb", buffering=0) as f:
+                chunk = b"\0" * (1 << 20)
+                while True:
+                    filled += f.write(chunk) or 0
+        except OSError:  # ENOSPC: full; or the run has ended and its directory is gone from the view
+            pass
+        self.full_until = now + self.schedule.stall_seconds
+        return {"bytes": filled, "landed": filled > 0}
+
+    def _free_disk(self) -> None:
+        with contextlib.suppress(OSError):
+            (self.view / FILL).unlink()
+        self.full_until = None
+        self.log.write(json.dumps({"t": round(time.monotonic() - self.start, 3), "back": "disk"}) + "\n")
+        self.log.flush()
+
     def _end_outage(self, node: int, kind: str) -> None:
         assert self.cluster is not None
         if kind == "node":
@@ -373,7 +431,18 @@ class Injector:
         self.stalled.clear()
         for node, (kind, _) in list(self.outages.items()):
             self._end_outage(node, kind)
+        if self.full_until is not None:
+            self._free_disk()
         self.log.close()
+
+
+def require_small_disk(cluster: NetCluster | None) -> None:
+    """The ``disk`` fault can be had here: root, ``unshare``, and a run on this machine (one line if not)."""
+    if cluster is not None:
+        raise ValueError("chaos: the disk fault is for a run on this machine, not on --netcluster")
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        raise ValueError("chaos: the disk fault mounts a tmpfs in a mount namespace of the run's own: it needs root "
+                         "and unshare (util-linux)")  # fmt: skip
 
 
 def run(
@@ -392,6 +461,8 @@ def run(
     of network namespaces that is up; the run's driver starts on its head, its workers on its nodes (``settings``
     place them: :func:`srl.testing.netcluster.ray_settings`)."""
     run_dir = Path(run_dir)
+    if "disk" in schedule.faults:
+        require_small_disk(cluster)
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ValueError(f"chaos: run directory {run_dir} is not empty: a chaos run starts a run of its own")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -400,10 +471,16 @@ def run(
     for setting in (*HARNESS_SETTINGS, *settings):
         cmd += ["--set", setting]
     pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    disk = "disk" in schedule.faults
+    if disk:  # its own mount namespace, the run directory on a small tmpfs (the module's docstring)
+        where = str(run_dir.resolve())
+        namespace = ["unshare", "--mount", "--propagation", "private", "sh", "-c", SMALL_DISK, "sh"]
+        cmd = [*namespace, where, str(schedule.disk_mb), *cmd]
     if cluster is None:
         proc = subprocess.Popen(cmd, env=dict(os.environ, TMPDIR=str(tmp)), **pipes)
     else:  # the head keeps this machine's /tmp
         proc = cluster.popen(0, cmd, env=dict(cluster.env(0), TMPDIR=str(tmp)), **pipes)
+    view = Path(f"/proc/{proc.pid}/root{run_dir.resolve()}") if disk else run_dir  # the run's files as it sees them
     seen: dict[int, int | None] = {}  # every process of the run seen: when it started
     breaches: list[str] = []
     injector: Injector | None = None
@@ -416,9 +493,9 @@ def run(
             if time.monotonic() >= scan_at:  # /proc once a second: the harness must not cost the run a core
                 remember(seen, children_of(proc.pid))
                 scan_at = time.monotonic() + 1.0
-            workers = read_workers(run_dir)
-            if injector is None and ready(run_dir):
-                injector = Injector(run_dir, schedule, cluster, born=seen)
+            workers = read_workers(view)
+            if injector is None and ready(view):
+                injector = Injector(run_dir, schedule, cluster, born=seen, view=view)
             if injector is not None:
                 injector.step(workers)  # it remembers the workers' processes in ``seen``
             else:
@@ -431,11 +508,13 @@ def run(
             for pid in sorted(set(_still(seen)) | children_of(proc.pid)):
                 _kill(pid, signal.SIGKILL)
             proc.kill()
-        _, err = proc.communicate()
+        out, err = proc.communicate()
     try:  # the run directory's copy: a Ray driver's stdout may carry Ray's own lines too
         summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # not written (a full disk at the end): what srl train printed, its last line
         summary = {}
+        with contextlib.suppress(ValueError, IndexError):
+            summary = dict(json.loads(out.strip().splitlines()[-1]))
     report = Report(
         returncode=proc.returncode,
         faults=dict(injector.faults) if injector else {},
@@ -502,8 +581,10 @@ def _check(
 ) -> None:
     """The invariants of the module's docstring, each breach one line in ``report.breaches``."""
     breaches, summary = report.breaches, report.summary
-    if report.returncode != 0 or "error" in summary:
-        last = err.strip().splitlines()[-1:] or [""]
+    last = err.strip().splitlines()[-1:] or [""]
+    ended = summary.get("stop_reason") not in (None, "error", "interrupted")  # by its own stop condition
+    full = ended and report.returncode == 1 and "No space left on device" in str(summary.get("error"))
+    if (report.returncode != 0 or "error" in summary) and not full:  # its last writes on a full disk: documented
         breaches.append(f"the run ended with exit {report.returncode}: {summary.get('error') or last[0]}")
     for name in sorted(set(report.landed_kills) | set(report.restarts)):
         landed, recovered = report.landed_kills.get(name, 0), report.recovered_kills.get(name, 0)
@@ -554,6 +635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--netcluster", metavar="NAME", help="run on this cluster of namespaces (srl.testing.netcluster up)"
     )
     parser.add_argument("--workers", default="", help="a regular expression over the worker names to fault")
+    parser.add_argument("--disk-mb", type=int, default=256, help="the disk fault's tmpfs under the run directory")
     parser.add_argument("--expect-return", type=float)
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run counts as hung")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
@@ -567,6 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stall_seconds=args.stall_seconds,
             outage_seconds=args.outage_seconds,
             workers=args.workers,
+            disk_mb=args.disk_mb,
         )
         cluster = None
         if args.netcluster is not None:
@@ -576,6 +659,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.settings = [*ray_settings(cluster.address, len(cluster.nodes) - 1), *args.settings]
         elif set(schedule.faults) & set(NODE_FAULTS):
             raise ValueError(f"chaos: faults {', '.join(NODE_FAULTS)} need --netcluster")
+        if "disk" in schedule.faults:
+            require_small_disk(cluster)
         load_config(args.config, args.settings)  # a config srl train would refuse: its one line, before anything
         if args.run_dir.exists() and any(args.run_dir.iterdir()):
             raise ValueError(f"chaos: run directory {args.run_dir} is not empty: a chaos run starts a run of its own")
