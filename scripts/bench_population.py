@@ -69,7 +69,8 @@ def main() -> None:
                     "copy_pause_max": max(pauses) if pauses else None,
                     # the population worker's own CPU time, a share of the machine's over the run: the most a run
                     # of the same members without it could gain
-                    "worker_cpu_share": members.get("cpu_seconds", 0.0) / (summary["wall_seconds"] * os.cpu_count()),
+                    "worker_cpu_share": summary["cost"]["core_seconds"].get("population", 0.0)
+                    / (summary["wall_seconds"] * os.cpu_count()),
                     "restarts": summary["restarts"],
                 }
                 print(json.dumps(record), flush=True)

@@ -269,14 +269,12 @@ class PopulationWorker(Worker):
         atomic_write_text(self.folder / "state.json", json.dumps(data))
 
     def _report(self) -> None:
-        # its process's CPU time (under the local and Ray runtimes its own: what the run would save without it)
         # copies: the exploit lines of population.jsonl (from the state, so a restart keeps counting), of which
-        # copies_under_way their target had not said it took yet
+        # copies_under_way their target had not said it took yet (its CPU time is the run's cost, per role)
         meta: dict[str, Any] = {
             "copies": self.state.copies(),
             "copies_under_way": len(self.pending),
             "decisions": self.state.decisions,
-            "cpu_seconds": time.process_time(),
         }
         for name, (i, m) in zip(self.names, enumerate(self.state.members)):
             meta.update({f"{name}/{k}": v for k, v in m.values.items()})
