@@ -238,6 +238,15 @@ def test_two_cores_recommend_the_shipped_layout():
     assert rec.layout.trainers == 1
 
 
+def test_one_node_as_fast_as_several_is_recommended_alone():
+    """Where the trainer binds on one node already, more nodes add power and no speed: the plan keeps one."""
+    costs = dataclasses.replace(COSTS, gradient_bytes=None, reductions_per_update=None, allreduce_hop_seconds=None,
+                                allreduce_bytes_per_second=None)  # fmt: skip
+    one = recommend(costs, Cluster(nodes=1, cores_per_node=64))
+    many = recommend(costs, Cluster(nodes=16, cores_per_node=64))
+    assert one.prediction.bottleneck == "trainer" and many.layout == one.layout and many.layout.trainer_nodes == 0
+
+
 def test_max_trainers_caps_and_leaves_idle_actor_nodes():
     free = recommend(COSTS, Cluster(nodes=100, cores_per_node=64))
     capped = recommend(COSTS, Cluster(nodes=100, cores_per_node=64), Limits(max_trainers=8))
@@ -249,7 +258,8 @@ def test_max_trainers_caps_and_leaves_idle_actor_nodes():
 
 def test_max_trainer_nodes_caps_the_trainer_nodes_and_trainers_split_evenly_over_them():
     costs = dataclasses.replace(COSTS, gpu_update_speedup=10.0)
-    cluster = Cluster(nodes=40, cores_per_node=64, gpus_per_node=8, link_latency_us=0.0)  # a free all-reduce
+    # a free all-reduce; nodes of 16 cores: one alone cannot feed its 8 GPU trainers
+    cluster = Cluster(nodes=40, cores_per_node=16, gpus_per_node=8, link_latency_us=0.0)
     free, one = recommend(costs, cluster), recommend(costs, cluster, Limits(max_trainer_nodes=1))
     assert free.layout.trainer_nodes > 1 and one.layout.trainer_nodes == 1
     assert (

@@ -174,6 +174,10 @@ def recommend(costs: Costs, cluster: Cluster, limits: Limits = Limits()) -> Reco
     rec = next(rec for rec in per_slot_size if rec.prediction.steps_per_second >= GOOD_ENOUGH * fastest)
     segments = None if costs.samples_per_insert else batch_segments(costs, rec.layout)  # a replay's batch is items
     layout = dataclasses.replace(rec.layout, batch_segments=segments)
+    if cluster.nodes > 1:  # one node as fast (within NODE_MARGIN): the others would only draw power
+        one = recommend(costs, dataclasses.replace(cluster, nodes=1), limits)
+        if one.prediction.steps_per_second >= rec.prediction.steps_per_second * (1 - NODE_MARGIN):
+            return one
     return Recommendation(layout, rec.prediction)
 
 
