@@ -98,6 +98,7 @@ def test_a_full_disk_skips_periodic_checkpoints_and_fails_the_final_one_leaving_
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(TrainerWorker, "_serialize", staticmethod(disk_fills_up))
+    monkeypatch.setattr("srl.system.run_dir.FINAL_WAIT", 1.0)  # the final checkpoint waits 1 s for room, not 30
     run = tmp_path / "run"
     cfg = load_config(
         "configs/cartpole_ppo.yaml",
@@ -149,6 +150,36 @@ def test_a_record_a_full_disk_cuts_short_is_cut_back_whole(tmp_path):
         file.room = None  # room again
         write_all(file, b'{"c": 3}\n')
     assert (tmp_path / "log").read_bytes() == b'{"a": 1}\n{"c": 3}\n'
+
+
+def test_a_runs_last_writes_wait_out_a_disk_full_for_a_moment():
+    """``with_room``: a write that fails on a full disk (an OSError, or the run directory's RunDirFull) is tried
+    again until it goes through or the wait is over; another error is not waited on."""
+    import errno
+
+    from srl.base.fileio import with_room
+    from srl.system.run_dir import RunDirError, RunDirFull
+
+    def full_twice(error):
+        tries = []
+
+        def write():
+            tries.append(1)
+            if len(tries) <= 2:
+                raise error
+            return len(tries)
+
+        return write
+
+    assert with_room(full_twice(OSError(errno.ENOSPC, "No space left on device")), 5.0) == 3
+    assert (
+        with_room(full_twice(RunDirFull("run directory R: No space left on device (summary.json not written)")), 5.0)
+        == 3
+    )
+    with pytest.raises(OSError, match="No space"):
+        with_room(full_twice(OSError(errno.ENOSPC, "No space left on device")), 0.0)
+    with pytest.raises(RunDirError, match="deleted"):  # lost for good: not waited on
+        with_room(full_twice(RunDirError("run directory R: deleted or moved (metrics not written)")), 5.0)
 
 
 def test_a_disk_full_for_a_while_skips_the_records_and_the_run_goes_on(tmp_path, monkeypatch):

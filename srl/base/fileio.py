@@ -11,13 +11,19 @@ power loss.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
-__all__ = ["atomic_save", "atomic_write_bytes", "atomic_write_text", "write_all"]
+__all__ = ["FULL", "atomic_save", "atomic_write_bytes", "atomic_write_text", "with_room", "write_all"]
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""The errors of a disk that may free up again."""
+T = TypeVar("T")
 
 PathLike = str | os.PathLike[str]
 
@@ -90,3 +96,16 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+def with_room(write: Callable[[], T], wait: float) -> T:
+    """``write()``, tried again every half second while it fails on a full disk (an error whose ``errno`` is in
+    :data:`FULL`), for up to ``wait`` seconds: a run's last writes outlast a disk that is full for a moment."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return write()
+        except (OSError, RuntimeError) as exc:
+            if getattr(exc, "errno", None) not in FULL or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.5)

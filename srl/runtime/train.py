@@ -16,11 +16,13 @@ from srl.api.config import FIXED_ON_RESUME, ConfigError, ExperimentConfig, load_
 from srl.api.plugins import resolve
 from srl.api.spaces import obs_parts
 from srl.base.channel import sweep_stale_pipe_dirs
+from srl.base.fileio import with_room
 from srl.base.shm import sweep_stale
 from srl.base.stop_signals import held, shielded
 from srl.evaluate import eval_seed, evaluate
 from srl.runtime.plan import Plan, make_plan
 from srl.runtime.topology import staffed
+from srl.system import run_dir as run_files
 from srl.system.checkpoint import checkpoints, load_checkpoint
 from srl.system.controller import Controller
 from srl.system.cost import cost_text, open_meters
@@ -232,9 +234,9 @@ def _summary(controller: Controller, evals: Mapping[str, Any], resume: Resume | 
     if resume is not None:
         paths = [str(p) for p in resume.checkpoints]
         summary["resumed_from"] = paths[0] if len(paths) == 1 else paths
-    try:
-        rd.write_counters(controller.counters())  # the final evaluation's time included
-        rd.write_summary(summary)
+    try:  # the final evaluation's time included; a disk full for a moment is waited out
+        with_room(lambda: rd.write_counters(controller.counters()), run_files.FINAL_WAIT)
+        with_room(lambda: rd.write_summary(summary), run_files.FINAL_WAIT)
     except RunDirError as exc:  # the summary still goes to the caller (``srl train`` prints it)
         summary["error"] = summary.get("error") or str(exc)
     return summary

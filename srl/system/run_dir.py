@@ -26,7 +26,7 @@ from typing import Any, TypeGuard
 import yaml
 
 from srl.api.config import ConfigError, ExperimentConfig, to_dict
-from srl.base.fileio import atomic_write_text, write_all
+from srl.base.fileio import FULL, atomic_write_text, write_all
 from srl.base.tb_scalars import ScalarWriter
 
 
@@ -38,9 +38,11 @@ class RunDirFull(RunDirError):
     """The disk under the run directory is full (or its quota spent) now: this write was skipped, nothing of it
     left half-written, and the next one is tried again."""
 
+    errno = errno.ENOSPC  # what :func:`srl.base.fileio.with_room` waits out
 
-FULL = (errno.ENOSPC, errno.EDQUOT)
-"""The errors of a disk that may free up again."""
+
+FINAL_WAIT = 30.0
+"""Seconds a run's last writes (its final checkpoint, counters and summary) wait for a full disk to free up."""
 
 
 def _lost_line(path: Path, reason: str, what: str) -> str:

@@ -27,7 +27,9 @@ import torch
 
 from srl.api.report import Counts, RunFacts
 from srl.api.worker import Algorithm, Collective, Reporter, TrainerPort, Worker
+from srl.base.fileio import with_room
 from srl.base.timing import Every
+from srl.system import run_dir as run_files
 from srl.system.batches import BatchSource
 from srl.system.checkpoint import checkpoints, save_checkpoint
 from srl.system.params import ParamPublisher
@@ -222,8 +224,8 @@ class TrainerWorker(Worker):
             if self._connected and not self._left and not self._in_step:
                 self._left = bool(self.collective.maximum([1, -1])[0])
             self.collective.close()
-        if self.leader and self.checkpoint_dir is not None:
-            self.save_checkpoint()
+        if self.leader and self.checkpoint_dir is not None:  # a disk full for a moment is waited out
+            with_room(self.save_checkpoint, run_files.FINAL_WAIT)
 
     # ------------------------------------------------------------------ internals
     def _receive(self) -> int:

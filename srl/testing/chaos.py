@@ -11,9 +11,9 @@ from a seeded schedule injects, one after another:
   in a mount namespace of its own (``unshare --mount``, as root) with its run directory on a tmpfs of
   ``disk_mb`` (the namespace and the tmpfs go with the run's last process, whatever ends it); the harness
   reads the run's files through ``/proc/PID/root`` and fills that tmpfs, and the run directory is copied out
-  when the run ends. A run that reaches its end while the disk is full cannot write its final checkpoint or
-  summary: that exit 1 (its printed summary says how it ended, and the error) is the documented one, and not
-  counted as a breach;
+  when the run ends. A run's last writes wait up to 30 s for room; one that still cannot write its final
+  checkpoint or summary ends with exit 1 (its printed summary says how it ended, and the error), the documented
+  end for a disk full at that moment, and not counted as a breach;
 
 and, on a cluster of network namespaces (:mod:`srl.testing.netcluster`, the run's driver on its head node):
 
