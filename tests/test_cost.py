@@ -138,7 +138,7 @@ def test_the_ledger_sums_each_workers_starts_by_role_with_what_earlier_processes
 
 @pytest.mark.slow
 def test_a_local_runs_core_seconds_are_its_processes_cpu_time_by_the_kernels_count(tmp_path):
-    """Each worker process's reports carry its CPU time; summed over roles they are what the kernel counted for
+    """Each worker process's reports carry its CPU time, the last as it ends; summed over roles they are what the kernel counted for
     the run's child processes once they were reaped, and the figures to the target are the run's up to it."""
     from srl.runtime.train import train
 
@@ -153,7 +153,7 @@ def test_a_local_runs_core_seconds_are_its_processes_cpu_time_by_the_kernels_cou
     cost = summary["cost"]
     workers = sum(v for k, v in cost["core_seconds"].items() if k not in ("driver", "total"))
     assert set(cost["core_seconds"]) == {"actor", "trainer", "driver", "total"}
-    assert kernel > 0.5 and 0.8 * kernel <= workers <= kernel * 1.02  # reported up to each worker's last report
+    assert kernel > 0.5 and 0.93 * kernel <= workers <= kernel * 1.02  # each process reports its CPU as it ends
     assert summary["solved"] and cost["to_target"]["env_steps"] == summary["solved_env_steps"]
     assert 0 < cost["to_target"]["core_seconds"] <= cost["core_seconds"]["total"]
     assert cost["energy_joules"] == pytest.approx(10.0 * cost["core_seconds"]["total"])

@@ -104,6 +104,7 @@ def _worker_main(
         reporter.report("error", error_report(worker.name, exc))
         code = 1
     finally:
+        reporter.report("spent", {"worker": worker.name})  # the process's CPU to its end, teardown included
         fabric.close_worker_side()
     os._exit(code)  # skip atexit handlers inherited from the controller
 

@@ -6,6 +6,7 @@ from the resolved config, the same way an exec'd local worker does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -199,6 +200,8 @@ class WorkerActor:
                 worker.teardown()
             except Exception as exc:
                 message = message or self._fail(exc)
+            with contextlib.suppress(Exception):  # the process's CPU to its end (a courtesy, as an error report is)
+                self.fabric.reporter().report("spent", {"worker": self.name})
             self.fabric.close_worker_side()
         return message or ("" if self.stopping else "the worker loop ended")
 

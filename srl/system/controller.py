@@ -30,8 +30,10 @@ from srl.system.tally import Tally
 
 MIN_RECORD_SECONDS = 0.1
 """The shortest interval between metrics records (at the start of training; see ``Controller.record_interval``)."""
-CORE_KINDS = ("error", "info")
-"""Report kinds of every run, handled here: a worker's failure, and a warning."""
+CORE_KINDS = ("error", "info", "spent")
+"""Report kinds of every run, handled here: a worker's failure, a warning, and a worker process's last word on
+what it spent (:mod:`srl.system.cost`: the entries every report of a process carries, sent once more as it ends,
+whatever its role reports)."""
 COUNTS = ("dropped_segments", "rejected_segment_messages")
 """Summary and record entries several kinds of report add to (each aggregator its share)."""
 
@@ -105,6 +107,8 @@ class Controller:
             self.warn(f"{worker}: {meta.get('message', '')}")
         elif kind == "error":
             self.worker_failed(worker, str(meta.get("message", "failed")), str(meta.get("traceback", "")))
+        elif kind == "spent":  # taken above
+            pass
         elif kind in self.aggregators:
             self.aggregators[kind].handle(worker, meta, arrays)
         else:  # the control channel counts and logs it

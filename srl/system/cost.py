@@ -4,9 +4,10 @@ Where the seconds come from: every worker process stamps its reports with its ow
 (``time.process_time``: all its threads, from its start, imports included) and, once it has initialised CUDA, its
 seconds since its reporter began (a GPU held); in the inline runtime, whose workers share one process, each
 worker is charged the CPU of its own polls. The driver's process (the controller, the supervisor, the control
-channel; inline, what the polls leave) is the role ``driver``. A worker's seconds are as of its last report
-(every 0.1 s under the local and Ray runtimes, and at its teardown), so a worker killed with SIGKILL loses at most
-that much, and each start of a restarted worker adds its own. Ray's own daemons are not counted.
+channel; inline, what the polls leave) is the role ``driver``. A worker's seconds are as of its last report: a
+process sends one more (kind ``spent``) as it ends, whatever its role reports, so only a worker killed with
+SIGKILL loses what it spent since its last (every 0.1 s under the local and Ray runtimes for most roles); each
+start of a restarted worker adds its own. Ray's own daemons are not counted.
 
 Energy, for the CPUs and the GPUs each (``cost.cpu_energy``, ``cost.gpu_energy``): the machine's own counters
 (:mod:`srl.base.energy`: RAPL, NVML), which measure the whole packages and GPUs of the driver's machine while the
