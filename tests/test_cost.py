@@ -138,8 +138,9 @@ def test_the_ledger_sums_each_workers_starts_by_role_with_what_earlier_processes
 
 @pytest.mark.slow
 def test_a_local_runs_core_seconds_are_its_processes_cpu_time_by_the_kernels_count(tmp_path):
-    """Each worker process's reports carry its CPU time, the last as it ends; summed over roles they are what the kernel counted for
-    the run's child processes once they were reaped, and the figures to the target are the run's up to it."""
+    """Each worker process's reports carry its CPU time, the last as it ends; summed over roles they are what the
+    kernel counted for the run's child processes once they were reaped, and the figures to the target are the
+    run's up to it."""
     from srl.runtime.train import train
 
     cfg = load_config(
