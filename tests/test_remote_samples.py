@@ -192,7 +192,9 @@ def test_reports_without_the_run_token_are_rejected(tmp_path):
         deadline = time.monotonic() + 5.0
         while (not got or receiver.rejected < 2) and time.monotonic() < deadline:
             receiver.drain(0.05)
-        assert got == [("info", {"worker": "actor0", "message": "hello"})]  # the token is not passed on
+        assert len(got) == 1 and got[0][0] == "info" and "token" not in got[0][1]  # the token is not passed on
+        assert {k: v for k, v in got[0][1].items() if k != "cpu_seconds"} == {"worker": "actor0", "message": "hello"}
+        assert 0 < got[0][1]["cpu_seconds"] <= time.process_time()  # what the sending process spent
         assert receiver.rejected == 2
     finally:
         for r in (good, intruder, other):

@@ -253,7 +253,7 @@ def test_control_channel_rejects_malformed_messages_and_keeps_running(tmp_path):
                 break
         assert handled == 1 and receiver.rejected == 5
         kind, meta, arrays = got[0]
-        assert kind == "actor" and meta == {"actor": 1, "env_steps": 10}
+        assert kind == "actor" and meta == {"actor": 1, "env_steps": 10, "cpu_seconds": meta["cpu_seconds"]}
         assert arrays["episode_returns"].tolist() == [1.5]
         assert controller.env_steps == 10 and list(controller.tally.window) == [1.5]
     finally:
