@@ -69,8 +69,12 @@ def test_pfsp_falls_back_to_uniform_and_refuses_bad_win_rates():
 class _Reports:
     def __init__(self) -> None:
         self.records: list[dict] = []
+        self.infos: list[str] = []
 
     def report(self, kind, meta, arrays=None) -> None:
+        if kind == "info":
+            self.infos.append(meta["message"])
+            return
         assert kind == "league"
         self.records.append(dict(meta))
 
@@ -101,6 +105,43 @@ def _worker(tmp_path, results, bots=None, **league):
     )
     worker.index = read_index(tmp_path)
     return worker, reports, played
+
+
+def test_on_a_full_disk_a_round_freezes_nothing_and_its_index_waits_for_the_next(tmp_path, monkeypatch):
+    """A round whose snapshot or index a full disk refused goes on (a warning each): no member is frozen without
+    its snapshot, and a member dropped meanwhile keeps its snapshot until an index without it is written."""
+    import errno
+
+    from srl.league import worker as lw
+    from srl.league.pool import read_index, snapshot_path
+
+    real_snapshot, real_index, full = lw.write_snapshot, lw.write_index, {"now": False}
+
+    def no_room(write):
+        def call(*args):
+            if full["now"]:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return write(*args)
+
+        return call
+
+    monkeypatch.setattr(lw, "write_snapshot", no_room(real_snapshot))
+    monkeypatch.setattr(lw, "write_index", no_room(real_index))
+    rounds = [(48, 0, 16), (60, 0, 4), (40, 0, 24), (60, 0, 4), (45, 0, 19), (60, 0, 4), (40, 0, 24)]
+    worker, reports, _ = _worker(tmp_path, rounds, pool_size=1, freeze_score=0.6)
+    worker.round(10)  # frozen: the pool is [v10]
+    full["now"] = True
+    worker.round(20)  # would freeze and drop v10: its snapshot is refused, so nothing is frozen
+    assert [r["froze"] for r in reports.records] == [True, False] and len(reports.infos) == 2  # snapshot, index
+    assert all("pool not written (No space left on device)" in line for line in reports.infos)
+    assert [m.version for m in read_index(tmp_path).members] == [10] and not snapshot_path(tmp_path, 20).exists()
+    full["now"] = False
+    worker.round(30)  # frozen, v10 dropped: the index without it is written, then its snapshot goes
+    assert [m.version for m in read_index(tmp_path).members] == [30]
+    assert snapshot_path(tmp_path, 30).exists() and not snapshot_path(tmp_path, 10).exists()
+    full["now"] = True
+    worker.round(40)  # frozen in memory (its snapshot fails), so not frozen at all; the index fails too
+    assert reports.records[-1]["froze"] is False and len(reports.infos) == 4
 
 
 def test_the_league_freezes_when_the_learner_beats_the_pool_and_drops_the_oldest(tmp_path):

@@ -510,6 +510,53 @@ def test_the_reported_copies_are_the_lineages_and_a_restarted_worker_counts_them
     assert again[-1]["copies"] == 2 and again[-1]["copies_under_way"] == 1
 
 
+def test_on_a_full_disk_the_worker_decides_nothing_until_its_state_is_written_again(tmp_path, monkeypatch):
+    """A decision whose lineage lines or state a full disk refused: one warning, no further decision while the
+    state cannot be written, and once it can, the lineage written whole from the state (its record)."""
+    import errno
+
+    from srl.base.channel import InProcChannel
+    from srl.population import worker as pw
+    from srl.system.remote_records import InProcMail
+
+    lr = Hyperparameter(key="ppo.lr", min=1e-6, max=1e-2, initial=(1e-3, 1e-6), resample=0.0)
+    cfg = PopulationConfig(members=2, interval=100, min_episodes=1, hyperparameters=(lr,))
+    reports: list[dict] = []
+    reporter = type("R", (), {"report": lambda _self, kind, meta: reports.append({"kind": kind, **meta})})()
+    episodes, inbox = InProcChannel(streams.EPISODE_WIDTH), InProcMail()
+    worker = pw.PopulationWorker(PopulationState.start(cfg, 0), Truncation(cfg), episodes, inbox,
+                                 [InProcMail() for _ in range(2)], tmp_path, reporter, cfg.names())  # fmt: skip
+    worker.setup()
+    real_write, real_atomic, full = pw.write_all, pw.atomic_write_text, {"now": True}
+
+    def no_room(*args):
+        if full["now"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pw, "write_all", lambda f, data: no_room() or real_write(f, data))
+    monkeypatch.setattr(pw, "atomic_write_text", lambda path, text: no_room() or real_atomic(path, text))
+    episodes.send(streams.episode_records([100, 100], [500.0, 10.0], [1, 1]))
+    worker.poll()  # member 1 copies member 0; neither its lines nor the state reach the disk
+    (seq,) = worker.pending
+    decisions = worker.state.decisions
+    assert _lineage_lines(tmp_path) == [] and decisions >= 1
+    warned = [r["message"] for r in reports if r["kind"] == "info"]
+    assert warned == ["state not saved (No space left on device): no exploit decisions until it is"]
+    inbox.send({"op": pw.TAKEN, "seq": seq, "member": 1})
+    episodes.send(streams.episode_records([100, 100], [500.0, 10.0], [1, 1]))
+    worker.poll()  # the copy closes, but no new decision while the disk is full
+    assert not worker.pending and worker.state.decisions == decisions
+    full["now"] = False
+    episodes.send(streams.episode_records([100, 100], [500.0, 10.0], [1, 1]))
+    worker.poll()  # written again: the first decision's lines from the state, then a new decision's
+    assert worker.state.decisions > decisions and len(worker.pending) == 1
+    assert [r["message"] for r in reports if r["kind"] == "info"][-1] == "state saved again: decisions go on"
+    lines = _lineage_lines_json(tmp_path)
+    exploits = [r["decision"] for r in lines if r["event"] == "exploit"]
+    assert len(exploits) == 2 and exploits[0] <= decisions < exploits[1] and lines == worker.state.lineage
+    assert json.loads((tmp_path / "population" / "state.json").read_text())["decisions"] == worker.state.decisions
+
+
 def _lineage_lines(run) -> list[str]:
     return (run / "population.jsonl").read_text().splitlines()
 

@@ -33,6 +33,7 @@ import numpy as np
 from srl.api.config import LeagueConfig
 from srl.api.report import RunFacts
 from srl.api.worker import Policy, Reporter, Worker
+from srl.base.fileio import FULL
 from srl.league.match import MatchResult, Opponent, PolicyOpponent, RandomOpponent
 from srl.league.pool import Member, read_index, read_snapshot, snapshot_path, write_index, write_snapshot
 from srl.league.ratings import fit_elo
@@ -64,6 +65,7 @@ class LeagueWorker(Worker):
         self.seed, self.wait_timeout = seed, wait_timeout
         self.checked = -1
         self._members: dict[int, Policy] = {}
+        self._dropped: list[int] = []  # versions out of the pool whose snapshots wait for an index without them
 
     def setup(self) -> None:
         self.index = read_index(self.folder)  # a resumed run goes on with its pool
@@ -78,6 +80,18 @@ class LeagueWorker(Worker):
         self.checked = version
         self.round(version)
         return 1
+
+    def _written(self, write: Callable[[], None]) -> bool:
+        """Whether ``write`` went through; on a full disk, False and a warning (no snapshot is frozen this round,
+        or the index waits for the next round, which writes it whole)."""
+        try:
+            write()
+        except OSError as exc:
+            if exc.errno not in FULL:
+                raise
+            self.reporter.report("info", {"message": f"pool not written ({exc.strerror}); the next round tries again"})
+            return False
+        return True
 
     def round(self, version: int) -> None:
         """One round of matches with the learner at ``version``; the pool index is rewritten once, at its end."""
@@ -100,17 +114,21 @@ class LeagueWorker(Worker):
         for member in index.members:
             member.elo = index.ratings[str(member.version)]
         score_vs_pool = float(np.mean(scores)) if scores else 1.0
-        froze = not index.members or score_vs_pool >= cfg.freeze_score
+        froze = (not index.members or score_vs_pool >= cfg.freeze_score) and self._written(
+            lambda: write_snapshot(self.folder, version, self.learner.flat_state())
+        )
         if froze:
-            write_snapshot(self.folder, version, self.learner.flat_state())
             index.members.append(Member(version, index.ratings[str(version)]))
             index.frozen.append(version)
         dropped = index.members[: max(0, len(index.members) - cfg.pool_size)]
         index.members = index.members[len(dropped) :]
-        write_index(self.folder, index)
-        for member in dropped:  # after the index no longer names them
+        for member in dropped:
             self._members.pop(member.version, None)
-            snapshot_path(self.folder, member.version).unlink(missing_ok=True)
+        self._dropped += [m.version for m in dropped]
+        if self._written(lambda: write_index(self.folder, index)):
+            for old in self._dropped:  # after the index no longer names them
+                snapshot_path(self.folder, old).unlink(missing_ok=True)
+            self._dropped = []
         self.reporter.report(
             "league",
             {

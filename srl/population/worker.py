@@ -38,7 +38,7 @@ import numpy as np
 from srl.api.report import RunFacts
 from srl.api.worker import Reporter, Worker
 from srl.base.channel import Channel
-from srl.base.fileio import atomic_write_text
+from srl.base.fileio import FULL, atomic_write_text, write_all
 from srl.population.rules import ExploitRule
 from srl.population.state import PopulationState
 from srl.system.checkpoint import checkpoint_bytes, load_checkpoint_bytes
@@ -174,6 +174,8 @@ class PopulationWorker(Worker):
         """Copies under way, until their target says it took them: seq -> (target, source, new values)."""
         self._states: dict[int, bytes] = {}  # seq -> the state its source exported, until its target took it
         self._sent: dict[int, float] = {}  # seq -> when its export or import was last sent
+        self._unsaved = False  # a full disk refused the state or lineage lines: no decision until they are written
+        self._said_full = False  # and the run was told
 
     def setup(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -189,8 +191,9 @@ class PopulationWorker(Worker):
         self._report()
 
     def teardown(self) -> None:
-        """The counters and windows since the last decision too: a resumed run goes on from them."""
-        self._save()
+        """The counters and windows since the last decision too: a resumed run goes on from them (on a disk still
+        full, from the state written last)."""
+        self._write_state()
         self._report()
 
     def poll(self) -> int:
@@ -204,7 +207,7 @@ class PopulationWorker(Worker):
         done = self._answered(answers)
         busy = {t for t, _, _ in self.pending.values()} | {s for _, s, _ in self.pending.values()}
         decided = 0
-        for member in range(len(self.members)):
+        for member in range(len(self.members)) if not self._unsaved or self._write_state() else ():
             if self.evaluate is not None and member not in busy and self.state.due(member):
                 self.state.evaluated(member, self.evaluate(member))
             if member not in busy and self.state.ready(member):
@@ -218,7 +221,7 @@ class PopulationWorker(Worker):
                     self._ask(seq, decision.source)
         self._again()
         if decided or done:
-            self._save()
+            self._write_state()
             self._report()
         return len(records) + len(answers) + decided
 
@@ -259,9 +262,34 @@ class PopulationWorker(Worker):
         self._sent[int(meta["seq"])] = time.monotonic()
 
     def _append(self, records: list[dict[str, Any]]) -> None:
-        with self.lineage.open("a") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
+        """The decision's lines at the end of the lineage file; on a full disk, written from the state later."""
+        try:
+            with self.lineage.open("ab", buffering=0) as f:
+                write_all(f, "".join(json.dumps(r) + "\n" for r in records).encode())
+        except OSError as exc:
+            if exc.errno not in FULL:
+                raise
+            self._unsaved = True
+
+    def _write_state(self) -> bool:
+        """``state.json`` (and, after lines a full disk refused, the lineage from the state, which is its record);
+        False while the disk is full, and one warning, and one more once it is written again."""
+        try:
+            if self._unsaved:
+                atomic_write_text(self.lineage, "".join(json.dumps(r) + "\n" for r in self.state.lineage))
+            self._save()
+        except OSError as exc:
+            if exc.errno not in FULL:
+                raise
+            if not self._said_full:
+                message = f"state not saved ({exc.strerror}): no exploit decisions until it is"
+                self.reporter.report("info", {"message": message})
+            self._unsaved = self._said_full = True
+            return False
+        if self._said_full:
+            self.reporter.report("info", {"message": "state saved again: decisions go on"})
+        self._unsaved = self._said_full = False
+        return True
 
     def _save(self) -> None:
         data = self.state.to_json()
