@@ -164,6 +164,9 @@ def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
     assert summary["rejected_segment_messages"] == 0
     root = summary["param_service"]["param_root"]
     assert root["rejected"] == 0 and root["sends"] <= 2 * (summary["policy_version"] + 1)
+    # each Ray worker process reported what it spent, by role
+    spent = summary["cost"]["core_seconds"]
+    assert {"actor", "policy", "trainer", "relay", "driver"} <= set(spent) and min(spent.values()) > 0, spent
 
 
 def test_a_stage_on_each_actor_node_filters_before_the_network(cluster, tmp_path):
