@@ -525,7 +525,8 @@ def run(
         breaches=breaches,
         summary=summary,
     )
-    segments = list_segments(str(proc.pid))
+    # the run's segments carry its driver's pid: the process started here, or (the disk fault) one of its children
+    segments = sorted({s for pid in (proc.pid, *seen) for s in list_segments(str(pid))})
     if cluster is not None:
         segments = [s for i in range(len(cluster.nodes)) for s in cluster.shm(i) if s.startswith("srl_")]
     _check(report, run_dir, seen, segments, tmp, err, expect_return)
