@@ -279,7 +279,8 @@ def test_a_run_under_random_kills_and_stalls_keeps_every_invariant_and_still_sol
     report = run(config, tmp_path / "run", schedule, ["run.checkpoint_interval_seconds=1"], expect_return=475)
     assert report.ok, report.breaches
     assert sum(report.landed_kills.values()) >= 2 and report.faults.get("stall", 0) >= 1, report.faults
-    assert report.summary["solved"]
+    # the learning threshold is the final greedy evaluation's (in report.ok): whether the training window also
+    # reached it within the budget depends on where the kills fell (DQN once ran out of its 100k steps under CI)
     saved = json.loads((tmp_path / "run" / "chaos_report.json").read_text())
     assert saved["breaches"] == [] and saved["landed_kills"] == report.landed_kills
 

@@ -152,7 +152,7 @@ def test_places_by_node_and_solves_cartpole(cluster, tmp_path):
     finally:
         c.remove_node(second)
     assert summary["solved"], summary
-    assert summary["train_return_mean"] >= 475
+    assert summary["solved_return_mean"] >= 475  # at the moment it was met (episodes that end later may lower it)
     workers = json.loads((tmp_path / "run" / "workers.json").read_text())
     head, actor_nodes = _node_ids(c, nodes)
     # one trainer on each trainer node; the root server with the lead trainer
