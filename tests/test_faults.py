@@ -300,9 +300,8 @@ def test_a_run_whose_disk_fills_up_at_random_goes_on_and_keeps_every_invariant(t
     report = run(CARTPOLE, tmp_path / "run", schedule, settings)
     assert report.ok, report.breaches
     assert report.faults.get("disk", 0) >= 1 and sum(report.landed_kills.values()) >= 1, report.faults
-    warnings = report.summary["warnings"]
-    assert any("No space left on device (metrics not written): skipped while the disk is full" in w for w in warnings)
-    assert any("written again" in w for w in warnings)
+    warnings = report.summary["warnings"]  # the newest 20: the first full-disk line may be among the older ones
+    assert any("write(s) skipped" in w for w in warnings), warnings  # the controller's writes resumed after a fill
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) > 3 and all(json.loads(line) for line in lines)  # whole records only
     assert "srl-chaos" not in Path("/proc/self/mounts").read_text()
