@@ -81,6 +81,8 @@ class CostLedger:
         self.gpu_run = uses_gpu(cfg)
         self.rapl, self.nvml = open_meters(cfg)
         self.earlier = dict(earlier or {})
+        self.earlier_cores = {k.split("/", 1)[1]: v for k, v in self.earlier.items() if k.startswith("core_seconds/")}
+        """The earlier processes' core-seconds by role."""
         self.started = time.time()
         self.latest: dict[str, dict[str, float]] = {}
         """Each worker's newest entries in this start."""
@@ -124,10 +126,8 @@ class CostLedger:
         by_role[DRIVER] = by_role.get(DRIVER, 0.0) + time.process_time() - sum(self.polls.values())
         if holds_gpu():
             gpu += time.time() - self.started
-        for key, value in self.earlier.items():
-            if key.startswith("core_seconds/"):
-                role = key.split("/", 1)[1]
-                by_role[role] = by_role.get(role, 0.0) + value
+        for role, value in self.earlier_cores.items():
+            by_role[role] = by_role.get(role, 0.0) + value
         by_role = dict(sorted(by_role.items()))
         by_role["total"] = sum(by_role.values())
         return by_role, gpu
@@ -136,7 +136,7 @@ class CostLedger:
         """The run's spending so far: ``core_seconds`` by role and ``total``, ``gpu_seconds``, ``energy_joules``
         with the method of each part (``energy_method``), and ``money`` when a price is set."""
         cores, gpu = self.seconds(roles)
-        now_cores = cores["total"] - sum(v for k, v in self.earlier.items() if k.startswith("core_seconds/"))
+        now_cores = cores["total"] - sum(self.earlier_cores.values())
         now_gpu = gpu - self.earlier.get(GPU_SECONDS, 0.0)
         cpu_model, gpu_model = self.cfg.estimate_joules(now_cores, now_gpu)
         cpu_j = self.earlier.get("cpu_joules", 0.0) + (self.rapl.poll() if self.rapl is not None else cpu_model)
